@@ -1,0 +1,23 @@
+"""traindoctor: find, explain, measure and fix silent PyTorch training configuration mistakes.
+
+Importing this package never imports torch; the runtime features import it when used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traindoctor.finding import Edit, Finding, Fix, Location, Origin, Severity
+
+__version__ = "0.1.0"
+
+__all__ = ["Edit", "Finding", "Fix", "Location", "Origin", "Severity", "watch", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: ``traindoctor.watch`` pulls in the runtime (and torch) only when used.
+    if name == "watch":
+        from traindoctor.runtime.session import watch
+
+        return watch
+    raise AttributeError(name)

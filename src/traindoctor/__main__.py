@@ -1,0 +1,5 @@
+import sys
+
+from traindoctor.cli import main
+
+sys.exit(main())

@@ -1,0 +1,129 @@
+"""The ``traindoctor`` command line.
+
+``check``, ``rule`` and ``rules`` live here; the other subcommands are owned by their feature
+packages and receive the rest of the command line: ``run`` -> ``traindoctor.runtime.cli``,
+``ckpt`` -> ``traindoctor.checkpoint.cli``, ``verify-resume`` -> ``traindoctor.resume.cli``.
+Exit codes follow ruff: 0 no findings, 1 findings, 2 usage or internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+from traindoctor import __version__
+
+#: subcommand -> module whose ``main(argv) -> int`` handles it.
+DELEGATED = {
+    "run": "traindoctor.runtime.cli",
+    "ckpt": "traindoctor.checkpoint.cli",
+    "verify-resume": "traindoctor.resume.cli",
+    "tune": "traindoctor.tune.cli",
+}
+
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="traindoctor",
+        description="Find, explain, measure and fix silent PyTorch training configuration mistakes.",
+    )
+    parser.add_argument("--version", action="version", version=f"traindoctor {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    check = sub.add_parser("check", help="statically check training scripts (never imports torch)")
+    check.add_argument("paths", nargs="*", default=["."], metavar="PATH")
+    check.add_argument("--select", type=_csv, help="codes or prefixes to enable (TD1 = all TD1xx)")
+    check.add_argument("--ignore", type=_csv, help="codes or prefixes to disable")
+    check.add_argument("--extend-select", type=_csv, help="codes or prefixes to add to the selection")
+    check.add_argument(
+        "--output-format", choices=["text", "json", "sarif", "github"], default="text"
+    )
+    check.add_argument("-o", "--output-file", help="write the report here instead of stdout")
+    check.add_argument("--fix", action="store_true", help="apply safe fixes")
+    check.add_argument("--unsafe-fixes", action="store_true", help="also apply unsafe fixes")
+    check.add_argument("--diff", action="store_true", help="print the fixes as a diff; change nothing")
+    check.add_argument(
+        "--show-source", action=argparse.BooleanOptionalAction, default=True,
+        help="show the offending line under each finding (default: on)",
+    )
+    check.add_argument("--statistics", action="store_true", help="count findings per code")
+    check.add_argument("--min-torch-version", help="oldest torch the code must support (e.g. 2.4)")
+    check.add_argument("--config", help="path to a pyproject.toml to read [tool.traindoctor] from")
+    check.add_argument("--no-respect-gitignore", action="store_true")
+    check.add_argument("--exit-zero", action="store_true", help="exit 0 even with findings")
+    check.add_argument("-q", "--quiet", action="store_true", help="print findings only")
+
+    rule = sub.add_parser("rule", help="print a rule's documentation")
+    rule.add_argument("code", help="TD102 or loader-in-main-process")
+
+    rules = sub.add_parser("rules", help="list all rules")
+    rules.add_argument("--output-format", choices=["text", "json"], default="text")
+
+    for name in DELEGATED:
+        sub.add_parser(name, help=f"see `traindoctor {name} --help`", add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in DELEGATED:
+        try:
+            module = importlib.import_module(DELEGATED[argv[0]])
+        except ImportError as exc:
+            print(f"traindoctor {argv[0]}: not available ({exc})", file=sys.stderr)
+            return EXIT_ERROR
+        return int(module.main(argv[1:]) or 0)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_ERROR
+    if args.command == "check":
+        from traindoctor.check_command import run_check
+
+        return run_check(args)
+    if args.command == "rule":
+        from traindoctor.docs import render_rule
+        from traindoctor.registry import get_rule
+
+        found = get_rule(args.code)
+        if found is None:
+            print(f"traindoctor: unknown rule {args.code!r} (see `traindoctor rules`)", file=sys.stderr)
+            return EXIT_ERROR
+        sys.stdout.write(render_rule(found))
+        return EXIT_OK
+    if args.command == "rules":
+        from traindoctor.registry import all_rules
+
+        if args.output_format == "json":
+            import json
+
+            data = [
+                {
+                    "code": r.code, "name": r.name, "severity": r.severity.value,
+                    "summary": r.summary, "origins": r.origins(), "gpu_only": r.gpu_only,
+                    "fix": r.fixable,
+                }
+                for r in all_rules()
+            ]
+            print(json.dumps(data, indent=2))
+        else:
+            for r in all_rules():
+                origin = "/".join(o[0].upper() for o in r.origins())
+                gpu = " GPU" if r.gpu_only else ""
+                print(f"{r.code}  {r.name:<36} {r.severity.value:<8} {origin:<4}{gpu:<4} {r.summary}")
+        return EXIT_OK
+    parser.error(f"unknown command {args.command}")  # pragma: no cover
+    return EXIT_ERROR
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Rule discovery and ``--select`` / ``--ignore`` prefix expansion.
+
+Rules are found by walking the ``traindoctor.rules`` package: adding a rule means adding one
+module. Nothing here imports torch; rule modules must not import it at module level either
+(runtime halves import it lazily inside their hooks).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from functools import lru_cache
+from typing import Iterable
+
+from traindoctor.rules.base import Rule
+
+
+class UnknownCodeError(ValueError):
+    """Raised for a --select/--ignore entry that matches no rule."""
+
+
+def _iter_rule_modules() -> Iterable[str]:
+    import traindoctor.rules as pkg
+
+    for info in pkgutil.walk_packages(pkg.__path__, prefix=pkg.__name__ + "."):
+        leaf = info.name.rsplit(".", 1)[-1]
+        if leaf.startswith("td") and leaf[2:5].isdigit():
+            yield info.name
+
+
+@lru_cache(maxsize=None)
+def all_rules() -> tuple[type[Rule], ...]:
+    """Every rule class, sorted by code. Each code appears exactly once."""
+    found: dict[str, type[Rule]] = {}
+    for modname in sorted(_iter_rule_modules()):
+        module = importlib.import_module(modname)
+        for obj in vars(module).values():
+            if (
+                isinstance(obj, type)
+                and issubclass(obj, Rule)
+                and obj is not Rule
+                and obj.__module__ == modname
+                and obj.code
+            ):
+                if obj.code in found and found[obj.code] is not obj:
+                    raise RuntimeError(f"rule code {obj.code} defined twice: {modname}")
+                found[obj.code] = obj
+    return tuple(found[c] for c in sorted(found))
+
+
+@lru_cache(maxsize=None)
+def rules_by_code() -> dict[str, type[Rule]]:
+    return {r.code: r for r in all_rules()}
+
+
+def get_rule(code_or_name: str) -> type[Rule] | None:
+    key = code_or_name.strip()
+    by_code = rules_by_code()
+    if key.upper() in by_code:
+        return by_code[key.upper()]
+    for rule in all_rules():
+        if rule.name == key.lower():
+            return rule
+    return None
+
+
+def _matches(code: str, prefix: str) -> bool:
+    return prefix == "ALL" or code.startswith(prefix)
+
+
+def _normalise(prefixes: Iterable[str]) -> list[str]:
+    out = []
+    for raw in prefixes:
+        p = raw.strip().upper()
+        if not p:
+            continue
+        if p != "ALL" and not any(_matches(r.code, p) for r in all_rules()):
+            raise UnknownCodeError(f"unknown rule selector: {raw!r}")
+        out.append(p)
+    return out
+
+
+def select_codes(
+    select: Iterable[str] | None = None,
+    ignore: Iterable[str] | None = None,
+    extend_select: Iterable[str] | None = None,
+) -> set[str]:
+    """Expand prefixes into the set of enabled codes.
+
+    With no ``select``, every rule with ``default_enabled`` is on. A code is off when an ignore
+    prefix matches it, unless a *longer* select prefix matches it too (the more specific wins).
+    """
+    sel = _normalise(select) if select else None
+    ext = _normalise(extend_select or [])
+    ign = _normalise(ignore or [])
+    enabled: set[str] = set()
+    for rule in all_rules():
+        sel_len = -1
+        if sel is None:
+            if rule.default_enabled:
+                sel_len = 0
+        else:
+            sel_len = max((len(p) for p in sel if _matches(rule.code, p)), default=-1)
+        sel_len = max([sel_len] + [len(p) for p in ext if _matches(rule.code, p)])
+        if sel_len < 0:
+            continue
+        ign_len = max((len(p) for p in ign if _matches(rule.code, p)), default=-1)
+        if ign_len >= 0 and ign_len >= sel_len:
+            continue
+        enabled.add(rule.code)
+    return enabled

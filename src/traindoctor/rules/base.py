@@ -1,0 +1,112 @@
+"""The rule base class: one class per finding code carries its metadata, docs and examples.
+
+A rule module (``rules/<topic>/tdNNN_<name>.py``) defines one :class:`Rule` subclass. The class
+holds everything about the mistake in one place:
+
+* metadata: ``code``, ``name``, ``severity``, ``summary``, ``gpu_only``, ``static``/``runtime``;
+* documentation in ruff's fixed template (``what_it_does``, ``why_bad``, ``example``,
+  ``use_instead``, ``fix_safety``, ``options``, ``references``) from which ``docs/rules/TDnnn.md``
+  and ``traindoctor rule TDnnn`` are generated;
+* static examples (``valid`` / ``invalid``) that double as tests (as Fixit does): every line of an
+  invalid example that ends with a ``# TDnnn`` marker comment must get exactly that finding;
+* the static check itself, :meth:`Rule.check`, which reads a :class:`FileContext`.
+
+A runtime half, where the catalog asks for one, is a :class:`traindoctor.runtime.events.Monitor`
+subclass in the same module whose ``rule`` attribute points at this class.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping
+
+from traindoctor.finding import Finding, Severity
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.static.context import FileContext
+
+
+def code_block(text: str) -> str:
+    """Dedent an example and strip the leading newline of a triple-quoted string."""
+    return textwrap.dedent(text).lstrip("\n")
+
+
+@dataclass(frozen=True)
+class Valid:
+    """Code on which the rule must stay silent."""
+
+    code: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "code", code_block(self.code))
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """Code on which the rule must fire on exactly the lines marked ``# TDnnn``.
+
+    ``fixed`` is the expected source after ``--fix`` (safe fixes only); ``unsafe_fixed`` after
+    ``--fix --unsafe-fixes``. ``None`` means "not checked" for ``unsafe_fixed`` and "no safe fix
+    is offered" for ``fixed`` (the test then asserts the file is unchanged by ``--fix``).
+    """
+
+    code: str
+    fixed: str | None = None
+    unsafe_fixed: str | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "code", code_block(self.code))
+        if self.fixed is not None:
+            object.__setattr__(self, "fixed", code_block(self.fixed))
+        if self.unsafe_fixed is not None:
+            object.__setattr__(self, "unsafe_fixed", code_block(self.unsafe_fixed))
+
+
+class Rule:
+    """Base class of every rule. Subclasses set the class attributes and override ``check``."""
+
+    code: ClassVar[str] = ""
+    name: ClassVar[str] = ""
+    severity: ClassVar[Severity] = Severity.WARNING
+    summary: ClassVar[str] = ""
+    gpu_only: ClassVar[bool] = False
+    static: ClassVar[bool] = True
+    runtime: ClassVar[bool] = False
+    #: Opinionated rules may be off unless selected explicitly.
+    default_enabled: ClassVar[bool] = True
+    #: "never", "sometimes" or "always": whether the static check offers a fix.
+    fixable: ClassVar[str] = "never"
+
+    what_it_does: ClassVar[str] = ""
+    why_bad: ClassVar[str] = ""
+    example: ClassVar[str] = ""
+    use_instead: ClassVar[str] = ""
+    fix_safety: ClassVar[str] = ""
+    options: ClassVar[str] = ""
+    references: ClassVar[tuple[str, ...]] = ()
+
+    valid: ClassVar[tuple[Valid | str, ...]] = ()
+    invalid: ClassVar[tuple[Invalid, ...]] = ()
+
+    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        """Yield the static findings of this rule in one file. Default: none."""
+        return ()
+
+    @classmethod
+    def valid_examples(cls) -> list[Valid]:
+        return [v if isinstance(v, Valid) else Valid(v) for v in cls.valid]
+
+    @classmethod
+    def origins(cls) -> list[str]:
+        out = []
+        if cls.static:
+            out.append("static")
+        if cls.runtime:
+            out.append("runtime")
+        return out
+
+    def __repr__(self) -> str:
+        return f"<{self.code} {self.name}>"

@@ -1,0 +1,1 @@
+"""The runtime doctor: watches a live training run. Imports torch lazily."""

@@ -1,0 +1,1 @@
+"""Probes: thin adapters on torch that record events for monitors."""

@@ -1,0 +1,1 @@
+"""The static checker: reads source, never imports torch."""

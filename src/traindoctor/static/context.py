@@ -1,0 +1,551 @@
+"""Everything a static rule may ask about one file, built from one parse and one walk.
+
+The engine parses a file once and walks it once (:func:`build_index`): every node is filed by its
+type and gets a parent link. Rules then *query* this index (``ctx.calls_to("torch.save")``,
+``ctx.method_calls("backward")``, ``ctx.value(node)``) instead of walking the tree again, so the
+checker costs little more than ``ast.parse`` itself. Derived indexes (calls by qualified name,
+bindings per scope, argparse defaults, "does this file target CUDA") are computed lazily, the first
+time a rule asks, so files that contain no training code never pay for them.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+
+from traindoctor.finding import Edit, Finding, Fix, Location, Origin
+from traindoctor.static import values as _values
+from traindoctor.static.args import MISSING, SIGNATURES, UNKNOWN, ArgResult, find_arg, last_arg_end
+from traindoctor.static.names import ImportMap, dotted
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.config import Settings
+    from traindoctor.rules.base import Rule
+
+_SCOPES = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def split_lines(source: str) -> list[str]:
+    """Lines with their endings, split exactly where Python's tokenizer splits them."""
+    return io.StringIO(source, newline="").readlines()
+
+
+def build_index(tree: ast.AST) -> tuple[dict[type, list[ast.AST]], dict[ast.AST, ast.AST]]:
+    """One pre-order walk in source order: nodes grouped by type, and each node's parent."""
+    by_type: dict[type, list[ast.AST]] = {}
+    parents: dict[ast.AST, ast.AST] = {}
+    iter_children = ast.iter_child_nodes
+    stack: list[ast.AST] = [tree]
+    pop = stack.pop
+    push = stack.extend
+    while stack:
+        node = pop()
+        kind = type(node)
+        bucket = by_type.get(kind)
+        if bucket is None:
+            by_type[kind] = [node]
+        else:
+            bucket.append(node)
+        children = list(iter_children(node))
+        for child in children:
+            parents[child] = node
+        children.reverse()
+        push(children)
+    return by_type, parents
+
+
+class FileContext:
+    """One parsed file and the questions rules ask about it."""
+
+    def __init__(
+        self,
+        filename: str,
+        source: str,
+        tree: ast.Module,
+        settings: "Settings",
+        lines: list[str] | None = None,
+    ) -> None:
+        self.filename = filename
+        self.source = source
+        self.tree = tree
+        self.settings = settings
+        self.lines = lines if lines is not None else split_lines(source)
+        self.nodes, self.parents = build_index(tree)
+        self.imports = ImportMap()
+        for node in self.nodes.get(ast.Import, ()):
+            self.imports.add_import(node)  # type: ignore[arg-type]
+        for node in self.nodes.get(ast.ImportFrom, ()):
+            self.imports.add_import_from(node)  # type: ignore[arg-type]
+        # Module-level aliases such as ``DL = torch.utils.data.DataLoader``.
+        for node in tree.body:
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, (ast.Name, ast.Attribute))
+            ):
+                qn = self.imports.resolve(node.value)
+                if qn is not None:
+                    self.imports.add_alias(node.targets[0].id, qn)
+
+    # ------------------------------------------------------------------ node queries
+    def of(self, *types: type) -> list[Any]:
+        """All nodes of the given AST types, in source order."""
+        if len(types) == 1:
+            return self.nodes.get(types[0], [])
+        out: list[ast.AST] = []
+        for t in types:
+            out.extend(self.nodes.get(t, ()))
+        out.sort(key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+        return out
+
+    def qualname(self, node: ast.AST) -> str | None:
+        """Canonical fully qualified name of a Name/Attribute chain bound by an import."""
+        return self.imports.resolve(node)
+
+    @cached_property
+    def _calls_by_name(self) -> dict[str, list[ast.Call]]:
+        out: dict[str, list[ast.Call]] = {}
+        resolve = self.imports.resolve
+        for call in self.nodes.get(ast.Call, ()):
+            qn = resolve(call.func)  # type: ignore[attr-defined]
+            if qn is not None:
+                out.setdefault(qn, []).append(call)  # type: ignore[arg-type]
+        return out
+
+    @cached_property
+    def _calls_by_attr(self) -> dict[str, list[ast.Call]]:
+        out: dict[str, list[ast.Call]] = {}
+        for call in self.nodes.get(ast.Call, ()):
+            func = call.func  # type: ignore[attr-defined]
+            if isinstance(func, ast.Attribute):
+                out.setdefault(func.attr, []).append(call)  # type: ignore[arg-type]
+        return out
+
+    def calls_to(self, *qualnames: str) -> list[ast.Call]:
+        """Calls whose callee resolves (through imports and aliases) to one of ``qualnames``."""
+        table = self._calls_by_name
+        if len(qualnames) == 1:
+            return table.get(qualnames[0], [])
+        out = [c for q in qualnames for c in table.get(q, ())]
+        out.sort(key=lambda n: (n.lineno, n.col_offset))
+        return out
+
+    def calls_to_prefix(self, prefix: str) -> list[tuple[str, ast.Call]]:
+        """(qualname, call) for every resolved call whose name starts with ``prefix``."""
+        out = [(q, c) for q, cs in self._calls_by_name.items() if q.startswith(prefix) for c in cs]
+        out.sort(key=lambda qc: (qc[1].lineno, qc[1].col_offset))
+        return out
+
+    def method_calls(self, attr: str) -> list[ast.Call]:
+        """Calls of the form ``<anything>.attr(...)``, resolved or not (``loss.backward()``)."""
+        return self._calls_by_attr.get(attr, [])
+
+    @cached_property
+    def called_names(self) -> frozenset[str]:
+        """Every qualified name this file calls; cheap pre-filter for rules."""
+        return frozenset(self._calls_by_name)
+
+    def mentions(self, *qualnames: str) -> bool:
+        """Whether any Name/Attribute in the file resolves to one of ``qualnames``."""
+        wanted = set(qualnames)
+        for node in self.nodes.get(ast.Attribute, ()):
+            if self.imports.resolve(node) in wanted:
+                return True
+        for node in self.nodes.get(ast.Name, ()):
+            if self.imports.resolve(node) in wanted:
+                return True
+        return False
+
+    # ------------------------------------------------------------------ tree navigation
+    def parent(self, node: ast.AST) -> ast.AST | None:
+        return self.parents.get(node)
+
+    def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
+        parent = self.parents.get(node)
+        while parent is not None:
+            yield parent
+            parent = self.parents.get(parent)
+
+    def enclosing(self, node: ast.AST, types: type | tuple[type, ...]) -> ast.AST | None:
+        for anc in self.ancestors(node):
+            if isinstance(anc, types):
+                return anc
+        return None
+
+    def scope_of(self, node: ast.AST) -> ast.AST:
+        """The innermost function/lambda/class/module whose body contains ``node``."""
+        scope = self.enclosing(node, _SCOPES)
+        return scope if scope is not None else self.tree
+
+    def function_of(self, node: ast.AST) -> ast.AST | None:
+        """The innermost enclosing function (or None at module level)."""
+        return self.enclosing(node, _FUNCS)
+
+    def enclosing_loops(self, node: ast.AST, stop_at_function: bool = True) -> list[ast.AST]:
+        """Loops around ``node``, innermost first (comprehensions excluded)."""
+        out = []
+        for anc in self.ancestors(node):
+            if stop_at_function and isinstance(anc, _FUNCS):
+                break
+            if isinstance(anc, _LOOPS):
+                out.append(anc)
+        return out
+
+    def statement_of(self, node: ast.AST) -> ast.stmt:
+        """The statement that contains ``node``."""
+        cur: ast.AST = node
+        while not isinstance(cur, ast.stmt):
+            parent = self.parents.get(cur)
+            if parent is None:
+                break
+            cur = parent
+        return cur  # type: ignore[return-value]
+
+    def walk(self, node: ast.AST) -> Iterator[ast.AST]:
+        """Walk a subtree (use sparingly: prefer the index)."""
+        return ast.walk(node)
+
+    def within(self, node: ast.AST, container: ast.AST) -> bool:
+        """Whether ``node`` lies inside ``container`` (by position)."""
+        if not hasattr(container, "lineno") or not hasattr(node, "lineno"):
+            return container is self.tree
+        start = (container.lineno, container.col_offset)  # type: ignore[attr-defined]
+        end = (container.end_lineno, container.end_col_offset)  # type: ignore[attr-defined]
+        pos = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
+        return start <= pos and (node.end_lineno, node.end_col_offset) <= end  # type: ignore[attr-defined,operator]
+
+    # ------------------------------------------------------------------ values
+    @cached_property
+    def _bindings(self) -> dict[tuple[int, str], list[ast.expr | None]]:
+        """(id(scope), name) -> values bound; None marks a binding we cannot evaluate."""
+        table: dict[tuple[int, str], list[ast.expr | None]] = {}
+
+        def bind(target: ast.AST, value: ast.expr | None, scope: ast.AST) -> None:
+            if isinstance(target, ast.Name):
+                table.setdefault((id(scope), target.id), []).append(value)
+            elif isinstance(target, (ast.Tuple, ast.List)):
+                if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
+                    for t, v in zip(target.elts, value.elts):
+                        bind(t, v, scope)
+                else:
+                    for t in target.elts:
+                        bind(t.value if isinstance(t, ast.Starred) else t, None, scope)
+
+        for node in self.nodes.get(ast.Assign, ()):
+            scope = self.scope_of(node)
+            for target in node.targets:  # type: ignore[attr-defined]
+                bind(target, node.value, scope)  # type: ignore[attr-defined]
+        for node in self.nodes.get(ast.AnnAssign, ()):
+            if node.value is not None:  # type: ignore[attr-defined]
+                bind(node.target, node.value, self.scope_of(node))  # type: ignore[attr-defined]
+        for node in self.nodes.get(ast.AugAssign, ()):
+            bind(node.target, None, self.scope_of(node))  # type: ignore[attr-defined]
+        for node in self.nodes.get(ast.NamedExpr, ()):
+            bind(node.target, node.value, self.scope_of(node))  # type: ignore[attr-defined]
+        for kind in (ast.For, ast.AsyncFor):
+            for node in self.nodes.get(kind, ()):
+                bind(node.target, None, self.scope_of(node))  # type: ignore[attr-defined]
+        for kind in (ast.With, ast.AsyncWith):
+            for node in self.nodes.get(kind, ()):
+                for item in node.items:  # type: ignore[attr-defined]
+                    if item.optional_vars is not None:
+                        bind(item.optional_vars, None, self.scope_of(node))
+        for kind in _FUNCS:
+            for fn in self.nodes.get(kind, ()):
+                a = fn.args  # type: ignore[attr-defined]
+                for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]:
+                    if arg is not None:
+                        table.setdefault((id(fn), arg.arg), []).append(None)
+        for kind in (ast.Global, ast.Nonlocal):
+            for node in self.nodes.get(kind, ()):
+                for name in node.names:  # type: ignore[attr-defined]
+                    table.setdefault((id(self.scope_of(node)), name), []).append(None)
+        return table
+
+    def bindings_of(self, name: ast.Name) -> list[ast.expr | None] | None:
+        """Every value bound to ``name`` in the scope that resolves it (None: not evaluable).
+
+        Looks in the innermost function first, then enclosing functions, then the module. A
+        function parameter resolves to ``[None]``: the caller decides its value.
+        """
+        table = self._bindings
+        scope: ast.AST | None = self.scope_of(name)
+        while scope is not None:
+            if not isinstance(scope, ast.ClassDef) or scope is self.scope_of(name):
+                found = table.get((id(scope), name.id))
+                if found is not None:
+                    return found
+            if scope is self.tree:
+                break
+            scope = self.scope_of(scope)
+        return None
+
+    def binding(self, name: ast.Name) -> ast.expr | None:
+        """The single expression bound to ``name``, if there is exactly one."""
+        bound = self.bindings_of(name)
+        if bound and len(bound) == 1:
+            return bound[0]
+        return None
+
+    def value(self, node: ast.AST | None | Any) -> Any:
+        """The constant value of an expression, or UNKNOWN (see :mod:`traindoctor.static.values`)."""
+        if node is MISSING or node is UNKNOWN:
+            return UNKNOWN
+        return _values.evaluate(self, node)
+
+    def dict_literal(self, node: ast.AST) -> dict[str, ast.expr] | None:
+        """Keys -> value nodes of a dict the file spells out (``{...}``, ``dict(k=v)``), else None."""
+        for _ in range(4):
+            if isinstance(node, ast.Name):
+                bound = self.binding(node)
+                if bound is None:
+                    return None
+                node = bound
+                continue
+            break
+        if isinstance(node, ast.Dict):
+            out: dict[str, ast.expr] = {}
+            for k, v in zip(node.keys, node.values):
+                if k is None:
+                    inner = self.dict_literal(v)
+                    if inner is None:
+                        return None
+                    out.update(inner)
+                elif isinstance(k, ast.Constant) and isinstance(k.value, str):
+                    out[k.value] = v
+                else:
+                    return None
+            return out
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict":
+            if node.args:
+                return None
+            out = {}
+            for kw in node.keywords:
+                if kw.arg is None:
+                    inner = self.dict_literal(kw.value)
+                    if inner is None:
+                        return None
+                    out.update(inner)
+                else:
+                    out[kw.arg] = kw.value
+            return out
+        return None
+
+    def arg(self, call: ast.Call, name: str, qualname: str | None = None) -> ArgResult:
+        """The expression passed for ``name`` (keyword, positional or literal ``**kwargs``).
+
+        Returns :data:`MISSING` when it is not passed and :data:`UNKNOWN` when it may hide in
+        ``*args``/opaque ``**kwargs``. ``qualname`` picks the positional signature; by default the
+        call's own resolved name is used.
+        """
+        if qualname is None:
+            qualname = self.qualname(call.func)
+        signature = SIGNATURES.get(qualname) if qualname else None
+        return find_arg(call, name, signature, self)
+
+    def arg_value(self, call: ast.Call, name: str, default: Any = MISSING, qualname: str | None = None) -> Any:
+        """The *value* of an argument: its constant, ``default`` when not passed, else UNKNOWN."""
+        node = self.arg(call, name, qualname)
+        if node is MISSING:
+            return default
+        if node is UNKNOWN:
+            return UNKNOWN
+        return self.value(node)
+
+    @cached_property
+    def _argparse(self) -> dict[str, list[Any]]:
+        """argparse dest -> defaults given in this file (``add_argument`` and ``set_defaults``)."""
+        out: dict[str, list[Any]] = {}
+        for call in self.method_calls("add_argument"):
+            dest = _values.option_dest(call)
+            if dest is not None:
+                out.setdefault(dest, []).append(_values.option_default(self, call))
+        for call in self.method_calls("set_defaults"):
+            for kw in call.keywords:
+                if kw.arg:
+                    out[kw.arg] = [self.value(kw.value)]
+        return out
+
+    @cached_property
+    def _parsed_args_names(self) -> frozenset[str]:
+        """Names bound to the result of ``parse_args()`` / ``parse_known_args()``."""
+        names: set[str] = set()
+        for attr in ("parse_args", "parse_known_args"):
+            for call in self.method_calls(attr):
+                parent = self.parent(call)
+                if isinstance(parent, ast.Subscript):
+                    parent = self.parent(parent)
+                if isinstance(parent, (ast.Assign, ast.AnnAssign)):
+                    targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+                    for t in targets:
+                        if isinstance(t, ast.Name):
+                            names.add(t.id)
+                        elif isinstance(t, ast.Tuple) and t.elts and isinstance(t.elts[0], ast.Name):
+                            names.add(t.elts[0].id)
+        return frozenset(names)
+
+    def argparse_default(self, node: ast.Attribute) -> Any:
+        """Value of ``args.x`` from this file's argparse default for ``x`` (else UNKNOWN).
+
+        ``args`` must be bound from ``parse_args()`` or be a function parameter (the common
+        ``def main(args)`` shape) and ``x`` must be an option this file declares.
+        """
+        if not isinstance(node.value, ast.Name):
+            return UNKNOWN
+        defaults = self._argparse.get(node.attr)
+        if not defaults:
+            return UNKNOWN
+        base = node.value
+        if base.id not in self._parsed_args_names:
+            fn = self.function_of(node)
+            params = set()
+            while fn is not None:
+                a = fn.args  # type: ignore[attr-defined]
+                params |= {x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
+                fn = self.function_of(fn)
+            if base.id not in params:
+                return UNKNOWN
+        first = defaults[0]
+        if first is UNKNOWN or any(d != first for d in defaults[1:]):
+            return UNKNOWN
+        return first
+
+    # ------------------------------------------------------------------ file-level facts
+    @cached_property
+    def targets_cuda(self) -> bool:
+        """Whether the script places work on a CUDA device (GPU-only rules need this)."""
+        for name in self.called_names:
+            if name.startswith("torch.cuda."):
+                return True
+        if self.method_calls("cuda"):
+            return True
+        for node in self.nodes.get(ast.Constant, ()):
+            v = node.value  # type: ignore[attr-defined]
+            if isinstance(v, str) and (v == "cuda" or v.startswith("cuda:") or v == "nccl"):
+                return True
+        return False
+
+    # ------------------------------------------------------------------ positions and text
+    def _char_col(self, lineno: int, byte_col: int) -> int:
+        if lineno < 1 or lineno > len(self.lines):
+            return byte_col
+        line = self.lines[lineno - 1]
+        if line.isascii():
+            return byte_col
+        return len(line.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
+
+    def location(self, node: ast.AST) -> Location:
+        lineno = getattr(node, "lineno", 1)
+        return Location(lineno, self._char_col(lineno, getattr(node, "col_offset", 0)) + 1)
+
+    def end_location(self, node: ast.AST) -> Location:
+        lineno = getattr(node, "end_lineno", None) or getattr(node, "lineno", 1)
+        col = getattr(node, "end_col_offset", None)
+        if col is None:
+            col = getattr(node, "col_offset", 0)
+        return Location(lineno, self._char_col(lineno, col) + 1)
+
+    def segment(self, node: ast.AST) -> str:
+        """The exact source text of ``node``."""
+        return ast.get_source_segment(self.source, node) or ""
+
+    def line_text(self, row: int) -> str:
+        if 1 <= row <= len(self.lines):
+            return self.lines[row - 1].rstrip("\r\n")
+        return ""
+
+    def indent_of(self, node: ast.AST) -> str | None:
+        """Leading whitespace of the line where ``node`` starts, if ``node`` starts that line."""
+        line = self.line_text(getattr(node, "lineno", 1))
+        stripped = line[: len(line) - len(line.lstrip())]
+        if len(stripped) != self._char_col(node.lineno, node.col_offset):  # type: ignore[attr-defined]
+            return None
+        return stripped
+
+    # ------------------------------------------------------------------ findings and fixes
+    def report(
+        self,
+        rule: "Rule | type[Rule]",
+        node: ast.AST,
+        message: str | None = None,
+        *,
+        fix: Fix | None = None,
+        help: str | None = None,
+        end_node: ast.AST | None = None,
+    ) -> Finding:
+        """A finding of ``rule`` at ``node`` (message defaults to the rule's summary)."""
+        loc = self.location(node)
+        return Finding(
+            code=rule.code,
+            name=rule.name,
+            severity=rule.severity,
+            message=message or rule.summary,
+            filename=self.filename,
+            location=loc,
+            end_location=self.end_location(end_node or node),
+            origin=Origin.STATIC,
+            fix=fix,
+            help=help,
+            source_line=self.line_text(loc.row),
+        )
+
+    def fix_add_keyword(
+        self, call: ast.Call, text: str, message: str, applicability: str = "safe"
+    ) -> Fix | None:
+        """Insert the keyword argument ``text`` (e.g. ``"pin_memory=True"``) at the end of a call."""
+        end = last_arg_end(call)
+        if end is None:
+            # ``f()``: insert just before the closing parenthesis.
+            lineno, col = call.end_lineno or call.lineno, (call.end_col_offset or 1) - 1
+            content = text
+        else:
+            lineno, col = end
+            content = ", " + text
+        at = Location(lineno, self._char_col(lineno, col) + 1)
+        return Fix(message, (Edit(content, at, at),), applicability)
+
+    def fix_replace(
+        self, node: ast.AST, text: str, message: str, applicability: str = "safe"
+    ) -> Fix:
+        """Replace the source of ``node`` with ``text``."""
+        return Fix(message, (Edit(text, self.location(node), self.end_location(node)),), applicability)
+
+    def fix_insert_line_before(
+        self, stmt: ast.stmt, text: str, message: str, applicability: str = "safe"
+    ) -> Fix | None:
+        """Insert a new statement line ``text`` above ``stmt`` at the same indentation.
+
+        Returns None when ``stmt`` does not start its line (``if x: stmt``): no safe place.
+        """
+        indent = self.indent_of(stmt)
+        if indent is None:
+            return None
+        at = Location(stmt.lineno, 1)
+        newline = "\n"
+        line = self.lines[stmt.lineno - 1] if stmt.lineno <= len(self.lines) else "\n"
+        if line.endswith("\r\n"):
+            newline = "\r\n"
+        return Fix(message, (Edit(f"{indent}{text}{newline}", at, at),), applicability)
+
+
+def iter_arg_nodes(call: ast.Call) -> Iterable[ast.expr]:
+    """All argument expressions of a call, positional then keyword."""
+    yield from call.args
+    for kw in call.keywords:
+        yield kw.value
+
+
+def is_const(node: ast.AST | Any, *values: Any) -> bool:
+    return isinstance(node, ast.Constant) and any(
+        node.value == v and type(node.value) is type(v) for v in values
+    )
+
+
+def names_in(nodes: Sequence[ast.AST]) -> set[str]:
+    return {d for n in nodes if (d := dotted(n)) is not None}

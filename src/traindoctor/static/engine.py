@@ -1,0 +1,179 @@
+"""The static engine: parse each file once, walk it once, run the enabled rules, honour noqa.
+
+Bad input never raises: a file that cannot be read, decoded or parsed becomes one ``TD000``
+finding and the run goes on. A rule that crashes on a file is recorded as an internal error (the
+other rules' findings for that file still count) so one bug cannot hide every other finding.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+import warnings
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from traindoctor.config import Settings
+from traindoctor.finding import Finding, Location, Origin, Severity, sort_findings
+from traindoctor.registry import all_rules
+from traindoctor.rules.base import Rule
+from traindoctor.static.context import FileContext, split_lines
+from traindoctor.static.fix import apply_edits, select_fixes
+
+_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]*(?:[\s,]+[A-Za-z]+[0-9]*)*))?", re.IGNORECASE)
+_MAX_FIX_PASSES = 10
+
+
+@dataclass
+class FileResult:
+    filename: str
+    findings: list[Finding]
+    #: Source after fixes (None when fixing was not asked for or nothing changed).
+    fixed_source: str | None = None
+    original_source: str | None = None
+    fixes_applied: int = 0
+    internal_errors: list[str] = field(default_factory=list)
+
+
+def instantiate(codes: Iterable[str]) -> list[Rule]:
+    wanted = set(codes)
+    return [r() for r in all_rules() if r.code in wanted and r.static]
+
+
+def _parse_error(filename: str, message: str, row: int = 1, column: int = 1, line: str | None = None) -> Finding:
+    return Finding(
+        code="TD000",
+        name="parse-error",
+        severity=Severity.ERROR,
+        message=message,
+        filename=filename,
+        location=Location(max(row, 1), max(column, 1)),
+        origin=Origin.STATIC,
+        source_line=line,
+    )
+
+
+def decode_source(data: bytes) -> str:
+    """Decode like the interpreter does (PEP 263 cookie or BOM, else UTF-8)."""
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    text = data.decode(encoding)
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return text
+
+
+def parse(filename: str, data: bytes | str) -> tuple[str, list[str], ast.Module] | Finding:
+    """Source text, its lines and its tree; or the TD000 finding that explains why not."""
+    try:
+        source = data if isinstance(data, str) else decode_source(data)
+    except (UnicodeDecodeError, LookupError, SyntaxError) as exc:
+        return _parse_error(filename, f"File is not valid text in its declared encoding ({exc}); it was skipped.")
+    if "\x00" in source:
+        return _parse_error(filename, "File contains null bytes (a binary file?); it was skipped.")
+    lines = split_lines(source)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(source, filename=filename)
+    except SyntaxError as exc:
+        row = exc.lineno or 1
+        text = lines[row - 1].rstrip("\r\n") if 0 < row <= len(lines) else None
+        return _parse_error(filename, f"SyntaxError: {exc.msg}; the file was skipped.", row, exc.offset or 1, text)
+    except (RecursionError, MemoryError):
+        return _parse_error(filename, "File is nested too deeply for the Python parser; it was skipped.")
+    except (ValueError, OverflowError) as exc:
+        return _parse_error(filename, f"File cannot be parsed ({exc}); it was skipped.")
+    return source, lines, tree
+
+
+def _noqa_allows(finding: Finding, lines: list[str]) -> bool:
+    """False when the finding's line carries a ``# noqa`` that covers its code."""
+    if finding.location is None:
+        return True
+    row = finding.location.row
+    if not 1 <= row <= len(lines):
+        return True
+    line = lines[row - 1]
+    if "noqa" not in line and "NOQA" not in line:
+        return True
+    match = _NOQA.search(line)
+    if match is None:
+        return True
+    codes = match.group("codes")
+    if not codes:
+        return False
+    return not any(finding.code.startswith(c.upper()) for c in re.split(r"[\s,]+", codes) if c)
+
+
+def run_rules(ctx: FileContext, rules: list[Rule], errors: list[str]) -> list[Finding]:
+    found: list[Finding] = []
+    for rule in rules:
+        try:
+            found.extend(rule.check(ctx))
+        except RecursionError:
+            errors.append(f"{ctx.filename}: rule {rule.code} gave up (file too deeply nested)")
+        except Exception as exc:  # fail-open: one broken rule must not lose the others
+            errors.append(f"{ctx.filename}: internal error in rule {rule.code}: {type(exc).__name__}: {exc}")
+    return found
+
+
+def check_source(
+    data: bytes | str,
+    filename: str,
+    settings: Settings | None = None,
+    rules: list[Rule] | None = None,
+    fix: bool = False,
+    unsafe_fixes: bool = False,
+) -> FileResult:
+    """Check one file's contents; optionally fix it (repeatedly, until nothing more applies)."""
+    settings = settings or Settings()
+    if rules is None:
+        rules = instantiate(settings.enabled_codes())
+    ignored = settings.ignored_for(filename)
+    if ignored:
+        rules = [r for r in rules if not any(r.code.startswith(i.upper()) for i in ignored)]
+    parsed = parse(filename, data)
+    if isinstance(parsed, Finding):
+        return FileResult(filename, [parsed] if "TD000" in settings.enabled_codes() else [])
+    source, lines, tree = parsed
+    errors: list[str] = []
+    original = source
+
+    def findings_of(source: str, lines: list[str], tree: ast.Module) -> list[Finding]:
+        ctx = FileContext(filename, source, tree, settings, lines)
+        found = [f for f in run_rules(ctx, rules, errors) if _noqa_allows(f, lines)]
+        return sort_findings(_dedupe(found))
+
+    findings = findings_of(source, lines, tree)
+    applied = 0
+    passes = 0
+    while fix and passes < _MAX_FIX_PASSES:
+        passes += 1
+        edits, fixed = select_fixes(findings, unsafe_fixes, lines)
+        if not edits:
+            break
+        reparsed = parse(filename, apply_edits(source, lines, edits))
+        if isinstance(reparsed, Finding):
+            errors.append(f"{filename}: a fix produced code that does not parse; fix skipped")
+            break
+        applied += len(fixed)
+        source, lines, tree = reparsed
+        findings = findings_of(source, lines, tree)
+    result = FileResult(filename, findings, internal_errors=errors, fixes_applied=applied)
+    if fix and source != original:
+        result.fixed_source = source
+        result.original_source = original
+    return result
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    seen: set[tuple] = set()
+    out = []
+    for f in findings:
+        key = (f.code, f.location, f.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(f)
+    return out

@@ -1,0 +1,32 @@
+"""The docs pages are generated from the rule classes; they must not drift, nor be empty."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from traindoctor.docs import expected_pages, render_rule
+from traindoctor.registry import all_rules
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "rules"
+
+
+@pytest.mark.parametrize("name,text", sorted(expected_pages().items()))
+def test_docs_page_matches_rule_class(name, text):
+    path = DOCS / name
+    assert path.exists(), f"{path} missing: run `make docs`"
+    assert path.read_text(encoding="utf-8") == text, f"{path} drifted from the rule class: run `make docs`"
+
+
+def test_no_stale_pages():
+    stale = {p.name for p in DOCS.glob("TD*.md")} - set(expected_pages())
+    assert stale == set()
+
+
+@pytest.mark.parametrize("rule", all_rules(), ids=lambda r: r.code)
+def test_rule_doc_has_every_section(rule):
+    page = render_rule(rule)
+    for heading in ("## What it does", "## Why is this bad?", "## Example", "## Use instead", "## References"):
+        assert heading in page, f"{rule.code} doc lacks {heading}"
+    assert rule.summary.endswith("."), rule.code
