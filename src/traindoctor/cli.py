@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import Sequence
 
@@ -20,7 +21,6 @@ DELEGATED = {
     "run": "traindoctor.runtime.cli",
     "ckpt": "traindoctor.checkpoint.cli",
     "verify-resume": "traindoctor.resume.cli",
-    "tune": "traindoctor.tune.cli",
 }
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -73,6 +73,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; never lets a traceback of traindoctor's own reach the user."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `traindoctor rules | head`
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        except OSError:
+            pass
+        return EXIT_OK
+    except KeyboardInterrupt:
+        print("traindoctor: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # pragma: no cover - a bug of ours: say so plainly
+        print(
+            f"traindoctor: internal error: {type(exc).__name__}: {exc}\n"
+            "Please report this with the command line that caused it.",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in DELEGATED:
         try:

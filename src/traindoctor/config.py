@@ -82,10 +82,16 @@ class Settings:
         mt = self.min_torch
         return mt is not None and mt < parse_version(version)
 
-    def enabled_codes(self) -> set[str]:
-        from traindoctor.registry import select_codes
+    def enabled_codes(self) -> frozenset[str]:
+        """The codes on after --select/--ignore expansion (computed once per Settings)."""
+        key = (tuple(self.select or ()), self.select is None, tuple(self.ignore), tuple(self.extend_select))
+        cached = self.__dict__.get("_enabled")
+        if cached is None or cached[0] != key:
+            from traindoctor.registry import select_codes
 
-        return select_codes(self.select, self.ignore, self.extend_select)
+            cached = (key, frozenset(select_codes(self.select, self.ignore, self.extend_select)))
+            self.__dict__["_enabled"] = cached
+        return cached[1]
 
     def ignored_for(self, path: str) -> list[str]:
         out: list[str] = []
@@ -104,6 +110,7 @@ class Settings:
         clean = {k: v for k, v in changes.items() if v is not None}
         new = dataclasses.replace(self, **clean)
         new.__dict__.pop("min_torch", None)
+        new.__dict__.pop("_enabled", None)
         return new
 
 

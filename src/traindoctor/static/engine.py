@@ -136,7 +136,8 @@ def check_source(
         rules = [r for r in rules if not any(r.code.startswith(i.upper()) for i in ignored)]
     parsed = parse(filename, data)
     if isinstance(parsed, Finding):
-        return FileResult(filename, [parsed] if "TD000" in settings.enabled_codes() else [])
+        report = "TD000" in settings.enabled_codes() and not any("TD000".startswith(i.upper()) for i in ignored)
+        return FileResult(filename, [parsed] if report else [])
     source, lines, tree = parsed
     errors: list[str] = []
     original = source

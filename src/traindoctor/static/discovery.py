@@ -1,0 +1,188 @@
+"""Which files ``traindoctor check PATH...`` reads.
+
+Directories are walked for ``*.py`` files, skipping the usual non-source folders (``.venv``,
+``build``, ...) and whatever the ``.gitignore`` files along the way ignore. A file named explicitly
+on the command line is always checked, whatever its extension, as ruff does.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+
+@dataclass(frozen=True)
+class _Pattern:
+    regex: re.Pattern[str]
+    negate: bool
+    dir_only: bool
+
+
+def _glob_to_regex(glob: str) -> str:
+    out = []
+    i = 0
+    while i < len(glob):
+        c = glob[i]
+        if glob.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if glob.startswith("/**", i) and i + 3 == len(glob):
+            out.append("/.*")
+            i += 3
+            continue
+        if glob.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            end = glob.find("]", i + 1)
+            if end == -1:
+                out.append(re.escape(c))
+            else:
+                body = glob[i + 1 : end].replace("\\", "\\\\")
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                out.append(f"[{body}]")
+                i = end
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
+
+
+def parse_gitignore(text: str) -> list[_Pattern]:
+    patterns = []
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if not line or line.startswith("#"):
+            continue
+        negate = line.startswith("!")
+        if negate:
+            line = line[1:]
+        line = line.replace("\\#", "#").replace("\\!", "!")
+        dir_only = line.endswith("/")
+        line = line.rstrip("/")
+        if not line:
+            continue
+        anchored = "/" in line
+        line = line.lstrip("/")
+        body = _glob_to_regex(line)
+        regex = re.compile(("^" if anchored else "^(?:.*/)?") + body + "$")
+        patterns.append(_Pattern(regex, negate, dir_only))
+    return patterns
+
+
+class GitIgnore:
+    """The .gitignore rules in force below one root; later and deeper rules win."""
+
+    def __init__(self) -> None:
+        self._levels: list[tuple[str, list[_Pattern]]] = []
+
+    def push(self, rel_dir: str, folder: Path) -> bool:
+        path = folder / ".gitignore"
+        if not path.is_file():
+            return False
+        try:
+            patterns = parse_gitignore(path.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            return False
+        self._levels.append((rel_dir, patterns))
+        return True
+
+    def pop(self) -> None:
+        self._levels.pop()
+
+    def ignored(self, rel_path: str, is_dir: bool) -> bool:
+        result = False
+        for base, patterns in self._levels:
+            if base:
+                if not rel_path.startswith(base + "/"):
+                    continue
+                sub = rel_path[len(base) + 1 :]
+            else:
+                sub = rel_path
+            for p in patterns:
+                if p.dir_only and not is_dir:
+                    continue
+                if p.regex.match(sub):
+                    result = not p.negate
+        return result
+
+
+def _excluded(name: str, rel: str, excludes: list[str]) -> bool:
+    return any(fnmatch.fnmatch(name, pat) or fnmatch.fnmatch(rel, pat) for pat in excludes)
+
+
+def iter_python_files(
+    paths: list[str], excludes: list[str], respect_gitignore: bool = True
+) -> Iterator[Path]:
+    """Files to check, each once, in sorted order per argument."""
+    seen: set[Path] = set()
+    for arg in paths:
+        root = Path(arg)
+        if root.is_file() or not root.exists():
+            if root not in seen:
+                seen.add(root)
+                yield root
+            continue
+        for path in _walk(root, excludes, respect_gitignore):
+            key = path.resolve()
+            if key not in seen:
+                seen.add(key)
+                yield path
+
+
+def _repo_relative(root: Path) -> tuple[Path | None, str]:
+    """The enclosing git repository (if any) and ``root``'s path inside it."""
+    absolute = root.resolve()
+    for candidate in [absolute, *absolute.parents]:
+        if (candidate / ".git").exists():
+            rel = absolute.relative_to(candidate).as_posix()
+            return candidate, "" if rel == "." else rel
+    return None, ""
+
+
+def _walk(root: Path, excludes: list[str], respect_gitignore: bool) -> Iterator[Path]:
+    ignore = GitIgnore()
+    base_rel = ""
+    if respect_gitignore:
+        repo, base_rel = _repo_relative(root)
+        if repo is not None and base_rel:
+            # .gitignore files between the repository root and ``root`` apply too.
+            parts = base_rel.split("/")
+            for depth in range(len(parts)):
+                ignore.push("/".join(parts[:depth]), repo.joinpath(*parts[:depth]))
+
+    def visit(folder: Path, rel: str) -> Iterator[Path]:
+        pushed = respect_gitignore and ignore.push(rel, folder)
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            entries = []
+        for entry in entries:
+            child_rel = f"{rel}/{entry.name}" if rel else entry.name
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            if _excluded(entry.name, child_rel, excludes):
+                continue
+            if respect_gitignore and ignore.ignored(child_rel, is_dir):
+                continue
+            if is_dir:
+                yield from visit(Path(entry.path), child_rel)
+            elif entry.name.endswith((".py", ".pyi")) and entry.is_file():
+                yield Path(entry.path)
+        if pushed:
+            ignore.pop()
+
+    yield from visit(root, base_rel)
