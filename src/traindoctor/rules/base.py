@@ -79,6 +79,11 @@ class Rule:
     default_enabled: ClassVar[bool] = True
     #: "never", "sometimes" or "always": whether the static check offers a fix.
     fixable: ClassVar[str] = "never"
+    #: Substrings of which at least one must occur in a file's source for ``check`` to be able
+    #: to fire there (e.g. ``("DataLoader",)``). The engine skips the rule on other files without
+    #: building anything; empty means "always run". Must be sound: an alias still spells the
+    #: imported name somewhere in the file.
+    triggers: ClassVar[tuple[str, ...]] = ()
 
     what_it_does: ClassVar[str] = ""
     why_bad: ClassVar[str] = ""

@@ -35,28 +35,66 @@ def split_lines(source: str) -> list[str]:
     return io.StringIO(source, newline="").readlines()
 
 
-def build_index(tree: ast.AST) -> tuple[dict[type, list[ast.AST]], dict[ast.AST, ast.AST]]:
-    """One pre-order walk in source order: nodes grouped by type, and each node's parent."""
+#: Fields that never hold child nodes we index: names, operators, contexts, flags.
+_LEAF_FIELDS = frozenset(
+    {"ctx", "op", "ops", "id", "arg", "attr", "name", "names", "module", "level", "kind",
+     "type_comment", "is_async", "conversion", "simple", "tag", "kwd_attrs"}
+)
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {ast.Constant: ()}
+
+
+def _child_fields(kind: type) -> tuple[str, ...] | None:
+    """Child-bearing fields of an AST class; None for non-node values (identifier lists)."""
+    if not issubclass(kind, ast.AST):
+        return None
+    fields = tuple(f for f in kind._fields if f not in _LEAF_FIELDS)
+    _CHILD_FIELDS[kind] = fields
+    return fields
+
+
+def build_index(tree: ast.AST) -> dict[type, list[ast.AST]]:
+    """One walk: every node grouped by its type (order within a group is fixed up lazily).
+
+    This is the only full walk the checker makes, on every file, so it is hand-inlined: it
+    visits only the fields that can hold statements/expressions (``ast.iter_child_nodes`` also
+    yields every ``Load``/``Store`` context and operator, doubling the work). Parent links are
+    built on demand (see ``FileContext.parents``).
+    """
     by_type: dict[type, list[ast.AST]] = {}
-    parents: dict[ast.AST, ast.AST] = {}
-    iter_children = ast.iter_child_nodes
-    stack: list[ast.AST] = [tree]
+    stack: list = [tree]
     pop = stack.pop
     push = stack.extend
+    append = stack.append
+    get = by_type.get
+    field_table = _CHILD_FIELDS
     while stack:
         node = pop()
-        kind = type(node)
-        bucket = by_type.get(kind)
+        if node is None:
+            continue
+        kind = node.__class__
+        fields = field_table.get(kind)
+        if fields is None:
+            fields = _child_fields(kind)
+            if fields is None:
+                continue
+        bucket = get(kind)
         if bucket is None:
             by_type[kind] = [node]
         else:
             bucket.append(node)
-        children = list(iter_children(node))
-        for child in children:
-            parents[child] = node
-        children.reverse()
-        push(children)
-    return by_type, parents
+        for name in fields:
+            value = getattr(node, name, None)
+            if value is None:
+                continue
+            if value.__class__ is list:
+                push(value)
+            else:
+                append(value)
+    return by_type
+
+
+def _position(node: ast.AST) -> tuple[int, int]:
+    return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
 
 
 class FileContext:
@@ -75,12 +113,14 @@ class FileContext:
         self.tree = tree
         self.settings = settings
         self.lines = lines if lines is not None else split_lines(source)
-        self.nodes, self.parents = build_index(tree)
+        self.nodes = build_index(tree)
+        self._ordered: set[type] = set()
         self.imports = ImportMap()
-        for node in self.nodes.get(ast.Import, ()):
-            self.imports.add_import(node)  # type: ignore[arg-type]
-        for node in self.nodes.get(ast.ImportFrom, ()):
-            self.imports.add_import_from(node)  # type: ignore[arg-type]
+        for node in self.of(ast.Import, ast.ImportFrom):
+            if isinstance(node, ast.Import):
+                self.imports.add_import(node)
+            else:
+                self.imports.add_import_from(node)
         # Module-level aliases such as ``DL = torch.utils.data.DataLoader``.
         for node in tree.body:
             if (
@@ -96,13 +136,29 @@ class FileContext:
     # ------------------------------------------------------------------ node queries
     def of(self, *types: type) -> list[Any]:
         """All nodes of the given AST types, in source order."""
+        for t in types:
+            if t not in self._ordered:
+                bucket = self.nodes.get(t)
+                if bucket:
+                    bucket.sort(key=_position)
+                self._ordered.add(t)
         if len(types) == 1:
             return self.nodes.get(types[0], [])
         out: list[ast.AST] = []
         for t in types:
             out.extend(self.nodes.get(t, ()))
-        out.sort(key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+        out.sort(key=_position)
         return out
+
+    @cached_property
+    def parents(self) -> dict[ast.AST, ast.AST]:
+        """Each node's parent; built the first time a rule navigates upwards."""
+        table: dict[ast.AST, ast.AST] = {}
+        children = ast.iter_child_nodes
+        for node in ast.walk(self.tree):
+            for child in children(node):
+                table[child] = node
+        return table
 
     def qualname(self, node: ast.AST) -> str | None:
         """Canonical fully qualified name of a Name/Attribute chain bound by an import."""
@@ -112,7 +168,7 @@ class FileContext:
     def _calls_by_name(self) -> dict[str, list[ast.Call]]:
         out: dict[str, list[ast.Call]] = {}
         resolve = self.imports.resolve
-        for call in self.nodes.get(ast.Call, ()):
+        for call in self.of(ast.Call):
             qn = resolve(call.func)  # type: ignore[attr-defined]
             if qn is not None:
                 out.setdefault(qn, []).append(call)  # type: ignore[arg-type]
@@ -121,7 +177,7 @@ class FileContext:
     @cached_property
     def _calls_by_attr(self) -> dict[str, list[ast.Call]]:
         out: dict[str, list[ast.Call]] = {}
-        for call in self.nodes.get(ast.Call, ()):
+        for call in self.of(ast.Call):
             func = call.func  # type: ignore[attr-defined]
             if isinstance(func, ast.Attribute):
                 out.setdefault(func.attr, []).append(call)  # type: ignore[arg-type]
@@ -237,33 +293,33 @@ class FileContext:
                     for t in target.elts:
                         bind(t.value if isinstance(t, ast.Starred) else t, None, scope)
 
-        for node in self.nodes.get(ast.Assign, ()):
+        for node in self.of(ast.Assign):
             scope = self.scope_of(node)
             for target in node.targets:  # type: ignore[attr-defined]
                 bind(target, node.value, scope)  # type: ignore[attr-defined]
-        for node in self.nodes.get(ast.AnnAssign, ()):
+        for node in self.of(ast.AnnAssign):
             if node.value is not None:  # type: ignore[attr-defined]
                 bind(node.target, node.value, self.scope_of(node))  # type: ignore[attr-defined]
-        for node in self.nodes.get(ast.AugAssign, ()):
+        for node in self.of(ast.AugAssign):
             bind(node.target, None, self.scope_of(node))  # type: ignore[attr-defined]
-        for node in self.nodes.get(ast.NamedExpr, ()):
+        for node in self.of(ast.NamedExpr):
             bind(node.target, node.value, self.scope_of(node))  # type: ignore[attr-defined]
         for kind in (ast.For, ast.AsyncFor):
-            for node in self.nodes.get(kind, ()):
+            for node in self.of(kind):
                 bind(node.target, None, self.scope_of(node))  # type: ignore[attr-defined]
         for kind in (ast.With, ast.AsyncWith):
-            for node in self.nodes.get(kind, ()):
+            for node in self.of(kind):
                 for item in node.items:  # type: ignore[attr-defined]
                     if item.optional_vars is not None:
                         bind(item.optional_vars, None, self.scope_of(node))
         for kind in _FUNCS:
-            for fn in self.nodes.get(kind, ()):
+            for fn in self.of(kind):
                 a = fn.args  # type: ignore[attr-defined]
                 for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]:
                     if arg is not None:
                         table.setdefault((id(fn), arg.arg), []).append(None)
         for kind in (ast.Global, ast.Nonlocal):
-            for node in self.nodes.get(kind, ()):
+            for node in self.of(kind):
                 for name in node.names:  # type: ignore[attr-defined]
                     table.setdefault((id(self.scope_of(node)), name), []).append(None)
         return table
