@@ -39,7 +39,9 @@ def _fmt(v: object) -> str:
 
 def summary(findings: list[Finding], files: int | None = None) -> str:
     if not findings:
-        return "All checks passed!" if files is None else f"All checks passed! ({files} files)"
+        if files is None:
+            return "All checks passed!"
+        return f"All checks passed! ({files} file{'s' if files != 1 else ''} checked)"
     counts: dict[str, int] = {}
     for f in findings:
         counts[f.severity.value] = counts.get(f.severity.value, 0) + 1
