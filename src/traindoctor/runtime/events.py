@@ -66,3 +66,86 @@ class Monitor:
 
     def on_run_end(self) -> None:
         """Called once when the watch ends (normally, on exception or on Ctrl-C)."""
+
+    # ---------------------------------------------------------------- data loading
+    def on_loader_created(self, loader_info: Any) -> None:
+        """Called when a DataLoader is constructed (or first iterated, if built before the watch)."""
+
+    def on_loader_iter_start(self, loader_info: Any) -> None:
+        """Called when an epoch of a DataLoader begins (``iter(loader)``); workers may be spawned."""
+
+    def on_batch_fetched(self, loader_info: Any, wait_s: float) -> None:
+        """Called when the training loop received a batch after waiting ``wait_s`` seconds for it."""
+
+    def on_loader_iter_end(self, loader_info: Any) -> None:
+        """Called when a DataLoader iterator is exhausted (the epoch ran to its end)."""
+
+    def on_transfer(
+        self,
+        nbytes: int,
+        seconds: float,
+        pinned: bool,
+        device_type: str,
+        loader_info: Any = None,
+    ) -> None:
+        """Called when a host tensor was copied to an accelerator (``loader_info``: its loader, if known)."""
+
+    # ---------------------------------------------------------------- model and optimizer
+    def on_model_found(self, module: Any) -> None:
+        """Called when a root ``nn.Module`` is first seen running forward (during warm-up)."""
+
+    def on_optimizer_found(self, optimizer: Any) -> None:
+        """Called when an optimizer steps for the first time, before that step."""
+
+    def on_backward(self) -> None:
+        """Called after each ``backward()`` call (counts gradient-accumulation micro-batches)."""
+
+    def on_before_optimizer_step(self, optimizer: Any) -> None:
+        """Called before ``optimizer.step()`` runs (the gradients are final here)."""
+
+    def on_after_optimizer_step(self, optimizer: Any) -> None:
+        """Called after ``optimizer.step()`` returned."""
+
+    def on_step_end(self, step_record: Any) -> None:
+        """Called when a training step ended (after the primary optimizer's step), with its timings."""
+
+    # ---------------------------------------------------------------- mixed precision (R2 probes)
+    def on_autocast_enter(self, device_type: str, dtype: Any) -> None:
+        """Called when an enabled autocast region is entered (``dtype``: a ``torch.dtype``)."""
+
+    def on_scaler_created(self, scaler: Any, site: Any = None) -> None:
+        """Called when a GradScaler is constructed (``site``: the user's ``(filename, row)``)."""
+
+    def on_scaler_call(self, scaler: Any, method: str, optimizer: Any = None) -> None:
+        """Called before ``scaler.scale/unscale_/step/update`` runs (``method`` names which)."""
+
+    def on_clip_grad(self, kind: str, parameters: Any, site: Any = None) -> None:
+        """Called before ``clip_grad_norm_`` (``kind="norm"``) or ``clip_grad_value_`` (``"value"``)."""
+
+    def on_scheduler_created(self, scheduler: Any, site: Any = None) -> None:
+        """Called when an LR scheduler is constructed."""
+
+    # ---------------------------------------------------------------- checkpoints (R2 probes)
+    def on_checkpoint_save(self, obj: Any, path: str | None, site: Any = None) -> None:
+        """Called after ``torch.save(obj, path)`` wrote its file (``path`` None for unnamed buffers)."""
+
+    # ---------------------------------------------------------------- modules (R2 probes)
+    def on_module_forward(self, module: Any, info: Any) -> None:
+        """Called on a notable forward of a BatchNorm/conv/Dropout/Linear layer (see probes.modules).
+
+        Only forwards that may matter are emitted (train mode without autograd, eval mode with
+        autograd); ordinary per-layer statistics are aggregated by the probe instead.
+        """
+
+    # ---------------------------------------------------------------- distributed / backends (R2)
+    def on_sampler_created(self, sampler: Any, site: Any = None) -> None:
+        """Called when a ``DistributedSampler`` is constructed."""
+
+    def on_sampler_iter(self, sampler: Any) -> None:
+        """Called when a ``DistributedSampler`` is iterated (an epoch of its loader begins)."""
+
+    def on_sampler_set_epoch(self, sampler: Any, epoch: int) -> None:
+        """Called when ``DistributedSampler.set_epoch(epoch)`` is called."""
+
+    def on_backend_flags(self, flags: Mapping[str, Any], site: Any = None) -> None:
+        """Called when cudnn ``benchmark``/``deterministic`` change (and once at start, site None)."""

@@ -1,0 +1,93 @@
+"""What accelerator the watched run can use, as a small value object that tests can fake.
+
+GPU-only rules (TD101, TD201, TD306, TD401, TD402) must never fire on a CPU run, and their logic
+must still be testable on a CPU-only machine. Everything device-specific therefore reads a
+:class:`DeviceInfo` from the session instead of asking torch directly, and tests pass
+``watch(device=DeviceInfo(type="cuda", ...))``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """The accelerator a run may target.
+
+    ``type`` is ``"cuda"`` when a CUDA device is available, else ``"cpu"``. Whether the run
+    actually used it is a separate fact (``Session.uses_cuda``): a GPU-only finding needs both.
+    """
+
+    type: str = "cpu"
+    name: str = "cpu"
+    capability: tuple[int, int] | None = None
+    bf16_supported: bool = False
+    cuda_available: bool = False
+    #: Total memory of the device in bytes (CUDA only; None when unknown).
+    total_memory: int | None = None
+    device_count: int = 0
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.type == "cuda"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["capability"] = list(self.capability) if self.capability else None
+        return data
+
+
+def detect_device() -> DeviceInfo:
+    """Describe the current CUDA device, or the CPU. Never initialises CUDA on a CPU build."""
+    import torch
+
+    try:
+        if not torch.cuda.is_available():
+            return DeviceInfo(name=_cpu_name())
+        index = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        capability = (int(props.major), int(props.minor))
+        try:
+            bf16 = bool(torch.cuda.is_bf16_supported())
+        except Exception:  # pragma: no cover - old drivers
+            bf16 = capability >= (8, 0)
+        return DeviceInfo(
+            type="cuda",
+            name=str(props.name),
+            capability=capability,
+            bf16_supported=bf16,
+            cuda_available=True,
+            total_memory=int(props.total_memory),
+            device_count=int(torch.cuda.device_count()),
+        )
+    except Exception:  # pragma: no cover - a broken driver must not break the run
+        return DeviceInfo(name=_cpu_name())
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity), not the machine's core count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def machine_cores() -> int:
+    """Logical cores of the machine."""
+    return os.cpu_count() or 1

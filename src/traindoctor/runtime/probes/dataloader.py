@@ -1,0 +1,314 @@
+"""DataLoader probe: how loaders are built, and how long the loop waits for each batch.
+
+Patches three attributes (restored on uninstall):
+
+* ``DataLoader.__init__``: records the construction (workers, pinning, persistence, batch size,
+  dataset type and length, where in the user's code it was built) in a :class:`LoaderInfo`;
+* ``DataLoader.__iter__``: an epoch starts; notes whether worker processes are (re)spawned;
+* ``_BaseDataLoaderIter.__next__``: times each batch the loop asks for (the data wait).
+
+The per-batch path is two ``perf_counter`` calls, one dict lookup and a few additions. Nothing is
+stored on the user's loader, dataset or iterator objects.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from traindoctor.runtime.probes.base import Probe, user_site
+
+
+@dataclass(eq=False)
+class LoaderInfo:
+    """One DataLoader as the doctor sees it: its configuration and its measured behaviour."""
+
+    id: int
+    num_workers: int
+    pin_memory: bool
+    persistent_workers: bool
+    batch_size: int | None
+    prefetch_factor: int | None
+    drop_last: bool
+    dataset_type: str
+    dataset_len: int | None
+    iterable_dataset: bool
+    sampler_type: str
+    filename: str
+    row: int | None
+    loader_ref: "weakref.ReferenceType[Any] | None" = None
+    dataset_ref: "weakref.ReferenceType[Any] | None" = None
+    #: True when the loader was built before the watch started (seen first at ``iter()``).
+    seen_late: bool = False
+
+    # measured
+    epochs: int = 0
+    spawns: int = 0
+    batches: int = 0
+    wait_s: float = 0.0
+    max_wait_s: float = 0.0
+    first_batches: int = 0
+    first_wait_s: float = 0.0
+    #: Time from ``iter()`` to the first batch, for epochs that spawned workers / reused them.
+    startup_s: list[float] = field(default_factory=list)
+    reuse_first_s: list[float] = field(default_factory=list)
+    #: Wall time the loader was being iterated (``iter()`` to its last batch, summed over epochs).
+    active_s: float = 0.0
+    #: Worker processes alive in this process (all loaders) when this loader last started an epoch.
+    concurrent_workers: int = 0
+    max_concurrent_workers: int = 0
+
+    _epoch_open: bool = False
+    _epoch_start: float = 0.0
+    _epoch_last: float = 0.0
+    _epoch_batches: int = 0
+    _epoch_spawned: bool = False
+
+    @property
+    def loader(self) -> Any:
+        return self.loader_ref() if self.loader_ref is not None else None
+
+    @property
+    def dataset(self) -> Any:
+        return self.dataset_ref() if self.dataset_ref is not None else None
+
+    @property
+    def steady_batches(self) -> int:
+        """Batches other than the first of each epoch (those pay worker start-up)."""
+        return self.batches - self.first_batches
+
+    @property
+    def steady_wait_s(self) -> float:
+        return self.wait_s - self.first_wait_s
+
+    def open_epoch(self, t0: float, spawned: bool) -> None:
+        if self._epoch_open:
+            self.close_epoch(t0)
+        self.epochs += 1
+        self.spawns += 1 if spawned else 0
+        self._epoch_open = True
+        self._epoch_start = self._epoch_last = t0
+        self._epoch_batches = 0
+        self._epoch_spawned = spawned
+
+    def add_batch(self, wait_s: float, t_end: float) -> None:
+        self.batches += 1
+        self.wait_s += wait_s
+        if wait_s > self.max_wait_s:
+            self.max_wait_s = wait_s
+        if self._epoch_open:
+            if self._epoch_batches == 0:
+                self.first_batches += 1
+                self.first_wait_s += wait_s
+                first = t_end - self._epoch_start
+                (self.startup_s if self._epoch_spawned else self.reuse_first_s).append(first)
+            self._epoch_batches += 1
+            self._epoch_last = t_end
+
+    def close_epoch(self, t: float | None = None) -> None:
+        """End the current epoch's active span at its last batch (not at ``t``: the time after
+        the last batch belongs to whatever the loop did next)."""
+        if not self._epoch_open:
+            return
+        self.active_s += max(self._epoch_last - self._epoch_start, 0.0)
+        self._epoch_open = False
+
+    def summary(self) -> dict[str, Any]:
+        """Configuration and measurements, for evidence and reports."""
+        return {
+            "loader": f"{self.filename}:{self.row}" if self.row else self.dataset_type,
+            "num_workers": self.num_workers,
+            "pin_memory": self.pin_memory,
+            "persistent_workers": self.persistent_workers,
+            "batch_size": self.batch_size,
+            "dataset": self.dataset_type,
+            "dataset_len": self.dataset_len,
+            "epochs": self.epochs,
+            "batches": self.batches,
+            "wait_s": round(self.wait_s, 6),
+            "active_s": round(self.active_s, 6),
+        }
+
+
+def _qualname(obj: Any) -> str:
+    cls = type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}" if cls.__module__ != "builtins" else cls.__qualname__
+
+
+class DataLoaderProbe(Probe):
+    """Times batch fetching and records every DataLoader's configuration."""
+
+    name = "dataloader"
+    order = 10
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._infos: dict[int, LoaderInfo] = {}
+        self._iters: dict[int, tuple[weakref.ReferenceType[Any], LoaderInfo]] = {}
+        self._worker_iters: dict[int, tuple[weakref.ReferenceType[Any], int]] = {}
+        self._next_id = 1
+
+    def install(self, session: Any) -> None:
+        super().install(session)
+        from torch.utils.data import dataloader as dl
+
+        self.patch(dl.DataLoader, "__init__", self._wrap_init)
+        self.patch(dl.DataLoader, "__iter__", self._wrap_iter)
+        self.patch(dl._BaseDataLoaderIter, "__next__", self._wrap_next)
+
+    # ---------------------------------------------------------------- wrappers
+    def _wrap_init(self, orig: Callable[..., None]) -> Callable[..., None]:
+        probe = self
+
+        @functools.wraps(orig)
+        def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
+            orig(loader, *args, **kwargs)
+            try:
+                if probe._lookup(loader) is None:
+                    probe._register(loader, user_site(1), late=False)
+            except Exception as exc:
+                probe.fail("DataLoader.__init__", exc)
+
+        return __init__
+
+    def _wrap_iter(self, orig: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        probe = self
+
+        @functools.wraps(orig)
+        def __iter__(loader: Any) -> Any:
+            t0 = time.perf_counter()
+            spawned = False
+            try:
+                workers = int(getattr(loader, "num_workers", 0) or 0)
+                if workers > 0:
+                    reuse = bool(getattr(loader, "persistent_workers", False)) and (
+                        getattr(loader, "_iterator", None) is not None
+                    )
+                    spawned = not reuse
+            except Exception as exc:
+                probe.fail("DataLoader.__iter__", exc)
+            iterator = orig(loader)
+            try:
+                probe._iter_started(loader, iterator, t0, spawned)
+            except Exception as exc:
+                probe.fail("DataLoader.__iter__", exc)
+            return iterator
+
+        return __iter__
+
+    def _wrap_next(self, orig: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        probe = self
+        iters = self._iters
+        perf = time.perf_counter
+
+        @functools.wraps(orig)
+        def __next__(iterator: Any) -> Any:
+            t0 = perf()
+            try:
+                batch = orig(iterator)
+            except StopIteration:
+                probe._exhausted(iterator)
+                raise
+            t1 = perf()
+            entry = iters.get(id(iterator))
+            if entry is not None and entry[0]() is iterator:
+                try:
+                    info = entry[1]
+                    info.add_batch(t1 - t0, t1)
+                    probe.session.record_batch(info, batch, t1 - t0, t1)  # type: ignore[union-attr]
+                except Exception as exc:
+                    probe.fail("batch", exc)
+            return batch
+
+        return __next__
+
+    # ---------------------------------------------------------------- bookkeeping
+    def _lookup(self, loader: Any) -> LoaderInfo | None:
+        info = self._infos.get(id(loader))
+        if info is not None and info.loader is loader:
+            return info
+        return None
+
+    def _register(self, loader: Any, site: tuple[str, int | None], late: bool) -> LoaderInfo:
+        from torch.utils.data import IterableDataset
+
+        dataset = getattr(loader, "dataset", None)
+        try:
+            length = len(dataset)  # type: ignore[arg-type]
+        except Exception:
+            length = None
+        key = id(loader)
+        infos = self._infos
+
+        def forget(_ref: Any, key: int = key) -> None:
+            infos.pop(key, None)
+
+        try:
+            dataset_ref = weakref.ref(dataset) if dataset is not None else None
+        except TypeError:
+            dataset_ref = None
+        sampler = getattr(loader, "batch_sampler", None)
+        inner = getattr(sampler, "sampler", None) if sampler is not None else None
+        info = LoaderInfo(
+            id=self._next_id,
+            num_workers=int(getattr(loader, "num_workers", 0) or 0),
+            pin_memory=bool(getattr(loader, "pin_memory", False)),
+            persistent_workers=bool(getattr(loader, "persistent_workers", False)),
+            batch_size=getattr(loader, "batch_size", None),
+            prefetch_factor=getattr(loader, "prefetch_factor", None),
+            drop_last=bool(getattr(loader, "drop_last", False)),
+            dataset_type=_qualname(dataset),
+            dataset_len=length,
+            iterable_dataset=isinstance(dataset, IterableDataset),
+            sampler_type=_qualname(inner if inner is not None else sampler),
+            filename=site[0],
+            row=site[1],
+            loader_ref=weakref.ref(loader, forget),
+            dataset_ref=dataset_ref,
+            seen_late=late,
+        )
+        self._next_id += 1
+        infos[key] = info
+        self.session.add_loader(info)  # type: ignore[union-attr]
+        return info
+
+    def _iter_started(self, loader: Any, iterator: Any, t0: float, spawned: bool) -> None:
+        info = self._lookup(loader)
+        if info is None:  # built before the watch started
+            info = self._register(loader, user_site(2), late=True)
+        key = id(iterator)
+        iters = self._iters
+
+        def forget(_ref: Any, key: int = key) -> None:
+            iters.pop(key, None)
+
+        iters[key] = (weakref.ref(iterator, forget), info)
+        if info.num_workers > 0:
+            workers = self._worker_iters
+
+            def forget_workers(_ref: Any, key: int = key) -> None:
+                workers.pop(key, None)
+
+            workers[key] = (weakref.ref(iterator, forget_workers), info.num_workers)
+        live = 0
+        for ref, count in list(self._worker_iters.values()):
+            it = ref()
+            if it is not None and not getattr(it, "_shutdown", True):
+                live += count
+        info.concurrent_workers = live
+        info.max_concurrent_workers = max(info.max_concurrent_workers, live)
+        info.open_epoch(t0, spawned)
+        self.session.emit("on_loader_iter_start", info)  # type: ignore[union-attr]
+
+    def _exhausted(self, iterator: Any) -> None:
+        try:
+            entry = self._iters.pop(id(iterator), None)
+            if entry is not None and entry[0]() is iterator:
+                info = entry[1]
+                info.close_epoch()
+                self.session.emit("on_loader_iter_end", info)  # type: ignore[union-attr]
+        except Exception as exc:
+            self.fail("end of epoch", exc)

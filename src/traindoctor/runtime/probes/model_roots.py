@@ -1,0 +1,77 @@
+"""Model-roots probe: which top-level ``nn.Module``\\ s the run trains or evaluates.
+
+Installs global forward pre/post hooks only during warm-up (until a few optimizer steps have
+completed) and records each module whose forward starts while no other module's forward is
+running: the root (``model``, a DDP wrapper, ...). Global module hooks put every module call on
+torch's slow path, so they are removed as soon as the roots are known.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traindoctor.runtime.probes.base import Probe
+
+#: Remove the global hooks after this many optimizer steps (or this many root forwards).
+WATCH_STEPS = 2
+MAX_ROOT_CALLS = 64
+
+
+class ModelRootsProbe(Probe):
+    """Finds root modules during warm-up; feeds ``Session.models`` and ``on_model_found``."""
+
+    name = "model-roots"
+    order = 30
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._depth = 0
+        self._root_calls = 0
+        self._done = False
+
+    def install(self, session: Any) -> None:
+        super().install(session)
+        from torch.nn.modules.module import (
+            register_module_forward_hook,
+            register_module_forward_pre_hook,
+        )
+
+        self.keep_handle(register_module_forward_pre_hook(self._enter))
+        self.keep_handle(register_module_forward_hook(self._exit, always_call=True))
+        session.add_step_listener(self._on_step)
+        session.add_batch_observer(self._on_batch)
+
+    def _enter(self, module: Any, args: Any) -> None:
+        try:
+            if self._depth == 0 and not self._done:
+                self._root_calls += 1
+                self.session.record_model(module)  # type: ignore[union-attr]
+                if self._root_calls >= MAX_ROOT_CALLS:
+                    self._done = True
+            self._depth += 1
+        except Exception as exc:
+            self.fail("forward pre-hook", exc)
+        return None
+
+    def _exit(self, module: Any, args: Any, output: Any) -> None:
+        self._depth = max(self._depth - 1, 0)
+        return None
+
+    def _on_batch(self, info: Any, batch: Any) -> None:
+        # Outside any forward: a safe moment to drop the hooks once enough roots were seen.
+        if self._done and self._depth == 0 and self._handles:
+            self._release()
+
+    def _on_step(self, record: Any) -> None:
+        if record.index >= WATCH_STEPS:
+            self._done = True
+            if self._depth == 0:
+                self._release()
+
+    def _release(self) -> None:
+        """Drop the global hooks (the root modules are known)."""
+        while self._handles:
+            try:
+                self._handles.pop().remove()
+            except Exception:  # pragma: no cover
+                pass

@@ -1,0 +1,515 @@
+"""The watch session: installs the probes, feeds the monitors, builds the profile and report.
+
+``traindoctor.watch()`` is the public entry point::
+
+    with traindoctor.watch() as doctor:
+        train()
+    print(doctor.findings, doctor.profile)
+
+    @traindoctor.watch(thresholds={"TD102.min_wait_share": 0.3})
+    def train(): ...
+    train(); train.doctor.findings
+
+The doctor is fail-open: an exception inside a probe or a monitor is recorded in
+:attr:`Session.notes` and training goes on (a failing monitor is switched off for the rest of the
+run). It never changes the user's objects, tensors or RNG streams: probes only time calls and read
+attributes, so a watched run computes bit-for-bit what the unwatched run computes.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+import time
+import traceback
+import weakref
+from typing import Any, Callable, Iterable, Mapping, TypeVar
+
+from traindoctor.finding import Finding, sort_findings
+from traindoctor.runtime.device import DeviceInfo, machine_cores, usable_cores
+from traindoctor.runtime.events import Monitor
+from traindoctor.runtime.profile import Profile, StepRecord, StepTimer, build_profile, measure_memory
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_ACTIVE_LOCK = threading.Lock()
+_ACTIVE: "Session | None" = None
+
+
+def active_session() -> "Session | None":
+    """The session currently watching this process, if any."""
+    return _ACTIVE
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def batch_samples(batch: Any, _depth: int = 0) -> int:
+    """Samples in a batch: the leading dimension of its first tensor/array (0 when unknown)."""
+    shape = getattr(batch, "shape", None)
+    if shape is not None:
+        try:
+            return int(shape[0]) if len(shape) else 1
+        except Exception:
+            return 0
+    if _depth < 3:
+        if isinstance(batch, (list, tuple)) and batch:
+            return batch_samples(batch[0], _depth + 1)
+        if isinstance(batch, dict) and batch:
+            return batch_samples(next(iter(batch.values())), _depth + 1)
+    return 0
+
+
+class Session:
+    """One watched run. Monitors read the attributes below; probes call the ``record_*`` methods.
+
+    Attributes monitors may read: ``thresholds``, ``step`` (completed optimizer steps),
+    ``backward_calls_this_step``, ``device`` (:class:`DeviceInfo`), ``cpu_count`` (cores this
+    process may use), ``machine_cores``, ``world_size``, ``rank``, ``local_rank``,
+    ``local_world_size``, ``uses_cuda``, ``notes``, ``optimizers``, ``models``, ``loaders``,
+    ``records`` (finished :class:`StepRecord`\\ s).
+    """
+
+    def __init__(
+        self,
+        *,
+        select: Iterable[str] | None = None,
+        ignore: Iterable[str] | None = None,
+        thresholds: Mapping[str, Any] | None = None,
+        device: DeviceInfo | None = None,
+        monitors: Iterable[type[Monitor]] | None = None,
+        probes: Iterable[type] | None = None,
+        local_world_size: int | None = None,
+        cpu_count: int | None = None,
+    ) -> None:
+        self._select = list(select) if select is not None else None
+        self._ignore = list(ignore or [])
+        self.thresholds: dict[str, Any] = dict(thresholds or {})
+        self._device_override = device
+        self._monitor_classes = list(monitors) if monitors is not None else None
+        self._probe_classes = list(probes) if probes is not None else None
+        self._local_world_size_override = local_world_size
+        self._cpu_count_override = cpu_count
+
+        self.device: DeviceInfo = device or DeviceInfo()
+        self.cpu_count: int = cpu_count or usable_cores()
+        self.machine_cores: int = machine_cores()
+        self.rank = _env_int("RANK", 0)
+        self.world_size = _env_int("WORLD_SIZE", 1)
+        self.local_rank = _env_int("LOCAL_RANK", 0)
+        self.local_world_size = local_world_size or _env_int("LOCAL_WORLD_SIZE", 1)
+        self.uses_cuda = False
+        self.notes: list[str] = []
+        self.monitors: list[Monitor] = []
+        self.probes: list[Any] = []
+        self.loaders: list[Any] = []
+        self.models: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._optimizers: list[weakref.ReferenceType[Any]] = []
+        self.findings: list[Finding] = []
+        self.profile: Profile = Profile()
+        self.partial = False
+        self.active = False
+        self.inert = False  # a nested watch does nothing
+        self.step = 0
+        self.started_at = 0.0
+        self.ended_at = 0.0
+        self.timer = StepTimer()
+        self._dispatch: dict[str, list[tuple[Monitor, Callable[..., Any]]]] = {}
+        self._batch_observers: list[Callable[[Any, Any], None]] = []
+        self._primary_opt: weakref.ReferenceType[Any] | None = None
+        self._other_opt_steps: dict[int, int] = {}
+        self._step_listeners: list[Callable[[StepRecord], None]] = []
+        self._loose_batches = 0
+        self._loose_samples = 0
+        self._loose_wait = 0.0
+        self._cuda_clock: Any = None
+
+    # ---------------------------------------------------------------- public views
+    @property
+    def records(self) -> list[StepRecord]:
+        return self.timer.records
+
+    @property
+    def backward_calls_this_step(self) -> int:
+        return self.timer.backward_calls
+
+    @property
+    def optimizers(self) -> list[Any]:
+        """Optimizers seen stepping during the run (still alive), in order of first step."""
+        return [o for o in (ref() for ref in self._optimizers) if o is not None]
+
+    # ---------------------------------------------------------------- context manager
+    def __enter__(self) -> "Session":
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        self.stop(exc_type)
+        return False
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        """Install the probes and monitors. A second, nested session stays inert."""
+        global _ACTIVE
+        with _ACTIVE_LOCK:
+            if _ACTIVE is not None:
+                self.inert = True
+                self.notes.append("nested watch ignored: another traindoctor watch is active")
+                return
+            _ACTIVE = self
+        self.active = True
+        self.started_at = time.perf_counter()
+        try:
+            if self._device_override is None:
+                from traindoctor.runtime.device import detect_device
+
+                self.device = detect_device()
+        except Exception as exc:  # pragma: no cover - torch import trouble
+            self.internal_error("device detection", exc)
+        self._create_monitors()
+        self._install_probes()
+        self.emit("on_run_start")
+
+    def stop(self, exc_type: Any = None) -> None:
+        """End the watch: run ``on_run_end``, restore torch, build findings and profile."""
+        global _ACTIVE
+        if self.inert or not self.active:
+            return
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            self.partial = True
+        self.ended_at = time.perf_counter()
+        try:
+            self._finish_loaders()
+            self._update_distributed()
+            self.emit("on_run_end")
+        finally:
+            for probe in reversed(self.probes):
+                try:
+                    probe.uninstall()
+                except Exception as exc:  # pragma: no cover - defensive
+                    self.internal_error(f"uninstall {type(probe).__name__}", exc)
+            self.active = False
+            with _ACTIVE_LOCK:
+                if _ACTIVE is self:
+                    _ACTIVE = None
+        self._collect_findings()
+        self._build_profile()
+
+    def _create_monitors(self) -> None:
+        classes = self._monitor_classes
+        if classes is None:
+            try:
+                from traindoctor.registry import select_codes
+                from traindoctor.runtime.monitors import all_monitors
+
+                codes = select_codes(self._select, self._ignore)
+                classes = all_monitors(codes)
+            except Exception as exc:
+                self.internal_error("monitor discovery", exc)
+                classes = []
+        for cls in classes:
+            try:
+                self.monitors.append(cls(self))
+            except Exception as exc:
+                self.internal_error(f"{cls.__name__}.__init__", exc)
+        self._dispatch.clear()
+
+    def _install_probes(self) -> None:
+        classes = self._probe_classes
+        if classes is None:
+            from traindoctor.runtime.probes.base import discover_probes
+
+            classes, errors = discover_probes()
+            for modname, exc in errors:
+                self.internal_error(f"import {modname}", exc)
+        for cls in classes:
+            try:
+                probe = cls()
+                if not probe.applies(self):
+                    continue
+                probe.install(self)
+                self.probes.append(probe)
+            except Exception as exc:
+                self.internal_error(f"install {cls.__name__}", exc)
+                try:
+                    probe.uninstall()
+                except Exception:  # pragma: no cover
+                    pass
+
+    # ---------------------------------------------------------------- events
+    def _handlers(self, hook: str) -> list[tuple[Monitor, Callable[..., Any]]]:
+        handlers = []
+        base = getattr(Monitor, hook, None)
+        for monitor in self.monitors:
+            impl = getattr(type(monitor), hook, None)
+            if impl is None or impl is base:
+                continue  # not overridden: skip the call entirely (hot path)
+            handlers.append((monitor, getattr(monitor, hook)))
+        self._dispatch[hook] = handlers
+        return handlers
+
+    def emit(self, hook: str, *args: Any, **kwargs: Any) -> None:
+        """Call ``hook`` on every monitor that overrides it; an exception disables that monitor."""
+        handlers = self._dispatch.get(hook)
+        if handlers is None:
+            handlers = self._handlers(hook)
+        for monitor, fn in handlers:
+            try:
+                fn(*args, **kwargs)
+            except Exception as exc:
+                self._disable(monitor, hook, exc)
+
+    def _disable(self, monitor: Monitor, hook: str, exc: BaseException) -> None:
+        code = getattr(getattr(monitor, "rule", None), "code", "?")
+        self.internal_error(f"monitor {code} {type(monitor).__name__}.{hook}; monitor disabled", exc)
+        if monitor in self.monitors:
+            self.monitors.remove(monitor)
+        self._dispatch.clear()
+
+    def internal_error(self, where: str, exc: BaseException) -> None:
+        """Record an internal error (fail-open): the run continues, the report says what broke."""
+        frame = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+        at = f" at {os.path.basename(frame[0].filename)}:{frame[0].lineno}" if frame else ""
+        note = f"internal error in {where}: {type(exc).__name__}: {exc}{at}"
+        if note not in self.notes:
+            self.notes.append(note)
+
+    # ---------------------------------------------------------------- probes call these
+    def add_batch_observer(self, fn: Callable[[Any, Any], None]) -> None:
+        """Let a probe see each fetched batch (e.g. to recognise it when copied to CUDA)."""
+        self._batch_observers.append(fn)
+
+    def add_step_listener(self, fn: Callable[[StepRecord], None]) -> None:
+        self._step_listeners.append(fn)
+
+    def add_loader(self, info: Any) -> None:
+        self.loaders.append(info)
+        self.emit("on_loader_created", info)
+
+    def record_batch(self, info: Any, batch: Any, wait_s: float, t_end: float) -> None:
+        samples = batch_samples(batch)
+        self.timer.add_batch(wait_s, t_end, samples)
+        for observer in self._batch_observers:
+            observer(info, batch)
+        self.emit("on_batch_fetched", info, wait_s)
+
+    def record_transfer(
+        self,
+        nbytes: int,
+        seconds: float,
+        pinned: bool,
+        device_type: str,
+        loader_info: Any = None,
+        t_end: float | None = None,
+    ) -> None:
+        if device_type == "cuda":
+            self.uses_cuda = True
+        self.timer.add_transfer(seconds, time.perf_counter() if t_end is None else t_end)
+        self.emit("on_transfer", nbytes, seconds, pinned, device_type, loader_info)
+
+    def record_backward(self) -> None:
+        self.timer.add_backward()
+        self.emit("on_backward")
+
+    def record_model(self, module: Any) -> None:
+        if module not in self.models:
+            self.models.add(module)
+            self.emit("on_model_found", module)
+
+    def record_optimizer_pre(self, optimizer: Any) -> None:
+        if not any(ref() is optimizer for ref in self._optimizers):
+            self._optimizers.append(weakref.ref(optimizer))
+            if self._primary_opt is None or self._primary_opt() is None:
+                self._primary_opt = weakref.ref(optimizer)
+            self._note_param_device(optimizer)
+            self.emit("on_optimizer_found", optimizer)
+        self.emit("on_before_optimizer_step", optimizer)
+        self.timer.optimizer_pre(time.perf_counter())
+
+    def record_optimizer_post(self, optimizer: Any) -> None:
+        t = time.perf_counter()
+        primary = self._primary_opt() if self._primary_opt is not None else None
+        closes = primary is optimizer
+        if not closes:
+            # A second optimizer that keeps stepping while the first one stopped (a new
+            # training phase) becomes the primary one.
+            key = id(optimizer)
+            self._other_opt_steps[key] = self._other_opt_steps.get(key, 0) + 1
+            if primary is None or self._other_opt_steps[key] >= 2:
+                self._primary_opt = weakref.ref(optimizer)
+                self._other_opt_steps.clear()
+                closes = True
+        else:
+            self._other_opt_steps.clear()
+        record = self.timer.optimizer_post(t, closes)
+        self.emit("on_after_optimizer_step", optimizer)
+        if record is not None:
+            self.step = record.index
+            for listener in self._step_listeners:
+                listener(record)
+            self.emit("on_step_end", record)
+
+    def _note_param_device(self, optimizer: Any) -> None:
+        try:
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    if getattr(p, "is_cuda", False):
+                        self.uses_cuda = True
+                    return
+        except Exception as exc:  # pragma: no cover - exotic optimizer
+            self.internal_error("optimizer parameters", exc)
+
+    # ---------------------------------------------------------------- end of run
+    def _finish_loaders(self) -> None:
+        for info in self.loaders:
+            try:
+                info.close_epoch(self.ended_at)
+            except Exception as exc:  # pragma: no cover - defensive
+                self.internal_error("loader statistics", exc)
+
+    def _update_distributed(self) -> None:
+        try:
+            dist_mod = sys.modules.get("torch.distributed")
+            if dist_mod is not None and dist_mod.is_available() and dist_mod.is_initialized():
+                self.world_size = int(dist_mod.get_world_size())
+                self.rank = int(dist_mod.get_rank())
+        except Exception as exc:  # pragma: no cover
+            self.internal_error("distributed info", exc)
+
+    def gpu_findings_allowed(self) -> bool:
+        """GPU-only findings need a CUDA device *and* a run that actually used it."""
+        return self.device.is_cuda and self.uses_cuda
+
+    def _collect_findings(self) -> None:
+        found: list[Finding] = []
+        gpu_ok = self.gpu_findings_allowed()
+        for monitor in self.monitors:
+            rule = getattr(monitor, "rule", None)
+            if rule is not None and rule.gpu_only and not gpu_ok:
+                continue
+            found.extend(monitor.findings)
+        unique: dict[tuple[Any, ...], Finding] = {}
+        for f in found:
+            key = (f.code, f.filename, f.location, f.message)
+            unique.setdefault(key, f)
+        self.findings = sort_findings(list(unique.values()))
+
+    def _build_profile(self) -> None:
+        try:
+            memory = measure_memory(self.uses_cuda)
+            if self._cuda_clock is not None:
+                self._cuda_clock.assign(self.records)
+            tail = self.timer
+            self.profile = build_profile(
+                self.records,
+                run_s=max(self.ended_at - self.started_at, 0.0),
+                loose_batches=tail._batches,
+                loose_samples=tail._samples,
+                loose_wait_s=tail._data,
+                memory=memory,
+                thresholds=self.thresholds,
+                partial=self.partial,
+            )
+        except Exception as exc:  # pragma: no cover - defensive
+            self.internal_error("profile", exc)
+            self.profile = Profile(partial=self.partial)
+
+    def environment(self) -> dict[str, Any]:
+        """Facts about the run for the report (no user data)."""
+        import platform
+
+        torch_version = None
+        torch_mod = sys.modules.get("torch")
+        if torch_mod is not None:
+            torch_version = getattr(torch_mod, "__version__", None)
+        from traindoctor import __version__
+
+        return {
+            "traindoctor": __version__,
+            "python": platform.python_version(),
+            "torch": torch_version,
+            "platform": platform.platform(),
+            "device": self.device.to_dict(),
+            "uses_cuda": self.uses_cuda,
+            "cpu_count": self.cpu_count,
+            "machine_cores": self.machine_cores,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "local_rank": self.local_rank,
+            "local_world_size": self.local_world_size,
+        }
+
+    def report_dict(self) -> dict[str, Any]:
+        """The JSON report of this process: findings, profile, environment, notes."""
+        return {
+            "findings": [f.to_dict() for f in self.findings],
+            "profile": self.profile.to_dict(),
+            "environment": self.environment(),
+            "notes": list(self.notes),
+            "partial": self.partial,
+        }
+
+
+class Watch:
+    """``watch()``'s return value: a context manager (yields a fresh :class:`Session`) and a decorator."""
+
+    def __init__(self, report: bool | str = False, **options: Any) -> None:
+        self._options = options
+        self._report = report
+        self._stack: list[Session] = []
+        self.doctor: Session | None = None
+
+    def __enter__(self) -> Session:
+        session = Session(**self._options)
+        self._stack.append(session)
+        self.doctor = session
+        session.start()
+        return session
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        session = self._stack.pop()
+        session.stop(exc_type)
+        if self._report and not session.inert:
+            _emit_report(session, self._report)
+        return False
+
+    def __call__(self, func: F) -> F:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with self as doctor:
+                wrapper.doctor = doctor  # type: ignore[attr-defined]
+                return func(*args, **kwargs)
+
+        wrapper.doctor = None  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+
+def _emit_report(session: Session, target: bool | str) -> None:
+    try:
+        from traindoctor.runtime.report import render_json, render_text
+
+        if isinstance(target, str):
+            with open(target, "w", encoding="utf-8") as fh:
+                fh.write(render_json(session.report_dict()))
+        else:
+            sys.stderr.write(render_text(session.report_dict()))
+    except Exception as exc:  # pragma: no cover - fail-open
+        sys.stderr.write(f"traindoctor: could not write the report: {exc}\n")
+
+
+def watch(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+    """Watch a training run: ``with watch() as doctor:`` or ``@watch()`` / ``@watch``.
+
+    Options: ``select`` / ``ignore`` (codes or prefixes), ``thresholds`` (``{"TD102.min_wait_share":
+    0.3}``), ``device`` (a fake :class:`DeviceInfo` for tests), ``report`` (``True``: print the text
+    report to stderr at the end; a path: write the JSON report there).
+    """
+    if func is not None and callable(func):
+        return Watch(**options)(func)
+    return Watch(**options)
