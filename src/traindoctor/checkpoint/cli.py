@@ -1,0 +1,137 @@
+"""``traindoctor ckpt inspect FILE``: list a checkpoint's contents without executing it.
+
+Exit codes: 0 safe and resumable, 1 findings (TD501-TD504) or unsafe globals, 2 unreadable file
+or usage error. Never imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from traindoctor.checkpoint.inspect import (
+    CheckpointReadError, Inspection, _fmt_bytes, inspect_checkpoint,
+)
+
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+TENSORS_SHOWN = 40
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="traindoctor ckpt",
+                                     description="Inspect checkpoints without executing them.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    insp = sub.add_parser("inspect", help="list contents, check safety and resumability")
+    insp.add_argument("file", metavar="FILE")
+    insp.add_argument("--output-format", choices=["text", "json"], default="text")
+    insp.add_argument("--all", action="store_true", help=f"list every tensor (default: first "
+                      f"{TENSORS_SHOWN})")
+    return parser
+
+
+def rng_line(result: Inspection) -> str:
+    """Which generators are saved: torch CPU, CUDA (needed only with CUDA tensors), NumPy, Python."""
+    present = {c.summary.split(" ")[0].lower() for c in result.components if c.kind == "rng"}
+    cuda_needed = any(t.device.startswith("cuda") for _, t in result.tensors)
+    parts = []
+    for key, label in (("torch", "torch CPU"), ("cuda", "CUDA"), ("numpy", "NumPy"),
+                       ("python", "Python")):
+        if key in present:
+            parts.append(f"{label} present")
+        elif key == "cuda" and not cuda_needed:
+            parts.append("CUDA not needed (no CUDA tensors)")
+        else:
+            parts.append(f"{label} missing")
+    return ", ".join(parts)
+
+
+def render_text(result: Inspection, show_all: bool = False) -> str:
+    lines = [f"{result.path}: {result.format}, {_fmt_bytes(result.size_bytes)}, "
+             f"{len(result.tensors)} tensors"]
+    if result.safe:
+        lines.append("safety: safe (every global is on torch's weights_only allowlist)")
+    else:
+        lines.append("safety: UNSAFE: the pickle references globals outside torch's "
+                     "weights_only allowlist;")
+        lines.append("  torch.load(weights_only=False) or pickle.load would import and run them:")
+        seen = set()
+        for use in result.unsafe:
+            key = (use.ref.dotted, use.called)
+            if key in seen:
+                continue
+            seen.add(key)
+            how = "called" if use.called else "referenced"
+            lines.append(f"    {use.ref.dotted}  ({how}, pickle offset {use.offset})")
+        lines.append("  (inspect imported and ran nothing from this file)")
+    counters = []
+    if result.step is not None:
+        counters.append(f"step {result.step}")
+    if result.epoch is not None:
+        counters.append(f"epoch {result.epoch}")
+    if counters:
+        lines.append(", ".join(counters))
+    lines.append("")
+    lines.append("contents")
+    if not result.components:
+        lines.append("  (no model, optimizer, scheduler, scaler or RNG state recognised)")
+    width = max([len(c.path) for c in result.components] + [10])
+    for comp in result.components:
+        lines.append(f"  {comp.path:<{width}}  {comp.summary}")
+        lines.extend(f"  {'':<{width}}    {d}" for d in comp.details)
+    if result.format == "torch zip":
+        lines.append(f"  RNG states: {rng_line(result)}")
+    lines.append("")
+    shown = result.tensors if show_all else result.tensors[:TENSORS_SHOWN]
+    lines.append(f"tensors ({len(result.tensors)})")
+    key_width = max([len(k) for k, _ in shown] + [10])
+    for key, tensor in shown:
+        shape = "[" + ", ".join(str(d) for d in tensor.shape) + "]"
+        device = "" if tensor.device in ("cpu", "?") else f"  {tensor.device}"
+        extra = "" if tensor.kind == "tensor" else f"  ({tensor.kind})"
+        lines.append(f"  {key:<{key_width}}  {tensor.dtype:<8} {shape:<14} "
+                     f"{_fmt_bytes(tensor.nbytes):>10}{device}{extra}")
+    if len(shown) < len(result.tensors):
+        lines.append(f"  ... {len(result.tensors) - len(shown)} more (use --all)")
+    lines.append("")
+    if result.findings:
+        lines.append("findings")
+        for f in result.findings:
+            lines.append(f"  {f.filename}: {f.code} [{f.severity.value}] {f.name}")
+            lines.append(f"      {f.message}")
+            if f.evidence:
+                ev = ", ".join(f"{k}={v}" for k, v in sorted(f.evidence.items()))
+                lines.append(f"      evidence: {ev}")
+        lines.append("")
+    if not result.safe:
+        verdict = "UNSAFE: do not load this file with pickle or torch.load(weights_only=False)"
+    elif result.format != "torch zip":
+        verdict = "not a resumable torch checkpoint"
+    elif result.findings:
+        verdict = f"not fully resumable ({len(result.findings)} finding(s))"
+    else:
+        verdict = "resumable: model, optimizer and RNG state present; nothing missing found"
+    lines.append(verdict)
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.command != "inspect":
+        parser.print_help()
+        return EXIT_ERROR
+    try:
+        result = inspect_checkpoint(args.file)
+    except CheckpointReadError as exc:
+        if args.output_format == "json":
+            print(json.dumps({"file": args.file, "error": str(exc)}, indent=2))
+        else:
+            print(f"traindoctor ckpt inspect: {args.file}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.output_format == "json":
+        print(json.dumps(result.to_dict(), indent=2, sort_keys=True, default=str))
+    else:
+        sys.stdout.write(render_text(result, args.all))
+    return EXIT_OK if result.ok else EXIT_FINDINGS

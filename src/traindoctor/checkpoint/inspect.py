@@ -1,0 +1,383 @@
+"""``inspect_checkpoint``: what a checkpoint holds and what a resumable one lacks (TD501-TD504).
+
+Nothing in the file is executed or imported: the zip archive is read with :mod:`zipfile`, its
+``data.pkl`` with :mod:`traindoctor.checkpoint.pickle_reader`. The result lists the entries
+(tensors with dtype, shape and bytes), recognises the optimizer, scheduler, GradScaler, RNG and
+data-position states by their shape, and reports:
+
+* TD501 when model weights are present but no optimizer state;
+* TD502 when the optimizer's param groups carry ``initial_lr`` (set by every LR scheduler) but no
+  scheduler state is present;
+* TD503 when a GradScaler slot exists but holds no loss scale;
+* TD504 when no RNG state is present, or CUDA tensors are saved without CUDA RNG states.
+
+Only evidence in the file fires a finding (precision over recall): a checkpoint without
+``initial_lr`` may have trained without a scheduler, so TD502 stays silent there.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from traindoctor.checkpoint.pickle_reader import (
+    Call, GlobalUse, Opaque, PickleError, ReadResult, TensorInfo, read_pickle,
+)
+from traindoctor.finding import Finding, Origin
+
+MAX_PICKLE_BYTES = 512 * 1024 * 1024
+CPU_RNG_BYTES = 5056  # size of torch's CPU Mersenne Twister state
+_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+
+
+class CheckpointReadError(Exception):
+    """The file cannot be read as a checkpoint: reported with a clear message, exit code 2."""
+
+
+@dataclass
+class Component:
+    """One recognised part of a checkpoint (``kind`` = model/optimizer/scheduler/...)."""
+
+    kind: str
+    path: str
+    summary: str
+    details: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Inspection:
+    path: str
+    format: str
+    size_bytes: int
+    root: Any
+    unsafe: list[GlobalUse]
+    globals: list[str]
+    tensors: list[tuple[str, TensorInfo]]
+    components: list[Component]
+    findings: list[Finding]
+    step: int | None = None
+    epoch: int | None = None
+    missing_storages: list[str] = field(default_factory=list)
+
+    @property
+    def safe(self) -> bool:
+        return not self.unsafe
+
+    @property
+    def ok(self) -> bool:
+        return self.safe and not self.findings
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.path, "format": self.format, "size_bytes": self.size_bytes,
+            "safe": self.safe,
+            "unsafe_globals": sorted({u.ref.dotted for u in self.unsafe}),
+            "globals": self.globals,
+            "tensors": [{"key": k, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.nbytes,
+                         "device": t.device} for k, t in self.tensors],
+            "components": [{"kind": c.kind, "key": c.path, "summary": c.summary,
+                            "details": c.details} for c in self.components],
+            "step": self.step, "epoch": self.epoch,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+def _read_zip(path: str) -> tuple[ReadResult, dict[str, int]]:
+    try:
+        archive = zipfile.ZipFile(path)
+    except zipfile.BadZipFile:
+        raise CheckpointReadError(
+            "corrupt or truncated checkpoint: the zip archive's directory is missing "
+            "(was the write interrupted?)") from None
+    with archive:
+        pickles = [i for i in archive.infolist() if i.filename.endswith("data.pkl")
+                   and i.filename.count("/") == 1]
+        if len(pickles) != 1:
+            raise CheckpointReadError("zip file is not a torch checkpoint (no <name>/data.pkl)")
+        info = pickles[0]
+        if info.file_size > MAX_PICKLE_BYTES:
+            raise CheckpointReadError(f"data.pkl is {info.file_size} bytes; refusing to read")
+        prefix = info.filename[: -len("data.pkl")]
+        try:
+            data = archive.read(info)
+        except (zipfile.BadZipFile, OSError, EOFError) as exc:
+            raise CheckpointReadError(f"corrupt checkpoint: {exc}") from None
+        storages = {i.filename[len(prefix) + len("data/"):]: i.file_size
+                    for i in archive.infolist() if i.filename.startswith(prefix + "data/")}
+    try:
+        return read_pickle(data), storages
+    except PickleError as exc:
+        raise CheckpointReadError(f"corrupt checkpoint: {exc}") from None
+
+
+def _read_raw_pickle(path: str) -> ReadResult:
+    with open(path, "rb") as fh:
+        data = fh.read(MAX_PICKLE_BYTES)
+    try:
+        return read_pickle(data)
+    except PickleError as exc:
+        raise CheckpointReadError(f"not a readable checkpoint: {exc}") from None
+
+
+def walk(value: Any, path: str = "", depth: int = 0,
+         seen: set[int] | None = None) -> Iterator[tuple[str, Any]]:
+    """Every (key path, value) pair, each container once (a crafted stream may share or nest)."""
+    seen = set() if seen is None else seen
+    yield path, value
+    if depth > 64 or not isinstance(value, (dict, list, tuple)) or id(value) in seen:
+        return
+    seen.add(id(value))
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in items:
+        child = f"{path}.{key}" if path else str(key)
+        yield from walk(item, child, depth + 1, seen)
+
+
+def _is_state_dict(value: Any) -> bool:
+    return (isinstance(value, dict) and len(value) > 0
+            and all(isinstance(k, str) for k in value)
+            and all(isinstance(v, TensorInfo) for v in value.values())
+            and any(v.dtype.startswith(("float", "bfloat")) for v in value.values()))
+
+
+def _is_optimizer(value: Any) -> bool:
+    return (isinstance(value, dict) and "state" in value and "param_groups" in value
+            and isinstance(value["param_groups"], list))
+
+
+def _is_scheduler(value: Any) -> bool:
+    return isinstance(value, dict) and "last_epoch" in value and (
+        "base_lrs" in value or "_last_lr" in value)
+
+
+def _is_scaler(value: Any) -> bool:
+    return isinstance(value, dict) and "scale" in value and "_growth_tracker" in value
+
+
+def _is_cpu_rng(value: Any) -> bool:
+    return (isinstance(value, TensorInfo) and value.dtype == "uint8"
+            and value.shape == (CPU_RNG_BYTES,))
+
+
+def _is_cuda_rng(path: str, value: Any) -> bool:
+    return (isinstance(value, TensorInfo) and value.dtype == "uint8"
+            and value.shape in ((16,), (8,)) and "cuda" in path.lower())
+
+
+def _is_numpy_rng(path: str, value: Any) -> bool:
+    if isinstance(value, (tuple, list)) and value and value[0] == "MT19937":
+        return True
+    return isinstance(value, dict) and value.get("kind") == "MT19937"
+
+
+def _is_python_rng(value: Any) -> bool:
+    if isinstance(value, (tuple, list)) and len(value) == 3 and value[0] == 3 \
+            and isinstance(value[1], (tuple, list)) and len(value[1]) == 625:
+        return True
+    return (isinstance(value, dict) and value.get("version") == 3
+            and isinstance(value.get("state"), TensorInfo) and value["state"].shape == (625,))
+
+
+def _is_data_position(value: Any) -> bool:
+    return isinstance(value, dict) and ("batches_done" in value or "samples_done" in value)
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)) and len(value) <= 4:
+        return "(" + ", ".join(_plain(v) for v in value) + ")"
+    if isinstance(value, (int, str, bool)) or value is None:
+        return repr(value) if isinstance(value, str) else str(value)
+    return type(value).__name__
+
+
+def _optimizer_component(path: str, value: dict[str, Any]) -> Component:
+    state = value.get("state") if isinstance(value.get("state"), dict) else {}
+    buffers = sorted({str(k) for entry in state.values() if isinstance(entry, dict)
+                      for k in entry})
+    groups = value["param_groups"]
+    summary = (f"optimizer state: {len(groups)} param group(s), state for {len(state)} "
+               f"param(s)" + (f" ({', '.join(buffers)})" if buffers else " (empty)"))
+    details = []
+    for index, group in enumerate(groups):
+        if not isinstance(group, dict):
+            continue
+        params = group.get("params")
+        shown = [f"{k}={_plain(group[k])}" for k in
+                 ("lr", "initial_lr", "momentum", "betas", "weight_decay", "eps") if k in group]
+        count = len(params) if isinstance(params, list) else "?"
+        details.append(f"group {index}: params={count} " + " ".join(shown))
+    return Component("optimizer", path, summary, details)
+
+
+def _components(root: Any) -> tuple[list[Component], dict[str, Any]]:
+    """Recognise the parts of a checkpoint by shape; also collect facts for the findings."""
+    comps: list[Component] = []
+    facts: dict[str, Any] = {"cuda_tensors": False, "initial_lr": False, "scaler_slots": [],
+                             "rng": set(), "step": None, "epoch": None}
+    claimed: list[str] = []
+
+    def inside_claimed(path: str) -> bool:
+        return any(path == c or path.startswith(c + ".") for c in claimed)
+
+    for path, value in walk(root):
+        label = path or "<root>"
+        if isinstance(value, TensorInfo) and value.device.startswith("cuda"):
+            facts["cuda_tensors"] = True
+        if inside_claimed(path):
+            continue
+        leaf = path.rsplit(".", 1)[-1].lower()
+        if _is_state_dict(value):
+            params = sum(t.numel for t in value.values())
+            nbytes = sum(t.nbytes for t in value.values())
+            comps.append(Component("model", label, f"model weights: {len(value)} tensors, "
+                                   f"{params:,} values ({_fmt_bytes(nbytes)})"))
+            claimed.append(path)
+        elif _is_optimizer(value):
+            comp = _optimizer_component(label, value)
+            comps.append(comp)
+            claimed.append(path)
+            if any(isinstance(g, dict) and "initial_lr" in g for g in value["param_groups"]):
+                facts["initial_lr"] = True
+        elif _is_scheduler(value):
+            last = value.get("_last_lr")
+            comps.append(Component("scheduler", label, f"LR scheduler state: last_epoch="
+                                   f"{_plain(value.get('last_epoch'))}"
+                                   + (f", last lr={_plain(last)}" if last is not None else "")))
+            claimed.append(path)
+        elif _is_scaler(value):
+            comps.append(Component("scaler", label, f"GradScaler state: scale="
+                                   f"{_plain(value.get('scale'))}"))
+            claimed.append(path)
+        elif "scaler" in leaf and (value is None or value == {}):
+            facts["scaler_slots"].append(label)
+        elif _is_data_position(value):
+            comps.append(Component("data", label, "data position: epoch "
+                                   f"{_plain(value.get('epoch'))}, "
+                                   f"{_plain(value.get('batches_done'))} batches into it"))
+            claimed.append(path)
+        elif _is_cpu_rng(value):
+            facts["rng"].add("torch")
+            comps.append(Component("rng", label, "torch CPU RNG state"))
+        elif _is_cuda_rng(path, value):
+            facts["rng"].add("cuda")
+            comps.append(Component("rng", label, "CUDA RNG state"))
+        elif _is_numpy_rng(path, value):
+            facts["rng"].add("numpy")
+            comps.append(Component("rng", label, "NumPy RNG state"))
+            claimed.append(path)
+        elif _is_python_rng(value):
+            facts["rng"].add("python")
+            comps.append(Component("rng", label, "Python random state"))
+            claimed.append(path)
+        elif leaf in ("step", "global_step", "iteration") and isinstance(value, int) \
+                and facts["step"] is None:
+            facts["step"] = value
+        elif leaf == "epoch" and isinstance(value, int) and facts["epoch"] is None:
+            facts["epoch"] = value
+    return comps, facts
+
+
+def _finding(code: str, path: str, message: str, evidence: dict[str, Any]) -> Finding:
+    from traindoctor.registry import get_rule
+
+    rule = get_rule(code)
+    assert rule is not None, code
+    return Finding(code=code, name=rule.name, severity=rule.severity, message=message,
+                   filename=path, location=None, origin=Origin.STATIC, evidence=evidence)
+
+
+def _resume_findings(path: str, comps: list[Component], facts: dict[str, Any]) -> list[Finding]:
+    kinds = {c.kind for c in comps}
+    found = []
+    if "model" in kinds and "optimizer" not in kinds:
+        found.append(_finding(
+            "TD501", path, "Checkpoint holds model weights but no optimizer state: momentum and "
+            "Adam moments restart from zero on resume; save `optimizer.state_dict()` too.",
+            {"model": [c.path for c in comps if c.kind == "model"], "optimizer": "missing"}))
+    if facts["initial_lr"] and "scheduler" not in kinds:
+        found.append(_finding(
+            "TD502", path, "The optimizer's param groups carry `initial_lr` (an LR scheduler "
+            "was used) but the checkpoint has no scheduler state: the schedule restarts on "
+            "resume; save `scheduler.state_dict()`.",
+            {"initial_lr_in_param_groups": True, "scheduler": "missing"}))
+    if facts["scaler_slots"] and "scaler" not in kinds:
+        found.append(_finding(
+            "TD503", path, "The checkpoint's GradScaler entry is empty: the loss scale restarts "
+            "at its initial value on resume; save `scaler.state_dict()`.",
+            {"empty_scaler_entries": facts["scaler_slots"]}))
+    if "model" in kinds or "optimizer" in kinds:
+        rng = facts["rng"]
+        if not rng:
+            found.append(_finding(
+                "TD504", path, "No RNG state in the checkpoint: dropout, augmentation and "
+                "shuffling draw different numbers after resume; save torch's, NumPy's and "
+                "Python's RNG states (`traindoctor.checkpoint.save` does).",
+                {"rng_states": [], "missing": ["torch", "numpy", "python"]}))
+        elif facts["cuda_tensors"] and "cuda" not in rng:
+            found.append(_finding(
+                "TD504", path, "The checkpoint holds CUDA tensors but no CUDA RNG state: "
+                "the CPU generator alone misses `torch.cuda.get_rng_state_all()`.",
+                {"rng_states": sorted(rng), "missing": ["cuda"]}))
+    return found
+
+
+def inspect_checkpoint(path: str | os.PathLike[str]) -> Inspection:
+    """Describe ``path`` without executing anything from it.
+
+    Raises :class:`CheckpointReadError` for files that are not readable checkpoints (missing,
+    truncated, corrupt, legacy format); an unsafe file is *described*, with ``unsafe`` listing
+    the globals outside the weights_only allowlist.
+    """
+    name = os.fspath(path)
+    try:
+        size = os.path.getsize(name)
+        with open(name, "rb") as fh:
+            head = fh.read(4)
+    except OSError as exc:
+        raise CheckpointReadError(f"cannot read: {exc.strerror or exc}") from None
+    storages: dict[str, int] = {}
+    if head.startswith(b"PK\x03\x04"):
+        result, storages = _read_zip(name)
+        fmt = "torch zip"
+    elif head[:1] == b"\x80":
+        result = _read_raw_pickle(name)
+        if not result.unsafe() and result.value == _LEGACY_MAGIC:
+            raise CheckpointReadError(
+                "legacy (pre-1.6, non-zip) torch checkpoint: not supported by inspect; load it "
+                "in a trusted environment and re-save it with torch.save")
+        fmt = "raw pickle (not a torch zip checkpoint)"
+    elif not head:
+        raise CheckpointReadError("empty file")
+    else:
+        raise CheckpointReadError("not a torch checkpoint (neither a zip archive nor a pickle)")
+    unsafe = result.unsafe()
+    tensors = [(p or "<root>", v) for p, v in walk(result.value) if isinstance(v, TensorInfo)]
+    missing = sorted({t.storage_key for _, t in tensors
+                      if t.storage_key is not None and t.storage_key not in storages})
+    if missing and fmt == "torch zip" and not unsafe:
+        raise CheckpointReadError(
+            f"corrupt checkpoint: tensor data missing from the archive (storages "
+            f"{', '.join(missing[:5])})")
+    comps, facts = _components(result.value)
+    findings = _resume_findings(name, comps, facts) if fmt == "torch zip" else []
+    return Inspection(
+        path=name, format=fmt, size_bytes=size, root=result.value, unsafe=unsafe,
+        globals=sorted({u.ref.dotted for u in result.globals}), tensors=tensors,
+        components=comps, findings=findings, step=facts["step"], epoch=facts["epoch"],
+        missing_storages=missing)
+
+
+__all__ = ["CheckpointReadError", "Component", "Inspection", "inspect_checkpoint", "Call",
+           "Opaque"]
