@@ -28,7 +28,8 @@ import weakref
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from traindoctor.finding import Finding, sort_findings
-from traindoctor.runtime.device import DeviceInfo, machine_cores, usable_cores
+from traindoctor.runtime.device import DeviceInfo, usable_cores
+from traindoctor.runtime.device import machine_cores as _machine_cores
 from traindoctor.runtime.events import Monitor
 from traindoctor.runtime.profile import Profile, StepRecord, StepTimer, build_profile, measure_memory
 
@@ -87,6 +88,7 @@ class Session:
         probes: Iterable[type] | None = None,
         local_world_size: int | None = None,
         cpu_count: int | None = None,
+        machine_cores: int | None = None,
     ) -> None:
         self._select = list(select) if select is not None else None
         self._ignore = list(ignore or [])
@@ -99,7 +101,7 @@ class Session:
 
         self.device: DeviceInfo = device or DeviceInfo()
         self.cpu_count: int = cpu_count or usable_cores()
-        self.machine_cores: int = machine_cores()
+        self.machine_cores: int = machine_cores or _machine_cores()
         self.rank = _env_int("RANK", 0)
         self.world_size = _env_int("WORLD_SIZE", 1)
         self.local_rank = _env_int("LOCAL_RANK", 0)
@@ -507,8 +509,10 @@ def watch(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Watch a training run: ``with watch() as doctor:`` or ``@watch()`` / ``@watch``.
 
     Options: ``select`` / ``ignore`` (codes or prefixes), ``thresholds`` (``{"TD102.min_wait_share":
-    0.3}``), ``device`` (a fake :class:`DeviceInfo` for tests), ``report`` (``True``: print the text
-    report to stderr at the end; a path: write the JSON report there).
+    0.3}``), ``report`` (``True``: print the text report to stderr at the end; a path: write the
+    JSON report there). For tests: ``device`` (a fake :class:`DeviceInfo`), ``cpu_count``,
+    ``machine_cores``, ``local_world_size``, ``monitors`` / ``probes`` (classes to use instead of
+    the discovered ones).
     """
     if func is not None and callable(func):
         return Watch(**options)(func)

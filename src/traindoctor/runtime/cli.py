@@ -1,0 +1,294 @@
+"""``traindoctor run``: run a training script (or module) as ``__main__`` under the doctor.
+
+Like ``coverage run``, the script runs in this process: ``sys.argv`` is ``[SCRIPT, *ARGS]``,
+``sys.path[0]`` is the script's folder (the current folder for ``-m``), and the script's exit code
+is the command's exit code. ``sys.exit``, an uncaught exception (its traceback printed as Python
+prints it) and Ctrl-C (the report is marked partial, exit code 130) all still produce the report.
+Under ``torchrun`` every rank watches itself and rank 0 writes the merged report.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+USAGE = """\
+usage: traindoctor run [--output-format text|json] [-o FILE] [--select CODES] [--ignore CODES]
+                       [--threshold KEY=VALUE ...] (-m MODULE | SCRIPT) [ARGS ...]
+
+Run a training script under the runtime doctor and report findings with measured evidence,
+plus a short pipeline profile.
+
+options:
+  --output-format {text,json}  report format (default: text)
+  -o, --output-file FILE       write the report to FILE instead of stdout
+  --select CODES               comma-separated codes or prefixes to enable (TD1 = all TD1xx)
+  --ignore CODES               comma-separated codes or prefixes to disable
+  --threshold KEY=VALUE        override a rule threshold, e.g. TD102.min_wait_share=0.3 (repeatable)
+  --config FILE                pyproject.toml to read [tool.traindoctor] from
+  -m MODULE                    run a library module as a script (like python -m)
+  -h, --help                   show this help
+"""
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(ValueError):
+    """A command line that cannot be used."""
+
+
+@dataclass
+class RunOptions:
+    output_format: str = "text"
+    output_file: str | None = None
+    select: list[str] | None = None
+    ignore: list[str] = field(default_factory=list)
+    thresholds: dict[str, Any] = field(default_factory=dict)
+    config: str | None = None
+    module: str | None = None
+    script: str | None = None
+    args: list[str] = field(default_factory=list)
+    help: bool = False
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def parse_value(text: str) -> Any:
+    """``"0.3"`` -> 0.3, ``"4"`` -> 4, ``"true"`` -> True; anything else stays a string."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_args(argv: Sequence[str]) -> RunOptions:
+    """Options up to the script (or ``-m MODULE``); everything after belongs to the script."""
+    opts = RunOptions()
+    args = list(argv)
+    i = 0
+
+    def value(flag: str) -> str:
+        nonlocal i
+        if "=" in args[i] and args[i].startswith("--"):
+            return args[i].split("=", 1)[1]
+        if i + 1 >= len(args):
+            raise UsageError(f"{flag} needs a value")
+        i += 1
+        return args[i]
+
+    while i < len(args):
+        arg = args[i]
+        name = arg.split("=", 1)[0] if arg.startswith("--") else arg
+        if name in ("-h", "--help"):
+            opts.help = True
+            return opts
+        if name == "--output-format":
+            fmt = value(name)
+            if fmt not in ("text", "json"):
+                raise UsageError(f"--output-format must be text or json, not {fmt!r}")
+            opts.output_format = fmt
+        elif name in ("-o", "--output-file"):
+            opts.output_file = value(name)
+        elif name == "--select":
+            opts.select = (opts.select or []) + _csv(value(name))
+        elif name == "--ignore":
+            opts.ignore += _csv(value(name))
+        elif name == "--threshold":
+            pair = value(name)
+            if "=" not in pair:
+                raise UsageError(f"--threshold expects KEY=VALUE, got {pair!r}")
+            key, raw = pair.split("=", 1)
+            opts.thresholds[key.strip()] = parse_value(raw)
+        elif name == "--config":
+            opts.config = value(name)
+        elif name == "-m" or (arg.startswith("-m") and len(arg) > 2 and not arg.startswith("--")):
+            opts.module = arg[2:] if len(arg) > 2 else value(name)
+            opts.args = args[i + 1:]
+            return opts
+        elif arg == "--":
+            if i + 1 >= len(args):
+                raise UsageError("missing SCRIPT after --")
+            opts.script = args[i + 1]
+            opts.args = args[i + 2:]
+            return opts
+        elif arg.startswith("-") and arg != "-":
+            raise UsageError(f"unknown option {arg!r}")
+        else:
+            opts.script = arg
+            opts.args = args[i + 1:]
+            return opts
+        i += 1
+    raise UsageError("missing SCRIPT or -m MODULE")
+
+
+def _settings(opts: RunOptions) -> tuple[list[str] | None, list[str], dict[str, Any]]:
+    """select/ignore/thresholds from [tool.traindoctor], overridden by the command line."""
+    from traindoctor.config import load_settings
+    from traindoctor.registry import select_codes
+
+    start = [opts.script] if opts.script else None
+    settings = load_settings(start, opts.config)
+    select = opts.select if opts.select is not None else settings.select
+    ignore = list(settings.ignore) + list(opts.ignore)
+    thresholds = dict(settings.thresholds)
+    thresholds.update(opts.thresholds)
+    select_codes(select, ignore)  # raises UnknownCodeError for a bad selector
+    return select, ignore, thresholds
+
+
+def _exit_code(exc: SystemExit) -> int:
+    """The process exit code Python would use for ``sys.exit(code)``."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, bool):
+        return int(code)
+    if isinstance(code, int):
+        return code & 0xFF if code >= 0 else code % 256
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _print_user_traceback(exc: BaseException) -> None:
+    """Print the traceback without the doctor's own frames at its top (as ``python x.py`` would)."""
+    import traindoctor
+
+    ours = os.path.dirname(os.path.abspath(traindoctor.__file__)) + os.sep
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if filename.startswith(ours) or os.path.basename(filename) == "runpy.py":
+            tb = tb.tb_next
+            continue
+        break
+    traceback.print_exception(type(exc), exc, tb)
+    sys.stderr.flush()
+
+
+def _run_target(opts: RunOptions) -> None:
+    """Run the script or module as ``__main__`` with the script's argv and path."""
+    if opts.module:
+        sys.argv = [opts.module, *opts.args]  # runpy replaces argv[0] with the module's file
+        sys.path[0:0] = [os.getcwd()]
+        runpy.run_module(opts.module, run_name="__main__", alter_sys=True)
+    else:
+        script = opts.script or ""
+        sys.argv = [script, *opts.args]
+        sys.path[0:0] = [os.path.dirname(os.path.abspath(script))]
+        runpy.run_path(script, run_name="__main__")
+
+
+def _check_target(opts: RunOptions) -> str | None:
+    if opts.module:
+        import importlib.util
+
+        try:
+            spec = importlib.util.find_spec(opts.module)
+        except (ImportError, ValueError) as exc:
+            return f"No module named {opts.module} ({exc})"
+        if spec is None:
+            return f"No module named {opts.module}"
+        return None
+    script = opts.script or ""
+    if not os.path.exists(script):
+        return f"can't open file {os.path.abspath(script)!r}: [Errno 2] No such file or directory"
+    return None
+
+
+def _write(text: str, path: str | None) -> None:
+    if path:
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``traindoctor run``; returns the script's exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        opts = parse_args(argv)
+    except UsageError as exc:
+        sys.stderr.write(f"traindoctor run: {exc}\n\n{USAGE}")
+        return EXIT_USAGE
+    if opts.help:
+        sys.stdout.write(USAGE)
+        return 0
+    problem = _check_target(opts)
+    if problem:
+        sys.stderr.write(f"traindoctor run: {problem}\n")
+        return EXIT_USAGE
+    try:
+        select, ignore, thresholds = _settings(opts)
+    except ValueError as exc:  # ConfigError, UnknownCodeError
+        sys.stderr.write(f"traindoctor run: {exc}\n")
+        return EXIT_USAGE
+
+    from traindoctor.runtime.session import Session
+
+    session = Session(select=select, ignore=ignore, thresholds=thresholds)
+    saved_argv, saved_path = list(sys.argv), list(sys.path)
+    code = 0
+    exc_type: type[BaseException] | None = None
+    session.start()
+    try:
+        _run_target(opts)
+    except SystemExit as exc:
+        code = _exit_code(exc)
+    except KeyboardInterrupt as exc:
+        exc_type = KeyboardInterrupt
+        _print_user_traceback(exc)
+        code = EXIT_INTERRUPTED
+    except BaseException as exc:  # the script's own error: print it as Python would
+        _print_user_traceback(exc)
+        code = 1
+    finally:
+        sys.argv[:] = saved_argv
+        sys.path[:] = saved_path
+        sys.stdout.flush()
+        session.stop(exc_type)
+    return _report(session, opts, code)
+
+
+def _report(session: Any, opts: RunOptions, code: int) -> int:
+    """Write the report (rank 0 only under torchrun, merged over the ranks); fail-open."""
+    try:
+        from traindoctor.runtime import distributed
+        from traindoctor.runtime.report import render_json, render_text
+
+        report = session.report_dict()
+        report["environment"]["command"] = (
+            ["-m", opts.module] if opts.module else [opts.script]
+        ) + list(opts.args)
+        report["environment"]["exit_code"] = code
+        if distributed.is_distributed():
+            merged = distributed.gather(
+                report,
+                rank=session.rank,
+                world_size=session.world_size,
+                local_world_size=session.local_world_size,
+                timeout_s=float(session.thresholds.get("distributed.wait_s", distributed.DEFAULT_WAIT_S)),
+            )
+            if merged is None:
+                return code
+            report = merged
+        text = render_json(report) if opts.output_format == "json" else render_text(report)
+        _write(text, opts.output_file)
+    except Exception as exc:  # the report must never change the script's exit code
+        sys.stderr.write(f"traindoctor run: could not write the report: {type(exc).__name__}: {exc}\n")
+    return code

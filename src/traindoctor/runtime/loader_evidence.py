@@ -1,0 +1,150 @@
+"""Numbers the data-loading monitors (TD101-TD106, TD603) judge from. Never imports torch.
+
+The dataloader probe keeps raw counters on each :class:`~traindoctor.runtime.probes.dataloader.
+LoaderInfo`; this module turns them into the evidence the rules report, so every rule computes
+"data-wait share" the same way.
+
+* *wait*: time the loop spent inside ``next(iterator)`` for this loader.
+* *active time*: from ``iter(loader)`` to the last batch of each epoch, summed over epochs.
+* *compute per batch*: ``(active - wait) / batches``: what the loop did with each batch.
+* For loaders with workers, the first batch of each epoch is excluded from the steady numbers
+  (it pays worker start-up, which TD103 judges separately).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+
+@dataclass(frozen=True)
+class LoaderTiming:
+    """Steady-state data-wait numbers of one loader."""
+
+    batches: int
+    wait_s: float
+    active_s: float
+
+    @property
+    def wait_share(self) -> float:
+        return self.wait_s / self.active_s if self.active_s > 0 else 0.0
+
+    @property
+    def wait_ms_per_batch(self) -> float:
+        return 1000.0 * self.wait_s / self.batches if self.batches else 0.0
+
+    @property
+    def compute_ms_per_batch(self) -> float:
+        if not self.batches:
+            return 0.0
+        return 1000.0 * max(self.active_s - self.wait_s, 0.0) / self.batches
+
+
+def loader_timing(info: Any) -> LoaderTiming:
+    """Steady-state timing of a loader (see the module docstring)."""
+    if info.num_workers > 0:
+        return LoaderTiming(
+            batches=info.steady_batches,
+            wait_s=max(info.steady_wait_s, 0.0),
+            active_s=max(info.active_s - info.first_wait_s, 0.0),
+        )
+    return LoaderTiming(batches=info.batches, wait_s=info.wait_s, active_s=info.active_s)
+
+
+def worker_budget(session: Any) -> int:
+    """Loader workers one process can keep busy: its cores (shared between the local ranks when
+    they all may run on every core), minus one for the training process itself; at least 1."""
+    return max(cores_per_rank(session) - 1, 1)
+
+
+def cores_per_rank(session: Any) -> int:
+    """Cores this process may use. Under torchrun without CPU binding every rank may use every
+    core, so the machine's cores are shared by the local ranks; with binding (the affinity is
+    already smaller than the machine), the affinity is this rank's share."""
+    cores = int(session.cpu_count)
+    local = max(int(session.local_world_size), 1)
+    if local > 1 and cores >= int(session.machine_cores):
+        return max(cores // local, 1)
+    return max(cores, 1)
+
+
+def recommended_workers(timing: LoaderTiming, current: int, session: Any) -> int:
+    """Workers needed so that batches arrive as fast as the loop consumes them, within budget.
+
+    With ``w`` workers each taking ``f`` per batch, batches arrive every ``f / w``; the loop needs
+    one every ``c`` (compute per batch). In the main process (``current == 0``) the wait *is* the
+    fetch; with ``current`` saturated workers, ``f`` is about ``current x (wait + c)``.
+    """
+    compute_ms = max(timing.compute_ms_per_batch, 0.5)
+    if current <= 0:
+        fetch_ms = timing.wait_ms_per_batch
+    else:
+        fetch_ms = current * (timing.wait_ms_per_batch + timing.compute_ms_per_batch)
+    needed = math.ceil(fetch_ms / compute_ms)
+    return max(1, min(needed, worker_budget(session)))
+
+
+def site(info: Any) -> dict[str, Any]:
+    """``filename``/``row`` keyword arguments for ``Monitor.report`` pointing at the loader."""
+    return {"filename": info.filename or "", "row": info.row}
+
+
+@dataclass(frozen=True)
+class LargeContainer:
+    """A big Python container found on a dataset object."""
+
+    path: str
+    type_name: str
+    items: int
+    approx_bytes: int
+
+
+def _approx_bytes(container: Any, items: int) -> int:
+    size = sys.getsizeof(container)
+    if isinstance(container, dict):
+        sample = list(container.items())[:64]
+        per = [sys.getsizeof(k) + sys.getsizeof(v) for k, v in sample]
+    else:
+        sample = list(container)[:64] if not isinstance(container, (list, tuple)) else container[:64]
+        per = [sys.getsizeof(x) for x in sample]
+    return size + (int(sum(per) / len(per) * items) if per else 0)
+
+
+def large_containers(dataset: Any, min_items: int, max_depth: int = 2) -> list[LargeContainer]:
+    """Python lists/tuples/dicts/sets with at least ``min_items`` items held by the dataset (and
+    datasets it wraps, e.g. ``Subset.dataset``), found through instance attributes only."""
+    found: list[LargeContainer] = []
+    seen: set[int] = set()
+
+    def visit(obj: Any, path: str, depth: int) -> None:
+        if id(obj) in seen or depth > max_depth:
+            return
+        seen.add(id(obj))
+        attrs = getattr(obj, "__dict__", None)
+        if not isinstance(attrs, dict):
+            return
+        for name in sorted(attrs):
+            value = attrs[name]
+            where = f"{path}.{name}"
+            if isinstance(value, (list, tuple, dict, set, frozenset)):
+                n = len(value)
+                if n >= min_items:
+                    found.append(LargeContainer(where, type(value).__name__, n, _approx_bytes(value, n)))
+                elif isinstance(value, (list, tuple)) and name == "datasets":
+                    for i, child in enumerate(value[:16]):
+                        visit(child, f"{where}[{i}]", depth + 1)
+            elif _looks_like_dataset(value):
+                visit(value, where, depth + 1)
+
+    visit(dataset, "dataset", 0)
+    return found
+
+
+def _looks_like_dataset(obj: Any) -> bool:
+    return any(cls.__name__ in ("Dataset", "IterableDataset") for cls in type(obj).__mro__)
+
+
+def loaders_with_workers(infos: Iterable[Any]) -> list[Any]:
+    return [i for i in infos if i.num_workers > 0 and i.spawns > 0]

@@ -1,0 +1,172 @@
+"""Rendering the runtime report: JSON (machine) and text (findings, then a compact profile).
+
+Both render the same report dictionary (``Session.report_dict()``, or the merged report of a
+distributed run): ``{"findings": [Finding.to_dict(), ...], "profile": {...}, "environment":
+{...}, "notes": [...], "partial": bool}``. Findings print like the static checker's
+(``path:row: TD102 message``) followed by their evidence, one ``key: value`` per line.
+"""
+
+from __future__ import annotations
+
+import json
+import linecache
+import os
+from typing import Any, Mapping
+
+#: Short labels for the profile table, in display order.
+_ROWS = (
+    ("data_wait", "data wait", "data"),
+    ("transfer", "host-to-device", "transfer"),
+    ("compute", "compute", None),
+    ("optimizer", "optimizer step", None),
+)
+
+
+def render_json(report: Mapping[str, Any]) -> str:
+    """The report as indented JSON (keys in a fixed order, findings sorted)."""
+    return json.dumps(report, indent=2, default=str) + "\n"
+
+
+def _relpath(path: str) -> str:
+    if not path or path.startswith("<"):
+        return path
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # pragma: no cover - other drive on Windows
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def format_value(value: Any) -> str:
+    """Evidence values: 4 significant digits for floats, inline ``k=v`` for small mappings."""
+    if isinstance(value, bool) or value is None:
+        return str(value).lower() if isinstance(value, bool) else "null"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={format_value(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(format_value(v) for v in value) + "]"
+    return str(value)
+
+
+def _finding_lines(finding: Mapping[str, Any]) -> list[str]:
+    loc = finding.get("location") or {}
+    filename = finding.get("filename") or ""
+    row = loc.get("row")
+    where = _relpath(filename)
+    if where and row:
+        where = f"{where}:{row}:{loc.get('column', 1)}:"
+    elif where:
+        where = f"{where}:"
+    step = finding.get("step")
+    at_step = f" (step {step})" if step else ""
+    lines = [f"{where} {finding['code']} {finding['message']}{at_step}".lstrip()]
+    if filename and row:
+        source = linecache.getline(filename, row).rstrip()
+        if source:
+            lines.append(f" {row} | {source}")
+    evidence = finding.get("evidence") or {}
+    per_rank = evidence.get("per_rank") if isinstance(evidence, Mapping) else None
+    shown = [(k, v) for k, v in evidence.items() if k != "per_rank"]
+    if shown or per_rank:
+        lines.append("  evidence:")
+    for key, value in shown:
+        lines.append(f"    {key}: {format_value(value)}")
+    if isinstance(per_rank, Mapping):
+        for rank, values in per_rank.items():
+            lines.append(f"    rank {rank}: {format_value(values)}")
+    if finding.get("help"):
+        lines.append(f"  help: {finding['help']}")
+    return lines
+
+
+def _bytes(n: Any) -> str:
+    if not n:
+        return "n/a"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"  # pragma: no cover
+
+
+def _profile_lines(profile: Mapping[str, Any]) -> list[str]:
+    if not profile:
+        return []
+    steps = profile.get("steps", 0)
+    lines = [
+        f"Profile: {profile.get('verdict', 'unknown')} "
+        f"({profile.get('steady_steps', 0)} steady steps of {steps}, "
+        f"{profile.get('warmup_steps', 0)} warm-up)"
+    ]
+    if profile.get("reason"):
+        lines.append(f"  {profile['reason']}")
+    per = profile.get("per_step_ms") or {}
+    shares = profile.get("shares") or {}
+    if profile.get("steady_steps"):
+        lines.append(f"  {'per step':<16}{'ms':>10}{'share':>8}")
+        step = per.get("step") or 0.0
+        for key, label, _share_key in _ROWS:
+            ms = per.get(key) or 0.0
+            share = f"{ms / step:.0%}" if step else "-"
+            lines.append(f"  {label:<16}{ms:>10.3f}{share:>8}")
+        lines.append(f"  {'step (mean)':<16}{step:>10.3f}{'100%':>8}")
+        if per.get("device") is not None:
+            lines.append(f"  {'device (CUDA)':<16}{per['device']:>10.3f}")
+    extras = []
+    if profile.get("samples_per_s"):
+        extras.append(f"throughput {profile['samples_per_s']:.1f} samples/s")
+    if profile.get("backward_per_step") not in (None, 1.0):
+        extras.append(f"{profile['backward_per_step']:g} backward calls per step")
+    mem = profile.get("memory") or {}
+    if mem.get("cuda_reserved_peak_bytes"):
+        extras.append(
+            f"peak CUDA {_bytes(mem.get('cuda_allocated_peak_bytes'))} allocated / "
+            f"{_bytes(mem['cuda_reserved_peak_bytes'])} reserved of {_bytes(mem.get('cuda_total_bytes'))}"
+        )
+    if mem.get("rss_peak_bytes"):
+        extras.append(f"peak RSS {_bytes(mem['rss_peak_bytes'])}")
+    if extras:
+        lines.append("  " + "; ".join(extras))
+    for rank, summary in (profile.get("per_rank") or {}).items():
+        lines.append(f"  rank {rank}: {format_value(summary)}")
+    return lines
+
+
+def render_text(report: Mapping[str, Any]) -> str:
+    """Findings (as the static checker prints them, plus evidence), then the profile."""
+    findings = report.get("findings") or []
+    out: list[str] = []
+    if report.get("partial"):
+        out.append("traindoctor: partial report (the run was interrupted)")
+    for finding in findings:
+        out.extend(_finding_lines(finding))
+    if findings:
+        counts: dict[str, int] = {}
+        for f in findings:
+            counts[f["severity"]] = counts.get(f["severity"], 0) + 1
+        detail = ", ".join(
+            f"{counts[s]} {s}{'s' if counts[s] != 1 else ''}"
+            for s in ("error", "warning", "info") if s in counts
+        )
+        noun = "finding" if len(findings) == 1 else "findings"
+        out.append(f"Found {len(findings)} runtime {noun} ({detail}).")
+    else:
+        out.append("No runtime findings.")
+    out.append("")
+    out.extend(_profile_lines(report.get("profile") or {}))
+    env = report.get("environment") or {}
+    if env.get("world_size", 1) and env.get("world_size", 1) > 1:
+        merged = env.get("ranks_merged")
+        missing = env.get("ranks_missing")
+        text = f"Distributed: world size {env['world_size']}"
+        if merged is not None:
+            text += f", ranks merged {merged}"
+        if missing:
+            text += f", ranks missing {missing}"
+        out.append(text)
+    for note in report.get("notes") or []:
+        out.append(f"traindoctor note: {note}")
+    return "\n".join(out).rstrip("\n") + "\n"
