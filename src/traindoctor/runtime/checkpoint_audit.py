@@ -1,0 +1,388 @@
+"""What a ``torch.save``\\ d object holds, compared with the live training objects (TD501-TD504).
+
+The object is walked in place (dicts, lists, tuples; a bounded number of nodes): nothing is
+copied, converted or moved. It is recognised by structure, not by key names:
+
+* model weights: a mapping whose keys cover at least half of a live root model's
+  ``state_dict()`` keys (ignoring ``module.`` / ``_orig_mod.`` wrapper prefixes), or a mapping
+  of tensors whose keys are all keys of a live model (a partial save, e.g. adapters), or a live
+  ``nn.Module`` itself;
+* optimizer state: a mapping with ``state`` and ``param_groups`` (a list of dicts with
+  ``params``), or an ``Optimizer``; it is matched to a live optimizer by group sizes;
+* scheduler state: a mapping with ``last_epoch`` and ``base_lrs`` or ``_last_lr``, or a scheduler;
+* GradScaler state: a mapping with ``scale`` and ``growth_factor``, or a ``GradScaler``;
+* RNG states: a CPU ``uint8`` tensor the size of ``torch.get_rng_state()`` (torch), ``uint8``
+  tensors of CUDA generator state size (cuda), ``('MT19937', array, ...)`` or a bit-generator
+  state dict or a ``RandomState``/``Generator`` (numpy), ``(3, <625 ints>, None)`` (python).
+
+Which RNG streams the run actually draws from is decided by :class:`RngUse`: it snapshots each
+global generator's state when training starts and compares at save time (reading a generator's
+state never advances it).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_NODES = 20000
+MAX_DEPTH = 8
+#: Key words that make an integer entry look like a data position (step / batch index).
+POSITION_WORDS = ("step", "iter", "batch", "position", "sample", "index", "idx", "cursor", "offset", "sampler", "loader")
+CUDA_STATE_NUMEL = 16
+
+
+@dataclass
+class Contents:
+    """What one saved object holds."""
+
+    models: list[Any] = field(default_factory=list)
+    optimizer_states: list[tuple[int, ...]] = field(default_factory=list)
+    optimizer_objects: list[Any] = field(default_factory=list)
+    has_scheduler: bool = False
+    has_scaler: bool = False
+    rng: set[str] = field(default_factory=set)
+    #: Keys of integer leaves outside recognised state dicts (``epoch``, ``step``, ...).
+    int_keys: list[str] = field(default_factory=list)
+    nodes: int = 0
+
+    @property
+    def has_model(self) -> bool:
+        return bool(self.models)
+
+    @property
+    def has_optimizer(self) -> bool:
+        return bool(self.optimizer_states or self.optimizer_objects)
+
+    @property
+    def is_training_checkpoint(self) -> bool:
+        """Model weights plus something for resuming (beyond a bare weights export)."""
+        return self.has_model and (
+            self.has_optimizer or self.has_scheduler or self.has_scaler or bool(self.rng) or bool(self.int_keys)
+        )
+
+    def has_position(self) -> bool:
+        return any(any(w in key.lower() for w in POSITION_WORDS) for key in self.int_keys)
+
+
+def _strip(key: str) -> str:
+    for prefix in ("module.", "_orig_mod."):
+        while key.startswith(prefix):
+            key = key[len(prefix):]
+    return key
+
+
+class _ModelKeys:
+    """Normalised ``state_dict`` key sets of the live models, computed once per save."""
+
+    def __init__(self, models: list[Any]) -> None:
+        self.models = models
+        self._keys: list[set[str]] | None = None
+
+    def keys(self) -> list[set[str]]:
+        if self._keys is None:
+            out = []
+            for model in self.models:
+                try:
+                    out.append({_strip(k) for k in model.state_dict().keys()})
+                except Exception:
+                    out.append(set())
+            self._keys = out
+        return self._keys
+
+
+def audit(obj: Any, models: list[Any]) -> Contents:
+    """Walk ``obj`` (in place) and say what it holds; ``models`` are the live root models."""
+    import torch
+
+    contents = Contents()
+    model_keys = _ModelKeys(models)
+    cpu_rng_numel = int(torch.default_generator.get_state().numel())
+    np_mod = sys.modules.get("numpy")
+    stack: list[tuple[Any, int, str]] = [(obj, 0, "")]
+    seen: set[int] = set()
+    while stack and contents.nodes < MAX_NODES:
+        node, depth, key = stack.pop()
+        contents.nodes += 1
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, torch.Tensor):
+            _tensor_rng(node, cpu_rng_numel, contents)
+            continue
+        if isinstance(node, bool):
+            continue
+        if isinstance(node, int):
+            if key:
+                contents.int_keys.append(key)
+            continue
+        if isinstance(node, torch.nn.Module):
+            _module(node, models, contents)
+            continue
+        if isinstance(node, torch.optim.Optimizer):
+            contents.optimizer_objects.append(node)
+            continue
+        if _is_scheduler(node):
+            contents.has_scheduler = True
+            continue
+        if type(node).__name__ == "GradScaler":
+            contents.has_scaler = True
+            continue
+        if np_mod is not None and _numpy_rng(node, np_mod):
+            contents.rng.add("numpy")
+            continue
+        if isinstance(node, dict):
+            if _classify_mapping(node, model_keys, contents):
+                continue
+            if depth < MAX_DEPTH:
+                for k, v in node.items():
+                    stack.append((v, depth + 1, str(k)))
+            continue
+        if isinstance(node, (list, tuple)):
+            if _python_rng(node):
+                contents.rng.add("python")
+                continue
+            if depth < MAX_DEPTH:
+                for v in node:
+                    stack.append((v, depth + 1, key))
+    return contents
+
+
+def _tensor_rng(t: Any, cpu_numel: int, contents: Contents) -> None:
+    import torch
+
+    if t.dtype is not torch.uint8 or t.dim() != 1 or t.device.type != "cpu":
+        return
+    n = t.numel()
+    if n == cpu_numel:
+        contents.rng.add("torch")
+    elif n == CUDA_STATE_NUMEL:
+        contents.rng.add("cuda")
+
+
+def _module(node: Any, models: list[Any], contents: Contents) -> None:
+    for model in models:
+        if node is model:
+            contents.models.append(model)
+            return
+        try:
+            if any(m is node for m in model.modules()) or any(m is model for m in node.modules()):
+                contents.models.append(model)
+                return
+        except Exception:
+            continue
+
+
+def _is_scheduler(node: Any) -> bool:
+    try:
+        from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
+
+        return isinstance(node, (LRScheduler, ReduceLROnPlateau))
+    except Exception:  # pragma: no cover
+        return False
+
+
+def _numpy_rng(node: Any, np: Any) -> bool:
+    if isinstance(node, (np.random.RandomState, np.random.Generator)):
+        return True
+    if isinstance(node, tuple) and len(node) == 5 and node[0] == "MT19937":
+        return True
+    if isinstance(node, dict) and "bit_generator" in node and "state" in node:
+        return True
+    return False
+
+
+def _python_rng(node: Any) -> bool:
+    return (
+        isinstance(node, tuple)
+        and len(node) == 3
+        and node[0] == 3
+        and isinstance(node[1], tuple)
+        and len(node[1]) == 625
+    )
+
+
+def _classify_mapping(node: dict, model_keys: _ModelKeys, contents: Contents) -> bool:
+    """Recognise a state dict; True when ``node`` was consumed (no need to descend)."""
+    import torch
+
+    keys = node.keys()
+    if "state" in keys and "param_groups" in keys and isinstance(node.get("param_groups"), list):
+        sizes = []
+        for group in node["param_groups"]:
+            params = group.get("params", []) if isinstance(group, dict) else []
+            sizes.append(len(params) if isinstance(params, (list, tuple)) else 0)
+        contents.optimizer_states.append(tuple(sizes))
+        return True
+    if "last_epoch" in keys and ("base_lrs" in keys or "_last_lr" in keys):
+        contents.has_scheduler = True
+        return True
+    if "scale" in keys and "growth_factor" in keys:
+        contents.has_scaler = True
+        return True
+    if not node or not all(isinstance(k, str) for k in keys):
+        return False
+    tensors = sum(1 for v in node.values() if isinstance(v, torch.Tensor))
+    if tensors == 0:
+        return False
+    names = {_strip(k) for k in keys}
+    for model, mkeys in zip(model_keys.models, model_keys.keys()):
+        if not mkeys:
+            continue
+        overlap = len(names & mkeys)
+        if overlap * 2 >= len(mkeys) or (overlap == len(names) and tensors == len(node)):
+            if model not in contents.models:
+                contents.models.append(model)
+            return True
+    return False
+
+
+class RngUse:
+    """Which global RNG streams the run draws from after training started.
+
+    :meth:`snapshot` stores the states (once, at the first optimizer step); :meth:`used` compares
+    with the current states. Reading a state does not advance a generator.
+    """
+
+    def __init__(self) -> None:
+        self.taken = False
+        self._torch: Any = None
+        self._cuda: Any = None
+        self._numpy: Any = None
+        self._python: Any = None
+
+    def snapshot(self, uses_cuda: bool) -> None:
+        import random
+
+        import torch
+
+        self.taken = True
+        self._torch = torch.get_rng_state()
+        self._python = random.getstate()
+        np = sys.modules.get("numpy")
+        if np is not None:
+            try:
+                self._numpy = np.random.get_state(legacy=True)[1].copy()
+            except Exception:  # pragma: no cover
+                self._numpy = None
+        if uses_cuda and torch.cuda.is_available() and torch.cuda.is_initialized():
+            try:
+                self._cuda = [s.clone() for s in torch.cuda.get_rng_state_all()]
+            except Exception:  # pragma: no cover
+                self._cuda = None
+
+    def used(self) -> list[str]:
+        import random
+
+        import torch
+
+        if not self.taken:
+            return []
+        out = []
+        if self._torch is not None and not torch.equal(self._torch, torch.get_rng_state()):
+            out.append("torch")
+        if self._cuda is not None:
+            try:
+                now = torch.cuda.get_rng_state_all()
+                if len(now) != len(self._cuda) or any(not torch.equal(a, b) for a, b in zip(self._cuda, now)):
+                    out.append("cuda")
+            except Exception:  # pragma: no cover
+                pass
+        np = sys.modules.get("numpy")
+        if np is not None and self._numpy is not None:
+            try:
+                if not np.array_equal(self._numpy, np.random.get_state(legacy=True)[1]):
+                    out.append("numpy")
+            except Exception:  # pragma: no cover
+                pass
+        if self._python is not None and random.getstate() != self._python:
+            out.append("python")
+        return out
+
+
+def contents_for(session: Any, obj: Any) -> Contents:
+    """The audit of ``obj`` for this save, shared by the TD501-TD504 monitors.
+
+    The checkpoint probe clears the cache after each ``on_checkpoint_save`` emit, so a cached
+    entry never outlives the save it belongs to (and never keeps ``obj`` alive).
+    """
+    from traindoctor.runtime.live import session_state
+
+    cache: dict[str, Any] = session_state(session, "checkpoint_audit", dict)
+    if cache.get("obj") is obj:
+        return cache["contents"]
+    models = []
+    try:
+        models = sorted(session.models, key=lambda m: (type(m).__name__, id(m)))
+    except Exception:
+        pass
+    contents = audit(obj, models)
+    cache["obj"] = obj
+    cache["contents"] = contents
+    return contents
+
+
+def clear_cache(session: Any) -> None:
+    from traindoctor.runtime.live import session_state
+
+    session_state(session, "checkpoint_audit", dict).clear()
+
+
+def saved_param_ids(contents: Contents) -> set[int]:
+    """Ids of the parameters of the live models found in a checkpoint."""
+    out: set[int] = set()
+    for model in contents.models:
+        try:
+            out.update(id(p) for p in model.parameters())
+        except Exception:
+            continue
+    return out
+
+
+def optimizer_sizes(optimizer: Any) -> tuple[int, ...]:
+    return tuple(len(g.get("params", [])) for g in optimizer.param_groups)
+
+
+def relevant_optimizers(session: Any, contents: Contents) -> list[Any]:
+    """Live optimizers that update parameters of the models in the checkpoint."""
+    ids = saved_param_ids(contents)
+    out = []
+    for opt in getattr(session, "optimizers", []) or []:
+        try:
+            if any(id(p) in ids for g in opt.param_groups for p in g.get("params", [])):
+                out.append(opt)
+        except Exception:
+            continue
+    return out
+
+
+def missing_optimizers(session: Any, contents: Contents) -> list[Any]:
+    """Relevant live optimizers whose state is not in the checkpoint (matched by group sizes)."""
+    states = list(contents.optimizer_states)
+    missing = []
+    for opt in relevant_optimizers(session, contents):
+        if any(o is opt for o in contents.optimizer_objects):
+            continue
+        sizes = optimizer_sizes(opt)
+        if sizes in states:
+            states.remove(sizes)
+            continue
+        missing.append(opt)
+    return missing
+
+
+def mid_epoch_position(session: Any) -> tuple[int, int] | None:
+    """(batches into the epoch, batches per epoch) of a loader caught mid-epoch, else None."""
+    for info in getattr(session, "loaders", []) or []:
+        try:
+            if not getattr(info, "_epoch_open", False):
+                continue
+            done = int(getattr(info, "_epoch_batches", 0))
+            loader = info.loader
+            total = len(loader) if loader is not None else 0
+            if 0 < done < total:
+                return done, total
+        except Exception:
+            continue
+    return None

@@ -1,0 +1,87 @@
+"""Checkpoint probe: ``torch.save`` calls and the LR schedulers that exist in the run.
+
+``torch.save`` (the ``torch`` and ``torch.serialization`` attributes) is wrapped: the original
+runs first with the very same arguments, so the file written is byte-for-byte what it would be
+unwatched; only after it returned does the probe emit ``on_checkpoint_save(obj, path, site)``.
+Monitors inspect ``obj`` in place (keys, types, tensor identity); nothing is copied or converted.
+Saves into unnamed in-memory buffers (``io.BytesIO``, used for deep copies) are emitted with
+``path=None`` and monitors ignore them.
+
+LR schedulers are seen at construction (``LRScheduler.__init__`` and ``ReduceLROnPlateau.__init__``,
+which does not call its base's ``__init__``): ``on_scheduler_created(scheduler, site)``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+from traindoctor.runtime.live import describe_path, user_site
+from traindoctor.runtime.probes.base import Probe
+
+
+class CheckpointProbe(Probe):
+    """Reports ``torch.save`` calls and LR scheduler construction."""
+
+    name = "checkpoint"
+    order = 70
+
+    def install(self, session: Any) -> None:
+        super().install(session)
+        import torch
+        import torch.serialization as serialization
+        from torch.optim import lr_scheduler
+
+        self._saving = 0
+        for owner in (torch, serialization):
+            self.patch(owner, "save", self._wrap_save)
+        for cls in (lr_scheduler.LRScheduler, lr_scheduler.ReduceLROnPlateau):
+            if "__init__" in vars(cls):
+                self.patch(cls, "__init__", self._wrap_scheduler_init)
+
+    def _wrap_save(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        probe = self
+
+        @functools.wraps(original)
+        def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+            probe._saving += 1
+            try:
+                result = original(obj, f, *args, **kwargs)
+            finally:
+                probe._saving -= 1
+            if probe._saving == 0:
+                try:
+                    probe._emit("on_checkpoint_save", obj, describe_path(f), site=user_site(2))
+                except Exception as exc:  # fail-open
+                    probe.fail("torch.save", exc)
+                try:
+                    probe._forget()
+                except Exception as exc:  # fail-open
+                    probe.fail("torch.save cleanup", exc)
+            return result
+
+        return save
+
+    def _wrap_scheduler_init(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        probe = self
+
+        @functools.wraps(original)
+        def __init__(scheduler: Any, *args: Any, **kwargs: Any) -> None:
+            original(scheduler, *args, **kwargs)
+            try:
+                probe._emit("on_scheduler_created", scheduler, site=user_site(2))
+            except Exception as exc:  # fail-open
+                probe.fail("LRScheduler.__init__", exc)
+
+        return __init__
+
+    def _forget(self) -> None:
+        """Drop the monitors' shared audit of the object just saved (never keep it alive)."""
+        if self.session is not None:
+            from traindoctor.runtime.checkpoint_audit import clear_cache
+
+            clear_cache(self.session)
+
+    def _emit(self, hook: str, *args: Any, **kwargs: Any) -> None:
+        if self.session is not None:
+            self.session.emit(hook, *args, **kwargs)

@@ -1,0 +1,217 @@
+"""Module probe: what BatchNorm, convolution, Dropout and Linear layers see at forward time.
+
+Patched at the class level (``_BatchNorm.forward``, ``Conv2d.forward``, ...), not with hooks on
+the user's module objects: class patches cost nothing for the other layers, never end up inside a
+pickled or deep-copied model, and keep ``torch.jit.script`` working (the wrapper carries
+``__wrapped__``). A global ``register_module_forward_hook`` would push every module of the model
+onto PyTorch's slow call path.
+
+Per forward the probe only updates a counter keyed by (input shape, device type, train mode, grad
+mode) in :class:`ModuleStats`; monitors read those aggregates at the end of the run. Some forwards
+are also emitted as ``on_module_forward`` events because their *order* relative to ``backward()``
+matters (TD701/TD702): a train-mode forward with autograd off (of a BN/Dropout layer whose mode
+matters), an eval-mode forward that records an autograd graph, and the first forward of a layer
+after its (train mode, grad mode) changed. Healthy training emits only at mode switches. A monitor that wants the
+user's line calls :func:`traindoctor.runtime.live.forward_call_site` inside the event.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from traindoctor.runtime.live import session_state
+from traindoctor.runtime.probes.base import Probe
+
+#: Distinct signatures kept per layer; further new ones only bump ``overflow``.
+MAX_SIGNATURES = 64
+
+Shape = tuple[int, ...]
+#: (input shape, device type, training, grad enabled)
+Signature = tuple[Shape | None, str, bool, bool]
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardInfo:
+    """One notable forward, as passed to ``Monitor.on_module_forward``."""
+
+    kind: str
+    shape: Shape | None
+    device_type: str
+    training: bool
+    grad_enabled: bool
+    builds_graph: bool
+    #: Whether the layer actually behaves differently in train mode (BN tracking running
+    #: statistics, Dropout with p > 0).
+    mode_sensitive: bool
+
+
+@dataclass(slots=True)
+class LayerStats:
+    """Forward counts of one layer, keyed by :data:`Signature`."""
+
+    kind: str
+    type_name: str
+    ref: Any
+    counts: dict[Signature, int] = field(default_factory=dict)
+    overflow: int = 0
+    #: (training, grad enabled) of the previous forward.
+    last_mode: tuple[bool, bool] | None = None
+
+    def module(self) -> Any:
+        return self.ref()
+
+    def total(self, *, training: bool | None = None, grad: bool | None = None) -> int:
+        return sum(
+            n
+            for (shape, dev, tr, gr), n in self.counts.items()
+            if (training is None or tr == training) and (grad is None or gr == grad)
+        )
+
+
+class ModuleStats:
+    """Per-session aggregate of layer forwards (see module docstring)."""
+
+    def __init__(self) -> None:
+        self.layers: dict[int, LayerStats] = {}
+
+    def record(
+        self, module: Any, kind: str, shape: Shape | None, device_type: str, training: bool, grad: bool
+    ) -> LayerStats:
+        """Count one forward. Also the entry point tests use to replay recorded events."""
+        key = id(module)
+        rec = self.layers.get(key)
+        if rec is None or rec.ref() is not module:
+            rec = LayerStats(kind, type(module).__name__, _ref(module))
+            self.layers[key] = rec
+        sig = (shape, device_type, training, grad)
+        counts = rec.counts
+        n = counts.get(sig)
+        if n is not None:
+            counts[sig] = n + 1
+        elif len(counts) < MAX_SIGNATURES:
+            counts[sig] = 1
+        else:
+            rec.overflow += 1
+        return rec
+
+    def of_kind(self, *kinds: str) -> list[LayerStats]:
+        """Live layers of the given kinds, in first-seen order."""
+        return [rec for rec in self.layers.values() if rec.kind in kinds and rec.ref() is not None]
+
+
+def _ref(module: Any) -> Any:
+    try:
+        return weakref.ref(module)
+    except TypeError:  # pragma: no cover - modules are always weak-referenceable
+        return lambda: module
+
+
+def module_stats(session: Any) -> ModuleStats:
+    """The session's :class:`ModuleStats` (shared by the probe and the monitors)."""
+    return session_state(session, "module_stats", ModuleStats)
+
+
+def mode_sensitive(module: Any, kind: str) -> bool:
+    """Whether train vs eval mode changes what this layer computes or updates."""
+    if kind in ("batchnorm", "syncbatchnorm"):
+        return bool(getattr(module, "track_running_stats", False)) and getattr(
+            module, "running_mean", None
+        ) is not None
+    if kind == "dropout":
+        return float(getattr(module, "p", 0.0) or 0.0) > 0.0
+    return False
+
+
+def _patch_targets() -> list[tuple[Any, str]]:
+    import torch.nn as nn
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    targets: list[tuple[Any, str]] = [
+        (_BatchNorm, "batchnorm"),
+        (nn.SyncBatchNorm, "syncbatchnorm"),
+        (nn.Linear, "linear"),
+    ]
+    for name in ("Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"):
+        targets.append((getattr(nn, name), "conv"))
+    for name in ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout"):
+        cls = getattr(nn, name, None)
+        if cls is not None:
+            targets.append((cls, "dropout"))
+    # Only classes that define forward themselves (subclasses inherit the patched one).
+    return [(cls, kind) for cls, kind in targets if "forward" in vars(cls)]
+
+
+class ModuleProbe(Probe):
+    """Counts layer forwards by shape and mode; emits train/eval-mode anomalies."""
+
+    name = "modules"
+    order = 60
+
+    def install(self, session: Any) -> None:
+        super().install(session)
+        import torch
+
+        self.stats = module_stats(session)
+        self._torch = torch
+        self._is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
+        self._is_grad_enabled = torch.is_grad_enabled
+        self._tensor = torch.Tensor
+        for cls, kind in _patch_targets():
+            self.patch(cls, "forward", functools.partial(self._wrap, kind=kind))
+
+    def _wrap(self, original: Callable[..., Any], *, kind: str) -> Callable[..., Any]:
+        probe = self
+
+        @functools.wraps(original)
+        def forward(module: Any, *args: Any, **kwargs: Any) -> Any:
+            if not probe._is_compiling():
+                try:
+                    probe._seen(module, kind, args[0] if args else kwargs.get("input"))
+                except Exception as exc:  # fail-open
+                    probe.fail("forward", exc)
+            return original(module, *args, **kwargs)
+
+        return forward
+
+    def _seen(self, module: Any, kind: str, x: Any) -> None:
+        if isinstance(x, self._tensor):
+            shape: Shape | None = tuple(x.shape)
+            device_type = x.device.type
+            x_requires_grad = x.requires_grad
+        else:
+            shape, device_type, x_requires_grad = None, "", False
+        training = module.training
+        grad = self._is_grad_enabled()
+        rec = self.stats.record(module, kind, shape, device_type, training, grad)
+        mode = (training, grad)
+        changed = rec.last_mode != mode
+        rec.last_mode = mode
+        if training == grad:
+            if not changed:
+                return  # ordinary training (train + grad) or evaluation (eval + no_grad)
+            builds_graph, sensitive = False, mode_sensitive(module, kind)
+        else:
+            builds_graph = grad and (
+                x_requires_grad
+                or any(p is not None and p.requires_grad for p in module._parameters.values())
+            )
+            sensitive = mode_sensitive(module, kind)
+            if not changed:
+                if training and not sensitive:
+                    return  # train mode under no_grad only matters for BN statistics and Dropout
+                if not training and not builds_graph:
+                    return  # eval mode, autograd on, nothing requires grad: no graph is built
+        info = ForwardInfo(
+            kind=kind,
+            shape=shape,
+            device_type=device_type,
+            training=training,
+            grad_enabled=grad,
+            builds_graph=builds_graph,
+            mode_sensitive=sensitive,
+        )
+        assert self.session is not None
+        self.session.emit("on_module_forward", module, info)

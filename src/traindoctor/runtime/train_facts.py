@@ -1,0 +1,174 @@
+"""Facts about the training loop that several monitors need: batch per forward, accumulation,
+effective batch, the learning-rate trace (TD201, TD202, TD203, TD206, TD602).
+
+The effective batch is ``samples per optimizer step x world size``. Samples per step come from the
+session's step records (samples the DataLoader delivered during the step, so gradient accumulation
+is included); when no loader was seen, from the per-forward batch that the layers saw times the
+``backward()`` calls per step.
+
+No torch import at module level.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from traindoctor.runtime.probes.modules import LayerStats, module_stats
+
+
+def most_common(counts: dict[int, int]) -> int | None:
+    """The value with the highest count (ties: the larger value)."""
+    if not counts:
+        return None
+    return max(counts.items(), key=lambda kv: (kv[1], kv[0]))[0]
+
+
+def leading_dims(layers: list[LayerStats], *, training: bool = True, grad: bool | None = True,
+                 ndim: int | None = None) -> dict[int, int]:
+    """Counts of the input's leading dimension over the forwards of ``layers``."""
+    out: dict[int, int] = {}
+    for rec in layers:
+        for (shape, _dev, tr, gr), n in rec.counts.items():
+            if shape is None or not shape or tr != training or (grad is not None and gr != grad):
+                continue
+            if ndim is not None and len(shape) != ndim:
+                continue
+            out[shape[0]] = out.get(shape[0], 0) + n
+    return out
+
+
+def forward_batch(session: Any) -> int | None:
+    """The typical per-forward batch of training-mode forwards (first layer kinds that saw one)."""
+    stats = module_stats(session)
+    for kinds in (("batchnorm", "syncbatchnorm"), ("conv",), ("linear",)):
+        dims = leading_dims(stats.of_kind(*kinds))
+        if dims:
+            return most_common(dims)
+    return None
+
+
+@dataclass
+class StepFacts:
+    """Per-step counts collected by a monitor (backward calls, samples)."""
+
+    backward_calls: list[int] = field(default_factory=list)
+
+    def add(self, session: Any) -> None:
+        try:
+            self.backward_calls.append(int(session.backward_calls_this_step))
+        except Exception:
+            pass
+
+    def accumulation(self) -> int:
+        calls = [c for c in self.backward_calls if c > 0]
+        return int(statistics.median_low(calls)) if calls else 1
+
+
+def samples_per_step(session: Any) -> int | None:
+    """Median samples the loader delivered per optimizer step (None when no loader fed steps)."""
+    try:
+        samples = [r.samples for r in session.records if getattr(r, "samples", 0) > 0]
+    except Exception:
+        samples = []
+    if not samples:
+        return None
+    return int(statistics.median_low(samples))
+
+
+@dataclass
+class EffectiveBatch:
+    per_process: int
+    world_size: int
+    accumulation: int
+    per_forward: int | None
+    source: str
+
+    @property
+    def total(self) -> int:
+        return self.per_process * self.world_size
+
+    def evidence(self) -> dict[str, Any]:
+        return {
+            "effective_batch": self.total,
+            "per_forward_batch": self.per_forward,
+            "accumulation": self.accumulation,
+            "world_size": self.world_size,
+            "batch_source": self.source,
+        }
+
+
+def effective_batch(session: Any, steps: StepFacts) -> EffectiveBatch | None:
+    world = max(int(getattr(session, "world_size", 1) or 1), 1)
+    accumulation = steps.accumulation()
+    per_step = samples_per_step(session)
+    per_forward = forward_batch(session)
+    if per_step is not None:
+        if per_forward is None and accumulation:
+            per_forward = max(per_step // max(accumulation, 1), 1)
+        return EffectiveBatch(per_step, world, accumulation, per_forward, "loader")
+    if per_forward is not None:
+        return EffectiveBatch(per_forward * accumulation, world, accumulation, per_forward, "layers")
+    return None
+
+
+def _lr_value(value: Any) -> float | None:
+    try:
+        if hasattr(value, "device") and getattr(value.device, "type", "cpu") != "cpu":
+            return None  # a CUDA tensor LR: reading it would synchronise every step
+        return float(value)
+    except Exception:
+        return None
+
+
+@dataclass
+class LrTrace:
+    """Learning rates of the primary optimizer's groups at its first steps, and the peak."""
+
+    keep: int = 3
+    first: list[list[float]] = field(default_factory=list)
+    peak: list[float] = field(default_factory=list)
+    steps: int = 0
+    optimizer_ref: Any = None
+    optimizer_name: str = ""
+
+    def add(self, optimizer: Any) -> None:
+        import weakref
+
+        if self.optimizer_ref is None:
+            self.optimizer_ref = weakref.ref(optimizer)
+            self.optimizer_name = type(optimizer).__name__
+        elif self.optimizer_ref() is not optimizer:
+            return
+        lrs = [_lr_value(g.get("lr")) for g in optimizer.param_groups]
+        values = [v if v is not None else 0.0 for v in lrs]
+        self.steps += 1
+        if len(self.first) < self.keep:
+            self.first.append(values)
+        if not self.peak:
+            self.peak = list(values)
+        else:
+            self.peak = [max(a, b) for a, b in zip(self.peak, values)] + self.peak[len(values):]
+
+    def peak_lr(self) -> float | None:
+        return max(self.peak) if self.peak else None
+
+    def starts_at_peak(self) -> bool:
+        """True when every group's first LR is (within 0.1 %) its peak: no warmup."""
+        if not self.first or not self.peak:
+            return False
+        return all(p <= 0 or f >= p * 0.999 for f, p in zip(self.first[0], self.peak))
+
+
+def conv_shapes(session: Any, device_type: str = "cuda") -> list[dict[tuple[int, ...], int]]:
+    """Per conv layer: input shape -> forwards, over forwards on ``device_type``."""
+    out = []
+    for rec in module_stats(session).of_kind("conv"):
+        shapes: dict[tuple[int, ...], int] = {}
+        for (shape, dev, _tr, _gr), n in rec.counts.items():
+            if shape is not None and dev == device_type:
+                shapes[shape] = shapes.get(shape, 0) + n
+        if shapes:
+            out.append(shapes)
+    return out
