@@ -11,7 +11,8 @@ a recipe, so both ``traindoctor check examples/recipes_train.py`` and
 - warmup for the scaled learning rate:        ``warmup_schedule``
 - mixed precision that fits the device:       ``autocast_settings``
 - reproducible, distinct worker streams:      ``seed_everything``
-- a checkpoint that resumes: model, optimizer, scheduler, scaler, RNG state, written atomically.
+- a checkpoint that resumes (model, optimizer, scheduler, scaler, every RNG, written atomically):
+  ``traindoctor.checkpoint.save`` / ``load``
 
 Run: ``python examples/recipes_train.py --epochs 3 --out /tmp/run`` (``--resume`` continues).
 """
@@ -19,14 +20,13 @@ Run: ``python examples/recipes_train.py --epochs 3 --out /tmp/run`` (``--resume`
 from __future__ import annotations
 
 import argparse
-import os
-import random
 from pathlib import Path
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from traindoctor import checkpoint
 from traindoctor.recipes import (
     autocast_settings,
     effective_batch,
@@ -91,39 +91,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def save_checkpoint(path: Path, model, optimizer, scheduler, scaler, epoch: int) -> None:
-    """Everything a resume needs, written to a temporary file and moved into place atomically."""
-    state = {
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "scaler": scaler.state_dict(),
-        "epoch": epoch,  # saved at an epoch boundary: the epoch is the data position
-        "rng": {
-            "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            "python": random.getstate(),
-        },
-    }
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path: Path, model, optimizer, scheduler, scaler) -> int:
-    """Restore the state ``save_checkpoint`` wrote; returns the next epoch."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    scaler.load_state_dict(state["scaler"])
-    torch.set_rng_state(state["rng"]["torch"])
-    if state["rng"]["cuda"]:
-        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
-    random.setstate(state["rng"]["python"])
-    return state["epoch"] + 1
-
-
 def evaluate(model: nn.Module, val_loader: DataLoader, device: torch.device, amp) -> float:
     model.eval()
     correct = 0
@@ -160,10 +127,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     criterion = nn.CrossEntropyLoss()
 
     args.out.mkdir(parents=True, exist_ok=True)
-    checkpoint = args.out / "last.pt"
+    last = args.out / "last.pt"
     start_epoch = 0
-    if args.resume and checkpoint.exists():
-        start_epoch = load_checkpoint(checkpoint, model, optimizer, scheduler, amp.scaler)
+    if args.resume and last.exists():
+        info = checkpoint.load(last, model=model, optimizer=optimizer, scheduler=scheduler, scaler=amp.scaler)
+        start_epoch = info.epoch + 1
 
     model.train()
     running = 0.0
@@ -183,7 +151,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 optimizer.zero_grad(set_to_none=True)
                 scheduler.step()
             running += loss.item() * args.accumulation
-        save_checkpoint(checkpoint, model, optimizer, scheduler, amp.scaler, epoch)
+        # at an epoch boundary the epoch counter is the data position
+        checkpoint.save(last, model=model, optimizer=optimizer, scheduler=scheduler, scaler=amp.scaler, epoch=epoch)
         accuracy = evaluate(model, val_loader, device, amp)
         print(f"epoch {epoch}: loss {running / len(train_loader):.3f}, val accuracy {accuracy:.2f}")
     return {"loss": running / max(len(train_loader), 1), "lr": lr}

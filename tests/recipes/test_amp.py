@@ -56,6 +56,13 @@ def test_bad_device_is_a_clear_error() -> None:
         autocast_settings("gpu0")
 
 
+def test_cuda_without_cuda_is_a_clear_error() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        autocast_settings("cuda")
+
+
 def test_settings_are_frozen() -> None:
     amp = autocast_settings("cpu")
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -73,7 +73,7 @@ def test_checkpoint_holds_the_full_state_and_resumes(tmp_path: Path, capsys: pyt
     example = load_example()
     example.main(["--epochs", "1", "--samples", "128", "--warmup-steps", "4", "--out", str(tmp_path)])
     state = torch.load(tmp_path / "last.pt", weights_only=True)
-    assert sorted(state) == ["epoch", "model", "optimizer", "rng", "scaler", "scheduler"]
+    assert {"epoch", "model", "optimizer", "rng", "scaler", "scheduler"} <= set(state)
     assert state["epoch"] == 0 and state["scheduler"]["last_epoch"] == 4
     capsys.readouterr()
     example.main(["--epochs", "2", "--samples", "128", "--warmup-steps", "4", "--out", str(tmp_path), "--resume"])

@@ -189,3 +189,23 @@ def test_adamw_steps_are_bit_identical_to_hand_written_groups(foreach: bool) -> 
         assert torch.equal(a, b), name
     # and the decay really happened on the decayed weights only
     assert opt_ours.param_groups[0]["weight_decay"] == 0.1
+
+
+class LayerScaleBlock(nn.Module):
+    """no_weight_decay() on a submodule, with a glob: names are relative to that submodule."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.gamma = nn.Parameter(torch.ones(1, 4))  # rank 2
+        self.inner = nn.ModuleDict({"a": nn.Linear(4, 4), "b": nn.Linear(4, 4)})
+
+    def no_weight_decay(self) -> list[str]:
+        return ["gamma", "inner.*.weight"]
+
+
+def test_submodule_no_weight_decay_with_globs() -> None:
+    model = nn.Sequential(LayerScaleBlock(), nn.Linear(4, 2))
+    decayed, kept = split(model, param_groups(model, 0.1))
+    assert decayed == {"0.proj.weight", "1.weight"}
+    assert {"0.gamma", "0.inner.a.weight", "0.inner.b.weight"} <= kept

@@ -91,6 +91,11 @@ def autocast_settings(
     if kind == "cuda":
         if bf16_supported is None:
             if cuda_capability is None:
+                if not torch.cuda.is_available():
+                    raise ValueError(
+                        f"autocast_settings({str(dev)!r}): CUDA is not available here; pass the device the "
+                        "run really uses (or cuda_capability= to describe a GPU)"
+                    )
                 index = dev.index if dev.index is not None else torch.cuda.current_device()
                 cuda_capability = torch.cuda.get_device_capability(index)
             bf16_supported = tuple(cuda_capability) >= BF16_MIN_CAPABILITY

@@ -83,7 +83,8 @@ def _no_weight_decay_names(model: nn.Module) -> set[str]:
     """Names listed by ``no_weight_decay()`` methods (timm's convention), as full parameter names.
 
     timm calls the method on the top-level model only; a submodule's method is honoured too, with
-    its names taken relative to that submodule. An entry may name a parameter or a whole module.
+    its names taken relative to that submodule. An entry may name a parameter or a whole module,
+    or be an ``fnmatch`` glob (``"blocks.*.gamma"``).
     """
     names: set[str] = set()
     for prefix, module in model.named_modules():
@@ -98,6 +99,10 @@ def _no_weight_decay_names(model: nn.Module) -> set[str]:
     return names
 
 
+def _is_glob(pattern: str) -> bool:
+    return any(ch in pattern for ch in "*?[")
+
+
 def _name_matches(name: str, pattern: str) -> bool:
     """Whether ``pattern`` selects parameter ``name``.
 
@@ -105,7 +110,7 @@ def _name_matches(name: str, pattern: str) -> bool:
     Otherwise it must equal a run of whole dotted components of the name: ``"bias"`` matches
     ``fc.bias`` but not ``fc.unbiased``; ``"encoder.norm"`` matches ``encoder.norm.weight``.
     """
-    if any(ch in pattern for ch in "*?["):
+    if _is_glob(pattern):
         return fnmatch.fnmatchcase(name, pattern)
     padded = f".{name}."
     return f".{pattern.strip('.')}." in padded
@@ -178,7 +183,8 @@ def param_groups(
     for name, param in named:
         if param.dim() <= 1:
             skip.add(id(param))
-        if any(name == entry or name.startswith(entry + ".") for entry in listed):
+        if any(name == entry or name.startswith(entry + ".") or _is_glob(entry) and fnmatch.fnmatchcase(name, entry)
+               for entry in listed):
             skip.add(id(param))
         for pattern in patterns:
             if _name_matches(name, pattern):
