@@ -94,6 +94,11 @@ def test_extra_patterns_globs_and_types() -> None:
     assert decayed == TRANSFORMER_DECAYED - {"attn.in_proj_weight", "attn.out_proj.weight"}
 
 
+def test_a_single_pattern_may_be_passed_bare() -> None:
+    model = TransformerBlock()
+    assert param_groups(model, 0.1, no_decay="head") == param_groups(model, 0.1, no_decay=["head"])
+
+
 def test_pattern_matches_whole_name_components_only() -> None:
     model = nn.ModuleDict({"unbiased": nn.Linear(3, 3), "head": nn.Linear(3, 3)})
     decayed, _ = split(model, param_groups(model, 0.1, no_decay=["head"]))

@@ -154,7 +154,8 @@ def param_groups(
     model = unwrap_model(model)
     patterns: list[str] = []
     types: list[type] = []
-    for entry in list(no_decay or []):
+    entries = [no_decay] if isinstance(no_decay, (str, type)) else list(no_decay or [])
+    for entry in entries:
         if isinstance(entry, str):
             if not entry.strip(". "):
                 raise ValueError("no_decay: an empty pattern would match nothing; remove it")
