@@ -169,7 +169,8 @@ def _print_user_traceback(exc: BaseException) -> None:
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:
         filename = tb.tb_frame.f_code.co_filename
-        if filename.startswith(ours) or os.path.basename(filename) == "runpy.py":
+        if filename.startswith(ours) or filename in ("<frozen runpy>", "<frozen importlib._bootstrap>") \
+                or os.path.basename(filename) == "runpy.py":
             tb = tb.tb_next
             continue
         break
@@ -194,12 +195,18 @@ def _check_target(opts: RunOptions) -> str | None:
     if opts.module:
         import importlib.util
 
+        # Only the top-level name: finding ``pkg.train`` would import (run) ``pkg`` before the
+        # watch starts. Like ``python -m``, the current folder comes first on the path.
+        top = opts.module.split(".", 1)[0]
+        sys.path.insert(0, os.getcwd())
         try:
-            spec = importlib.util.find_spec(opts.module)
+            spec = importlib.util.find_spec(top)
         except (ImportError, ValueError) as exc:
             return f"No module named {opts.module} ({exc})"
+        finally:
+            sys.path.pop(0)
         if spec is None:
-            return f"No module named {opts.module}"
+            return f"No module named {top}"
         return None
     script = opts.script or ""
     if not os.path.exists(script):
