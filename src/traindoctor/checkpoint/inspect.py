@@ -121,18 +121,23 @@ def _read_raw_pickle(path: str) -> ReadResult:
         raise CheckpointReadError(f"not a readable checkpoint: {exc}") from None
 
 
-def walk(value: Any, path: str = "", depth: int = 0,
-         seen: set[int] | None = None) -> Iterator[tuple[str, Any]]:
-    """Every (key path, value) pair, each container once (a crafted stream may share or nest)."""
-    seen = set() if seen is None else seen
-    yield path, value
-    if depth > 64 or not isinstance(value, (dict, list, tuple)) or id(value) in seen:
-        return
-    seen.add(id(value))
-    items = value.items() if isinstance(value, dict) else enumerate(value)
-    for key, item in items:
-        child = f"{path}.{key}" if path else str(key)
-        yield from walk(item, child, depth + 1, seen)
+def walk(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """Every (key path, value) pair in pre-order, each container once.
+
+    Iterative (a crafted stream may nest thousands deep) and visiting shared containers once
+    (memo references can make a small stream describe an exponentially large tree).
+    """
+    seen: set[int] = set()
+    stack: list[tuple[str, Any]] = [(path, value)]
+    while stack:
+        here, item = stack.pop()
+        yield here, item
+        if not isinstance(item, (dict, list, tuple)) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        pairs = list(item.items()) if isinstance(item, dict) else list(enumerate(item))
+        for key, child in reversed(pairs):
+            stack.append((f"{here}.{key}" if here else str(key), child))
 
 
 def _is_state_dict(value: Any) -> bool:

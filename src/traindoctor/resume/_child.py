@@ -1,0 +1,52 @@
+"""Child process entry point of ``verify-resume``: install the recorder, then run the script.
+
+``python -m traindoctor.resume._child --mode M --target N [--offset K] [--interrupt-at K]
+[--detail-step S] --out DIR -- SCRIPT ARGS...``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+import traceback
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="traindoctor.resume._child")
+    parser.add_argument("--mode", choices=["reference", "interrupt", "resume"], required=True)
+    parser.add_argument("--target", type=int, required=True)
+    parser.add_argument("--offset", type=int, default=0)
+    parser.add_argument("--interrupt-at", type=int)
+    parser.add_argument("--detail-step", type=int)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("script")
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+    opts = parser.parse_args()
+    args = opts.args[1:] if opts.args[:1] == ["--"] else opts.args
+
+    from traindoctor.resume.recorder import Recorder, install
+
+    recorder = Recorder(mode=opts.mode, target=opts.target, offset=opts.offset,
+                        interrupt_at=opts.interrupt_at, detail_step=opts.detail_step,
+                        out_dir=opts.out)
+    install(recorder)
+    sys.argv = [opts.script, *args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(opts.script)))
+    try:
+        runpy.run_path(opts.script, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        recorder.write_record("ended" if code == 0 else "crashed")
+        return code
+    except BaseException:  # noqa: BLE001 - report the script's own error, as python would
+        traceback.print_exc()
+        recorder.write_record("crashed")
+        return 1
+    recorder.write_record("ended")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

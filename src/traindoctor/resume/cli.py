@@ -1,0 +1,176 @@
+"""``traindoctor verify-resume SCRIPT [ARGS] --resume-args "..." [--steps N] [--interrupt-at K]``
+
+Proves that a training script resumes exactly (see :mod:`traindoctor.resume.runner` for the three
+runs and :mod:`traindoctor.resume.compare` for the verdict). Our options may appear before or
+after SCRIPT; everything after a ``--`` goes to the script unchanged (use it when the script has
+options with the same names). Exit codes: 0 exact, 1 not exact, 2 could not verify.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from typing import Any, Sequence
+
+from traindoctor.resume.compare import Verdict, compare_runs
+from traindoctor.resume.recorder import INTERRUPT_EXIT
+
+EXIT_EXACT, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
+DEFAULT_GPU_TOLERANCE = 1e-5
+_VALUED = {"--resume-args", "--steps", "--interrupt-at", "--timeout", "--tolerance",
+           "--output-format", "--workdir"}
+_FLAGS = {"--keep", "-h", "--help"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="traindoctor verify-resume",
+        description="Run SCRIPT uninterrupted, then interrupted after a checkpoint and resumed, "
+                    "and compare per-step losses and final model/optimizer state.")
+    parser.add_argument("--resume-args", required=True,
+                        help="arguments added to the script's own to make it resume (quoted)")
+    parser.add_argument("--steps", type=int, default=20, help="optimizer steps to run (N)")
+    parser.add_argument("--interrupt-at", type=int,
+                        help="interrupt after the first checkpoint at or after this step "
+                             "(default: N // 2)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
+    parser.add_argument("--tolerance", type=float,
+                        help="relative tolerance; default 0 (bitwise) on CPU, "
+                             f"{DEFAULT_GPU_TOLERANCE:g} when the run used CUDA")
+    parser.add_argument("--output-format", choices=["text", "json"], default="text")
+    parser.add_argument("--workdir", help="keep the runs' files here (default: a temp folder)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    return parser
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
+    """Separate our options from SCRIPT and its arguments."""
+    ours: list[str] = []
+    script: str | None = None
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            rest.extend(argv[i + 1:])
+            break
+        name = arg.split("=", 1)[0]
+        if name in _VALUED:
+            if "=" not in arg and i + 1 < len(argv):
+                # ``--opt=value`` so argparse accepts values that start with "-".
+                arg = f"{arg}={argv[i + 1]}"
+                i += 1
+            ours.append(arg)
+        elif arg in _FLAGS:
+            ours.append(arg)
+        elif script is None:
+            script = arg
+        else:
+            rest.append(arg)
+        i += 1
+    return ours, script, rest
+
+
+def _fail(message: str, fmt: str, tail: str = "") -> int:
+    if fmt == "json":
+        print(json.dumps({"exact": False, "error": message, "log_tail": tail}, indent=2))
+    else:
+        print(f"traindoctor verify-resume: {message}", file=sys.stderr)
+        if tail:
+            print("  last lines of its output:\n" + "\n".join(f"    {line}" for line in
+                                                         tail.splitlines()), file=sys.stderr)
+    return EXIT_ERROR
+
+
+def render(verdict: Verdict, script: str, steps: int, k: int) -> str:
+    lines = [f"verify-resume {script}: {steps} steps; interrupted after the checkpoint "
+             f"written at step {k}, resumed for steps {k + 1}-{steps}"]
+    lines.append(verdict.summary)
+    if verdict.cause:
+        lines.append(f"cause: {verdict.cause}")
+        if verdict.explanation:
+            lines.append(f"  {verdict.explanation}")
+    for other in verdict.also:
+        lines.append(f"also: {other}")
+    for note in verdict.notes:
+        lines.append(f"note: {note}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    raw = list(sys.argv[1:] if argv is None else argv)
+    ours, script, rest = split_argv(raw)
+    parser = build_parser()
+    if any(a in ("-h", "--help") for a in ours) or script is None:
+        parser.print_help(sys.stderr if script is None and "-h" not in ours else sys.stdout)
+        return EXIT_ERROR if script is None and not ({"-h", "--help"} & set(ours)) else EXIT_EXACT
+    opts = parser.parse_args(ours)
+    steps = opts.steps
+    interrupt_at = opts.interrupt_at if opts.interrupt_at is not None else max(1, steps // 2)
+    if steps < 2 or not 1 <= interrupt_at < steps:
+        return _fail("need --steps >= 2 and 1 <= --interrupt-at < --steps", opts.output_format)
+    import os
+
+    if not os.path.isfile(script):
+        return _fail(f"script not found: {script}", opts.output_format)
+    from traindoctor.resume.runner import run_all
+
+    runs = run_all(script, rest, opts.resume_args, steps=steps, interrupt_at=interrupt_at,
+                   timeout=opts.timeout, workdir=opts.workdir)
+    try:
+        return _judge(runs, script, steps, interrupt_at, opts)
+    finally:
+        if not (opts.keep or opts.workdir):
+            shutil.rmtree(runs.workdir, ignore_errors=True)
+        elif opts.output_format == "text":
+            print(f"(run files kept in {runs.workdir})")
+
+
+def _judge(runs: Any, script: str, steps: int, interrupt_at: int, opts: Any) -> int:
+    fmt = opts.output_format
+    ref, intr, res = runs.reference, runs.interrupted, runs.resumed
+    if ref.timed_out or ref.record is None or ref.record.get("last_step", 0) < steps:
+        done = (ref.record or {}).get("last_step", 0)
+        why = "timed out" if ref.timed_out else f"stopped after {done} optimizer steps"
+        return _fail(f"the uninterrupted run {why}; it must run at least --steps {steps} steps",
+                     fmt, ref.log_tail())
+    if res is None:
+        saves = (intr.record or {}).get("saves", [])
+        where = (f"checkpoints were saved at steps {sorted({s['step'] for s in saves})}"
+                 if saves else "no torch.save was seen")
+        return _fail(f"the interrupted run wrote no checkpoint at or after step {interrupt_at} "
+                     f"({where})", fmt, intr.log_tail())
+    if intr.returncode != INTERRUPT_EXIT:
+        return _fail(f"the interrupted run exited with status {intr.returncode} instead of being "
+                     "interrupted", fmt, intr.log_tail())
+    k = int(intr.record["checkpoint_step"])  # type: ignore[index]
+    if res.record is None or res.timed_out:
+        return _fail("the resumed run " + ("timed out" if res.timed_out else "left no record"),
+                     fmt, res.log_tail())
+    tol = opts.tolerance
+    if tol is None:
+        cuda = any(r.record and r.record.get("cuda_used") for r in (ref, res))
+        tol = DEFAULT_GPU_TOLERANCE if cuda else 0.0
+    final_diff = None
+    if ref.final is not None and res.final is not None:
+        import torch
+
+        from traindoctor.resume.compare import compare_states
+
+        final_diff = compare_states(torch.load(ref.final, weights_only=True),
+                                    torch.load(res.final, weights_only=True), tol)
+    verdict = compare_runs(ref.record, intr.record, res.record, final_diff, steps, tol)
+    if res.record.get("status") == "crashed" and not verdict.exact:
+        verdict.cause = "the resumed run crashed"
+        verdict.explanation = "its last output lines:\n" + "\n".join(
+            f"    {line}" for line in res.log_tail(8).splitlines())
+    if fmt == "json":
+        data = verdict.to_dict()
+        data.update({"script": script, "steps": steps, "interrupt_at": interrupt_at,
+                     "tolerance": tol})
+        print(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        sys.stdout.write(render(verdict, script, steps, k))
+    return EXIT_EXACT if verdict.exact else EXIT_DIVERGED

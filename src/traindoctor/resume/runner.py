@@ -1,0 +1,142 @@
+"""Run the user's script three times in child processes and collect what the recorders saw.
+
+1. *interrupted*: runs until the first ``torch.save`` at or after step K has returned, then is
+   killed with a hard exit at its next optimizer step (like a preemption); this fixes the
+   checkpoint step k.
+2. *resumed* (same working directory, so it finds the checkpoint): the script with the resume
+   arguments, stopped when the global step count reaches N.
+3. *reference*: uninterrupted, N steps, in its own working directory.
+
+Runs 2 and 3 are independent and run at the same time. Each scenario gets a fresh temporary
+working directory, so checkpoints written to relative paths never leak between scenarios;
+arguments that name existing files relative to the caller's directory are made absolute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import traindoctor
+
+
+@dataclass
+class RunResult:
+    name: str
+    returncode: int | None
+    record: dict[str, Any] | None
+    final: Path | None
+    log: Path
+    timed_out: bool = False
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(text[-lines:])
+
+
+def absolutize(args: list[str], cwd: str) -> list[str]:
+    """Make arguments that name existing files in ``cwd`` absolute (also ``--opt=path``)."""
+    out = []
+    for arg in args:
+        head, sep, tail = arg.partition("=") if arg.startswith("-") else ("", "", arg)
+        if tail and not os.path.isabs(tail) and not tail.startswith("-") \
+                and os.path.exists(os.path.join(cwd, tail)):
+            tail = os.path.abspath(os.path.join(cwd, tail))
+        out.append(f"{head}{sep}{tail}" if sep else (tail or arg))
+    return out
+
+
+def _env(name: str) -> dict[str, str]:
+    env = dict(os.environ)
+    package_root = str(Path(traindoctor.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    env.setdefault("PYTHONHASHSEED", "0")
+    env["TRAINDOCTOR_VERIFY_RESUME"] = name
+    return env
+
+
+class Scenario:
+    """One child process: start, wait, read its record."""
+
+    def __init__(self, name: str, mode: str, script: str, args: list[str], cwd: Path,
+                 target: int, *, offset: int = 0, interrupt_at: int | None = None,
+                 detail_step: int | None = None) -> None:
+        self.name = name
+        self.out = cwd.parent / f"{name}-record"
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.log = self.out / "output.log"
+        cmd = [sys.executable, "-m", "traindoctor.resume._child", "--mode", mode,
+               "--target", str(target), "--offset", str(offset), "--out", str(self.out)]
+        if interrupt_at is not None:
+            cmd += ["--interrupt-at", str(interrupt_at)]
+        if detail_step is not None:
+            cmd += ["--detail-step", str(detail_step)]
+        cmd += [script, "--", *args]
+        self.cmd = cmd
+        self.cwd = cwd
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> "Scenario":
+        self.cwd.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(self.cmd, cwd=self.cwd, env=_env(self.name),
+                                         stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL)
+        return self
+
+    def wait(self, timeout: float) -> RunResult:
+        assert self.proc is not None
+        timed_out = False
+        try:
+            code: int | None = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            code, timed_out = None, True
+        record = None
+        record_path = self.out / "record.json"
+        if record_path.exists():
+            record = json.loads(record_path.read_text())
+        final = self.out / "final.pt"
+        return RunResult(self.name, code, record, final if final.exists() else None, self.log,
+                         timed_out)
+
+
+@dataclass
+class Runs:
+    reference: RunResult
+    interrupted: RunResult
+    resumed: RunResult | None
+    workdir: Path
+
+
+def run_all(script: str, args: list[str], resume_args: str, *, steps: int, interrupt_at: int,
+            timeout: float, workdir: str | None = None) -> Runs:
+    """Run the three scenarios; ``resumed`` is None when no checkpoint was written."""
+    caller = os.getcwd()
+    script = os.path.abspath(script)
+    args = absolutize(args, caller)
+    extra = absolutize(shlex.split(resume_args), caller)
+    root = Path(workdir or tempfile.mkdtemp(prefix="traindoctor-resume-"))
+    interrupted = Scenario("interrupted", "interrupt", script, args, root / "resume-cwd", steps,
+                           interrupt_at=interrupt_at).start().wait(timeout)
+    k = (interrupted.record or {}).get("checkpoint_step")
+    if k is None:
+        reference = Scenario("reference", "reference", script, args, root / "reference-cwd",
+                             steps).start().wait(timeout)
+        return Runs(reference, interrupted, None, root)
+    resumed = Scenario("resumed", "resume", script, args + extra, root / "resume-cwd", steps,
+                       offset=int(k), detail_step=int(k) + 1).start()
+    reference = Scenario("reference", "reference", script, args, root / "reference-cwd", steps,
+                         detail_step=int(k) + 1).start()
+    return Runs(reference.wait(timeout), interrupted, resumed.wait(timeout), root)
