@@ -263,7 +263,7 @@ class RngUse:
         np = sys.modules.get("numpy")
         if np is not None:
             try:
-                self._numpy = np.random.get_state(legacy=True)[1].copy()
+                self._numpy = _numpy_state(np)
             except Exception:  # pragma: no cover
                 self._numpy = None
         if uses_cuda and torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -292,7 +292,9 @@ class RngUse:
         np = sys.modules.get("numpy")
         if np is not None and self._numpy is not None:
             try:
-                if not np.array_equal(self._numpy, np.random.get_state(legacy=True)[1]):
+                key, rest = self._numpy
+                now_key, now_rest = _numpy_state(np)
+                if rest != now_rest or not np.array_equal(key, now_key):
                     out.append("numpy")
             except Exception:  # pragma: no cover
                 pass
@@ -386,3 +388,9 @@ def mid_epoch_position(session: Any) -> tuple[int, int] | None:
         except Exception:
             continue
     return None
+
+
+def _numpy_state(np: Any) -> tuple[Any, tuple]:
+    """NumPy's legacy global state: (key array copy, (position, has_gauss, cached_gaussian))."""
+    state = np.random.get_state(legacy=True)
+    return state[1].copy(), tuple(state[2:])

@@ -55,6 +55,8 @@ class LayerStats:
     kind: str
     type_name: str
     ref: Any
+    #: :func:`mode_sensitive` at the first forward (kept: the module may be gone at run end).
+    sensitive: bool = False
     counts: dict[Signature, int] = field(default_factory=dict)
     overflow: int = 0
     #: (training, grad enabled) of the previous forward.
@@ -75,7 +77,9 @@ class ModuleStats:
     """Per-session aggregate of layer forwards (see module docstring)."""
 
     def __init__(self) -> None:
+        #: Layers by ``id()``; a layer whose id was reused by a new module moves to ``retired``.
         self.layers: dict[int, LayerStats] = {}
+        self.retired: list[LayerStats] = []
 
     def record(
         self, module: Any, kind: str, shape: Shape | None, device_type: str, training: bool, grad: bool
@@ -84,7 +88,9 @@ class ModuleStats:
         key = id(module)
         rec = self.layers.get(key)
         if rec is None or rec.ref() is not module:
-            rec = LayerStats(kind, type(module).__name__, _ref(module))
+            if rec is not None:
+                self.retired.append(rec)
+            rec = LayerStats(kind, type(module).__name__, _ref(module), mode_sensitive(module, kind))
             self.layers[key] = rec
         sig = (shape, device_type, training, grad)
         counts = rec.counts
@@ -98,8 +104,8 @@ class ModuleStats:
         return rec
 
     def of_kind(self, *kinds: str) -> list[LayerStats]:
-        """Live layers of the given kinds, in first-seen order."""
-        return [rec for rec in self.layers.values() if rec.kind in kinds and rec.ref() is not None]
+        """Layers of the given kinds seen during the run (alive or not), in first-seen order."""
+        return [rec for rec in self.retired + list(self.layers.values()) if rec.kind in kinds]
 
 
 def _ref(module: Any) -> Any:

@@ -1,0 +1,159 @@
+"""Runtime halves of TD501-TD504: ``torch.save`` intercepted on tiny real CPU loops."""
+
+from __future__ import annotations
+
+import io
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+import traindoctor
+from rule_loops import codes, conv_bn_net, finding, images, line_of, train_steps
+
+
+def _setup() -> tuple[nn.Module, torch.optim.Optimizer]:
+    model = conv_bn_net()
+    return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def _rng() -> dict:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+# ---------------------------------------------------------------- TD501
+def test_td501_weights_only_checkpoint(tmp_path: Path) -> None:
+    model, opt = _setup()
+    with traindoctor.watch(select=["TD501"]) as doctor:
+        train_steps(model, opt, steps=2)
+        torch.save(model.state_dict(), tmp_path / "last.pt")  # weights-only save
+    f = finding(doctor, "TD501")
+    assert f.filename == __file__ and f.location.row == line_of("# weights-only save")
+    assert f.evidence == {"path": str(tmp_path / "last.pt"), "missing_optimizers": ["SGD"],
+                          "optimizer_states_saved": 0}
+    assert f.step == 2
+
+
+def test_td501_silent_with_optimizer_state_or_in_memory_copy(tmp_path: Path) -> None:
+    model, opt = _setup()
+    with traindoctor.watch(select=["TD501"]) as doctor:
+        train_steps(model, opt, steps=2)
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, tmp_path / "ck.pt")
+        torch.save(model.state_dict(), io.BytesIO())  # a deep copy through a buffer
+        torch.save({"embedding": torch.randn(3, 3)}, tmp_path / "other.pt")  # not the model
+    assert codes(doctor) == []
+
+
+def test_td501_matches_copied_weights_by_keys(tmp_path: Path) -> None:
+    model, opt = _setup()
+    with traindoctor.watch(select=["TD501"]) as doctor:
+        train_steps(model, opt, steps=1)
+        cpu_copy = {k: v.clone() for k, v in model.state_dict().items()}
+        torch.save({"state_dict": cpu_copy, "epoch": 1}, tmp_path / "ck.pt")
+    assert codes(doctor) == ["TD501"]
+
+
+def test_save_writes_the_same_bytes_when_watched(tmp_path: Path) -> None:
+    model, opt = _setup()
+    train_steps(model, opt, steps=1)
+    state = {"model": model.state_dict(), "optimizer": opt.state_dict()}
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "watched").mkdir()
+    torch.save(state, tmp_path / "plain" / "ck.pt")  # the archive embeds the file's stem
+    with traindoctor.watch():
+        torch.save(state, tmp_path / "watched" / "ck.pt")
+    assert (tmp_path / "plain" / "ck.pt").read_bytes() == (tmp_path / "watched" / "ck.pt").read_bytes()
+    assert torch.save.__module__ == "torch.serialization"  # restored
+
+
+# ---------------------------------------------------------------- TD502
+def test_td502_scheduler_missing(tmp_path: Path) -> None:
+    model, opt = _setup()
+    with traindoctor.watch(select=["TD502"]) as doctor:
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+        train_steps(model, opt, steps=2)
+        sched.step()
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, tmp_path / "a.pt")
+    f = finding(doctor, "TD502")
+    assert f.evidence["missing_schedulers"] == ["StepLR"]
+
+
+def test_td502_silent_with_scheduler_state_or_weights_export(tmp_path: Path) -> None:
+    model, opt = _setup()
+    with traindoctor.watch(select=["TD502"]) as doctor:
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+        train_steps(model, opt, steps=2)
+        sched.step()
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                    "scheduler": sched.state_dict()}, tmp_path / "a.pt")
+        torch.save(model.state_dict(), tmp_path / "weights.pt")  # an export: TD501's business
+    assert codes(doctor) == []
+
+
+# ---------------------------------------------------------------- TD503
+def test_td503_scaler_missing_and_present(tmp_path: Path) -> None:
+    model, opt = _setup()
+    with traindoctor.watch(select=["TD503"]) as doctor:
+        scaler = torch.amp.GradScaler("cpu")
+        for step in range(2):
+            x, y = images(8, seed=step)
+            scaler.scale(nn.functional.cross_entropy(model(x), y)).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+        base = {"model": model.state_dict(), "optimizer": opt.state_dict()}
+        torch.save(base, tmp_path / "a.pt")  # no scaler
+        torch.save({**base, "scaler": scaler.state_dict()}, tmp_path / "b.pt")
+    f = finding(doctor, "TD503")
+    assert f.location.row == line_of("# no scaler")
+    assert f.evidence == {"path": str(tmp_path / "a.pt"), "loss_scale_now": 65536.0}
+
+
+# ---------------------------------------------------------------- TD504
+def _draw_everywhere(model: nn.Module, opt: torch.optim.Optimizer) -> None:
+    """Training that draws from torch (dropout), NumPy and Python's random."""
+    for step in range(2):
+        np.random.rand()
+        random.random()
+        train_steps(model, opt, steps=1)
+
+
+def test_td504_only_torch_rng_saved(tmp_path: Path) -> None:
+    model, opt = _setup()
+    with traindoctor.watch(select=["TD504"]) as doctor:
+        _draw_everywhere(model, opt)
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                    "rng": torch.get_rng_state()}, tmp_path / "a.pt")
+    f = finding(doctor, "TD504")
+    assert f.evidence["missing_rng"] == ["numpy", "python"]
+    assert f.evidence["rng_saved"] == ["torch"]
+    assert f.evidence["mid_epoch"] is None
+
+
+def test_td504_silent_with_every_used_stream(tmp_path: Path) -> None:
+    model, opt = _setup()
+    with traindoctor.watch(select=["TD504"]) as doctor:
+        _draw_everywhere(model, opt)
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "rng": _rng()},
+                   tmp_path / "a.pt")
+    assert codes(doctor) == []
+
+
+def test_td504_mid_epoch_needs_the_data_position(tmp_path: Path) -> None:
+    model, opt = _setup()
+    data = torch.utils.data.TensorDataset(*images(32))
+    with traindoctor.watch(select=["TD504"]) as doctor:
+        loader = torch.utils.data.DataLoader(data, batch_size=4, shuffle=True)
+        for i, (x, y) in enumerate(loader):
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+            if i == 2:
+                state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "rng": _rng()}
+                torch.save({**state, "epoch": 0}, tmp_path / "a.pt")
+                torch.save({**state, "epoch": 0, "step": i + 1}, tmp_path / "b.pt")  # has position
+    f = finding(doctor, "TD504")
+    assert f.evidence["path"] == str(tmp_path / "a.pt")
+    assert f.evidence["mid_epoch"] == [3, 8] and f.evidence["missing_rng"] == []

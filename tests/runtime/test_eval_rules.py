@@ -1,0 +1,103 @@
+"""Runtime halves of TD701 (eval in train mode) and TD702 (eval with grad) on tiny CPU loops."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import traindoctor
+from rule_loops import codes, conv_bn_net, finding, images, line_of, train_steps
+
+
+def _evaluate(model: nn.Module, batches: int = 3, *, no_grad: bool = True) -> None:
+    for i in range(batches):
+        x, _ = images(4, seed=100 + i)
+        if no_grad:
+            with torch.no_grad():
+                model(x)  # eval forward (no_grad)
+        else:
+            model(x)  # eval forward (grad)
+
+
+# ---------------------------------------------------------------- TD701
+def test_td701_evaluation_in_training_mode() -> None:
+    model = conv_bn_net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with traindoctor.watch(select=["TD701"]) as doctor:
+        train_steps(model, opt, steps=2)
+        before = model[1].running_mean.clone()
+        _evaluate(model)  # forgot model.eval()
+    f = finding(doctor, "TD701")
+    assert f.filename == __file__ and f.location.row == line_of("# eval forward (no_grad)")
+    assert f.evidence == {"forwards": 3, "layers": {"batchnorm": 1, "dropout": 1}}
+    assert f.step == 2
+    assert not torch.equal(before, model[1].running_mean)  # the damage the finding describes
+
+
+def test_td701_silent_after_model_eval() -> None:
+    model = conv_bn_net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with traindoctor.watch(select=["TD701"]) as doctor:
+        train_steps(model, opt, steps=2)
+        model.eval()
+        _evaluate(model)
+        model.train()
+        train_steps(model, opt, steps=1)
+    assert codes(doctor) == []
+
+
+def test_td701_silent_for_bn_recalibration_and_untrained_teacher() -> None:
+    model = conv_bn_net()
+    teacher = conv_bn_net(seed=1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = [images(4, seed=i) for i in range(3)]
+    with traindoctor.watch(select=["TD701"]) as doctor:
+        train_steps(model, opt, steps=2)
+        torch.optim.swa_utils.update_bn([x for x, _ in loader], model)  # deliberate, train mode
+        _evaluate(teacher)  # a model that is never trained here (e.g. a frozen teacher)
+    assert codes(doctor) == []
+
+
+def test_td701_silent_without_mode_sensitive_layers() -> None:
+    model = conv_bn_net(p=0.0)
+    model[1] = nn.BatchNorm2d(4, track_running_stats=False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with traindoctor.watch(select=["TD701"]) as doctor:
+        train_steps(model, opt, steps=2)
+        _evaluate(model)
+    assert codes(doctor) == []
+
+
+# ---------------------------------------------------------------- TD702
+def test_td702_eval_mode_forwards_record_graphs_nobody_uses() -> None:
+    model = conv_bn_net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with traindoctor.watch(select=["TD702"]) as doctor:
+        train_steps(model, opt, steps=2)
+        model.eval()
+        _evaluate(model, batches=4, no_grad=False)
+        model.train()
+        train_steps(model, opt, steps=1)  # the next epoch: its backward must not excuse the eval
+    f = finding(doctor, "TD702")
+    assert f.filename == __file__ and f.location.row == line_of("# eval forward (grad)")
+    assert f.evidence == {"forwards": 4, "layers": 4}  # conv, batchnorm, dropout, linear
+    assert "no_grad" in f.message
+
+
+def test_td702_silent_under_no_grad_and_for_frozen_batchnorm_finetuning() -> None:
+    model = conv_bn_net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with traindoctor.watch(select=["TD702"]) as doctor:
+        train_steps(model, opt, steps=1)
+        model.eval()
+        _evaluate(model, batches=3)
+        # Fine-tuning with every layer in eval mode (frozen BatchNorm statistics): the graphs
+        # recorded in eval mode are used by backward() at every step, even with two forwards per
+        # backward (a siamese loss).
+        for step in range(3):
+            a, _ = images(4, seed=step)
+            b, _ = images(4, seed=step + 10)
+            (model(a) - model(b)).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+    assert codes(doctor) == []
