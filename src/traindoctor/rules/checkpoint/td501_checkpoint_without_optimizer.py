@@ -1,16 +1,282 @@
-"""TD501 checkpoint-without-optimizer: A training checkpoint holds model weights but no optimizer state while an optimizer exists (including `torch.save(model.state_dict(), ...)`)."""
+"""TD501 checkpoint-without-optimizer: a training checkpoint holds model weights but no optimizer state."""
 
 from __future__ import annotations
 
-from traindoctor.finding import Severity
+from typing import TYPE_CHECKING, Iterable
+
+from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.static.checkpoints import OPTIMIZER, checkpoint_index
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.static.context import FileContext
 
 
 class CheckpointWithoutOptimizer(Rule):
     code = "TD501"
     name = "checkpoint-without-optimizer"
     severity = Severity.ERROR
-    summary = "A training checkpoint holds model weights but no optimizer state while an optimizer exists (including `torch.save(model.state_dict(), ...)`)."
+    summary = (
+        "A training checkpoint saves the model weights but not the optimizer state; save "
+        "`optimizer.state_dict()` with them."
+    )
     gpu_only = False
     static = True
     runtime = True
+    fixable = "never"
+
+    what_it_does = """
+Checks the checkpoints a training script writes inside its training loop (`torch.save(obj, path)`,
+directly or through a local helper such as `save_checkpoint(state, path)`) and reports the ones
+that hold model weights (`model.state_dict()`, `model.module.state_dict()`, or a dict holding one,
+including a dict built up over several statements) but no optimizer state, in a file that builds
+an optimizer and trains.
+
+A weights-only save is treated as an *export*, not a checkpoint, and is not reported when:
+
+- it runs after the training loop (e.g. `torch.save(model.state_dict(), "final.pt")` at the end);
+- another save in the same file already writes the optimizer state (a separate full checkpoint
+  makes the weights-only file a "best model" export, wherever it is written);
+- the checkpoint is written by `traindoctor.checkpoint.save(...)`, `accelerator.save_state()`, or
+  an unknown function that receives the optimizer (it may well save it).
+
+A lone weights-only save inside the training loop is reported, whatever its file is called: it is
+the only thing a crashed run could resume from.
+"""
+    why_bad = """
+A model checkpoint without the optimizer state cannot resume training faithfully. SGD with
+momentum keeps a velocity buffer per parameter and Adam/AdamW keep first and second moment
+estimates and a step count (used for bias correction). Resuming from weights alone restarts these
+from zero: Adam takes its bias-corrected first steps again with a tiny second-moment estimate,
+which produces a burst of oversized updates, and momentum SGD loses its velocity. The loss curve
+jumps after every resume and the run is not the one you would have had without the interruption.
+"""
+    example = """
+for epoch in range(start_epoch, epochs):
+    train_one_epoch(model, loader, optimizer)
+    torch.save(model.state_dict(), "checkpoint.pt")
+"""
+    use_instead = """
+for epoch in range(start_epoch, epochs):
+    train_one_epoch(model, loader, optimizer)
+    torch.save(
+        {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
+        "checkpoint.pt",
+    )
+
+# or, with everything a resume needs (scheduler, scaler, RNG, sampler) written atomically:
+import traindoctor.checkpoint
+
+traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, epoch=epoch)
+"""
+    options = """
+    No thresholds. At run time every `torch.save` to a named file is inspected in place (nothing
+    is copied): it holds weights of a live model (a mapping covering at least half of the model's
+    `state_dict()` keys, or only keys of it, or the module itself) but no optimizer state that
+    matches, by param-group sizes, a live optimizer of that model. Saves into in-memory buffers
+    (`io.BytesIO`) are ignored.
+    """
+    references = (
+        "https://pytorch.org/tutorials/recipes/recipes/saving_and_loading_a_general_checkpoint.html",
+        "https://pytorch.org/docs/stable/optim.html#torch.optim.Optimizer.state_dict",
+    )
+
+    valid = (
+        Valid(
+            """
+            import torch
+
+            model = Net()
+            optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+            for epoch in range(10):
+                for x, y in loader:
+                    loss = loss_fn(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "last.pt")
+            """
+        ),
+        # A "best model" export next to a full checkpoint built up in a dict.
+        Valid(
+            """
+            import torch as th
+
+            model = Net()
+            opt = th.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            best = 0.0
+            for epoch in range(90):
+                train(model, loader, opt)
+                acc = evaluate(model, val_loader)
+                if acc > best:
+                    best = acc
+                    th.save(model.state_dict(), "best.pt")
+                ckpt = {"model": model.state_dict(), "epoch": epoch}
+                ckpt["optimizer"] = opt.state_dict()
+                th.save(ckpt, "checkpoint.pt")
+
+            def train(model, loader, opt):
+                for x, y in loader:
+                    opt.zero_grad()
+                    criterion(model(x), y).backward()
+                    opt.step()
+            """
+        ),
+        # Final weights after training are an export, not a checkpoint.
+        Valid(
+            """
+            import torch
+
+            model = Net()
+            optimizer = torch.optim.Adam(model.parameters())
+            for epoch in range(5):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    loss_fn(model(x), y).backward()
+                    optimizer.step()
+            torch.save(model.state_dict(), "model_final.pt")
+            """
+        ),
+        # traindoctor's checkpoint is complete; a weights export beside it is fine.
+        Valid(
+            """
+            import torch
+            import traindoctor.checkpoint
+
+            model = Net()
+            optimizer = torch.optim.AdamW(model.parameters())
+            for epoch in range(5):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    loss_fn(model(x), y).backward()
+                    optimizer.step()
+                traindoctor.checkpoint.save("ckpt.pt", model=model, optimizer=optimizer, epoch=epoch)
+                torch.save(model.state_dict(), f"weights_{epoch}.pt")
+            """
+        ),
+        # Inference script: no optimizer, no training.
+        Valid(
+            """
+            import torch
+
+            model = Net()
+            model.load_state_dict(torch.load("weights.pt", weights_only=True))
+            for shard in shards:
+                torch.save(model.state_dict(), shard)
+            """
+        ),
+    )
+    invalid = (
+        Invalid(
+            """
+            import torch
+
+            model = Net().cuda()
+            optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+            for epoch in range(10):
+                for x, y in loader:
+                    loss = loss_fn(model(x.cuda()), y.cuda())
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                torch.save(model.state_dict(), f"ckpt_{epoch}.pt")  # TD501
+            """
+        ),
+        # Aliased import, DDP-wrapped model, keyword arguments, dict built incrementally.
+        Invalid(
+            """
+            from torch import save as save_ckpt
+            import torch.optim as optim
+
+            model = DDP(Net().cuda())
+            opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            for epoch in range(90):
+                for step, (x, y) in enumerate(loader):
+                    opt.zero_grad()
+                    criterion(model(x), y).backward()
+                    opt.step()
+                state = {"epoch": epoch}
+                state["model"] = model.module.state_dict()
+                save_ckpt(obj=state, f="checkpoint.pth")  # TD501
+            """
+        ),
+        # Through a local helper: reported where the caller decides what is saved.
+        Invalid(
+            """
+            import torch
+
+            def save_checkpoint(state, filename="checkpoint.pth.tar"):
+                torch.save(state, filename)
+
+            def train_one_epoch(model, loader, optimizer):
+                for images, target in loader:
+                    loss = criterion(model(images), target)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+
+            def main():
+                model = resnet50()
+                optimizer = torch.optim.SGD(model.parameters(), 0.1, momentum=0.9)
+                for epoch in range(90):
+                    train_one_epoch(model, loader, optimizer)
+                    save_checkpoint({"epoch": epoch + 1, "state_dict": model.state_dict()})  # TD501
+            """
+        ),
+    )
+
+    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        idx = checkpoint_index(ctx)
+        opt = idx.first_name(OPTIMIZER, "optimizer")
+        for site in idx.model_only_in_loop():
+            yield ctx.report(
+                self,
+                site.report,
+                f"This checkpoint saves model weights without the optimizer state, so a resumed "
+                f"run restarts momentum/Adam moments; save `{opt}.state_dict()` with them.",
+                help=f"Save `{opt}.state_dict()` in the checkpoint",
+            )
+
+
+# ---------------------------------------------------------------- runtime half (R2)
+from traindoctor.runtime.events import Monitor  # noqa: E402
+
+
+class CheckpointWithoutOptimizerMonitor(Monitor):
+    """``torch.save`` of an object that holds a live model's weights but not the state of a live
+    optimizer that updates that model (see ``runtime.checkpoint_audit``). One finding per
+    ``torch.save`` line."""
+
+    rule = CheckpointWithoutOptimizer
+
+    def __init__(self, session: object) -> None:
+        super().__init__(session)
+        self.sites: set[object] = set()
+
+    def on_checkpoint_save(self, obj: object, path: str | None, site: object = None) -> None:
+        if path is None or site in self.sites:
+            return
+        from traindoctor.runtime.checkpoint_audit import contents_for, missing_optimizers
+
+        contents = contents_for(self.session, obj)
+        if not contents.has_model:
+            return
+        missing = missing_optimizers(self.session, contents)
+        if not missing:
+            return
+        from traindoctor.runtime.live import site_kwargs
+
+        self.sites.add(site)
+        names = [type(o).__name__ for o in missing]
+        self.report(
+            f"This checkpoint holds the model's weights but not the state of its {', '.join(names)} "
+            "optimizer, so momentum/moments restart on resume; save `optimizer.state_dict()` too "
+            "(`traindoctor.checkpoint.save(path, model=..., optimizer=...)`).",
+            evidence={
+                "path": path,
+                "missing_optimizers": names,
+                "optimizer_states_saved": len(contents.optimizer_states) + len(contents.optimizer_objects),
+            },
+            step=self.session.step,
+            **site_kwargs(site),  # type: ignore[arg-type]
+        )
