@@ -236,3 +236,36 @@ def test_td206_lr_scaled_from_reference_without_warmup() -> None:
     with traindoctor.watch(select=["TD206"], thresholds={"reference_lr": 0.1}) as doctor:
         _epoch(model, opt, _loader(64))
     assert finding(doctor, "TD206").evidence["lr_factor"] == 8.0
+
+
+# ---------------------------------------------------------------- CLI shorthands
+SCRIPT = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+data = TensorDataset(torch.randn(192, 8), torch.randint(0, 2, (192,)))
+for x, y in DataLoader(data, batch_size=64):
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def test_cli_reference_options_reach_td203(tmp_path) -> None:
+    import json
+
+    from traindoctor.runtime.cli import main, parse_args
+
+    opts = parse_args(["--reference-batch", "16", "--reference-lr=0.1", "--no-decay", "bias,bn", "x.py"])
+    assert opts.thresholds == {"reference_batch": 16, "reference_lr": 0.1, "no_decay": "bias,bn"}
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "report.json"
+    rc = main(["--select", "TD203", "--reference-batch", "16", "--reference-lr", "0.1",
+               "--output-format", "json", "-o", str(out), str(script)])
+    assert rc == 0
+    [f] = json.loads(out.read_text())["findings"]
+    assert f["code"] == "TD203" and f["evidence"]["effective_batch"] == 64

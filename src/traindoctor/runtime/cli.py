@@ -29,6 +29,9 @@ options:
   --select CODES               comma-separated codes or prefixes to enable (TD1 = all TD1xx)
   --ignore CODES               comma-separated codes or prefixes to disable
   --threshold KEY=VALUE        override a rule threshold, e.g. TD102.min_wait_share=0.3 (repeatable)
+  --reference-batch N          effective batch your LR was tuned for (TD203/TD206)
+  --reference-lr LR            the LR tuned for --reference-batch (TD203/TD206)
+  --no-decay PATTERNS          comma-separated no-decay name patterns the script uses (TD205)
   --config FILE                pyproject.toml to read [tool.traindoctor] from
   -m MODULE                    run a library module as a script (like python -m)
   -h, --help                   show this help
@@ -36,6 +39,14 @@ options:
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+
+
+#: Options that are shorthands for ``--threshold KEY=VALUE`` (read by the TD2xx monitors).
+_THRESHOLD_ALIASES = {
+    "--reference-batch": "reference_batch",
+    "--reference-lr": "reference_lr",
+    "--no-decay": "no_decay",
+}
 
 
 class UsageError(ValueError):
@@ -111,6 +122,8 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
                 raise UsageError(f"--threshold expects KEY=VALUE, got {pair!r}")
             key, raw = pair.split("=", 1)
             opts.thresholds[key.strip()] = parse_value(raw)
+        elif name in _THRESHOLD_ALIASES:
+            opts.thresholds[_THRESHOLD_ALIASES[name]] = parse_value(value(name))
         elif name == "--config":
             opts.config = value(name)
         elif name == "-m" or (arg.startswith("-m") and len(arg) > 2 and not arg.startswith("--")):
