@@ -418,6 +418,9 @@ class FileContext:
     def _argparse(self) -> dict[str, list[Any]]:
         """argparse dest -> defaults given in this file (``add_argument`` and ``set_defaults``)."""
         out: dict[str, list[Any]] = {}
+        # While this table is being built, an ``args.x`` inside an add_argument call (e.g.
+        # ``action=argparse.BooleanOptionalAction``) must not ask for the table again.
+        self.__dict__["_argparse_building"] = True
         for call in self.method_calls("add_argument"):
             dest = _values.option_dest(call)
             if dest is not None:
@@ -453,6 +456,8 @@ class FileContext:
         ``def main(args)`` shape) and ``x`` must be an option this file declares.
         """
         if not isinstance(node.value, ast.Name):
+            return UNKNOWN
+        if self.__dict__.get("_argparse_building") and "_argparse" not in self.__dict__:
             return UNKNOWN
         defaults = self._argparse.get(node.attr)
         if not defaults:

@@ -1,16 +1,342 @@
-"""TD401 cudnn-benchmark-off: A convolutional model runs on CUDA with fixed input shapes and `torch.backends.cudnn.benchmark` is not enabled."""
+"""TD401 cudnn-benchmark-off: a CNN trains on CUDA with fixed input shapes but no cuDNN autotuning."""
 
 from __future__ import annotations
 
-from traindoctor.finding import Severity
+import ast
+import re
+from typing import TYPE_CHECKING, Iterable
+
+from traindoctor.finding import Finding, Severity
+from traindoctor.rules.backend.td403_benchmark_with_deterministic import (
+    BENCHMARK,
+    DETERMINISTIC,
+    cudnn_settings,
+)
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.static.loaders import DATALOADER, file_trains, is_test_file
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.static.context import FileContext
+
+#: torch.nn convolution layers (any of them makes the model convolutional).
+_CONV_LAYERS = frozenset(
+    f"torch.nn.{kind}{d}d"
+    for kind in ("Conv", "ConvTranspose", "LazyConv", "LazyConvTranspose")
+    for d in (1, 2, 3)
+)
+#: torchvision / timm model families that are convolutional networks.
+_CNN_FAMILIES = re.compile(
+    r"^(resnet|resnext|wide_resnet|seresnet|seresnext|resnetv2|resnest|res2net|vgg|alexnet|densenet|"
+    r"mobilenet|efficientnet|tf_efficientnet|regnet|convnext|googlenet|inception|shufflenet|"
+    r"squeezenet|mnasnet|dla|dpn|cspresnet|cspdarknet|darknet|ghostnet|rexnet|hrnet|xception|"
+    r"nfnet|dm_nfnet|nf_resnet|tresnet|ese_vovnet|mixnet|fbnet|lcnet|repvgg)"
+)
+#: Evidence that inputs have one fixed size: fixed-size crops or resizes, fixed-size datasets.
+_FIXED_TRANSFORMS = frozenset({"RandomResizedCrop", "RandomCrop", "CenterCrop", "FiveCrop", "TenCrop"})
+_FIXED_DATASETS = frozenset({
+    "MNIST", "FashionMNIST", "KMNIST", "EMNIST", "QMNIST", "CIFAR10", "CIFAR100", "SVHN", "STL10",
+    "FakeData", "USPS",
+})
+#: Evidence of inputs whose size changes from batch to batch.
+_VARIABLE_TRANSFORMS = frozenset({"RandomResize", "RandomShortestSize", "ScaleJitter", "RandomIoUCrop"})
+_LIGHTNING = ("lightning.", "pytorch_lightning.")
+_PADDING = frozenset({"torch.nn.utils.rnn.pad_sequence", "torch.nn.utils.rnn.pack_padded_sequence"})
+
+
+def convolution_evidence(ctx: "FileContext") -> ast.Call | None:
+    """The first call that builds a convolutional layer or CNN model, if any."""
+    found: list[ast.Call] = []
+    for qn, call in ctx.calls_to_prefix("torch.nn."):
+        if qn in _CONV_LAYERS:
+            found.append(call)
+    for qn, call in ctx.calls_to_prefix("torchvision.models."):
+        parts = qn.split(".")
+        if len(parts) == 3 and _CNN_FAMILIES.match(parts[2]):
+            found.append(call)
+        elif qn == "torchvision.models.get_model" and _literal_cnn_name(ctx, call):
+            found.append(call)
+    for call in ctx.calls_to("timm.create_model"):
+        if _literal_cnn_name(ctx, call):
+            found.append(call)
+    found.sort(key=lambda c: (c.lineno, c.col_offset))
+    return found[0] if found else None
+
+
+def _literal_cnn_name(ctx: "FileContext", call: ast.Call) -> bool:
+    node = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg in ("name", "model_name")), None)
+    value = ctx.value(node) if node is not None else None
+    return isinstance(value, str) and bool(_CNN_FAMILIES.match(value.split("/")[-1].split(".")[0]))
+
+
+def _leaf(qualname: str) -> str:
+    return qualname.rsplit(".", 1)[-1]
+
+
+def shape_evidence(ctx: "FileContext") -> tuple[bool, bool]:
+    """(fixed, variable): whether the file shows inputs of one size, and of changing sizes."""
+    fixed = variable = False
+    for qn, call in ctx.calls_to_prefix("torchvision."):
+        leaf = _leaf(qn)
+        if qn.startswith("torchvision.models.detection") or qn.startswith("torchvision.models.segmentation"):
+            variable = True
+        elif qn.startswith("torchvision.transforms"):
+            if leaf in _VARIABLE_TRANSFORMS:
+                variable = True
+            elif leaf in _FIXED_TRANSFORMS:
+                fixed = True
+            elif leaf == "Resize":
+                size = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "size"), None)
+                if isinstance(size, (ast.Tuple, ast.List)) and len(size.elts) == 2:
+                    fixed = True
+        elif qn.startswith("torchvision.datasets.") and leaf in _FIXED_DATASETS:
+            fixed = True
+    if ctx.calls_to("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"):
+        fixed = True
+    if any(ctx.calls_to(q) for q in sorted(_PADDING)):
+        variable = True
+    for call in ctx.calls_to(DATALOADER):
+        if any(kw.arg == "collate_fn" for kw in call.keywords) or len(call.args) > 6:
+            variable = True  # a custom collate usually pads to the longest sample of the batch
+    return fixed, variable
 
 
 class CudnnBenchmarkOff(Rule):
     code = "TD401"
     name = "cudnn-benchmark-off"
     severity = Severity.INFO
-    summary = "A convolutional model runs on CUDA with fixed input shapes and `torch.backends.cudnn.benchmark` is not enabled."
+    summary = (
+        "A convolutional model trains on CUDA with fixed input shapes while "
+        "`torch.backends.cudnn.benchmark` stays off; set it to `True` to let cuDNN pick the fastest "
+        "convolution algorithms."
+    )
     gpu_only = True
     static = True
     runtime = True
+    fixable = "never"
+
+    what_it_does = """
+    Reports a training script that places work on CUDA, builds a convolutional model
+    (`nn.Conv1d/2d/3d`, `nn.ConvTranspose*d`, a torchvision CNN such as `resnet50()`, or
+    `timm.create_model("resnet50")`), shows that its inputs have one fixed size (fixed-size crops
+    or `Resize((h, w))`, a fixed-size dataset such as CIFAR-10 or MNIST, a `TensorDataset`), and
+    never sets `torch.backends.cudnn.benchmark`. It stays silent when the file shows inputs of
+    varying size (detection models, a custom `collate_fn`, padded sequences, multi-scale
+    transforms), when it asks for deterministic algorithms (benchmarking would undo that, see
+    TD403), and when the flag is assigned anywhere, to any value, since that is a decision.
+    The finding is placed at the first convolution or CNN constructor.
+    """
+    why_bad = """
+    cuDNN offers several algorithms for each convolution (implicit GEMM, FFT, Winograd, ...), and
+    the fastest one depends on the shapes, the data type and the GPU. With `benchmark = False`
+    (PyTorch's default) cuDNN picks one by heuristics; with `benchmark = True` PyTorch times the
+    candidates the first time it meets a shape and caches the winner. When the shapes stay the
+    same for the whole run, that one-off cost buys faster convolutions for every later step, often
+    by 10% or more for CNNs. When the shapes keep changing, every new shape pays the timing again,
+    which is why this is only suggested for fixed shapes (TD402 reports the opposite case at run
+    time). Benchmarking makes the algorithm choice depend on timing, so runs that must be
+    bit-for-bit reproducible should leave it off.
+    """
+    example = """
+    model = torchvision.models.resnet50().cuda()
+    train_tf = transforms.Compose([transforms.RandomResizedCrop(224), transforms.ToTensor()])
+    """
+    use_instead = """
+    torch.backends.cudnn.benchmark = True
+    model = torchvision.models.resnet50().cuda()
+    train_tf = transforms.Compose([transforms.RandomResizedCrop(224), transforms.ToTensor()])
+    """
+    options = """
+    GPU-only. Fires when at least `TD401.min_forwards` (default 8) convolution forwards ran on
+    CUDA with `cudnn.benchmark` off, and every conv layer saw at most `TD401.max_shapes`
+    (default 4) distinct input shapes with its most common shape covering at least
+    `TD401.min_share` (default 0.8) of its forwards (a partial last batch is fine). Silent when
+    `cudnn.deterministic` is on.
+    """
+    references = (
+        "https://pytorch.org/docs/stable/backends.html#torch.backends.cudnn.benchmark",
+        "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#enable-cudnn-auto-tuner",
+        "https://pytorch.org/docs/stable/notes/randomness.html#cuda-convolution-benchmarking",
+    )
+
+    valid = (
+        Valid(
+            """
+            import torch
+            import torchvision
+            from torchvision import transforms
+
+            torch.backends.cudnn.benchmark = True
+            model = torchvision.models.resnet50().cuda()
+            tf = transforms.RandomResizedCrop(224)
+            loss.backward()
+            """
+        ),
+        # Variable shapes: a detection model and a padding collate_fn.
+        Valid(
+            """
+            import torch
+            import torchvision
+            from torch.utils.data import DataLoader
+
+            model = torchvision.models.detection.fasterrcnn_resnet50_fpn().cuda()
+            backbone = torchvision.models.resnet50()
+            loader = DataLoader(ds, batch_size=4, collate_fn=collate)
+            loss.backward()
+            """
+        ),
+        # A deliberate choice (benchmark off for reproducibility), via an alias.
+        Valid(
+            """
+            import torch
+            from torch import nn
+            from torch.backends import cudnn
+            from torchvision import datasets
+
+            cudnn.benchmark = False
+            train = datasets.CIFAR10("data", train=True, download=True)
+            net = nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU()).to("cuda")
+            loss.backward()
+            """
+        ),
+        # Deterministic algorithms requested: benchmarking would undo them (TD403).
+        Valid(
+            """
+            import torch
+            from torch import nn
+            from torchvision import datasets
+
+            torch.use_deterministic_algorithms(True)
+            train = datasets.MNIST("data", train=True)
+            net = nn.Conv2d(1, 32, 3).cuda()
+            loss.backward()
+            """
+        ),
+    )
+    invalid = (
+        Invalid(
+            """
+            import torch
+            import torchvision
+            from torchvision import transforms
+
+            model = torchvision.models.resnet50(weights=None).cuda()  # TD401
+            tf = transforms.Compose([transforms.RandomResizedCrop(224), transforms.ToTensor()])
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            """
+        ),
+        # nn.Conv2d through aliases, CIFAR-10 through `from ... import`.
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            from torchvision.datasets import CIFAR10
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv1 = nn.Conv2d(3, 32, 3)  # TD401
+                    self.conv2 = nn.Conv2d(32, 64, 3)
+
+            train_set = CIFAR10("./data", train=True, download=True)
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            net = Net().to(device)
+            loss.backward()
+            """
+        ),
+        # timm CNN and in-memory tensors of one shape.
+        Invalid(
+            """
+            import timm
+            import torch
+            from torch.utils.data import TensorDataset, DataLoader
+
+            model = timm.create_model("efficientnet_b0", num_classes=10).cuda()  # TD401
+            ds = TensorDataset(images, labels)
+            loader = DataLoader(ds, batch_size=64)
+            for x, y in loader:
+                model(x.cuda()).sum().backward()
+            """
+        ),
+    )
+
+    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        if not ctx.targets_cuda or is_test_file(ctx.filename):
+            return
+        conv = convolution_evidence(ctx)
+        if conv is None or not file_trains(ctx):
+            return
+        settings = cudnn_settings(ctx)
+        if any(s.flag == BENCHMARK for s in settings):
+            return
+        if any(s.flag == DETERMINISTIC and s.value is not False for s in settings):
+            return
+        trainers = [*ctx.method_calls("Trainer"), *(c for p in _LIGHTNING for _, c in ctx.calls_to_prefix(p))]
+        if any(kw.arg == "benchmark" for c in trainers for kw in c.keywords):
+            return  # Lightning's Trainer(benchmark=...) sets the flag
+        fixed, variable = shape_evidence(ctx)
+        if not fixed or variable:
+            return
+        yield ctx.report(
+            self,
+            conv,
+            "This convolutional model trains on CUDA with fixed-size inputs but "
+            "`torch.backends.cudnn.benchmark` is never set; set it to `True` once at start-up so "
+            "cuDNN times its algorithms and keeps the fastest.",
+            help="Set `torch.backends.cudnn.benchmark = True`",
+        )
+
+
+# ---------------------------------------------------------------- runtime half (R2)
+from traindoctor.runtime.events import Monitor  # noqa: E402
+
+
+class CudnnBenchmarkOffMonitor(Monitor):
+    """Convolutions on CUDA with (nearly) fixed input shapes while ``cudnn.benchmark`` is off.
+
+    Fixed means: every conv layer saw at most ``max_shapes`` distinct input shapes and its most
+    common shape covers at least ``min_share`` of its forwards (a last partial batch or an
+    evaluation batch size are fine). Silent when ``cudnn.deterministic`` is on (the user chose
+    reproducibility) or cudnn is disabled. GPU-only.
+    """
+
+    rule = CudnnBenchmarkOff
+
+    def __init__(self, session: object) -> None:
+        super().__init__(session)
+        self.flags: dict[str, bool] = {}
+
+    def on_backend_flags(self, flags: object, site: object = None) -> None:
+        self.flags = dict(flags)  # type: ignore[call-overload]
+
+    def on_run_end(self) -> None:
+        if not self.session.device.is_cuda or self.flags.get("benchmark", True):
+            return
+        if self.flags.get("deterministic", False):
+            return
+        from traindoctor.runtime.train_facts import conv_shapes
+
+        layers = conv_shapes(self.session)
+        min_forwards = int(self.threshold("min_forwards", 8))
+        max_shapes = int(self.threshold("max_shapes", 4))
+        min_share = float(self.threshold("min_share", 0.8))
+        forwards = sum(sum(s.values()) for s in layers)
+        if not layers or forwards < min_forwards:
+            return
+        for shapes in layers:
+            total = sum(shapes.values())
+            if len(shapes) > max_shapes or max(shapes.values()) < min_share * total:
+                return
+        distinct = max(len(s) for s in layers)
+        example = max(layers[0].items(), key=lambda kv: kv[1])[0]
+        self.report(
+            f"{len(layers)} convolution layer(s) ran on CUDA with fixed input shapes (e.g. "
+            f"{list(example)}) and `torch.backends.cudnn.benchmark` off; set it to True so "
+            "cuDNN picks the fastest algorithm once per shape.",
+            evidence={
+                "conv_layers": len(layers),
+                "conv_forwards": forwards,
+                "max_distinct_shapes": distinct,
+                "example_shape": list(example),
+            },
+            step=self.session.step,
+        )

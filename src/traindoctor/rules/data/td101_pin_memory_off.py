@@ -1,19 +1,268 @@
-"""TD101 pin-memory-off: A DataLoader feeds a model on a CUDA device without `pin_memory=True`."""
+"""TD101 pin-memory-off: a training DataLoader feeds a CUDA model from pageable host memory."""
 
 from __future__ import annotations
 
-from traindoctor.finding import Severity
+import ast
+from typing import TYPE_CHECKING, Iterable
+
+from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.static.args import MISSING, UNKNOWN
+from traindoctor.static.loaders import iter_training_loaders, literal_false
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.static.context import FileContext
+
+_HELP = "Pass `pin_memory=True`"
 
 
 class PinMemoryOff(Rule):
     code = "TD101"
     name = "pin-memory-off"
     severity = Severity.WARNING
-    summary = "A DataLoader feeds a model on a CUDA device without `pin_memory=True`."
+    summary = (
+        "A DataLoader feeds a model on a CUDA device without `pin_memory=True`; pass it so batches "
+        "are copied from page-locked memory, asynchronously."
+    )
     gpu_only = True
     static = True
     runtime = True
+    fixable = "sometimes"
+    options = """
+    Runtime thresholds (`thresholds` in `[tool.traindoctor]`, `--threshold KEY=VALUE` or
+    `watch(thresholds=...)`):
+
+    - `TD101.min_copies` (default 3): batches of one unpinned loader copied to CUDA before it is
+      reported.
+    - `TD101.min_transfer_share` (default 0.01): the wall time of those copies as a share of the
+      run's step time. The copy time is the wall time of the `.to()`/`.cuda()` call.
+
+    Only reported when the run used a CUDA device; never on a CPU run.
+    """
+
+    what_it_does = """
+    Reports a training `DataLoader` in a script that runs on a CUDA device when the loader does
+    not pass `pin_memory=True` (it is missing, or `False` as a literal, a constant or an argparse
+    default). Evaluation loaders (named `val`/`test`/`eval`..., or only iterated under
+    `torch.no_grad()`) and datasets whose tensors already live on the GPU are skipped, and so are
+    files with no sign of training (no `backward()`, no optimizer).
+    """
+    why_bad = """
+    A host-to-device copy can only be done by the GPU's DMA engine from page-locked ("pinned")
+    host memory. From ordinary pageable memory the CUDA driver first copies the batch into a
+    pinned staging buffer, then to the device: an extra copy, and `.to("cuda", non_blocking=True)`
+    cannot overlap it with computation. With `pin_memory=True` the loader pins each batch in a
+    background thread, so the copy to the GPU is a single DMA transfer that can run while the
+    previous step computes.
+
+    Pinning is not free (pinned memory is taken away from the OS page cache and pinning itself
+    costs CPU time), which is why it is only reported for loaders that feed a GPU. Pair it with
+    `non_blocking=True` on the `.to(...)` call to get the overlap.
+    """
+    example = """
+    loader = DataLoader(train_ds, batch_size=64, shuffle=True, num_workers=4)
+    for x, y in loader:
+        x, y = x.to("cuda"), y.to("cuda")
+    """
+    use_instead = """
+    loader = DataLoader(train_ds, batch_size=64, shuffle=True, num_workers=4, pin_memory=True)
+    for x, y in loader:
+        x, y = x.to("cuda", non_blocking=True), y.to("cuda", non_blocking=True)
+
+    # or let traindoctor pick the loader settings for the device:
+    from traindoctor.recipes import loader_kwargs
+    loader = DataLoader(train_ds, batch_size=64, shuffle=True, **loader_kwargs(train_ds, device="cuda"))
+    """
+    fix_safety = """
+    The fix adds `pin_memory=True` (or turns a literal `pin_memory=False` into `True`). It is safe:
+    the batches hold the same values, only the memory they live in changes. Values that come from
+    a constant, a `**kwargs` dict or an argparse default are reported without a fix: edit them at
+    their source.
+    """
+    references = (
+        "https://pytorch.org/docs/stable/data.html#memory-pinning",
+        "https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html",
+        "https://docs.nvidia.com/cuda/cuda-c-best-practices-guide/index.html#pinned-memory",
+    )
+
+    valid = (
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_ds, batch_size=64, num_workers=4, pin_memory=True)
+            model = model.cuda()
+            for x, y in loader:
+                loss = model(x.cuda(non_blocking=True)).sum()
+                loss.backward()
+            """
+        ),
+        # CPU-only script: pinning would only cost time.
+        Valid(
+            """
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_ds, batch_size=64, num_workers=4)
+            for x, y in loader:
+                loss = model(x).sum()
+                loss.backward()
+            """
+        ),
+        # Evaluation loader (by name), and a value we cannot know (opaque **kwargs).
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            val_loader = DataLoader(val_ds, batch_size=256)
+            train_loader = DataLoader(train_ds, **cfg.loader)
+            model.to("cuda")
+            for x, y in train_loader:
+                model(x.cuda()).sum().backward()
+            """
+        ),
+        # Dataset already on the GPU: pin_memory=True would raise.
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+
+            ds = TensorDataset(x.cuda(), y.cuda())
+            loader = DataLoader(ds, batch_size=64, shuffle=True)
+            for xb, yb in loader:
+                model(xb).sum().backward()
+            """
+        ),
+        # Argparse default True.
+        Valid(
+            """
+            import argparse
+            import torch
+
+            p = argparse.ArgumentParser()
+            p.add_argument("--pin-memory", action="store_true", default=True)
+            args = p.parse_args()
+            loader = torch.utils.data.DataLoader(train_ds, batch_size=32, pin_memory=args.pin_memory)
+            for x, y in loader:
+                model(x.to("cuda")).sum().backward()
+            """
+        ),
+    )
+    invalid = (
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            train_loader = DataLoader(train_ds, batch_size=64, shuffle=True, num_workers=4)  # TD101
+            model = model.cuda()
+            for x, y in train_loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+            """,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+
+            train_loader = DataLoader(train_ds, batch_size=64, shuffle=True, num_workers=4, pin_memory=True)  # TD101
+            model = model.cuda()
+            for x, y in train_loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+            """,
+        ),
+        # Alias import and a positional `pin_memory=False` (8th parameter).
+        Invalid(
+            """
+            import torch.utils.data as tud
+
+            device = "cuda"
+            loader = tud.DataLoader(ds, 32, True, None, None, 2, None, False)  # TD101
+            for x, y in loader:
+                model(x.to(device)).sum().backward()
+            """,
+            fixed="""
+            import torch.utils.data as tud
+
+            device = "cuda"
+            loader = tud.DataLoader(ds, 32, True, None, None, 2, None, True)  # TD101
+            for x, y in loader:
+                model(x.to(device)).sum().backward()
+            """,
+        ),
+        # Literal **kwargs dict: reported, but the fix belongs in the dict.
+        Invalid(
+            """
+            import torch
+            from torch.utils.data.dataloader import DataLoader as DL
+
+            loader_kwargs = {"batch_size": 64, "num_workers": 4, "pin_memory": False}
+            loader = DL(train_set, **loader_kwargs)  # TD101
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                optimizer.zero_grad()
+                model(x.to("cuda:0")).sum().backward()
+                optimizer.step()
+            """
+        ),
+        # Argparse default False.
+        Invalid(
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--pin-memory", type=int, default=0)
+            args = parser.parse_args()
+            loader = torch.utils.data.DataLoader(  # TD101
+                train_ds,
+                batch_size=32,
+                pin_memory=args.pin_memory,
+            )
+            torch.cuda.set_device(0)
+            for x, y in loader:
+                model(x.cuda()).sum().backward()
+            """
+        ),
+    )
+
+    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        if not ctx.targets_cuda:
+            return
+        for loader in iter_training_loaders(ctx):
+            if loader.on_device:
+                continue
+            call = loader.call
+            node = ctx.arg(call, "pin_memory")
+            if node is UNKNOWN:
+                continue
+            if node is MISSING:
+                fix = ctx.fix_add_keyword(call, "pin_memory=True", _HELP)
+                message = (
+                    "This training loader feeds a CUDA model from pageable memory; pass "
+                    "`pin_memory=True` (and copy with `non_blocking=True`)."
+                )
+            else:
+                value = ctx.value(node)
+                if value is UNKNOWN or value:
+                    continue
+                fix = None
+                if literal_false(node) and _written_in_call(ctx, node, call):
+                    fix = ctx.fix_replace(node, "True", _HELP)
+                message = (
+                    "`pin_memory` is off for a training loader that feeds a CUDA model; set it to "
+                    "`True` (and copy with `non_blocking=True`)."
+                )
+            yield ctx.report(self, call, message, fix=fix, help=_HELP)
+
+
+def _written_in_call(ctx: "FileContext", node: ast.AST, call: ast.Call) -> bool:
+    """Whether ``node`` is spelled in the call itself (not in a ``**kwargs`` dict elsewhere)."""
+    parent = ctx.parent(node)
+    if isinstance(parent, ast.keyword):
+        parent = ctx.parent(parent)
+    return parent is call
 
 
 # ---------------------------------------------------------------- runtime half

@@ -1,19 +1,241 @@
-"""TD102 loader-in-main-process: S:"""
+"""TD102 loader-in-main-process: a training DataLoader loads every batch in the training process."""
 
 from __future__ import annotations
 
-from traindoctor.finding import Severity
+import ast
+from typing import TYPE_CHECKING, Iterable
+
+from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.static.args import MISSING, UNKNOWN
+from traindoctor.static.loaders import iter_training_loaders
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.static.context import FileContext
+
+_HELP = "Pass `num_workers` (for example 4)"
 
 
 class LoaderInMainProcess(Rule):
     code = "TD102"
     name = "loader-in-main-process"
     severity = Severity.WARNING
-    summary = "S:"
+    summary = (
+        "A training DataLoader runs with `num_workers=0`, so the training loop itself loads and "
+        "collates every batch; pass `num_workers` > 0 to load batches in parallel worker processes."
+    )
     gpu_only = False
     static = True
     runtime = True
+    fixable = "never"
+    options = """
+    Runtime thresholds (`thresholds` in `[tool.traindoctor]`, `--threshold KEY=VALUE` or
+    `watch(thresholds=...)`). A `num_workers=0` loader is reported only when both hold:
+
+    - `TD102.min_wait_share` (default 0.2): the time the loop waited inside `next()` for this
+      loader's batches, as a share of the time the loader was being iterated.
+    - `TD102.min_wait_ms` (default 5.0): the mean wait per batch in milliseconds. Batches of
+      in-memory tensors that take about a millisecond to assemble would only get slower with
+      worker processes (inter-process copies), so they stay silent.
+    - `TD102.min_batches` (default 5): batches seen before judging.
+
+    The recommended worker count is the number of workers that would deliver batches as fast as
+    the loop consumes them, capped at the cores this process may use minus one.
+    """
+
+    what_it_does = """
+    Reports a training `DataLoader` whose `num_workers` is missing (the default is 0) or 0, read
+    from a keyword, the sixth positional argument, a module constant, a literal `**kwargs` dict or
+    an argparse default in the same file. It stays silent when the value cannot be known (a config
+    object, a function parameter, an opaque `**kwargs`), for evaluation loaders, for datasets of
+    in-memory tensors (`TensorDataset`: indexing them takes microseconds and worker processes would
+    only add inter-process copies) and for `IterableDataset` subclasses (workers need sharding
+    code), and in files with no sign of training (no `backward()`, no optimizer).
+
+    At run time the same code is reported only when the data wait is measured to be a large share
+    of the step.
+    """
+    why_bad = """
+    With `num_workers=0` the main process reads, decodes, augments and collates each batch while
+    the model waits, so data loading time adds to every step instead of overlapping with it.
+    With workers, `num_workers` processes prepare batches ahead of time (`prefetch_factor` each)
+    while the main process trains.
+
+    Workers are not free: each is a process with a copy of the dataset object, batches travel back
+    through shared memory, and on platforms that start processes with `spawn` (Windows, macOS) the
+    dataset and `collate_fn` must be picklable and the script needs an
+    `if __name__ == "__main__":` guard. A good start is a few workers per GPU, not more than the
+    CPU cores available to each process.
+    """
+    example = """
+    train_loader = DataLoader(train_ds, batch_size=64, shuffle=True)
+    """
+    use_instead = """
+    train_loader = DataLoader(train_ds, batch_size=64, shuffle=True, num_workers=4, pin_memory=True,
+                              persistent_workers=True)
+
+    # or size the workers from the machine:
+    from traindoctor.recipes import loader_kwargs
+    train_loader = DataLoader(train_ds, batch_size=64, shuffle=True, **loader_kwargs(train_ds))
+    """
+    fix_safety = """
+    No fix is offered: worker processes need a picklable dataset and `collate_fn`, a
+    `__main__` guard under the `spawn` start method, and a worker count that fits the machine.
+    """
+    references = (
+        "https://pytorch.org/docs/stable/data.html#single-and-multi-process-data-loading",
+        "https://pytorch.org/docs/stable/data.html#platform-specific-behaviors",
+        "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#enable-async-data-loading-and-augmentation",
+    )
+
+    valid = (
+        Valid(
+            """
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_ds, batch_size=64, shuffle=True, num_workers=8)
+            for x, y in loader:
+                model(x).sum().backward()
+            """
+        ),
+        # In-memory tensors: workers would only add inter-process copies.
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+
+            ds = TensorDataset(torch.randn(1000, 10), torch.randn(1000, 1))
+            loader = DataLoader(ds, batch_size=32, shuffle=True)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+            """
+        ),
+        # Evaluation loaders: by name, and by being iterated only under no_grad.
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            test_loader = DataLoader(test_set, batch_size=256)
+            loader = DataLoader(holdout, batch_size=256)
+            with torch.no_grad():
+                for x, y in loader:
+                    model(x)
+            loss.backward()
+            """
+        ),
+        # Unknown value: a config object and an opaque **kwargs.
+        Valid(
+            """
+            from torch.utils.data import DataLoader
+
+            a = DataLoader(train_ds, batch_size=cfg.bs, num_workers=cfg.workers)
+            b = DataLoader(train_ds, **kwargs)
+            loss.backward()
+            """
+        ),
+        # A library helper in a file that never trains.
+        Valid(
+            """
+            from torch.utils.data import DataLoader
+
+            def make_loader(ds):
+                return DataLoader(ds, batch_size=64)
+            """
+        ),
+    )
+    invalid = (
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+
+            train_loader = DataLoader(train_ds, batch_size=64, shuffle=True)  # TD102
+            for epoch in range(10):
+                for x, y in train_loader:
+                    model(x).sum().backward()
+            """
+        ),
+        # Positional num_workers (sixth parameter) through a module alias.
+        Invalid(
+            """
+            import torch.utils.data as tud
+            import torch
+
+            loader = tud.DataLoader(ds, 32, True, None, None, 0)  # TD102
+            optimizer = torch.optim.AdamW(model.parameters())
+            """
+        ),
+        # Module constant and a literal **kwargs dict.
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader as DL
+
+            WORKERS = 0
+            kwargs = dict(batch_size=64, num_workers=WORKERS)
+            loader = DL(train_set, **kwargs)  # TD102
+            other = DL(train_set, num_workers=WORKERS)  # TD102
+            for x, y in loader:
+                model(x).sum().backward()
+            """
+        ),
+        # Argparse default.
+        Invalid(
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--workers", "-j", type=int, default=0)
+
+            def main(args):
+                loader = torch.utils.data.DataLoader(  # TD102
+                    train_ds,
+                    batch_size=args.batch_size,
+                    num_workers=args.workers,
+                )
+                for x, y in loader:
+                    model(x).sum().backward()
+
+            main(parser.parse_args())
+            """
+        ),
+    )
+
+    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        for loader in iter_training_loaders(ctx):
+            if loader.in_memory or loader.iterable:
+                continue
+            call = loader.call
+            node = ctx.arg(call, "num_workers")
+            if node is UNKNOWN:
+                continue
+            if node is MISSING:
+                message = (
+                    "This training loader loads every batch in the main process (`num_workers` "
+                    "defaults to 0); pass `num_workers` > 0 so worker processes prepare batches "
+                    "while the model trains."
+                )
+            else:
+                value = ctx.value(node)
+                if value is UNKNOWN or isinstance(value, bool) or value != 0:
+                    continue
+                message = (
+                    f"`num_workers` is 0{_origin(node)}, so this training loader loads every batch "
+                    "in the main process; use `num_workers` > 0 so worker processes prepare "
+                    "batches while the model trains."
+                )
+            yield ctx.report(self, call, message, help=_HELP)
+
+
+def _origin(node: ast.AST) -> str:
+    """`` (the default of `--workers`)`` when the value comes from argparse, else nothing."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return f" (the default of `--{node.attr.replace('_', '-')}`)"
+    return ""
 
 
 # ---------------------------------------------------------------- runtime half

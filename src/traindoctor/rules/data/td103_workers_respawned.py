@@ -1,19 +1,318 @@
-"""TD103 workers-respawned: `num_workers > 0` without `persistent_workers=True`, for a loader that is iterated more than once (an epoch loop); a loader consumed once, or through one endless iterator, is fine."""
+"""TD103 workers-respawned: a loader with workers, iterated every epoch, restarts them each time."""
 
 from __future__ import annotations
 
-from traindoctor.finding import Severity
+import ast
+from typing import TYPE_CHECKING, Iterable
+
+from traindoctor.finding import Finding, Fix, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.static.args import MISSING, UNKNOWN
+from traindoctor.static.loaders import DATALOADER, Loader, is_test_file, literal_false, loader_index
+from traindoctor.static.names import dotted
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.static.context import FileContext
+
+_HELP = "Pass `persistent_workers=True`"
 
 
 class WorkersRespawned(Rule):
     code = "TD103"
     name = "workers-respawned"
     severity = Severity.WARNING
-    summary = "`num_workers > 0` without `persistent_workers=True`, for a loader that is iterated more than once (an epoch loop); a loader consumed once, or through one endless iterator, is fine."
+    summary = (
+        "A DataLoader with worker processes is iterated once per epoch without "
+        "`persistent_workers=True`, so its workers are shut down and started again every epoch; "
+        "pass `persistent_workers=True`."
+    )
     gpu_only = False
     static = True
     runtime = True
+    fixable = "sometimes"
+    options = """
+    Runtime thresholds (`thresholds` in `[tool.traindoctor]`, `--threshold KEY=VALUE` or
+    `watch(thresholds=...)`). Start-up is the time from `iter(loader)` to the first batch of an
+    epoch that started new workers, minus an ordinary batch wait; the first start is not counted
+    (persistence cannot save it).
+
+    - `TD103.min_startup_s` (default 0.05): mean start-up seconds per re-spawning epoch.
+    - `TD103.min_startup_share` (default 0.05): the re-spawn start-ups as a share of the time the
+      loader was being iterated.
+    """
+
+    what_it_does = """
+    Reports a training `DataLoader` with `num_workers > 0` (a literal, constant, literal
+    `**kwargs` dict or argparse default) and without `persistent_workers=True`, when the loader is
+    iterated more than once: a `for` loop (or `iter()`) over it sits inside another loop, such as
+    an epoch loop, directly or through a function that is called inside a loop, or it is the
+    `train_dataloader` hook of a Lightning module. A loader that is consumed once, or through one
+    endless iterator (`it = iter(loader)` once, then `next(it)` in the loop), is fine, and so is a
+    loader that is rebuilt inside the loop (persistent workers would not help it).
+    """
+    why_bad = """
+    Without `persistent_workers`, every `iter(loader)` (every `for` over the loader) starts
+    `num_workers` new processes, each of which copies or re-imports the dataset object and runs
+    `worker_init_fn`, and they are shut down when the pass ends. The first batches of each epoch
+    wait for that start-up; with heavy datasets (large annotation files, open archives) or many
+    workers it costs seconds per epoch, and the pipeline is empty at every epoch boundary.
+    `persistent_workers=True` keeps the worker processes alive between passes.
+    """
+    example = """
+    loader = DataLoader(train_ds, batch_size=64, num_workers=8)
+    for epoch in range(epochs):
+        for x, y in loader:
+            ...
+    """
+    use_instead = """
+    loader = DataLoader(train_ds, batch_size=64, num_workers=8, persistent_workers=True)
+    for epoch in range(epochs):
+        for x, y in loader:
+            ...
+    """
+    fix_safety = """
+    The fix adds `persistent_workers=True` (or turns a literal `False` into `True`). When
+    `num_workers` is not a literal (an argparse option, a variable) it adds
+    `persistent_workers=<num_workers> > 0` instead, because `persistent_workers=True` raises with
+    `num_workers=0`. The fix is marked unsafe when the loop changes the dataset between epochs
+    (a method call on it or an assignment to one of its attributes): persistent workers keep the
+    copy of the dataset they started with, so they would not see those changes.
+    """
+    references = (
+        "https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader",
+        "https://lightning.ai/docs/pytorch/stable/advanced/speed.html#persistent-workers",
+    )
+
+    valid = (
+        Valid(
+            """
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_ds, batch_size=64, num_workers=8, persistent_workers=True)
+            for epoch in range(10):
+                for x, y in loader:
+                    model(x).sum().backward()
+            """
+        ),
+        # One endless iterator: the workers start once.
+        Valid(
+            """
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_ds, batch_size=64, num_workers=8)
+            it = iter(loader)
+            for step in range(100_000):
+                x, y = next(it)
+                model(x).sum().backward()
+            """
+        ),
+        # Consumed once, and a loader rebuilt inside the epoch loop (nothing to persist).
+        Valid(
+            """
+            from torch.utils.data import DataLoader
+
+            once = DataLoader(train_ds, batch_size=64, num_workers=4)
+            for x, y in once:
+                model(x).sum().backward()
+            for epoch in range(10):
+                loader = DataLoader(shard(epoch), batch_size=64, num_workers=4)
+                for x, y in loader:
+                    model(x).sum().backward()
+            """
+        ),
+        # No workers at all, and an evaluation loader.
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            train_loader = DataLoader(train_ds, batch_size=64)
+            val_loader = DataLoader(val_ds, batch_size=64, num_workers=4)
+            for epoch in range(10):
+                for x, y in train_loader:
+                    model(x).sum().backward()
+                with torch.no_grad():
+                    for x, y in val_loader:
+                        model(x)
+            """
+        ),
+    )
+    invalid = (
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+
+            train_loader = DataLoader(train_ds, batch_size=64, shuffle=True, num_workers=8)  # TD103
+            for epoch in range(10):
+                for x, y in train_loader:
+                    model(x).sum().backward()
+            """,
+            fixed="""
+            from torch.utils.data import DataLoader
+
+            train_loader = DataLoader(train_ds, batch_size=64, shuffle=True, num_workers=8, persistent_workers=True)  # TD103
+            for epoch in range(10):
+                for x, y in train_loader:
+                    model(x).sum().backward()
+            """,
+        ),
+        # Through a function called in the epoch loop, with an alias and positional workers.
+        Invalid(
+            """
+            import torch.utils.data as tud
+
+            def train_one_epoch(model, loader, optimizer):
+                for i, (x, y) in enumerate(loader):
+                    optimizer.zero_grad()
+                    model(x).sum().backward()
+                    optimizer.step()
+
+            loader = tud.DataLoader(ds, 32, True, None, None, 4)  # TD103
+            for epoch in range(90):
+                train_one_epoch(model, loader, optimizer)
+            """,
+            fixed="""
+            import torch.utils.data as tud
+
+            def train_one_epoch(model, loader, optimizer):
+                for i, (x, y) in enumerate(loader):
+                    optimizer.zero_grad()
+                    model(x).sum().backward()
+                    optimizer.step()
+
+            loader = tud.DataLoader(ds, 32, True, None, None, 4, persistent_workers=True)  # TD103
+            for epoch in range(90):
+                train_one_epoch(model, loader, optimizer)
+            """,
+        ),
+        # Argparse default: the fix keeps `--workers 0` working.
+        Invalid(
+            """
+            import argparse
+            from torch.utils.data import DataLoader
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--workers", type=int, default=4)
+            args = parser.parse_args()
+            train_loader = DataLoader(train_ds, batch_size=64, num_workers=args.workers)  # TD103
+            for epoch in range(args.epochs):
+                for x, y in train_loader:
+                    model(x).sum().backward()
+            """,
+            fixed="""
+            import argparse
+            from torch.utils.data import DataLoader
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--workers", type=int, default=4)
+            args = parser.parse_args()
+            train_loader = DataLoader(train_ds, batch_size=64, num_workers=args.workers, persistent_workers=args.workers > 0)  # TD103
+            for epoch in range(args.epochs):
+                for x, y in train_loader:
+                    model(x).sum().backward()
+            """,
+        ),
+        # A self attribute iterated by a method that fit() calls every epoch; the `False` sits in
+        # a dict, so the finding comes without a fix.
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+
+            class Trainer:
+                def __init__(self, ds):
+                    self.ds = ds
+                    opts = {"batch_size": 64, "num_workers": 6, "persistent_workers": False}
+                    self.train_loader = DataLoader(ds, **opts)  # TD103
+
+                def train_epoch(self):
+                    for x, y in self.train_loader:
+                        self.model(x).sum().backward()
+
+                def fit(self, epochs):
+                    for epoch in range(epochs):
+                        self.train_epoch()
+            """,
+        ),
+    )
+
+    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        if is_test_file(ctx.filename) or not ctx.calls_to(DATALOADER):
+            return
+        for loader in loader_index(ctx).training_loaders():
+            call = loader.call
+            workers = ctx.arg(call, "num_workers")
+            if workers is MISSING or workers is UNKNOWN:
+                continue
+            count = ctx.value(workers)
+            if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+                continue
+            persistent = ctx.arg(call, "persistent_workers")
+            if persistent is UNKNOWN:
+                continue
+            if persistent is not MISSING:
+                value = ctx.value(persistent)
+                if value is UNKNOWN or value:
+                    continue
+            site = loader.repeated_site
+            if site is None:
+                continue
+            loop = site.repeated_by
+            where = f"line {loop.lineno}" if loop is not None else "each epoch"  # type: ignore[union-attr]
+            if site.kind == "hook":
+                message = (
+                    f"Lightning iterates this `train_dataloader` every epoch and its {count} workers "
+                    "are restarted each time; pass `persistent_workers=True`."
+                )
+            else:
+                message = (
+                    f"This loader is iterated again on every pass of the loop at {where} and its "
+                    f"{count} worker processes are restarted each time; pass `persistent_workers=True`."
+                )
+            yield ctx.report(self, call, message, fix=self._fix(ctx, loader, workers, persistent), help=_HELP)
+
+    def _fix(self, ctx: "FileContext", loader: Loader, workers: ast.AST, persistent: object) -> Fix | None:
+        call = loader.call
+        if isinstance(workers, ast.Constant):
+            text = "True"
+        elif _in_call(ctx, workers, call) and isinstance(workers, (ast.Name, ast.Attribute)):
+            text = f"{ctx.segment(workers)} > 0"
+        else:
+            return None
+        applicability = "unsafe" if _loop_changes_dataset(ctx, loader) else "safe"
+        if persistent is MISSING:
+            return ctx.fix_add_keyword(call, f"persistent_workers={text}", _HELP, applicability)
+        if isinstance(persistent, ast.AST) and literal_false(persistent) and _in_call(ctx, persistent, call):
+            return ctx.fix_replace(persistent, text, _HELP, applicability)
+        return None
+
+
+def _in_call(ctx: "FileContext", node: ast.AST, call: ast.Call) -> bool:
+    parent = ctx.parent(node)
+    if isinstance(parent, ast.keyword):
+        parent = ctx.parent(parent)
+    return parent is call
+
+
+def _loop_changes_dataset(ctx: "FileContext", loader: Loader) -> bool:
+    """Whether the repeating loop calls a method of, or assigns to, the loader's dataset."""
+    site = loader.repeated_site
+    loop = site.repeated_by if site is not None else None
+    dataset = ctx.arg(loader.call, "dataset")
+    if loop is None or not isinstance(dataset, (ast.Name, ast.Attribute)):
+        return False
+    prefixes = {f"{dotted(dataset)}."}
+    prefixes |= {f"{dotted(r)}.dataset." for r in loader.refs if dotted(r)}
+    for node in ctx.walk(loop):
+        target = None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            target = node.func
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            target = node
+        if target is not None:
+            text = dotted(target) or ""
+            if any(text.startswith(p) for p in prefixes):
+                return True
+    return False
 
 
 # ---------------------------------------------------------------- runtime half

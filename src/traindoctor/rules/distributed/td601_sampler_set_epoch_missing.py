@@ -1,16 +1,316 @@
-"""TD601 sampler-set-epoch-missing: A `DistributedSampler` is iterated over several epochs without `sampler.set_epoch(epoch)`:"""
+"""TD601 sampler-set-epoch-missing: a DistributedSampler replays the same order every epoch."""
 
 from __future__ import annotations
 
-from traindoctor.finding import Severity
+import ast
+from typing import TYPE_CHECKING, Iterable
+
+from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.static.args import UNKNOWN
+from traindoctor.static.loaders import DISTRIBUTED_SAMPLER, Loader, LoaderIndex, loader_index
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.static.context import FileContext
 
 
 class SamplerSetEpochMissing(Rule):
     code = "TD601"
     name = "sampler-set-epoch-missing"
     severity = Severity.ERROR
-    summary = "A `DistributedSampler` is iterated over several epochs without `sampler.set_epoch(epoch)`:"
+    summary = (
+        "A `DistributedSampler` is iterated over several epochs without `sampler.set_epoch(epoch)`, "
+        "so every epoch sees the same order; call `set_epoch(epoch)` before each epoch."
+    )
     gpu_only = False
     static = True
     runtime = True
+    fixable = "never"
+
+    what_it_does = """
+    Reports a shuffling `DistributedSampler` whose `DataLoader` is iterated more than once (inside
+    an epoch loop, directly or through a function called in the loop) when the file never calls
+    `set_epoch` on it: not as `sampler.set_epoch(epoch)`, not as `loader.sampler.set_epoch(epoch)`.
+    The finding is placed at the sampler's construction. Samplers with `shuffle=False` (the order
+    does not depend on the epoch), samplers of evaluation loaders, and files that call `set_epoch`
+    on something the checker cannot tell apart from the sampler are not reported.
+    """
+    why_bad = """
+    `DistributedSampler` shuffles with a generator seeded by `seed + epoch`, and the epoch only
+    changes when `set_epoch()` is called. Without it, every epoch uses the permutation of epoch 0:
+    each rank sees the same samples in the same order every epoch. Training loses the
+    reshuffling SGD relies on, which typically costs accuracy, and no error or warning appears.
+    """
+    example = """
+    sampler = DistributedSampler(train_ds)
+    loader = DataLoader(train_ds, batch_size=64, sampler=sampler)
+    for epoch in range(epochs):
+        for x, y in loader:
+            ...
+    """
+    use_instead = """
+    sampler = DistributedSampler(train_ds)
+    loader = DataLoader(train_ds, batch_size=64, sampler=sampler)
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            ...
+    """
+    options = """
+    No thresholds. At run time: a shuffling `DistributedSampler` iterated at least twice, always
+    with the same `epoch`.
+    """
+    references = (
+        "https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler",
+        "https://pytorch.org/tutorials/intermediate/ddp_series_multigpu.html",
+    )
+
+    valid = (
+        Valid(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            sampler = DistributedSampler(train_ds)
+            loader = DataLoader(train_ds, batch_size=64, sampler=sampler)
+            for epoch in range(10):
+                sampler.set_epoch(epoch)
+                for x, y in loader:
+                    model(x).sum().backward()
+            """
+        ),
+        # set_epoch through the loader, and inside the called function.
+        Valid(
+            """
+            import torch
+
+            def train_one_epoch(loader, epoch):
+                loader.sampler.set_epoch(epoch)
+                for x, y in loader:
+                    model(x).sum().backward()
+
+            train_loader = torch.utils.data.DataLoader(
+                ds, batch_size=32, sampler=torch.utils.data.distributed.DistributedSampler(ds)
+            )
+            for epoch in range(5):
+                train_one_epoch(train_loader, epoch)
+            """
+        ),
+        # No shuffling, a single pass, and an evaluation loader.
+        Valid(
+            """
+            from torch.utils.data import DataLoader
+            from torch.utils.data.distributed import DistributedSampler
+
+            s1 = DistributedSampler(train_ds, shuffle=False)
+            a = DataLoader(train_ds, sampler=s1)
+            s2 = DistributedSampler(train_ds)
+            b = DataLoader(train_ds, sampler=s2)
+            s3 = DistributedSampler(val_ds)
+            val_loader = DataLoader(val_ds, sampler=s3)
+            for epoch in range(10):
+                for x, y in a:
+                    pass
+                for x, y in val_loader:
+                    pass
+            for x, y in b:
+                pass
+            """
+        ),
+    )
+    invalid = (
+        Invalid(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            sampler = DistributedSampler(train_ds)  # TD601
+            loader = DataLoader(train_ds, batch_size=64, sampler=sampler)
+            for epoch in range(10):
+                for x, y in loader:
+                    model(x).sum().backward()
+            """
+        ),
+        # torchvision-reference shape: if/else binding, alias import, loop in a called function.
+        Invalid(
+            """
+            import torch.utils.data as tud
+
+            def train_one_epoch(model, loader):
+                for x, y in loader:
+                    model(x).sum().backward()
+
+            def main(args):
+                if args.distributed:
+                    train_sampler = tud.distributed.DistributedSampler(dataset)  # TD601
+                else:
+                    train_sampler = tud.RandomSampler(dataset)
+                data_loader = tud.DataLoader(dataset, batch_size=args.batch_size, sampler=train_sampler)
+                for epoch in range(args.epochs):
+                    train_one_epoch(model, data_loader)
+            """
+        ),
+        # Inline sampler with a conditional expression, in a class, positional shuffle=True.
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+            from torch.utils.data.distributed import DistributedSampler as DS
+
+            class Trainer:
+                def setup(self):
+                    self.loader = DataLoader(
+                        self.ds,
+                        batch_size=8,
+                        sampler=DS(self.ds, None, None, True) if self.ddp else None,  # TD601
+                    )
+
+                def fit(self):
+                    while self.epoch < self.epochs:
+                        for batch in self.loader:
+                            self.step(batch)
+                        self.epoch += 1
+            """
+        ),
+    )
+
+    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        samplers = ctx.calls_to(DISTRIBUTED_SAMPLER)
+        if not samplers:
+            return
+        if any(isinstance(c.value, str) and "set_epoch" in c.value for c in ctx.of(ast.Constant)):
+            return  # getattr(x, "set_epoch") / hasattr checks: the call is there, just indirect
+        index = loader_index(ctx)
+        refs = {id(s): _ref_ids(index, s) for s in samplers}
+        users = {id(s): [l for l in index.loaders if _uses_sampler(ctx, l, refs[id(s)])] for s in samplers}
+        for sampler in samplers:
+            shuffle = ctx.arg_value(sampler, "shuffle", default=True)
+            if shuffle is UNKNOWN or not shuffle:
+                continue
+            loaders = [l for l in users[id(sampler)] if not l.evaluation_only]
+            repeated = [l for l in loaders if l.repeated_site is not None]
+            if not repeated:
+                continue
+            if _set_epoch_may_reach(ctx, sampler, samplers, refs, users):
+                continue
+            site = repeated[0].repeated_site
+            loop = site.repeated_by if site is not None else None
+            where = f" (loop at line {loop.lineno})" if isinstance(loop, ast.stmt) else ""
+            yield ctx.report(
+                self,
+                sampler,
+                f"This DistributedSampler's loader is iterated every epoch{where} but `set_epoch()` "
+                "is never called, so every epoch replays the same order; call "
+                "`sampler.set_epoch(epoch)` at the start of each epoch.",
+                help="Call `sampler.set_epoch(epoch)` at the start of each epoch",
+            )
+
+
+def _ref_ids(index: LoaderIndex, sampler: ast.Call) -> set[int]:
+    return {id(sampler)} | {id(r) for use in index.trace(sampler) for r in use.refs}
+
+
+def _uses_sampler(ctx: "FileContext", loader: Loader, refs: set[int]) -> bool:
+    """Whether the loader draws its indices from the sampler (``sampler=`` or a BatchSampler)."""
+    arg = ctx.arg(loader.call, "sampler")
+    if isinstance(arg, ast.AST) and _is_ref(arg, refs):
+        return True
+    batch = ctx.arg(loader.call, "batch_sampler")
+    if isinstance(batch, ast.Call) and batch.args and _is_ref(batch.args[0], refs):
+        return True
+    return False
+
+
+def _is_ref(node: ast.AST, refs: set[int]) -> bool:
+    if id(node) in refs:
+        return True
+    if isinstance(node, ast.IfExp):
+        return id(node.body) in refs or id(node.orelse) in refs
+    return False
+
+
+def _set_epoch_may_reach(
+    ctx: "FileContext",
+    sampler: ast.Call,
+    samplers: list[ast.Call],
+    refs: dict[int, set[int]],
+    users: dict[int, list[Loader]],
+) -> bool:
+    """Whether some ``set_epoch`` call in the file may act on ``sampler``.
+
+    Only a call whose receiver is clearly another sampler (or another loader's ``.sampler``) is
+    ruled out; anything the checker cannot attribute counts as reaching it (precision first).
+    """
+    own_loader_refs = {id(r) for l in users[id(sampler)] for r in l.refs}
+    other_refs = set().union(*(refs[id(s)] for s in samplers if s is not sampler))
+    other_loader_refs = {
+        id(r) for s in samplers if s is not sampler for l in users[id(s)] for r in l.refs
+    } - own_loader_refs
+    for call in ctx.method_calls("set_epoch"):
+        receiver = call.func.value  # type: ignore[attr-defined]
+        if id(receiver) in refs[id(sampler)]:
+            return True
+        if isinstance(receiver, ast.Attribute) and receiver.attr in ("sampler", "batch_sampler"):
+            if id(receiver.value) in own_loader_refs:
+                return True
+            if id(receiver.value) in other_loader_refs:
+                continue
+        if id(receiver) in other_refs:
+            continue
+        return True
+    return False
+
+
+# ---------------------------------------------------------------- runtime half (R2)
+from traindoctor.runtime.events import Monitor  # noqa: E402
+
+
+class SamplerSetEpochMissingMonitor(Monitor):
+    """A shuffling ``DistributedSampler`` iterated for several epochs with the same epoch value,
+    so every epoch sees the same order. Reported at the sampler's construction."""
+
+    rule = SamplerSetEpochMissing
+
+    def __init__(self, session: object) -> None:
+        super().__init__(session)
+        self.samplers: dict[int, dict] = {}
+        self.order: list[dict] = []
+
+    def _state(self, sampler: object, site: object = None) -> dict:
+        import weakref
+
+        state = self.samplers.get(id(sampler))
+        if state is None or state["ref"]() is not sampler:
+            state = {"ref": weakref.ref(sampler), "site": site, "epochs": [], "set_epoch": 0,
+                     "shuffle": True, "replicas": getattr(sampler, "num_replicas", None)}
+            self.samplers[id(sampler)] = state
+            self.order.append(state)
+        return state
+
+    def on_sampler_created(self, sampler: object, site: object = None) -> None:
+        self._state(sampler, site)
+
+    def on_sampler_set_epoch(self, sampler: object, epoch: int) -> None:
+        self._state(sampler)["set_epoch"] += 1
+
+    def on_sampler_iter(self, sampler: object) -> None:
+        state = self._state(sampler)
+        state["epochs"].append(getattr(sampler, "epoch", None))
+        state["shuffle"] = bool(getattr(sampler, "shuffle", True))
+
+    def on_run_end(self) -> None:
+        from traindoctor.runtime.live import site_kwargs
+
+        for state in self.order:
+            epochs = state["epochs"]
+            if len(epochs) < 2 or not state["shuffle"] or len(set(epochs)) > 1:
+                continue
+            self.report(
+                f"This DistributedSampler was iterated {len(epochs)} times with epoch "
+                f"{epochs[0]} every time, so each epoch repeats the same order; call "
+                "`sampler.set_epoch(epoch)` at the start of every epoch.",
+                evidence={
+                    "iterations": len(epochs),
+                    "epoch_value": epochs[0],
+                    "set_epoch_calls": state["set_epoch"],
+                    "num_replicas": state["replicas"],
+                },
+                **site_kwargs(state["site"]),
+            )

@@ -1,0 +1,867 @@
+"""Which DataLoaders a file trains with, where they are iterated, and whether more than once.
+
+Five rules (TD101, TD102, TD103, TD201, TD601) ask the same questions about a file's
+``DataLoader(...)`` calls: is this a *training* loader (the catalog skips evaluation loaders), which
+loops consume it, and is it iterated again and again (an epoch loop) or only once? Answering them
+means following the loader's value from its construction through names (``train_loader = ...``),
+attributes (``self.train_loader``), functions that return it (``def build_loader(): return
+DataLoader(...)``) and functions it is passed to (``train_one_epoch(model, train_loader)``). That
+value-flow tracing lives here, computed once per file (:func:`loader_index`), so the rules share one
+answer instead of five slightly different ones.
+
+Everything is an approximation made in the direction of silence: a value we cannot follow "escapes"
+(its iterations are unknown), and a loop only counts as repeating an iteration when the loader was
+created outside it (a loader rebuilt every epoch gains nothing from ``persistent_workers``).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable, Iterator
+from weakref import WeakKeyDictionary
+
+from traindoctor.static.args import MISSING, UNKNOWN
+from traindoctor.static.names import OPTIMIZERS, dotted
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.static.context import FileContext
+
+DATALOADER = "torch.utils.data.DataLoader"
+DISTRIBUTED_SAMPLER = "torch.utils.data.DistributedSampler"
+_TENSOR_DATASETS = frozenset({"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"})
+
+_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_MAX_DEPTH = 8
+
+# ---------------------------------------------------------------------------------------- names
+
+#: Words that mark a loader, dataset or function as evaluation-only.
+_EVAL_WORDS = frozenset({
+    "val", "valid", "validation", "validate", "validating", "test", "tests", "testing", "tst",
+    "eval", "evaluate", "evaluation", "evaluating", "dev", "holdout", "inference", "predict",
+    "prediction", "predictions",
+})
+#: ``valloader``, ``testset``: an evaluation word glued to one of these.
+_EVAL_PREFIXES = ("validation", "valid", "val", "testing", "test", "eval", "dev")
+_GLUED = frozenset({
+    "loader", "loaders", "dl", "dataloader", "dataloaders", "data", "set", "sets", "ds",
+    "dataset", "datasets", "iter", "batches", "sampler", "split",
+})
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def name_tokens(name: str) -> list[str]:
+    """``valLoader2`` -> ``["val", "loader"]``: lower-case words of an identifier."""
+    return [t for t in re.split(r"[^a-z]+", _CAMEL.sub("_", name).lower()) if t]
+
+
+def is_evaluation_name(name: str) -> bool:
+    """Whether an identifier says evaluation (``val_loader``, ``testloader``, ``evaluate``).
+
+    Whole words only, so ``interval_loader`` and ``latest_loader`` are not evaluation names.
+    """
+    for token in name_tokens(name):
+        if token in _EVAL_WORDS:
+            return True
+        for prefix in _EVAL_PREFIXES:
+            if token.startswith(prefix) and token[len(prefix):] in _GLUED:
+                return True
+    return False
+
+
+# ---------------------------------------------------------------------------------------- results
+
+
+@dataclass
+class Site:
+    """One place that starts a pass over the loader: a ``for`` loop, a comprehension, ``iter()``."""
+
+    node: ast.AST
+    #: "for" (loop or comprehension), "iter" (``iter()``/``cycle()``), "hook" (a framework hook
+    #: such as Lightning's ``train_dataloader``, iterated by the trainer every epoch).
+    kind: str
+    #: Calls through which the loader was passed (as an argument) to reach this site.
+    via: tuple[ast.Call, ...] = ()
+    #: The loop (or hook function) that makes this site run more than once, if any.
+    repeated_by: ast.AST | None = None
+    #: Under ``no_grad``/``inference_mode`` (or in an evaluation function) with no backward.
+    evaluation: bool = False
+
+
+@dataclass
+class Use:
+    """One path the loader's value takes: the names it travels under and where it ends up."""
+
+    names: tuple[str, ...]
+    sites: list[Site] = field(default_factory=list)
+    #: Expressions that evaluate to the loader along this path (its construction included).
+    refs: list[ast.expr] = field(default_factory=list)
+    #: The value went somewhere we cannot follow (an unknown function, a container).
+    escapes: bool = False
+
+    @property
+    def evaluation(self) -> bool:
+        if any(is_evaluation_name(n) for n in self.names):
+            return True
+        return bool(self.sites) and all(s.evaluation for s in self.sites)
+
+
+@dataclass
+class Loader:
+    """One ``DataLoader(...)`` construction and everything known about how it is used."""
+
+    call: ast.Call
+    uses: list[Use]
+    #: The dataset argument itself says evaluation (``val_ds``, ``MNIST(train=False)``).
+    evaluation_dataset: bool = False
+    #: Dataset made of in-memory tensors (``TensorDataset``): workers rarely pay off.
+    in_memory: bool = False
+    #: Dataset is an ``IterableDataset`` defined in this file (workers need sharding).
+    iterable: bool = False
+    #: Dataset tensors are already on a device (``.cuda()``/``.to(...)``): pinning cannot apply.
+    on_device: bool = False
+    #: Built inside a function whose name says evaluation (``def val_dataloader(self)``).
+    built_for_evaluation: bool = False
+
+    @property
+    def evaluation_only(self) -> bool:
+        """Evaluation loader by the catalog's definition: skipped by TD101-TD103."""
+        if self.evaluation_dataset or self.built_for_evaluation:
+            return True
+        return bool(self.uses) and all(u.evaluation for u in self.uses)
+
+    @property
+    def sites(self) -> list[Site]:
+        return [s for u in self.uses for s in u.sites]
+
+    @property
+    def repeated_site(self) -> Site | None:
+        """The first site that runs more than once (an epoch loop around it), if any."""
+        for site in self.sites:
+            if site.repeated_by is not None:
+                return site
+        return None
+
+    @property
+    def refs(self) -> list[ast.expr]:
+        return [r for u in self.uses for r in u.refs]
+
+    @property
+    def names(self) -> list[str]:
+        seen: list[str] = []
+        for u in self.uses:
+            for n in u.names:
+                if n not in seen:
+                    seen.append(n)
+        return seen
+
+
+# ---------------------------------------------------------------------------------------- index
+
+
+class LoaderIndex:
+    """Value-flow answers about one file, built lazily once per :class:`FileContext`."""
+
+    def __init__(self, ctx: "FileContext") -> None:
+        self.ctx = ctx
+        self._stores: dict[tuple[int, str], list[ast.AST]] = {}
+        self._loads: dict[str, list[ast.Name]] = {}
+        self._attr_loads: dict[str, list[ast.Attribute]] = {}
+        self._defs: dict[str, list[ast.AST]] = {}
+        self._name_calls: dict[str, list[ast.Call]] = {}
+        self._build()
+        self.loaders: list[Loader] = [self._loader(c) for c in ctx.calls_to(DATALOADER)]
+        self._by_call = {id(l.call): l for l in self.loaders}
+
+    # ------------------------------------------------------------------ public queries
+    def loader_of(self, call: ast.Call) -> Loader | None:
+        return self._by_call.get(id(call))
+
+    def training_loaders(self) -> list[Loader]:
+        """Loaders not known to be evaluation-only, in source order."""
+        return [l for l in self.loaders if not l.evaluation_only]
+
+    def trace(self, expr: ast.expr) -> list[Use]:
+        """Every path the value of ``expr`` (a construction call) takes through the file."""
+        return self._trace_value(expr, (), (), expr, 0, set())
+
+    @property
+    def trains(self) -> bool:
+        """Whether the file trains (see :func:`file_trains`)."""
+        return file_trains(self.ctx)
+
+    # ------------------------------------------------------------------ indexes
+    def _build(self) -> None:
+        ctx = self.ctx
+        for node in ctx.of(ast.Name):
+            if isinstance(node.ctx, ast.Load):
+                self._loads.setdefault(node.id, []).append(node)
+            else:
+                self._add_store(ctx.scope_of(node), node.id, node)
+        for kind in (*_FUNCS, ast.Lambda):
+            for fn in ctx.of(kind):
+                a = fn.args
+                for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]:
+                    if arg is not None:
+                        self._add_store(fn, arg.arg, arg)
+                if not isinstance(fn, ast.Lambda):
+                    self._defs.setdefault(fn.name, []).append(fn)
+        for node in ctx.of(ast.Attribute):
+            if isinstance(node.ctx, ast.Load):
+                self._attr_loads.setdefault(node.attr, []).append(node)
+        for call in ctx.of(ast.Call):
+            if isinstance(call.func, ast.Name):
+                self._name_calls.setdefault(call.func.id, []).append(call)
+        for stores in self._stores.values():
+            stores.sort(key=self._store_pos)
+
+    def _add_store(self, scope: ast.AST, name: str, node: ast.AST) -> None:
+        self._stores.setdefault((id(scope), name), []).append(node)
+
+    @staticmethod
+    def _pos(node: ast.AST) -> tuple[int, int]:
+        return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+
+    def _store_pos(self, node: ast.AST) -> tuple[int, int]:
+        """Where a binding takes effect: after its whole statement for assignments."""
+        if isinstance(node, ast.arg):
+            return self._pos(node)
+        stmt = self.ctx.statement_of(node)
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            return (stmt.end_lineno or 0, stmt.end_col_offset or 0)
+        return self._pos(node)
+
+    def _resolve_scope(self, ref: ast.Name) -> ast.AST | None:
+        """The scope whose binding of ``ref.id`` this load reads (None: builtin or import)."""
+        ctx = self.ctx
+        own = ctx.scope_of(ref)
+        scope: ast.AST = own
+        while True:
+            if not isinstance(scope, ast.ClassDef) or scope is own:
+                if (id(scope), ref.id) in self._stores:
+                    return scope
+            if scope is ctx.tree:
+                return None
+            scope = ctx.scope_of(scope)
+
+    # ------------------------------------------------------------------ which stores a load sees
+    def _exclusive(self, a: ast.AST, b: ast.AST) -> bool:
+        return exclusive_branches(self.ctx, a, b)
+
+    def _live_stores(self, ref: ast.Name, scope: ast.AST, depth: int = 0) -> list[ast.AST]:
+        """The bindings of ``ref`` that may reach it (nearest preceding one, plus if/else twins)."""
+        stores = self._stores.get((id(scope), ref.id), [])
+        if len(stores) <= 1 or depth > 4:
+            return list(stores)
+        if self.ctx.scope_of(ref) is not scope:
+            return list(stores)  # a closure reads whatever was bound last: keep all
+        pos = self._pos(ref)
+        before = [s for s in stores if self._store_pos(s) <= pos]
+        if not before:
+            return list(stores)
+        live = [before[-1]]
+        for store in reversed(before[:-1]):
+            if all(self._exclusive(store, other) for other in live):
+                live.append(store)
+            else:
+                break
+        # ``loader = accelerator.prepare(loader)`` continues the loader it wraps.
+        for store in list(live):
+            stmt = self.ctx.statement_of(store)
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call):
+                for inner in self.ctx.walk(stmt.value):
+                    if isinstance(inner, ast.Name) and inner.id == ref.id and isinstance(inner.ctx, ast.Load):
+                        live.extend(s for s in self._live_stores(inner, scope, depth + 1) if s not in live)
+        return live
+
+    def _refs_of_store(self, store: ast.AST, name: str) -> list[ast.Name]:
+        scope = self.ctx.scope_of(store)
+        out = []
+        for ref in self._loads.get(name, ()):
+            if self._resolve_scope(ref) is scope and any(s is store for s in self._live_stores(ref, scope)):
+                out.append(ref)
+        return out
+
+    # ------------------------------------------------------------------ functions
+    def _defs_called_by(self, call: ast.Call) -> tuple[list[ast.AST], bool]:
+        """Functions of this file that ``call`` may invoke, and whether it is a method call."""
+        func = call.func
+        if isinstance(func, ast.Name):
+            if func.id in self.ctx.imports.names:
+                return [], False
+            return [d for d in self._defs.get(func.id, ()) if not isinstance(self.ctx.parent(d), ast.ClassDef)], False
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in ("self", "cls"):
+            cls = self.ctx.enclosing(call, ast.ClassDef)
+            if cls is None:
+                return [], True
+            return [d for d in self._defs.get(func.attr, ()) if self.ctx.parent(d) is cls], True
+        return [], False
+
+    def _call_sites(self, fn: ast.AST) -> list[ast.Call]:
+        """Calls of ``fn`` in this file (``f(...)``, or ``self.f(...)`` for a method)."""
+        parent = self.ctx.parent(fn)
+        if isinstance(parent, ast.ClassDef):
+            return [
+                c for c in self.ctx.method_calls(fn.name)  # type: ignore[attr-defined]
+                if isinstance(c.func.value, ast.Name)  # type: ignore[attr-defined]
+                and c.func.value.id in ("self", "cls")  # type: ignore[attr-defined]
+                and self.ctx.enclosing(c, ast.ClassDef) is parent
+            ]
+        if fn.name in self.ctx.imports.names:  # type: ignore[attr-defined]
+            return []
+        return list(self._name_calls.get(fn.name, ()))  # type: ignore[attr-defined]
+
+    @staticmethod
+    def _param_for(fn: ast.AST, call: ast.Call, arg: ast.AST, method: bool) -> ast.arg | None:
+        a = fn.args  # type: ignore[attr-defined]
+        positional = [*a.posonlyargs, *a.args]
+        if method and positional:
+            positional = positional[1:]
+        for i, value in enumerate(call.args):
+            if isinstance(value, ast.Starred):
+                return None
+            if value is arg:
+                return positional[i] if i < len(positional) else None
+        for kw in call.keywords:
+            if kw.value is arg and kw.arg is not None:
+                for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
+                    if p.arg == kw.arg:
+                        return p
+        return None
+
+    # ------------------------------------------------------------------ tracing
+    def _trace_value(
+        self,
+        expr: ast.expr,
+        names: tuple[str, ...],
+        via: tuple[ast.Call, ...],
+        origin: ast.AST,
+        depth: int,
+        seen: set[int],
+    ) -> list[Use]:
+        """Follow an expression that evaluates to the value to where that value goes."""
+        ctx = self.ctx
+        if depth > _MAX_DEPTH:
+            return [Use(names, refs=[expr], escapes=True)]
+        node: ast.expr = expr
+        refs = [expr]
+        # Climb through ``x if c else y`` and iteration wrappers (enumerate, tqdm, zip, islice).
+        while True:
+            parent = ctx.parent(node)
+            if isinstance(parent, ast.IfExp) and node is not parent.test:
+                node = parent
+                refs.append(node)
+                continue
+            call, _ = self._call_of_arg(node)
+            if call is not None and _callee(call) in _WRAPPERS:
+                node = call
+                continue
+            break
+        parent = ctx.parent(node)
+        site = self._site_of(node, via, origin)
+        if site is not None:
+            return [Use(names, [site], refs)]
+        if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and parent.value is node:
+            targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+            uses: list[Use] = []
+            for target in targets:
+                uses += self._trace_target(target, names, via, origin, depth, seen, refs)
+            return uses
+        if isinstance(parent, ast.Return) and parent.value is node:
+            return self._trace_function(parent, names, via, depth, seen, refs, None)
+        if isinstance(parent, ast.Tuple):
+            index = next(i for i, e in enumerate(parent.elts) if e is node)
+            holder = ctx.parent(parent)
+            if isinstance(holder, ast.Return):
+                return self._trace_function(holder, names, via, depth, seen, refs, index)
+            if isinstance(holder, ast.Assign) and holder.value is parent:
+                uses = []
+                for target in holder.targets:
+                    if isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == len(parent.elts):
+                        uses += self._trace_target(target.elts[index], names, via, origin, depth, seen, refs)
+                    else:
+                        uses.append(Use(names, refs=refs, escapes=True))
+                return uses
+        if isinstance(parent, ast.Dict):
+            key = next((k for k, v in zip(parent.keys, parent.values) if v is node), None)
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                names = (*names, key.value)
+            return [Use(names, refs=refs, escapes=True)]
+        call, arg_node = self._call_of_arg(node)
+        if call is not None:
+            fns, method = self._defs_called_by(call)
+            uses = []
+            for fn in fns:
+                param = self._param_for(fn, call, arg_node, method)
+                if param is None:
+                    continue
+                key = id(param)
+                if key in seen:
+                    continue
+                refs_in = self._refs_of_store(param, param.arg)
+                sub_seen = seen | {key}
+                inner: list[Use] = []
+                for ref in refs_in:
+                    inner += self._trace_value(ref, (*names, param.arg), (*via, call), origin, depth + 1, sub_seen)
+                if not inner:
+                    inner = [Use((*names, param.arg), refs=list(refs), escapes=True)]
+                else:
+                    inner[0].refs[:0] = refs
+                uses += inner
+            if uses:
+                return uses
+        stmt = ctx.statement_of(node)
+        if isinstance(stmt, ast.Assign):
+            names = (*names, *(t.id if isinstance(t, ast.Name) else t.attr for t in stmt.targets
+                               if isinstance(t, (ast.Name, ast.Attribute))))
+        return [Use(names, refs=refs, escapes=True)]
+
+    def _call_of_arg(self, node: ast.AST) -> tuple[ast.Call | None, ast.AST]:
+        """The call that receives ``node`` as an argument (positional or keyword), if any."""
+        parent = self.ctx.parent(node)
+        if isinstance(parent, ast.keyword):
+            call = self.ctx.parent(parent)
+            return (call, node) if isinstance(call, ast.Call) else (None, node)
+        if isinstance(parent, ast.Call) and node is not parent.func and node in parent.args:
+            return parent, node
+        return None, node
+
+    def _trace_target(
+        self,
+        target: ast.AST,
+        names: tuple[str, ...],
+        via: tuple[ast.Call, ...],
+        origin: ast.AST,
+        depth: int,
+        seen: set[int],
+        refs: list[ast.expr],
+    ) -> list[Use]:
+        if isinstance(target, ast.Name):
+            if id(target) in seen:
+                return []
+            seen = seen | {id(target)}
+            uses: list[Use] = []
+            for ref in self._refs_of_store(target, target.id):
+                uses += self._trace_value(ref, (*names, target.id), via, origin, depth + 1, seen)
+            if not uses:
+                return [Use((*names, target.id), refs=list(refs))]
+            uses[0].refs[:0] = refs
+            return uses
+        if isinstance(target, ast.Attribute):
+            text = dotted(target)
+            if text is None or id(target) in seen:
+                return [Use((*names, target.attr), refs=list(refs), escapes=True)]
+            seen = seen | {id(target)}
+            owner = self.ctx.enclosing(target, ast.ClassDef) if text.startswith(("self.", "cls.")) else None
+            uses = []
+            for ref in self._attr_loads.get(target.attr, ()):
+                if dotted(ref) != text:
+                    continue
+                if owner is not None and self.ctx.enclosing(ref, ast.ClassDef) is not owner:
+                    continue
+                uses += self._trace_value(ref, (*names, target.attr), (), origin, depth + 1, seen)
+            if not uses:
+                return [Use((*names, target.attr), refs=list(refs))]
+            uses[0].refs[:0] = refs
+            return uses
+        if isinstance(target, ast.Subscript):
+            key = target.slice
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                names = (*names, key.value)
+        return [Use(names, refs=list(refs), escapes=True)]
+
+    def _trace_function(
+        self,
+        ret: ast.Return,
+        names: tuple[str, ...],
+        via: tuple[ast.Call, ...],
+        depth: int,
+        seen: set[int],
+        refs: list[ast.expr],
+        index: int | None,
+    ) -> list[Use]:
+        """The value is returned by a function: follow the function's callers."""
+        ctx = self.ctx
+        fn = ctx.enclosing(ret, (*_FUNCS, ast.Lambda))
+        if not isinstance(fn, _FUNCS) or id(fn) in seen:
+            return [Use(names, refs=refs, escapes=True)]
+        seen = seen | {id(fn)}
+        names = (*names, fn.name)
+        if index is None and _is_lightning_train_hook(ctx, fn):
+            return [Use(names, [Site(fn, "hook", via, repeated_by=fn)], refs)]
+        uses: list[Use] = []
+        if index is None and any(_decorator_name(d) in ("property", "cached_property") for d in fn.decorator_list):
+            cls = ctx.parent(fn)
+            for ref in self._attr_loads.get(fn.name, ()):
+                if isinstance(ref.value, ast.Name) and ref.value.id == "self" and ctx.enclosing(ref, ast.ClassDef) is cls:
+                    uses += self._trace_value(ref, names, (), ref, depth + 1, seen)
+        else:
+            for call in self._call_sites(fn):
+                if index is None:
+                    uses += self._trace_value(call, names, (), call, depth + 1, seen)
+                    continue
+                parent = ctx.parent(call)
+                if isinstance(parent, ast.Assign) and parent.value is call:
+                    for target in parent.targets:
+                        if isinstance(target, (ast.Tuple, ast.List)) and index < len(target.elts) and not any(
+                            isinstance(e, ast.Starred) for e in target.elts
+                        ):
+                            uses += self._trace_target(target.elts[index], names, (), call, depth + 1, seen, [])
+        if not uses:
+            return [Use(names, refs=refs, escapes=True)]
+        uses[0].refs[:0] = refs
+        return uses
+
+    # ------------------------------------------------------------------ iteration sites
+    def _site_of(self, node: ast.expr, via: tuple[ast.Call, ...], origin: ast.AST) -> Site | None:
+        ctx = self.ctx
+        parent = ctx.parent(node)
+        site: Site | None = None
+        if isinstance(parent, (ast.For, ast.AsyncFor)) and parent.iter is node:
+            site = Site(parent, "for", via)
+        elif isinstance(parent, ast.comprehension) and parent.iter is node:
+            comp = ctx.parent(parent)
+            site = Site(comp if comp is not None else parent, "for", via)
+        else:
+            call, _ = self._call_of_arg(node)
+            if call is not None and _callee(call) in ("iter", "cycle", "aiter") and call.args and call.args[0] is node:
+                site = Site(call, "iter", via)
+        if site is None:
+            return None
+        site.repeated_by = self._repeating_loop(site.node, via, origin, 0, frozenset())
+        site.evaluation = self._evaluation_site(site)
+        return site
+
+    def _loop_counts(self, loop: ast.AST) -> bool:
+        """Whether a loop may run its body more than once (``range(1)`` and ``while False`` do not)."""
+        if isinstance(loop, ast.While):
+            v = self.ctx.value(loop.test)
+            return v is UNKNOWN or bool(v)
+        it = loop.iter  # type: ignore[attr-defined]
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and len(it.args) == 1:
+            n = self.ctx.value(it.args[0])
+            if isinstance(n, int) and not isinstance(n, bool) and n <= 1:
+                return False
+        if isinstance(it, (ast.List, ast.Tuple)) and len(it.elts) <= 1:
+            return False
+        return True
+
+    def _repeating_loop(
+        self, node: ast.AST, via: tuple[ast.Call, ...], origin: ast.AST, depth: int, seen: frozenset[int]
+    ) -> ast.AST | None:
+        """A loop, created outside ``origin``'s reach, that runs ``node`` again and again."""
+        ctx = self.ctx
+        for loop in ctx.enclosing_loops(node):
+            if self._loop_counts(loop) and not ctx.within(origin, loop):
+                return loop
+        fn = ctx.function_of(node)
+        if not isinstance(fn, _FUNCS) or depth > 4:
+            return None
+        if via:
+            call = via[-1]
+            if fn in self._defs_called_by(call)[0]:
+                return self._repeating_loop(call, via[:-1], origin, depth + 1, seen)
+        if id(fn) in seen or ctx.within(origin, fn):
+            return None  # a loader built inside the function is rebuilt by every call
+        for call in self._call_sites(fn):
+            found = self._repeating_loop(call, (), origin, depth + 1, seen | {id(fn)})
+            if found is not None:
+                return found
+        return None
+
+    def _evaluation_site(self, site: Site) -> bool:
+        ctx = self.ctx
+        scope = site.node if isinstance(site.node, (ast.For, ast.AsyncFor)) else ctx.function_of(site.node) or ctx.tree
+        has_backward = any(ctx.within(c, scope) for c in ctx.method_calls("backward"))
+        if has_backward:
+            return False
+        if any(under_no_grad(ctx, n) for n in (site.node, *site.via)):
+            return True
+        fn = ctx.function_of(site.node)
+        if isinstance(fn, _FUNCS) and is_evaluation_name(fn.name):
+            return not any(ctx.within(c, fn) for c in ctx.method_calls("backward"))
+        return False
+
+    # ------------------------------------------------------------------ loaders
+    def _loader(self, call: ast.Call) -> Loader:
+        ctx = self.ctx
+        loader = Loader(call, self.trace(call))
+        fn = ctx.function_of(call)
+        while isinstance(fn, ast.Lambda):
+            fn = ctx.function_of(fn)
+        loader.built_for_evaluation = isinstance(fn, _FUNCS) and is_evaluation_name(fn.name)
+        dataset = ctx.arg(call, "dataset")
+        if isinstance(dataset, ast.AST):
+            chain = list(_binding_chain(ctx, dataset))
+            loader.evaluation_dataset = any(_says_evaluation(ctx, e) for e in chain)
+            loader.in_memory = any(_is_in_memory(ctx, e) for e in chain)
+            loader.iterable = any(_is_iterable_dataset_call(ctx, e) for e in chain)
+            loader.on_device = any(_moves_to_device(ctx, e) for e in chain)
+        return loader
+
+
+# ---------------------------------------------------------------------------------------- helpers
+
+#: Calls that pass iteration through to their argument (``for i, b in enumerate(loader)``).
+_WRAPPERS = frozenset({"enumerate", "zip", "tqdm", "islice", "track", "trange", "chain"})
+
+
+def _callee(call: ast.Call) -> str:
+    text = dotted(call.func)
+    return text.rsplit(".", 1)[-1] if text else ""
+
+
+def _decorator_name(node: ast.AST) -> str:
+    if isinstance(node, ast.Call):
+        node = node.func
+    text = dotted(node)
+    return text.rsplit(".", 1)[-1] if text else ""
+
+
+def file_trains(ctx: "FileContext") -> bool:
+    """Whether the file trains: a ``backward()``, an optimizer, or a Lightning ``training_step``."""
+    if ctx.method_calls("backward"):
+        return True
+    if any(ctx.calls_to(o) for o in sorted(OPTIMIZERS)):
+        return True
+    return any(fn.name == "training_step" for fn in ctx.of(*_FUNCS))
+
+
+def exclusive_branches(ctx: "FileContext", a: ast.AST, b: ast.AST) -> bool:
+    """Whether ``a`` and ``b`` sit in different branches of one if/try/match statement.
+
+    Two assignments in ``if x: ... else: ...`` never both run, so neither overrides the other.
+    """
+    above_a = {id(n) for n in ctx.ancestors(a)}
+    for anc in ctx.ancestors(b):
+        if id(anc) not in above_a:
+            continue
+        if isinstance(anc, (ast.If, ast.Try)):
+            in_body = [any(ctx.within(x, s) for s in anc.body) for x in (a, b)]
+            return in_body[0] != in_body[1]
+        if type(anc).__name__ == "Match":
+            return True
+        return False
+    return False
+
+
+def under_no_grad(ctx: "FileContext", node: ast.AST) -> bool:
+    """Whether ``node`` runs inside ``torch.no_grad()``/``inference_mode()`` (block or decorator)."""
+    for anc in ctx.ancestors(node):
+        if isinstance(anc, (ast.With, ast.AsyncWith)):
+            for item in anc.items:
+                if _disables_grad(ctx, item.context_expr):
+                    return True
+        elif isinstance(anc, _FUNCS):
+            if any(_disables_grad(ctx, d) for d in anc.decorator_list):
+                return True
+    return False
+
+
+def _disables_grad(ctx: "FileContext", expr: ast.AST) -> bool:
+    func = expr.func if isinstance(expr, ast.Call) else expr
+    qn = ctx.qualname(func) or ""
+    if not qn.startswith("torch."):
+        return False
+    leaf = qn.rsplit(".", 1)[-1]
+    if leaf in ("no_grad", "inference_mode"):
+        return True
+    if leaf == "set_grad_enabled" and isinstance(expr, ast.Call) and expr.args:
+        return ctx.value(expr.args[0]) is False
+    return False
+
+
+def _binding_chain(ctx: "FileContext", expr: ast.AST) -> Iterator[ast.AST]:
+    """``expr`` and the expressions it stands for, a few hops deep: names bound once,
+    ``self.x`` assigned once in the class, and the dataset wrapped by ``Subset(ds, ...)``."""
+    for _ in range(6):
+        yield expr
+        nxt: ast.AST | None = None
+        if isinstance(expr, ast.Name):
+            nxt = ctx.binding(expr)
+        elif isinstance(expr, ast.Attribute):
+            nxt = _self_attribute_value(ctx, expr)
+        elif isinstance(expr, ast.Call) and expr.args and _callee(expr) == "Subset":
+            nxt = expr.args[0]
+        if nxt is None:
+            return
+        expr = nxt
+
+
+def _self_attribute_value(ctx: "FileContext", attr: ast.Attribute) -> ast.expr | None:
+    """The value of ``self.x`` when the enclosing class assigns ``self.x`` exactly once."""
+    if not (isinstance(attr.value, ast.Name) and attr.value.id == "self"):
+        return None
+    cls = ctx.enclosing(attr, ast.ClassDef)
+    if cls is None:
+        return None
+    found: list[ast.expr] = []
+    for node in ctx.walk(cls):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Attribute) and dotted(t) == dotted(attr):
+                    found.append(node.value)
+    return found[0] if len(found) == 1 else None
+
+
+_CONTAINERS = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.SetComp, ast.DictComp)
+
+
+def _is_in_memory(ctx: "FileContext", expr: ast.AST) -> bool:
+    """A dataset of values already in memory: tensors (``TensorDataset``), Python containers,
+    ``range``, or a class of this file whose ``__getitem__`` only indexes its own attributes."""
+    if isinstance(expr, _CONTAINERS):
+        return True
+    if not isinstance(expr, ast.Call):
+        return False
+    if ctx.qualname(expr.func) in _TENSOR_DATASETS:
+        return True
+    if isinstance(expr.func, ast.Name) and expr.func.id in ("range", "list", "tuple") and expr.func.id not in ctx.imports.names:
+        return True
+    if isinstance(expr.func, ast.Name):
+        return any(c.name == expr.func.id and _indexes_own_data(c) for c in ctx.of(ast.ClassDef))
+    return False
+
+
+#: Calls that only reshape or convert data already in memory.
+_CHEAP_FUNCS = frozenset({"len", "int", "float", "min", "max", "range", "slice", "tuple", "list", "abs"})
+_CHEAP_METHODS = frozenset({
+    "clone", "long", "float", "int", "view", "reshape", "unsqueeze", "squeeze", "item", "size",
+    "numel", "contiguous", "detach",
+})
+
+
+def _indexes_own_data(cls: ast.ClassDef) -> bool:
+    """``__getitem__`` only slices the instance's own attributes (``return self.data[i]``) and
+    calls nothing that reads files or transforms samples: an in-memory dataset."""
+    for item in cls.body:
+        if isinstance(item, ast.FunctionDef) and item.name == "__getitem__":
+            indexes_self = False
+            for node in ast.walk(item):
+                if isinstance(node, ast.Call):
+                    func = node.func
+                    if isinstance(func, ast.Name) and func.id in _CHEAP_FUNCS:
+                        continue
+                    if isinstance(func, ast.Attribute) and func.attr in _CHEAP_METHODS:
+                        continue
+                    return False
+                if (
+                    isinstance(node, ast.Subscript)
+                    and isinstance(node.value, ast.Attribute)
+                    and isinstance(node.value.value, ast.Name)
+                    and node.value.value.id == "self"
+                ):
+                    indexes_self = True
+            return indexes_self
+    return False
+
+
+def is_test_file(filename: str) -> bool:
+    """Test code (``test_*.py``, ``*_test.py``, ``conftest.py``, files under ``tests/``):
+    performance advice about its loaders is noise."""
+    parts = filename.replace("\\", "/").split("/")
+    leaf = parts[-1]
+    if leaf.startswith("test_") or leaf.endswith("_test.py") or leaf == "conftest.py":
+        return True
+    return any(p in ("tests", "testing") for p in parts[:-1])
+
+
+def _says_evaluation(ctx: "FileContext", expr: ast.AST) -> bool:
+    """A dataset expression that names an evaluation split (``val_ds``, ``MNIST(train=False)``)."""
+    if isinstance(expr, ast.Name):
+        return is_evaluation_name(expr.id)
+    if isinstance(expr, ast.Attribute):
+        return is_evaluation_name(expr.attr)
+    if isinstance(expr, ast.Subscript):
+        key = expr.slice
+        return isinstance(key, ast.Constant) and isinstance(key.value, str) and is_evaluation_name(key.value)
+    if isinstance(expr, ast.Call):
+        for kw in expr.keywords:
+            if kw.arg == "train" and ctx.value(kw.value) is False:
+                return True
+            if kw.arg in ("split", "subset", "mode"):
+                v = ctx.value(kw.value)
+                if isinstance(v, str) and is_evaluation_name(v):
+                    return True
+    return False
+
+
+def _moves_to_device(ctx: "FileContext", expr: ast.AST) -> bool:
+    """Whether a dataset expression builds its tensors on a device (``TensorDataset(x.cuda())``)."""
+    if not isinstance(expr, ast.Call):
+        return False
+    nodes: list[ast.AST] = list(ctx.walk(expr))
+    for arg in [*expr.args, *(k.value for k in expr.keywords)]:
+        if isinstance(arg, ast.Name):
+            bound = ctx.binding(arg)
+            if bound is not None:
+                nodes.extend(ctx.walk(bound))
+    for n in nodes:
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("cuda", "to"):
+            return True
+        if isinstance(n, ast.keyword) and n.arg == "device":
+            return True
+    return False
+
+
+def _is_iterable_dataset_call(ctx: "FileContext", expr: ast.AST) -> bool:
+    """A call of an ``IterableDataset`` subclass defined in this file."""
+    if not isinstance(expr, ast.Call) or not isinstance(expr.func, ast.Name):
+        return False
+    for cls in ctx.of(ast.ClassDef):
+        if cls.name == expr.func.id:
+            for base in cls.bases:
+                text = dotted(base) or ""
+                if text.endswith("IterableDataset"):
+                    return True
+    return False
+
+
+def _is_lightning_train_hook(ctx: "FileContext", fn: ast.AST) -> bool:
+    """``def train_dataloader(self)`` of a LightningModule/DataModule: the trainer iterates it
+    once per epoch (it is built once unless ``reload_dataloaders_every_n_epochs`` is set)."""
+    if getattr(fn, "name", "") != "train_dataloader":
+        return False
+    cls = ctx.parent(fn)
+    if not isinstance(cls, ast.ClassDef):
+        return False
+    for base in cls.bases:
+        text = dotted(base) or ""
+        if text.endswith(("LightningModule", "LightningDataModule")):
+            return True
+    return False
+
+
+_CACHE: "WeakKeyDictionary[FileContext, LoaderIndex]" = WeakKeyDictionary()
+
+
+def loader_index(ctx: "FileContext") -> LoaderIndex:
+    """The (cached) loader analysis of one file."""
+    index = _CACHE.get(ctx)
+    if index is None:
+        index = LoaderIndex(ctx)
+        _CACHE[ctx] = index
+    return index
+
+
+def literal_false(node: object) -> bool:
+    """Whether an argument node is the literal ``False`` (a fix may flip it in place)."""
+    return isinstance(node, ast.Constant) and node.value is False
+
+
+def known(value: object) -> bool:
+    return value is not UNKNOWN and value is not MISSING
+
+
+def iter_training_loaders(ctx: "FileContext") -> Iterable[Loader]:
+    """Training loaders of a file that trains (see :func:`file_trains`), in source order.
+
+    Test files (:func:`is_test_file`) have none: performance advice on test loaders is noise.
+    """
+    if is_test_file(ctx.filename) or not ctx.calls_to(DATALOADER) or not file_trains(ctx):
+        return []
+    index = loader_index(ctx)
+    return index.training_loaders()
