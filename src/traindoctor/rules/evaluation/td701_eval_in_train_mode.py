@@ -1,16 +1,301 @@
-"""TD701 eval-in-train-mode: A model with BatchNorm or Dropout is run for evaluation (under `no_grad`/`inference_mode`, no backward) while still in training mode:"""
+"""TD701 eval-in-train-mode: evaluation forward passes while the model is still in training mode."""
 
 from __future__ import annotations
 
-from traindoctor.finding import Severity
-from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+import ast
+from typing import TYPE_CHECKING, Iterable
+
+from traindoctor.finding import Finding, Severity
+from traindoctor.rules.base import Invalid, Rule, Valid
+from traindoctor.static.batching import eval_named
+from traindoctor.static.gradmode import TRAIN, backward_calls, forward_models, mode_state, no_grad_calls
+from traindoctor.static.models import model_of
+from traindoctor.static.names import dotted
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.static.context import FileContext
+
+
+def is_evaluation(ctx: "FileContext", call: ast.Call, fn: ast.AST | None) -> bool:
+    """A forward pass that evaluates: its function runs no backward, or it loops over eval data."""
+    if not backward_calls(ctx, fn):
+        return True
+    if fn is not None and eval_named(getattr(fn, "name", "")):
+        return True
+    for loop in ctx.enclosing_loops(call):
+        if isinstance(loop, (ast.For, ast.AsyncFor)) and eval_named(ctx.segment(loop.iter)):
+            return True
+    return False
 
 
 class EvalInTrainMode(Rule):
     code = "TD701"
     name = "eval-in-train-mode"
     severity = Severity.ERROR
-    summary = "A model with BatchNorm or Dropout is run for evaluation (under `no_grad`/`inference_mode`, no backward) while still in training mode:"
+    summary = (
+        "A model with BatchNorm or Dropout is evaluated while still in training mode; call "
+        "`model.eval()` before evaluating (and `model.train()` after)."
+    )
     gpu_only = False
     static = True
     runtime = True
+    triggers = ("no_grad", "inference_mode", "set_grad_enabled")
+    fixable = "never"
+
+    what_it_does = """
+    Reports a forward call under `torch.no_grad()` / `torch.inference_mode()` (or in a function
+    decorated with one of them) that evaluates, i.e. its function runs no backward pass or it
+    iterates a loader named like val/test/eval, when the model contains BatchNorm or Dropout
+    (known from the file: an `nn.Sequential`, an `nn.Module` subclass, a torchvision
+    constructor) and is in training mode there. Training mode is established on evidence only:
+    the last mode call on the model before the forward is `.train()`, or the model was created
+    in the same function and nothing sets its mode, or every caller of an `evaluate(model, ...)`
+    helper passes a model in training mode.
+    """
+    why_bad = """
+    `no_grad` turns off autograd; it does not change the module mode. In training mode
+    BatchNorm normalises with the statistics of the evaluation batch *and updates its running
+    statistics with evaluation data*, and Dropout keeps zeroing activations. The reported metrics
+    are noisy and too pessimistic, depend on the evaluation batch size, and the evaluation pass
+    silently changes the model that is later saved or trained further.
+    """
+    example = """
+    for epoch in range(epochs):
+        model.train()
+        train_one_epoch(model, train_loader)
+        with torch.no_grad():
+            for x, y in val_loader:
+                correct += (model(x).argmax(1) == y).sum().item()
+    """
+    use_instead = """
+    for epoch in range(epochs):
+        model.train()
+        train_one_epoch(model, train_loader)
+        model.eval()
+        with torch.no_grad():
+            for x, y in val_loader:
+                correct += (model(x).argmax(1) == y).sum().item()
+    """
+    options = """
+    No thresholds. At run time: BatchNorm layers that track running statistics or Dropout with
+    p > 0, in training mode, forwarded with autograd disabled, in a model that is also trained in
+    the run. Deliberate re-estimation of BatchNorm statistics is left alone (BatchNorm with
+    `momentum=None`, forwards inside `update_bn`/`update_bn_stats` or a `precise_bn` module).
+    """
+    references = (
+        "https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.eval",
+        "https://pytorch.org/docs/stable/notes/autograd.html#locally-disable-grad-doc",
+    )
+
+    valid = (
+        Valid("""
+        import torch
+        from torch import nn
+
+        model = nn.Sequential(nn.Linear(10, 10), nn.BatchNorm1d(10), nn.Linear(10, 2))
+        for epoch in range(10):
+            model.train()
+            for x, y in train_loader:
+                criterion(model(x), y).backward()
+            model.eval()
+            with torch.no_grad():
+                for x, y in val_loader:
+                    out = model(x)
+        """),
+        Valid("""
+        import torch
+        from torch import nn
+
+        # no BatchNorm/Dropout: train and eval mode compute the same thing
+        model = nn.Sequential(nn.Linear(10, 10), nn.ReLU(), nn.Linear(10, 2))
+        with torch.no_grad():
+            preds = model(inputs)
+        """),
+        Valid("""
+        import torch
+
+        @torch.no_grad()
+        def evaluate(model, loader):
+            model.eval()
+            return [model(x) for x, _ in loader]
+        """),
+        Valid("""
+        import torch
+        import torchvision
+
+        teacher = torchvision.models.resnet50()
+        student = torchvision.models.resnet18()
+        teacher.eval()
+        for x, y in loader:
+            with torch.no_grad():
+                soft = teacher(x)
+            loss = kd_loss(student(x), soft, y)
+            loss.backward()
+        """),
+        Valid("""
+        import torch
+
+        def evaluate(model, loader):
+            # the model comes from elsewhere; its mode is unknown here
+            with torch.no_grad():
+                return [model(x) for x, _ in loader]
+        """),
+    )
+    invalid = (
+        Invalid("""
+        import torch
+        from torch import nn
+
+        model = nn.Sequential(nn.Linear(10, 10), nn.BatchNorm1d(10), nn.Linear(10, 2))
+        for epoch in range(10):
+            model.train()
+            for x, y in train_loader:
+                criterion(model(x), y).backward()
+            with torch.no_grad():
+                for x, y in val_loader:
+                    out = model(x)  # TD701
+        """),
+        Invalid("""
+        import torch
+        import torchvision.models as tvm
+
+        net = tvm.resnet50(weights="IMAGENET1K_V2")
+        with torch.inference_mode():
+            logits = net(batch)  # TD701
+        """),
+        Invalid("""
+        import torch
+        import torch.nn as nn
+
+        class Classifier(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Linear(32, 32)
+                self.drop = nn.Dropout(0.5)
+                self.head = nn.Linear(32, 4)
+
+        @torch.no_grad()
+        def evaluate(model, loader):
+            return sum((model(x).argmax(1) == y).sum().item() for x, y in loader)  # TD701
+
+        def main():
+            model = Classifier()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(5):
+                model.train()
+                for x, y in train_loader:
+                    opt.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    opt.step()
+                print(evaluate(model, val_loader))
+        """),
+    )
+
+    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        for call in no_grad_calls(ctx):
+            func = call.func
+            if isinstance(func, ast.Attribute) and not (isinstance(func.value, ast.Name) and func.value.id == "self"):
+                continue
+            if not isinstance(func, (ast.Name, ast.Attribute)):
+                continue
+            fn = ctx.function_of(call)
+            exprs = forward_models(ctx, call, fn)
+            if not exprs:
+                continue
+            infos = [model_of(ctx, e) for e in exprs]
+            if not all(i.has_batchnorm or i.has_dropout for i in infos):
+                continue
+            if not is_evaluation(ctx, call, fn):
+                continue
+            model = dotted(func) or ""
+            if mode_state(ctx, call, model, fn) != TRAIN:
+                continue
+            layers = "BatchNorm" if all(i.has_batchnorm for i in infos) else "Dropout"
+            if all(i.has_batchnorm for i in infos) and all(i.has_dropout for i in infos):
+                layers = "BatchNorm and Dropout"
+            yield ctx.report(
+                self,
+                call,
+                f"`{model}` is evaluated in training mode, so its {layers} behave as in training; "
+                f"call `{model}.eval()` before evaluating.",
+                help="Call `model.eval()` before evaluation",
+            )
+
+
+# ---------------------------------------------------------------- runtime half (R2)
+from traindoctor.runtime.events import Monitor  # noqa: E402
+
+
+class EvalInTrainModeMonitor(Monitor):
+    """Forwards with autograd off while BatchNorm (tracking running statistics) or Dropout
+    (p > 0) layers are in training mode, in a model that is also trained in this run.
+
+    Deliberate statistics re-estimation is left alone: BatchNorm with ``momentum=None``
+    (cumulative averaging, as ``torch.optim.swa_utils.update_bn`` sets) and forwards under a
+    function named ``update_bn``/``update_bn_stats`` or from a ``precise_bn`` module.
+    """
+
+    rule = EvalInTrainMode
+
+    def __init__(self, session: object) -> None:
+        super().__init__(session)
+        #: id(layer) -> [its LayerStats, train-mode no-grad forwards]
+        self.layers: dict[int, list] = {}
+        self.kinds: dict[str, int] = {}
+        self.site: object = None
+        self.step_seen: int | None = None
+
+    def on_module_forward(self, module: object, info: object) -> None:
+        if not (info.training and not info.grad_enabled and info.mode_sensitive):  # type: ignore[attr-defined]
+            return
+        if info.kind.endswith("batchnorm") and getattr(module, "momentum", 0.1) is None:  # type: ignore[attr-defined]
+            return
+        entry = self.layers.get(id(module))
+        if entry is None:
+            if _recalibrating():
+                return
+            from traindoctor.runtime.probes.modules import module_stats
+
+            rec = module_stats(self.session).layers.get(id(module))
+            if rec is None:
+                return
+            self.kinds[info.kind] = self.kinds.get(info.kind, 0) + 1  # type: ignore[attr-defined]
+            entry = self.layers[id(module)] = [rec, 0]
+        entry[1] += 1
+        if self.site is None:
+            from traindoctor.runtime.live import forward_call_site
+
+            self.site = forward_call_site()
+            self.step_seen = self.session.step
+
+    def on_run_end(self) -> None:
+        trained = [n for rec, n in self.layers.values() if rec.total(training=True, grad=True) > 0]
+        if not trained:
+            return  # never trained here (e.g. a teacher model): not an evaluation mistake
+        forwards = max(trained)
+        from traindoctor.runtime.live import site_kwargs
+
+        self.report(
+            f"The model ran {forwards} forward pass(es) without autograd while in training mode, "
+            "so BatchNorm updated its running statistics on that data and Dropout stayed on; call "
+            "`model.eval()` before evaluating (and `model.train()` after).",
+            evidence={
+                "forwards": forwards,
+                "layers": dict(sorted(self.kinds.items())),
+            },
+            step=self.step_seen,
+            **site_kwargs(self.site),  # type: ignore[arg-type]
+        )
+
+
+def _recalibrating() -> bool:
+    """Whether the current forward runs inside a BatchNorm re-estimation helper."""
+    import sys
+
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name in ("update_bn", "update_bn_stats") or "precise_bn" in code.co_filename:
+            return True
+        frame = frame.f_back
+    return False

@@ -1,16 +1,214 @@
-"""TD703 loss-accumulated-as-tensor: `total += loss` (a tensor attached to the graph) instead of `loss.item()`/`loss.detach()`:"""
+"""TD703 loss-accumulated-as-tensor: a running total keeps every step's autograd graph alive."""
 
 from __future__ import annotations
 
-from traindoctor.finding import Severity
-from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+import ast
+from typing import TYPE_CHECKING, Iterable
+
+from traindoctor.finding import Finding, Severity
+from traindoctor.rules.base import Invalid, Rule, Valid
+from traindoctor.static.gradmode import attached_loss, backward_receivers, grad_enabled_at
+from traindoctor.static.names import dotted
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.static.context import FileContext
+
+
+def _accumulations(ctx: "FileContext") -> Iterable[tuple[ast.stmt, ast.expr, ast.expr]]:
+    """(statement, accumulator target, added value) for ``t += v`` and ``t = t + v``."""
+    for node in ctx.of(ast.AugAssign):
+        if isinstance(node.op, ast.Add):
+            yield node, node.target, node.value
+    for node in ctx.of(ast.Assign):
+        value = node.value
+        if (len(node.targets) == 1 and isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add)
+                and dotted(node.targets[0]) is not None and dotted(value.left) == dotted(node.targets[0])):
+            yield node, node.targets[0], value.right
+
+
+def _loss_operand(value: ast.expr) -> ast.Name | None:
+    """The loss name in ``loss``, ``loss * x.size(0)`` or ``loss / n``."""
+    if isinstance(value, ast.Name):
+        return value
+    if isinstance(value, ast.BinOp) and isinstance(value.op, (ast.Mult, ast.Div)):
+        for side in (value.left, value.right):
+            if isinstance(side, ast.Name):
+                return side
+    return None
 
 
 class LossAccumulatedAsTensor(Rule):
     code = "TD703"
     name = "loss-accumulated-as-tensor"
     severity = Severity.WARNING
-    summary = "`total += loss` (a tensor attached to the graph) instead of `loss.item()`/`loss.detach()`:"
+    summary = (
+        "A running total adds the loss tensor itself, keeping every step's autograd graph alive; "
+        "add `loss.item()` (or `loss.detach()`) instead."
+    )
     gpu_only = False
     static = True
     runtime = False
+    triggers = ("backward",)
+    fixable = "sometimes"
+
+    what_it_does = """
+    Reports `total += loss` and `total = total + loss` (also `loss * x.size(0)`) in a loop when
+    `loss` holds a loss that is still attached to the autograd graph: it is backpropagated in the
+    same function (`loss.backward()`, `scaler.scale(loss).backward()`,
+    `accelerator.backward(loss)`), or it was just computed by a criterion / loss function in a
+    function that runs backward passes. Accumulators that are themselves backpropagated (summing
+    several losses on purpose) and code under `no_grad` are not reported, nor is a loss last
+    assigned from `.item()` or `.detach()`.
+    """
+    why_bad = """
+    A loss tensor carries a reference to the graph that produced it. Adding it to a running
+    total makes the total part of that graph, so the activations saved for backward are kept for
+    every step until the total is dropped, usually at the end of the epoch: memory grows step by
+    step until it runs out, and logging the total costs a device synchronisation anyway.
+    `loss.item()` returns a Python float (one sync per step); `loss.detach()` keeps a tensor
+    without the graph (no sync until printed).
+    """
+    example = """
+    running_loss = 0.0
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        running_loss += loss
+    """
+    use_instead = """
+    running_loss = 0.0
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        running_loss += loss.item()
+    """
+    fix_safety = """
+    The fix rewrites the added loss to `loss.item()` and is marked unsafe: the total becomes a
+    Python float instead of a tensor, so code that later calls tensor methods on it (`.item()`,
+    `.cpu()`, `dist.all_reduce(total)`) has to change, and every step now synchronises with the
+    device. Where the total must stay a tensor, use `loss.detach()` by hand.
+    """
+    references = (
+        "https://pytorch.org/docs/stable/notes/faq.html#my-model-reports-cuda-runtime-error-2-out-of-memory",
+        "https://pytorch.org/docs/stable/generated/torch.Tensor.item.html",
+    )
+
+    valid = (
+        Valid("""
+        running_loss = 0.0
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+            running_loss += loss.item()
+        """),
+        Valid("""
+        # several losses summed on purpose, then backpropagated together
+        for x, y in loader:
+            total = 0
+            for head in heads:
+                loss = criterion(head(model(x)), y)
+                total += loss
+            total.backward()
+        """),
+        Valid("""
+        import torch
+
+        val_loss = 0.0
+        with torch.no_grad():
+            for x, y in val_loader:
+                loss = criterion(model(x), y)
+                val_loss += loss
+        """),
+        Valid("""
+        epoch_loss = 0.0
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            loss.backward()
+            loss = loss.detach()
+            epoch_loss += loss
+        """),
+    )
+    invalid = (
+        Invalid(
+            """
+            running_loss = 0.0
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+                running_loss += loss  # TD703
+            """,
+            unsafe_fixed="""
+            running_loss = 0.0
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+                running_loss += loss.item()  # TD703
+            """,
+        ),
+        Invalid(
+            """
+            import torch.nn.functional as F
+
+            def train_epoch(model, loader, opt, scaler):
+                total = 0
+                for x, y in loader:
+                    out = F.cross_entropy(model(x), y)
+                    scaler.scale(out).backward()
+                    scaler.step(opt)
+                    total = total + out * x.size(0)  # TD703
+                return total / len(loader.dataset)
+            """,
+            unsafe_fixed="""
+            import torch.nn.functional as F
+
+            def train_epoch(model, loader, opt, scaler):
+                total = 0
+                for x, y in loader:
+                    out = F.cross_entropy(model(x), y)
+                    scaler.scale(out).backward()
+                    scaler.step(opt)
+                    total = total + out.item() * x.size(0)  # TD703
+                return total / len(loader.dataset)
+            """,
+        ),
+        Invalid("""
+        class Trainer:
+            def fit(self):
+                self.epoch_loss = 0.0
+                for batch in self.loader:
+                    loss = self.loss_fn(self.model(batch["x"]), batch["y"])
+                    self.accelerator.backward(loss)
+                    self.opt.step()
+                    self.epoch_loss += loss  # TD703
+        """),
+    )
+
+    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        if not (ctx.method_calls("backward") or ctx.method_calls("manual_backward")):
+            return
+        for stmt, target, value in _accumulations(ctx):
+            name = _loss_operand(value)
+            if name is None or not ctx.enclosing_loops(stmt):
+                continue
+            if grad_enabled_at(ctx, stmt) is False:
+                continue
+            fn = ctx.function_of(stmt)
+            receivers = backward_receivers(ctx, fn)
+            accumulator = (dotted(target) or "").split(".")[-1]
+            if accumulator in receivers or (dotted(target) or "") in receivers:
+                continue
+            if not attached_loss(ctx, name.id, stmt, fn):
+                continue
+            yield ctx.report(
+                self,
+                stmt,
+                f"`{ctx.segment(target)}` accumulates the loss tensor `{name.id}` with its autograd graph; "
+                f"add `{name.id}.item()` (or `{name.id}.detach()`) instead.",
+                fix=ctx.fix_replace(name, f"{name.id}.item()", f"Use `{name.id}.item()`", applicability="unsafe"),
+                help=f"Accumulate `{name.id}.item()`",
+            )

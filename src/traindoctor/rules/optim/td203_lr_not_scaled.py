@@ -1,16 +1,315 @@
-"""TD203 lr-not-scaled: S:"""
+"""TD203 lr-not-scaled: the effective batch grows with world size or accumulation but the LR does not."""
 
 from __future__ import annotations
 
-from traindoctor.finding import Severity
-from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+import ast
+from typing import TYPE_CHECKING, Iterable
+
+from traindoctor.finding import Finding, Severity
+from traindoctor.rules.base import Invalid, Rule, Valid
+from traindoctor.static.batching import (
+    accumulation,
+    data_parallel_names,
+    distributed,
+    lr_related_to_batch,
+    optimizer_is_data_parallel,
+    plain_lr,
+    splits_global_batch,
+    trains,
+)
+from traindoctor.static.names import OPTIMIZERS
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.static.context import FileContext
 
 
 class LrNotScaled(Rule):
     code = "TD203"
     name = "lr-not-scaled"
     severity = Severity.WARNING
-    summary = "S:"
+    summary = (
+        "The effective batch grows with the world size or gradient accumulation while the "
+        "learning rate stays fixed; scale the LR with the effective batch (and warm up)."
+    )
     gpu_only = False
     static = True
     runtime = True
+    triggers = ("optim",)
+    fixable = "never"
+
+    what_it_does = """
+    Reports the learning rate of an optimizer when the script multiplies its per-process batch
+    implicitly, by running data-parallel (DDP, FSDP, `init_process_group`, `accelerate`) or by
+    accumulating gradients, and the LR is a plain literal, constant or argparse default that no
+    expression in the file relates to batch size, world size or accumulation steps. Scripts that
+    derive the per-process batch from a global one (`batch_size // world_size`,
+    `Accelerator(split_batches=True)`), that compute the LR from the batch
+    (`lr = base_lr * batch / 256`, `traindoctor.recipes.scale_lr`) or that edit `group["lr"]`
+    are not reported, and neither is a single-process script that merely exposes `--batch-size`
+    and `--lr`: there the user sets both.
+    """
+    why_bad = """
+    The batch the optimizer averages over is `batch x accumulation x world_size`. Moving a recipe
+    from one GPU to eight multiplies it by eight; with the LR unchanged each sample's gradient
+    counts eight times less, training takes more epochs to converge and usually ends worse.
+    Goyal et al. (2017) showed that for SGD the LR should grow linearly with the batch (with a
+    gradual warmup); for Adam-family optimizers square-root scaling is the better rule of thumb
+    (Malladi et al. 2022). Either way the LR has to be stated *for* the effective batch.
+    """
+    example = """
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("nccl")
+    model = DDP(Net().cuda())
+    loader = torch.utils.data.DataLoader(train_set, batch_size=64, sampler=sampler)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)  # tuned for 1 GPU
+    """
+    use_instead = """
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from traindoctor.recipes import effective_batch, scale_lr
+
+    dist.init_process_group("nccl")
+    model = DDP(Net().cuda())
+    loader = torch.utils.data.DataLoader(train_set, batch_size=64, sampler=sampler)
+    lr = scale_lr(0.1, base_batch=64, batch=effective_batch(64, world_size=dist.get_world_size()))
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    """
+    options = """
+    The runtime needs a declared reference: `reference_batch` and `reference_lr` (thresholds,
+    e.g. `watch(thresholds={"reference_batch": 256, "reference_lr": 0.1})`, or the CLI's
+    reference options); without them it stays silent. The effective batch is the median number
+    of samples the DataLoader delivered per optimizer step times the world size (else the layers'
+    per-forward batch times the backward() calls per step). The LR counts as unchanged when the
+    primary optimizer's peak LR is within `TD203.lr_tolerance` (default 0.01, relative) of the
+    reference. The recommended LR uses linear scaling for SGD-like optimizers and square-root
+    scaling for Adam-family ones.
+    """
+    references = (
+        "https://arxiv.org/abs/1706.02677",
+        "https://arxiv.org/abs/2205.10287",
+        "https://arxiv.org/abs/1404.5997",
+    )
+
+    valid = (
+        Valid("""
+        import argparse
+        import torch
+
+        # single process, no accumulation: the user sets both knobs
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--batch-size", type=int, default=256)
+        parser.add_argument("--lr", type=float, default=0.1)
+        args = parser.parse_args()
+        loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch_size)
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+        for x, y in loader:
+            criterion(model(x), y).backward()
+        """),
+        Valid("""
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        dist.init_process_group("nccl")
+        world_size = dist.get_world_size()
+        model = DDP(Net().cuda())
+        loader = torch.utils.data.DataLoader(train_set, batch_size=64, sampler=sampler)
+        lr = 0.1 * 64 * world_size / 256
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+        for x, y in loader:
+            criterion(model(x), y).backward()
+        """),
+        Valid("""
+        import torch
+        import torch.distributed as dist
+
+        # ImageNet-example style: the global batch is split across GPUs
+        def main_worker(gpu, ngpus_per_node, args):
+            dist.init_process_group("nccl", rank=gpu, world_size=ngpus_per_node)
+            args.batch_size = int(args.batch_size / ngpus_per_node)
+            model = torch.nn.parallel.DistributedDataParallel(Net().cuda(gpu), device_ids=[gpu])
+            optimizer = torch.optim.SGD(model.parameters(), 0.1, momentum=0.9)
+        for x, y in loader:
+            criterion(model(x), y).backward()
+        """),
+        Valid("""
+        import torch
+
+        accum_steps = 1  # no accumulation
+        for i, (x, y) in enumerate(loader):
+            (criterion(model(x), y) / accum_steps).backward()
+            if (i + 1) % accum_steps == 0:
+                optimizer.step()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+        for x, y in loader:
+            criterion(model(x), y).backward()
+        """),
+        Valid("""
+        import torch
+        from accelerate import Accelerator
+
+        accelerator = Accelerator()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr)  # LR from a config: unknown
+        for x, y in loader:
+            criterion(model(x), y).backward()
+        """),
+    )
+    invalid = (
+        Invalid("""
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        dist.init_process_group("nccl")
+        model = DDP(Net().cuda())
+        loader = torch.utils.data.DataLoader(train_set, batch_size=64, sampler=sampler)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)  # TD203
+        for x, y in loader:
+            optimizer.zero_grad()
+            criterion(model(x.cuda()), y.cuda()).backward()
+            optimizer.step()
+        """),
+        Invalid("""
+        import argparse
+        import torch.optim as optim
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--lr", type=float, default=3e-4)
+        parser.add_argument("--accumulation-steps", type=int, default=8)
+        args = parser.parse_args()
+        optimizer = optim.AdamW(model.parameters(), args.lr)  # TD203
+        for i, (x, y) in enumerate(loader):
+            loss = criterion(model(x), y) / args.accumulation_steps
+            loss.backward()
+            if (i + 1) % args.accumulation_steps == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+        """),
+        Invalid("""
+        from accelerate import Accelerator
+        from torch.optim import AdamW as Opt
+
+        LR = 5e-5
+        opt_kwargs = {"lr": LR, "weight_decay": 0.0}
+        accelerator = Accelerator(gradient_accumulation_steps=4)
+        optimizer = Opt(model.parameters(), **opt_kwargs)  # TD203
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        for batch in loader:
+            with accelerator.accumulate(model):
+                accelerator.backward(model(**batch).loss)
+                optimizer.step()
+                optimizer.zero_grad()
+        """),
+    )
+
+    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        dist = distributed(ctx)
+        acc = accumulation(ctx)
+        if (dist is None and acc is None) or not trains(ctx):
+            return
+        if splits_global_batch(ctx) or lr_related_to_batch(ctx):
+            return
+        if dist is not None:
+            grows = "the per-process batch is multiplied by the world size"
+            if acc is not None:
+                grows += " and by gradient accumulation"
+        else:
+            grows = "gradient accumulation multiplies the batch"
+            if acc is not None and isinstance(acc.factor, int):
+                grows += f" by {acc.factor}"
+        parallel = data_parallel_names(ctx) if dist is not None else set()
+        for qn, call in ctx.calls_to_prefix("torch.optim."):
+            if qn not in OPTIMIZERS:
+                continue
+            if dist is not None and not optimizer_is_data_parallel(ctx, call, parallel) and acc is None:
+                continue
+            lr = ctx.arg(call, "lr")
+            if not isinstance(lr, ast.expr) or not plain_lr(ctx, lr):
+                continue
+            yield ctx.report(
+                self,
+                lr if ctx.within(lr, call) else call,
+                f"The LR `{ctx.segment(lr)}` is used unchanged although {grows}; scale it with the "
+                "effective batch (linear for SGD, square root for Adam-family; e.g. "
+                "`traindoctor.recipes.scale_lr`) and warm it up.",
+                help="Scale the learning rate with the effective batch",
+            )
+
+
+# ---------------------------------------------------------------- runtime half (R2)
+from traindoctor.runtime.events import Monitor  # noqa: E402
+
+
+class LrNotScaledMonitor(Monitor):
+    """The effective batch differs from a declared reference while the LR is the reference LR.
+
+    Needs the reference: thresholds ``reference_batch`` and ``reference_lr`` (``watch(thresholds=
+    {"reference_batch": 256, "reference_lr": 0.1})`` or the CLI's ``--reference-batch`` /
+    ``--reference-lr``). Without them the monitor is silent.
+    """
+
+    rule = LrNotScaled
+
+    def __init__(self, session: object) -> None:
+        super().__init__(session)
+        from traindoctor.runtime.train_facts import LrTrace, StepFacts
+
+        self.steps = StepFacts()
+        self.lrs = LrTrace()
+
+    def on_before_optimizer_step(self, optimizer: object) -> None:
+        self.lrs.add(optimizer)
+        if self.lrs.optimizer_ref is not None and self.lrs.optimizer_ref() is optimizer:
+            self.steps.add(self.session)
+
+    def on_run_end(self) -> None:
+        try:
+            ref_batch = float(self.threshold("reference_batch", 0) or 0)
+            ref_lr = float(self.threshold("reference_lr", 0) or 0)
+        except (TypeError, ValueError):
+            return
+        peak = self.lrs.peak_lr()
+        if ref_batch <= 0 or ref_lr <= 0 or not peak:
+            return
+        from traindoctor.runtime.train_facts import effective_batch
+
+        eff = effective_batch(self.session, self.steps)
+        if eff is None or eff.total == ref_batch:
+            return
+        tolerance = float(self.threshold("lr_tolerance", 0.01))
+        if abs(peak / ref_lr - 1.0) > tolerance:
+            return  # the LR was changed: assume the user scaled it
+        rule, lr = _recommended(ref_lr, ref_batch, eff.total, self.lrs.optimizer_name)
+        self.report(
+            f"The effective batch is {eff.total} (reference {int(ref_batch)}) but the learning "
+            f"rate is still the reference {ref_lr:g}; scale it ({rule} rule: {lr:.3g}, "
+            "`traindoctor.recipes.scale_lr`) and warm it up.",
+            evidence={
+                **eff.evidence(),
+                "reference_batch": int(ref_batch),
+                "reference_lr": ref_lr,
+                "peak_lr": peak,
+                "optimizer": self.lrs.optimizer_name,
+                "scaling_rule": rule,
+                "recommended_lr": lr,
+            },
+            step=self.session.step,
+        )
+
+
+def _recommended(ref_lr: float, ref_batch: float, batch: int, optimizer: str) -> tuple[str, float]:
+    """(rule, LR) as `traindoctor.recipes.scale_lr`: square root for Adam-family, else linear."""
+    import math
+
+    if _is_sqrt(optimizer):
+        return "sqrt", ref_lr * math.sqrt(batch / ref_batch)
+    return "linear", ref_lr * batch / ref_batch
+
+
+def _is_sqrt(optimizer: str) -> bool:
+    name = optimizer.lower()
+    return any(k in name for k in ("adam", "lamb", "rmsprop", "adagrad", "adadelta", "adafactor"))

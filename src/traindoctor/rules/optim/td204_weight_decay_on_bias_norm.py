@@ -1,16 +1,292 @@
-"""TD204 weight-decay-on-bias-norm: Weight decay applies to biases or normalisation parameters (BatchNorm/LayerNorm/GroupNorm/RMSNorm gains and shifts)."""
+"""TD204 weight-decay-on-bias-norm: an optimizer decays every parameter, biases and norm gains included."""
 
 from __future__ import annotations
 
-from traindoctor.finding import Severity
-from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+import ast
+from typing import TYPE_CHECKING, Iterable
+
+from traindoctor.finding import Finding, Severity
+from traindoctor.rules.base import Invalid, Rule, Valid
+from traindoctor.static.args import UNKNOWN
+from traindoctor.static.loaders import is_test_file
+from traindoctor.static.models import model_of, self_model
+from traindoctor.static.names import OPTIMIZERS, dotted
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.static.context import FileContext
+
+#: Optimizers whose ``weight_decay`` default is not zero.
+_DEFAULT_DECAY = {"torch.optim.AdamW": 0.01}
+
+
+def whole_model_params(ctx: "FileContext", node: ast.AST, depth: int = 0) -> ast.expr | None:
+    """The module ``m`` when ``node`` hands the optimizer all of ``m``'s parameters, else None.
+
+    ``m.parameters()``, ``list(m.parameters())``, ``filter(lambda p: p.requires_grad,
+    m.parameters())``, ``(p for n, p in m.named_parameters())`` and
+    ``[p for p in m.parameters() if p.requires_grad]`` all count; a comprehension that filters by
+    name, or parameter groups built by a function, do not.
+    """
+    if depth > 4:
+        return None
+    if isinstance(node, ast.Name):
+        bound = ctx.binding(node)
+        return whole_model_params(ctx, bound, depth + 1) if bound is not None else None
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "parameters" and not node.args and not node.keywords:
+            return func.value
+        if isinstance(func, ast.Name) and func.id not in ctx.imports.names:
+            if func.id in ("list", "tuple") and len(node.args) == 1 and not node.keywords:
+                return whole_model_params(ctx, node.args[0], depth + 1)
+            if func.id == "filter" and len(node.args) == 2 and _requires_grad_filter(node.args[0]):
+                return whole_model_params(ctx, node.args[1], depth + 1)
+        return None
+    if isinstance(node, (ast.GeneratorExp, ast.ListComp)) and len(node.generators) == 1:
+        gen = node.generators[0]
+        it = gen.iter
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and not it.args):
+            return None
+        if it.func.attr == "parameters" and isinstance(gen.target, ast.Name):
+            param = gen.target.id
+        elif (it.func.attr == "named_parameters" and isinstance(gen.target, ast.Tuple)
+              and len(gen.target.elts) == 2 and isinstance(gen.target.elts[1], ast.Name)):
+            param = gen.target.elts[1].id
+        else:
+            return None
+        if not (isinstance(node.elt, ast.Name) and node.elt.id == param):
+            return None
+        if all(_only_requires_grad(cond, param) for cond in gen.ifs):
+            return it.func.value
+    return None
+
+
+def _only_requires_grad(cond: ast.AST, param: str) -> bool:
+    return isinstance(cond, ast.Attribute) and cond.attr == "requires_grad" and dotted(cond.value) == param
+
+
+def _requires_grad_filter(fn: ast.AST) -> bool:
+    return (isinstance(fn, ast.Lambda) and len(fn.args.args) == 1
+            and _only_requires_grad(fn.body, fn.args.args[0].arg))
 
 
 class WeightDecayOnBiasNorm(Rule):
     code = "TD204"
     name = "weight-decay-on-bias-norm"
     severity = Severity.WARNING
-    summary = "Weight decay applies to biases or normalisation parameters (BatchNorm/LayerNorm/GroupNorm/RMSNorm gains and shifts)."
+    summary = (
+        "An optimizer built from `model.parameters()` with weight decay also decays biases and "
+        "normalisation gains; put those in a parameter group with `weight_decay=0`."
+    )
     gpu_only = False
     static = True
     runtime = True
+    triggers = ("optim",)
+    fixable = "never"
+
+    what_it_does = """
+    Reports an optimizer that receives all of a model's parameters in one group
+    (`model.parameters()`, `filter(lambda p: p.requires_grad, model.parameters())`, ...) with a
+    nonzero `weight_decay`, passed by keyword, by position, through a `**kwargs` dict or as an
+    argparse default. `torch.optim.AdamW` counts even without the argument: its default
+    `weight_decay` is 0.01. `SGD`, `Adam` and the others default to 0 and are not reported unless
+    they pass a nonzero value. Parameter groups built by a function
+    (`traindoctor.recipes.param_groups(model, 0.05)`) or by filtering on names are left alone.
+    """
+    why_bad = """
+    Weight decay pulls weights toward zero. That regularises the scale of weight matrices and
+    convolution kernels, but biases and the gains/shifts of BatchNorm, LayerNorm, GroupNorm and
+    RMSNorm have no such role: decaying a norm gain fights the normalisation itself (and for
+    layers followed by normalisation the decay only changes the effective learning rate).
+    Large-batch ImageNet recipes (Goyal et al. 2017) and the BERT/ViT/ConvNeXt recipes all
+    exclude biases and norm parameters from decay; decaying them typically costs a little
+    accuracy and makes the result depend on the decay strength more than it should. The
+    usual fix is two parameter groups, selected by module type rather than by parameter name.
+    """
+    example = """
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.LayerNorm(256), torch.nn.Linear(256, 10))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)  # decays LayerNorm too (default 0.01)
+    """
+    use_instead = """
+    import torch
+    from traindoctor.recipes import param_groups
+
+    model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.LayerNorm(256), torch.nn.Linear(256, 10))
+    optimizer = torch.optim.AdamW(param_groups(model, weight_decay=0.05), lr=3e-4)
+    """
+    options = """
+    No thresholds. At run time each optimizer's param groups are audited at its first step: a
+    parameter is a bias/normalisation parameter when its owning module is a normalisation layer
+    (BatchNorm, SyncBatchNorm, InstanceNorm, LayerNorm, GroupNorm, RMSNorm or a subclass), when
+    its module registered it as `bias`, or when its rank is <= 1; each one in a group with
+    `weight_decay > 0` is reported (count, kinds, up to 10 names). Modules come from the root
+    models seen running forward; names are only printed, never used to classify.
+    """
+    references = (
+        "https://arxiv.org/abs/1706.02677",
+        "https://arxiv.org/abs/1711.05101",
+        "https://arxiv.org/abs/1812.01187",
+        "https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html",
+    )
+
+    valid = (
+        Valid("""
+        import torch
+        from torch import nn
+
+        model = nn.Sequential(nn.Conv2d(3, 16, 3), nn.BatchNorm2d(16), nn.ReLU())
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        """),
+        Valid("""
+        import torch
+        from traindoctor.recipes import param_groups
+
+        model = torch.nn.Linear(10, 2)
+        optimizer = torch.optim.AdamW(param_groups(model, 0.05), lr=1e-3)
+        """),
+        Valid("""
+        import torch
+
+        def build(model, cfg):
+            decay = [p for n, p in model.named_parameters() if not n.endswith("bias")]
+            no_decay = [p for n, p in model.named_parameters() if n.endswith("bias")]
+            return torch.optim.AdamW(
+                [{"params": decay, "weight_decay": cfg.wd}, {"params": no_decay, "weight_decay": 0.0}],
+                lr=cfg.lr,
+            )
+        """),
+        Valid("""
+        import torch
+
+        def make_optimizer(model, weight_decay):
+            # weight decay comes from the caller: unknown here
+            return torch.optim.SGD(model.parameters(), lr=0.1, weight_decay=weight_decay)
+        """),
+        Valid("""
+        from torch.optim import AdamW
+        import torch.nn as nn
+
+        model = nn.Linear(128, 10)
+        opt = AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+        """),
+        Valid("""
+        import torch
+        import torch.nn as nn
+
+        # no bias, no normalisation layer: nothing to exclude
+        model = nn.Sequential(nn.Linear(10, 10, bias=False), nn.ReLU(), nn.Linear(10, 1, bias=False))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        """),
+    )
+    invalid = (
+        Invalid("""
+        import torch
+        from torch import nn
+
+        model = nn.Sequential(nn.Linear(784, 256), nn.LayerNorm(256), nn.Linear(256, 10))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)  # TD204
+        """),
+        Invalid("""
+        import argparse
+        import torch.optim as optim
+        import torchvision
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--wd", type=float, default=1e-4)
+        args = parser.parse_args()
+        model = torchvision.models.resnet50()
+        optimizer = optim.SGD(model.parameters(), 0.1, 0.9, 0, args.wd)  # TD204
+        """),
+        Invalid("""
+        import torch
+        from torch.optim import Adam as Opt
+
+        hparams = {"lr": 1e-3, "weight_decay": 5e-4}
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(10, 2)
+
+            def configure(self):
+                params = filter(lambda p: p.requires_grad, self.parameters())
+                return Opt(params, **hparams)  # TD204
+        """),
+        Invalid("""
+        import torch
+
+        def train(model, loader):
+            opt = torch.optim.AdamW(  # TD204
+                [p for p in model.parameters() if p.requires_grad], lr=1e-4, weight_decay=0.05,
+            )
+        """),
+    )
+
+    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        if is_test_file(ctx.filename):
+            return  # optimizer recipes in test code are fixtures, not advice targets
+        for qn, call in ctx.calls_to_prefix("torch.optim."):
+            if qn not in OPTIMIZERS:
+                continue
+            params = ctx.arg(call, "params")
+            if not isinstance(params, ast.expr):
+                continue
+            model = whole_model_params(ctx, params)
+            if model is None:
+                continue
+            default = _DEFAULT_DECAY.get(qn, 0)
+            decay = ctx.arg_value(call, "weight_decay", default=default)
+            if decay is UNKNOWN or isinstance(decay, bool) or not isinstance(decay, (int, float)) or decay <= 0:
+                continue
+            info = self_model(ctx, call) if isinstance(model, ast.Name) and model.id == "self" else model_of(ctx, model)
+            if info.known and not info.bias_or_norm_params():
+                continue
+            short = qn.rsplit(".", 1)[-1]
+            detail = f"weight_decay={decay:g}"
+            if not isinstance(ctx.arg(call, "weight_decay"), ast.expr):
+                detail += " (its default)"
+            yield ctx.report(
+                self,
+                call,
+                f"`{short}` applies {detail} to every parameter of `{ctx.segment(model)}`, biases and "
+                "normalisation weights included; give those a parameter group with `weight_decay=0` "
+                "(e.g. `traindoctor.recipes.param_groups(model, weight_decay)`).",
+                help="Exclude biases and norm parameters from weight decay",
+            )
+
+
+# ---------------------------------------------------------------- runtime half (R2)
+from traindoctor.runtime.events import Monitor  # noqa: E402
+
+
+class WeightDecayOnBiasNormMonitor(Monitor):
+    """Audits each optimizer's param groups at its first step (see ``runtime.param_audit``):
+    parameters of normalisation layers, biases and other rank <= 1 parameters that sit in a group
+    with ``weight_decay > 0``. Classification is by module type and rank, never by name."""
+
+    rule = WeightDecayOnBiasNorm
+
+    def on_optimizer_found(self, optimizer: object) -> None:
+        from traindoctor.runtime.param_audit import audit_optimizer
+
+        audit = audit_optimizer(optimizer, self.session)
+        if not audit.decayed:
+            return
+        n = len(audit.decayed)
+        decays = ", ".join(f"{d:g}" for d in audit.decays)
+        self.report(
+            f"{type(optimizer).__name__} applies weight decay ({decays}) to {n} bias/normalisation "
+            f"parameter(s); put them in a group with `weight_decay=0.0` "
+            "(`traindoctor.recipes.param_groups(model, weight_decay)`).",
+            evidence={
+                "decayed": n,
+                "no_decay_params": audit.no_decay_total,
+                "kinds": audit.kinds(),
+                "names": audit.names(),
+                "weight_decay": audit.decays,
+                "param_groups": audit.groups,
+            },
+            step=self.session.step,
+        )

@@ -1,0 +1,326 @@
+"""Batch-size facts of a training script: per-forward batch, gradient accumulation, data parallelism, LR.
+
+TD202 (BatchNorm over a small batch), TD203 (LR not scaled with the effective batch) and TD206
+(large batch without warmup) all reason about ``effective batch = batch x accumulation x
+world_size``. This module finds each factor the way the file spells it:
+
+* the per-forward batch: ``batch_size`` of a *training* DataLoader (loaders named like
+  val/test/eval are skipped), as a literal, constant or argparse default;
+* gradient accumulation: ``Accelerator(gradient_accumulation_steps=k)``, Lightning's
+  ``accumulate_grad_batches``, a loss divided by an ``accum``-named value, or
+  ``optimizer.step()`` under ``if (i + 1) % k == 0``;
+* data parallelism: DDP/FSDP wrapping, ``init_process_group``, ``accelerate.Accelerator``;
+* whether the script already relates the LR or the batch to those factors (then rules stay silent).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from traindoctor.static.args import MISSING, UNKNOWN
+from traindoctor.static.loaders import is_evaluation_name, is_test_file, iter_training_loaders
+from traindoctor.static.names import dotted
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.static.context import FileContext
+
+
+
+def eval_named(text: str) -> bool:
+    """``val_loader``, ``testset``, ``self.eval_dl``: text whose words say evaluation."""
+    return is_evaluation_name(text)
+
+
+@dataclass(frozen=True)
+class LoaderBatch:
+    """A training DataLoader and its per-forward batch size (``value`` may be UNKNOWN)."""
+
+    loader: ast.Call
+    node: ast.expr
+    value: Any
+
+    def anchor(self, ctx: "FileContext") -> ast.AST:
+        """Where to report: the argument when it is written in the call, else the call."""
+        return self.node if ctx.within(self.node, self.loader) else self.loader
+
+
+def training_batches(ctx: "FileContext") -> list[LoaderBatch]:
+    """Training loaders (see :mod:`traindoctor.static.loaders`) that pass ``batch_size``, in source order.
+
+    Test files have none: batch-size advice about test code is noise.
+    """
+    out = []
+    for loader in iter_training_loaders(ctx):
+        node = ctx.arg(loader.call, "batch_size")
+        if node is MISSING or node is UNKNOWN:
+            continue
+        out.append(LoaderBatch(loader.call, node, ctx.value(node)))  # type: ignore[arg-type]
+    return out
+
+
+def trains(ctx: "FileContext") -> bool:
+    """The file runs backward passes (a training script, not inference) and is not test code."""
+    if is_test_file(ctx.filename):
+        return False
+    return bool(ctx.method_calls("backward") or ctx.method_calls("manual_backward"))
+
+
+# ---------------------------------------------------------------- accumulation
+@dataclass(frozen=True)
+class Accumulation:
+    """Evidence of gradient accumulation; ``factor`` is an int > 1 or UNKNOWN."""
+
+    node: ast.AST
+    factor: Any
+
+
+def _accum_named(node: ast.AST) -> bool:
+    text = (dotted(node) or "").lower()
+    return "accum" in text or "grad_acc" in text or "accumulat" in text
+
+
+def _factor(ctx: "FileContext", node: ast.AST) -> Any:
+    v = ctx.value(node)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return UNKNOWN
+    return v
+
+
+def accumulation(ctx: "FileContext") -> Accumulation | None:
+    """The first evidence of gradient accumulation (a known factor of 1 is not accumulation)."""
+    found: list[Accumulation] = []
+    for qn, kw in (("accelerate.Accelerator", "gradient_accumulation_steps"),
+                   ("lightning.Trainer", "accumulate_grad_batches"),
+                   ("lightning.pytorch.Trainer", "accumulate_grad_batches"),
+                   ("pytorch_lightning.Trainer", "accumulate_grad_batches")):
+        for call in ctx.calls_to(qn):
+            node = ctx.arg(call, kw)
+            if node is not MISSING and node is not UNKNOWN:
+                found.append(Accumulation(node, _factor(ctx, node)))  # type: ignore[arg-type]
+    for node in ctx.of(ast.BinOp):
+        if isinstance(node.op, (ast.Div, ast.FloorDiv)) and _accum_named(node.right):
+            left = dotted(node.left) or ""
+            if "loss" in left.lower() or isinstance(node.left, ast.Call):
+                found.append(Accumulation(node, _factor(ctx, node.right)))
+    for node in ctx.of(ast.AugAssign):
+        if isinstance(node.op, ast.Div) and _accum_named(node.value) and "loss" in (dotted(node.target) or "").lower():
+            found.append(Accumulation(node, _factor(ctx, node.value)))
+    for node in ctx.of(ast.If):
+        divisor = _modulo_divisor(node.test)
+        if divisor is None or isinstance(divisor, ast.Constant) and divisor.value == 1:
+            continue
+        if ctx.enclosing_loops(node) and any(_is_optimizer_step(ctx, s) for s in node.body):
+            found.append(Accumulation(node, _factor(ctx, divisor)))
+    found = [a for a in found if a.factor is UNKNOWN or a.factor > 1]
+    found.sort(key=lambda a: (a.node.lineno, a.node.col_offset))  # type: ignore[attr-defined]
+    return found[0] if found else None
+
+
+def _is_optimizer_step(ctx: "FileContext", stmt: ast.stmt) -> bool:
+    """``optimizer.step()`` / ``scaler.step(optimizer)`` as a statement."""
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+        return False
+    func = stmt.value.func
+    if not (isinstance(func, ast.Attribute) and func.attr == "step"):
+        return False
+    text = ((dotted(func.value) or "") + " " + " ".join(ctx.segment(a) for a in stmt.value.args)).lower()
+    return "opt" in text or "scaler" in text
+
+
+def _modulo_divisor(test: ast.expr) -> ast.expr | None:
+    """``(i + 1) % k == 0`` -> ``k``."""
+    if isinstance(test, ast.BoolOp):
+        for v in test.values:
+            d = _modulo_divisor(v)
+            if d is not None:
+                return d
+        return None
+    if (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
+            and isinstance(test.left, ast.BinOp) and isinstance(test.left.op, ast.Mod)
+            and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == 0):
+        return test.left.right
+    return None
+
+
+# ---------------------------------------------------------------- data parallelism
+_DISTRIBUTED = (
+    "torch.nn.parallel.DistributedDataParallel", "torch.distributed.init_process_group",
+    "torch.distributed.fsdp.FullyShardedDataParallel", "torch.distributed.fsdp.fully_shard",
+    "torch.distributed.fsdp.FullyShardedDataParallel", "accelerate.Accelerator",
+    "horovod.torch.init",
+)
+
+
+def distributed(ctx: "FileContext") -> ast.Call | None:
+    """The first call that makes this script data-parallel over several processes, if any."""
+    calls = ctx.calls_to(*_DISTRIBUTED)
+    for call in calls:
+        if (ctx.qualname(call.func) == "accelerate.Accelerator"
+                and ctx.value(ctx.arg(call, "split_batches")) is True):
+            continue
+        return call
+    return None
+
+
+def splits_global_batch(ctx: "FileContext") -> bool:
+    """The per-process batch is derived by dividing a global batch (``batch // world_size``).
+
+    Then the effective batch stays what the user asked for and nothing grows implicitly.
+    """
+    for node in ctx.of(ast.Assign, ast.AnnAssign, ast.AugAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if not any("batch" in ctx.segment(t).lower() for t in targets):
+            continue
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Div, ast.FloorDiv)):
+            return True
+        if node.value is not None and any(
+            isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.FloorDiv)) for n in ast.walk(node.value)
+        ):
+            return True
+    for lb in training_batches(ctx):
+        if any(isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.FloorDiv)) for n in ast.walk(lb.node)):
+            return True
+    for call in ctx.calls_to("accelerate.Accelerator"):
+        if ctx.value(ctx.arg(call, "split_batches")) is True:
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- learning rate
+_SCALE_WORDS = ("batch", "world", "accum", "num_processes", "ngpu", "n_gpu", "num_gpu", "gpus",
+                "nprocs", "num_replicas", "nodes", "devices")
+
+
+def lr_named(name: str) -> bool:
+    n = name.lower()
+    return n == "lr" or n.endswith("_lr") or n.startswith("lr_") or "learning_rate" in n
+
+
+def _scale_named(name: str) -> bool:
+    n = name.lower()
+    return any(w in n for w in _SCALE_WORDS)
+
+
+def _identifiers(node: ast.AST) -> list[str]:
+    out = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            out.append(sub.id)
+        elif isinstance(sub, ast.Attribute):
+            out.append(sub.attr)
+        elif isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+            out.append(sub.value)
+        elif isinstance(sub, ast.keyword) and sub.arg:
+            out.append(sub.arg)
+    return out
+
+
+def lr_related_to_batch(ctx: "FileContext") -> bool:
+    """Some statement relates the LR to batch size, world size or accumulation (or edits it later).
+
+    ``lr = base_lr * batch_size / 256``, ``args.lr *= world_size``, ``scale_lr(...)``,
+    ``group["lr"] = ...``: any of these means the author thought about it; rules stay silent.
+    """
+    if any(q.endswith("scale_lr") for q in ctx.called_names):
+        return True
+    for node in ctx.of(ast.Assign, ast.AnnAssign, ast.AugAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        target_ids = [i for t in targets for i in _identifiers(t)]
+        if any(isinstance(t, ast.Subscript) and any(lr_named(i) for i in _identifiers(t.slice)) for t in targets):
+            return True
+        ids = target_ids + (_identifiers(node.value) if node.value is not None else [])
+        if any(lr_named(i) for i in ids) and any(_scale_named(i) for i in ids):
+            return True
+    for call in ctx.of(ast.Call):
+        for kw in call.keywords:
+            if kw.arg and lr_named(kw.arg) and any(_scale_named(i) for i in _identifiers(kw.value)):
+                return True
+    for call in ctx.method_calls("add_argument"):
+        if any(lr_named(a.value.lstrip("-").replace("-", "_")) for a in call.args
+               if isinstance(a, ast.Constant) and isinstance(a.value, str)):
+            help_text = " ".join(ctx.segment(k.value) for k in call.keywords if k.arg == "help").lower()
+            if any(w in help_text for w in ("scaled", "per 256", "batch size", "world size")):
+                return True
+    return False
+
+
+def plain_lr(ctx: "FileContext", node: ast.AST, _depth: int = 0) -> bool:
+    """An LR passed unchanged: a literal, or a name/argparse option that leads to one."""
+    if _depth > 6:
+        return False
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+    if isinstance(node, ast.Name):
+        bound = ctx.bindings_of(node)
+        if not bound or any(b is None for b in bound):
+            return False
+        return all(plain_lr(ctx, b, _depth + 1) for b in bound)  # type: ignore[arg-type]
+    if isinstance(node, ast.Attribute):
+        v = ctx.argparse_default(node) if isinstance(node.value, ast.Name) else UNKNOWN
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    return False
+
+
+# ---------------------------------------------------------------- warmup
+_WARMUP_SCHEDULERS = (
+    "torch.optim.lr_scheduler.LinearLR", "torch.optim.lr_scheduler.OneCycleLR",
+    "torch.optim.lr_scheduler.SequentialLR", "torch.optim.lr_scheduler.CyclicLR",
+    "torch.optim.lr_scheduler.ChainedScheduler",
+)
+
+
+def has_warmup(ctx: "FileContext") -> bool:
+    """The file ramps the LR up somewhere (or may: anything named warmup counts)."""
+    if ctx.calls_to(*_WARMUP_SCHEDULERS):
+        return True
+    for node in ctx.of(ast.Name, ast.Attribute, ast.keyword, ast.FunctionDef, ast.Constant, ast.arg):
+        text = (getattr(node, "id", None) or getattr(node, "attr", None) or getattr(node, "arg", None)
+                or getattr(node, "name", None) or getattr(node, "value", None))
+        if isinstance(text, str) and ("warmup" in text.lower() or "warm_up" in text.lower()):
+            return True
+    for call in ctx.calls_to("torch.optim.lr_scheduler.LambdaLR", "torch.optim.lr_scheduler.MultiplicativeLR"):
+        for sub in ast.walk(call):
+            if isinstance(sub, ast.Lambda) and any(
+                isinstance(n, (ast.Compare, ast.IfExp)) or (isinstance(n, ast.Call) and dotted(n.func) in ("min", "max"))
+                for n in ast.walk(sub.body)
+            ):
+                return True
+    return False
+
+
+_WRAP = ("torch.nn.parallel.DistributedDataParallel", "torch.distributed.fsdp.FullyShardedDataParallel",
+         "torch.distributed.fsdp.fully_shard")
+
+
+def data_parallel_names(ctx: "FileContext") -> set[str]:
+    """Names of objects that run data-parallel: wrapped by DDP/FSDP (either side of the
+    assignment) or handed to ``accelerator.prepare(...)``."""
+    out: set[str] = set()
+    for call in ctx.calls_to(*_WRAP):
+        if call.args and isinstance(call.args[0], ast.Name):
+            out.add(call.args[0].id)
+        stmt = ctx.statement_of(call)
+        if isinstance(stmt, ast.Assign):
+            out |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+    accelerators = {c for c in ctx.calls_to("accelerate.Accelerator")}
+    if accelerators:
+        for call in ctx.method_calls("prepare"):
+            out |= {a.id for a in call.args if isinstance(a, ast.Name)}
+            stmt = ctx.statement_of(call)
+            if isinstance(stmt, ast.Assign):
+                for t in stmt.targets:
+                    out |= {e.id for e in ast.walk(t) if isinstance(e, ast.Name)}
+    return out
+
+
+def optimizer_is_data_parallel(ctx: "FileContext", call: ast.Call, names: set[str]) -> bool:
+    """The optimizer steps a data-parallel model: it is prepared itself, or its params come from one."""
+    stmt = ctx.statement_of(call)
+    if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in stmt.targets):
+        return True
+    params = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "params"), None)
+    if params is None:
+        return False
+    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(params))

@@ -1,0 +1,384 @@
+"""Autograd and train/eval mode facts at a point of a file: no_grad regions, mode calls, backward, losses.
+
+The evaluation rules (TD701-TD703) ask the same questions: "is autograd off here?" (inside
+``with torch.no_grad()`` / ``torch.inference_mode()`` / ``torch.set_grad_enabled(False)`` or a
+function decorated with one of them), "which ``.eval()`` / ``.train()`` call last set this model's
+mode before this line?", "does this function run backward?", "which variables hold a loss that
+is still attached to the graph?". Flow is approximated by source order inside one function, plus
+one level of call sites for helper functions such as ``evaluate(model, loader)``.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
+
+from traindoctor.static.names import dotted
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.static.context import FileContext
+
+_NO_GRAD = frozenset((
+    "torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
+    "torch.autograd.inference_mode", "torch.autograd.grad_mode.inference_mode",
+))
+_ENABLE_GRAD = frozenset(("torch.enable_grad", "torch.autograd.enable_grad"))
+_SET_GRAD = frozenset((
+    "torch.set_grad_enabled", "torch.autograd.set_grad_enabled",
+    "torch.autograd.grad_mode.set_grad_enabled",
+))
+_BACKWARD_FUNCS = ("torch.autograd.grad", "torch.autograd.backward")
+_BACKWARD_METHODS = ("backward", "manual_backward")
+_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _grad_switch(ctx: "FileContext", expr: ast.AST) -> bool | None:
+    """False for an expression that turns autograd off, True for one that turns it on, else None."""
+    target = expr.func if isinstance(expr, ast.Call) else expr
+    qn = ctx.qualname(target)
+    if qn in _NO_GRAD:
+        if isinstance(expr, ast.Call) and qn.endswith("inference_mode") and expr.args:
+            return None if ctx.value(expr.args[0]) is not True else False
+        return False
+    if qn in _ENABLE_GRAD:
+        return True
+    if qn in _SET_GRAD and isinstance(expr, ast.Call) and expr.args:
+        value = ctx.value(expr.args[0])
+        if value is True or value is False:
+            return value
+    return None
+
+
+def grad_enabled_at(ctx: "FileContext", node: ast.AST) -> bool | None:
+    """Whether autograd is on at ``node`` as far as its own function tells; None when silent.
+
+    Looks at enclosing ``with`` blocks and, at the function boundary, at its decorators; it does
+    not look past the function (callers are :func:`callers_disable_grad`'s business).
+    """
+    for anc in ctx.ancestors(node):
+        if isinstance(anc, (ast.With, ast.AsyncWith)):
+            for item in anc.items:
+                state = _grad_switch(ctx, item.context_expr)
+                if state is not None:
+                    return state
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for deco in anc.decorator_list:
+                state = _grad_switch(ctx, deco)
+                if state is not None:
+                    return state
+            return None
+        if isinstance(anc, ast.Lambda):
+            return None
+    return None
+
+
+def grad_disabled_globally(ctx: "FileContext") -> bool:
+    """A bare ``torch.set_grad_enabled(False)`` statement anywhere in the file."""
+    for qn in _SET_GRAD:
+        for call in ctx.calls_to(qn):
+            if isinstance(ctx.parent(call), ast.Expr) and call.args and ctx.value(call.args[0]) is False:
+                return True
+    return False
+
+
+def call_sites(ctx: "FileContext", fn: ast.AST) -> list[ast.Call]:
+    """Calls in the file of the function ``fn`` by its name (``evaluate(...)``, ``self.evaluate(...)``)."""
+    name = getattr(fn, "name", None)
+    if not name:
+        return []
+    out = [c for c in ctx.method_calls(name) if isinstance(c.func.value, ast.Name) and c.func.value.id == "self"]
+    out += [c for c in ctx.of(ast.Call) if isinstance(c.func, ast.Name) and c.func.id == name]
+    out.sort(key=lambda c: (c.lineno, c.col_offset))
+    return out
+
+
+def callers_disable_grad(ctx: "FileContext", fn: ast.AST | None) -> bool:
+    """Whether any call site of ``fn`` in the file runs under no_grad (one level up)."""
+    if fn is None:
+        return False
+    return any(grad_enabled_at(ctx, c) is False for c in call_sites(ctx, fn))
+
+
+def same_function(ctx: "FileContext", node: ast.AST, fn: ast.AST | None) -> bool:
+    return ctx.function_of(node) is fn
+
+
+def backward_calls(ctx: "FileContext", fn: ast.AST | None) -> list[ast.Call]:
+    """Backward passes in the body of ``fn`` (None: module level), nested functions excluded."""
+    out: list[ast.Call] = []
+    for attr in _BACKWARD_METHODS:
+        out += [c for c in ctx.method_calls(attr) if same_function(ctx, c, fn)]
+    out += [c for c in ctx.calls_to(*_BACKWARD_FUNCS) if same_function(ctx, c, fn)]
+    out.sort(key=lambda c: (c.lineno, c.col_offset))
+    return out
+
+
+@dataclass(frozen=True)
+class ModeCall:
+    """``x.eval()`` / ``x.train()`` / ``x.train(False)``; ``training`` is None when not constant."""
+
+    call: ast.Call
+    receiver: str
+    training: bool | None
+
+
+def mode_calls(ctx: "FileContext", fn: ast.AST | None) -> list[ModeCall]:
+    """Calls that set a module's train/eval mode in the body of ``fn``, in source order."""
+    out: list[ModeCall] = []
+    for call in ctx.method_calls("eval"):
+        if not call.args and not call.keywords and same_function(ctx, call, fn):
+            out.append(ModeCall(call, dotted(call.func.value) or "", False))
+    for call in ctx.method_calls("train"):
+        if not same_function(ctx, call, fn):
+            continue
+        arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "mode"), None)
+        if arg is None:
+            training: bool | None = True
+        else:
+            v = ctx.value(arg)
+            training = v if isinstance(v, bool) else None
+        if len(call.args) + len(call.keywords) > 1:
+            continue
+        out.append(ModeCall(call, dotted(call.func.value) or "", training))
+    out.sort(key=lambda m: (m.call.lineno, m.call.col_offset))
+    return out
+
+
+def related(receiver: str, model: str) -> bool:
+    """Whether a mode call on ``receiver`` sets the mode of ``model`` (same object or a wrapper)."""
+    if not receiver or not model:
+        return False
+    return receiver == model or receiver.startswith(model + ".") or model.startswith(receiver + ".")
+
+
+def mode_before(ctx: "FileContext", node: ast.AST, model: str, fn: ast.AST | None) -> ModeCall | None:
+    """The last mode call on ``model`` in ``fn`` before ``node`` in source order."""
+    pos = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
+    last = None
+    for m in mode_calls(ctx, fn):
+        if (m.call.lineno, m.call.col_offset) < pos and related(m.receiver, model):
+            last = m
+    return last
+
+
+def is_before(a: ast.AST, b: ast.AST) -> bool:
+    return (a.lineno, a.col_offset) < (b.lineno, b.col_offset)  # type: ignore[attr-defined]
+
+
+def param_index(fn: ast.AST, name: str) -> int | None:
+    a = fn.args  # type: ignore[attr-defined]
+    params = [p.arg for p in [*a.posonlyargs, *a.args]]
+    if params and params[0] == "self":
+        params = params[1:]
+    return params.index(name) if name in params else None
+
+
+def argument_for(call: ast.Call, fn: ast.AST, name: str) -> ast.expr | None:
+    """The expression a call site passes for parameter ``name`` of ``fn``."""
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    index = param_index(fn, name)
+    if index is not None and index < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args):
+        return call.args[index]
+    return None
+
+
+def is_parameter(fn: ast.AST | None, name: str) -> bool:
+    if fn is None or isinstance(fn, ast.Lambda):
+        return False
+    a = fn.args  # type: ignore[attr-defined]
+    return name in {p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
+
+
+# ---------------------------------------------------------------- losses
+_LOSS_NAMES = ("loss", "criterion", "crit")
+
+
+def _is_lossy_call(ctx: "FileContext", call: ast.Call) -> bool:
+    """A call that returns a loss: ``criterion(...)``, ``F.cross_entropy(...)``, ``nn.MSELoss()(...)``."""
+    qn = ctx.qualname(call.func) or ""
+    if qn.startswith("torch.nn.functional.") and (
+        "loss" in qn or qn.rsplit(".", 1)[-1] in ("cross_entropy", "nll_loss", "mse_loss", "l1_loss",
+                                                   "binary_cross_entropy", "binary_cross_entropy_with_logits",
+                                                   "kl_div", "smooth_l1_loss", "huber_loss")
+    ):
+        return True
+    if isinstance(call.func, ast.Call):
+        inner = ctx.qualname(call.func.func) or ""
+        return inner.startswith("torch.nn.") and inner.endswith("Loss")
+    text = (dotted(call.func) or "").rsplit(".", 1)[-1].lower()
+    return any(k in text for k in _LOSS_NAMES)
+
+
+def _plain_loss_expr(ctx: "FileContext", expr: ast.AST) -> bool:
+    """An expression that yields a graph-attached loss tensor (no ``.item()`` / ``.detach()``)."""
+    if isinstance(expr, ast.Call):
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr in (
+            "item", "detach", "tolist", "numpy", "detach_", "cpu",
+        ):
+            return False
+        return _is_lossy_call(ctx, expr)
+    if isinstance(expr, ast.BinOp):
+        return _plain_loss_expr(ctx, expr.left) or _plain_loss_expr(ctx, expr.right)
+    return False
+
+
+def backward_receivers(ctx: "FileContext", fn: ast.AST | None) -> set[str]:
+    """Names whose value is backpropagated in ``fn``: ``loss.backward()``, ``scaler.scale(loss)``,
+    ``accelerator.backward(loss)``, ``(loss / k).backward()``."""
+    out: set[str] = set()
+    for call in backward_calls(ctx, fn):
+        roots: list[ast.AST] = []
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "backward":
+            roots += call.args[:1]  # accelerator.backward(loss)
+            roots.append(call.func.value)
+        else:
+            roots += call.args[:1]
+        while roots:
+            r = roots.pop()
+            if isinstance(r, ast.Name):
+                out.add(r.id)
+            elif isinstance(r, ast.BinOp):
+                roots += [r.left, r.right]
+            elif isinstance(r, ast.Call):
+                roots += r.args[:1]
+                if isinstance(r.func, ast.Attribute) and r.func.attr not in ("item", "detach"):
+                    roots.append(r.func.value)
+    return out
+
+
+def last_binding_before(ctx: "FileContext", name: str, node: ast.AST, fn: ast.AST | None) -> ast.expr | None:
+    """The value last assigned to ``name`` in ``fn`` before ``node`` (source order); None if none."""
+    best: ast.expr | None = None
+    best_pos = (0, 0)
+    pos = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
+    for assign in ctx.of(ast.Assign):
+        if not same_function(ctx, assign, fn):
+            continue
+        apos = (assign.lineno, assign.col_offset)
+        if apos >= pos or apos < best_pos:
+            continue
+        for t in assign.targets:
+            if isinstance(t, ast.Name) and t.id == name:
+                best, best_pos = assign.value, apos
+    return best
+
+
+def attached_loss(ctx: "FileContext", name: str, at: ast.AST, fn: ast.AST | None) -> bool:
+    """Whether ``name`` holds a graph-attached loss at ``at``.
+
+    True when its last assignment before ``at`` is a loss computation (criterion call, or
+    arithmetic over one) and either it is backpropagated in the same function or the function runs
+    a backward pass at all (it is a training step). A value last assigned from ``.item()`` /
+    ``.detach()`` is never attached.
+    """
+    value = last_binding_before(ctx, name, at, fn)
+    backward_names = backward_receivers(ctx, fn)
+    if value is None:
+        return False
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in (
+        "item", "detach", "tolist", "numpy",
+    ):
+        return False
+    if name in backward_names:
+        return _plain_loss_expr(ctx, value) or isinstance(value, (ast.Call, ast.BinOp))
+    return _plain_loss_expr(ctx, value) and bool(backward_calls(ctx, fn))
+
+
+def names_in(node: ast.AST) -> Iterable[str]:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            yield sub.id
+        elif isinstance(sub, ast.Attribute):
+            yield sub.attr
+
+
+# ---------------------------------------------------------------- train/eval mode flow
+TRAIN, EVAL = "train", "eval"
+
+
+def _bound_in(ctx: "FileContext", name: str, at: ast.AST, fn: ast.AST | None) -> bool:
+    return last_binding_before(ctx, name, at, fn) is not None
+
+
+def mode_state(ctx: "FileContext", at: ast.AST, model: str, fn: ast.AST | None, depth: int = 0) -> str | None:
+    """The train/eval mode of ``model`` (dotted text) at ``at`` in ``fn``: TRAIN, EVAL or None.
+
+    TRAIN only on evidence: the last mode call on the model before ``at`` is ``.train()``, or
+    the model is created in this function before ``at`` and nothing in the function touches its
+    mode (a fresh module is in training mode), or -- for a parameter of a helper function with no
+    mode calls -- every call site in the file passes a model that is in training mode there.
+    Any ``.eval()`` before ``at`` on something we cannot tell apart makes the answer None.
+    """
+    last = mode_before(ctx, at, model, fn)
+    if last is not None:
+        if last.training is None:
+            return None
+        return TRAIN if last.training else EVAL
+    calls = mode_calls(ctx, fn)
+    if any(m.training is not True and is_before(m.call, at) for m in calls):
+        return None
+    if any(related(m.receiver, model) for m in calls):
+        return None  # set later in the function (a loop may run it first)
+    if "." not in model and _bound_in(ctx, model, at, fn):
+        return TRAIN
+    if "." not in model and is_parameter(fn, model) and depth < 2:
+        sites = call_sites(ctx, fn)
+        states = []
+        for site in sites:
+            arg = argument_for(site, fn, model)  # type: ignore[arg-type]
+            text = dotted(arg) if arg is not None else None
+            if text is None:
+                return None
+            states.append(mode_state(ctx, site, text, ctx.function_of(site), depth + 1))
+        if states and all(s == TRAIN for s in states):
+            return TRAIN
+    return None
+
+
+def forward_models(ctx: "FileContext", call: ast.Call, fn: ast.AST | None) -> list[ast.expr]:
+    """Expressions that may be the module ``call`` runs: its callee, or what callers pass for it."""
+    func = call.func
+    if isinstance(func, ast.Name) and is_parameter(fn, func.id):
+        out = []
+        for site in call_sites(ctx, fn):
+            arg = argument_for(site, fn, func.id)  # type: ignore[arg-type]
+            if arg is not None:
+                out.append(arg)
+        return out
+    return [func]
+
+
+def freezes_parameters(ctx: "FileContext") -> bool:
+    """The file turns gradients off on parameters (``requires_grad_(False)``, ``p.requires_grad = False``)."""
+    for call in ctx.method_calls("requires_grad_"):
+        if call.args and ctx.value(call.args[0]) is False:
+            return True
+    for node in ctx.of(ast.Assign):
+        if any(isinstance(t, ast.Attribute) and t.attr == "requires_grad" for t in node.targets):
+            if ctx.value(node.value) is False:
+                return True
+    return False
+
+
+def no_grad_calls(ctx: "FileContext") -> list[ast.Call]:
+    """Calls that run with autograd off: inside a no_grad/inference_mode block or decorated function."""
+    regions: list[ast.AST] = []
+    for node in ctx.of(ast.With, ast.AsyncWith):
+        if any(_grad_switch(ctx, item.context_expr) is False for item in node.items):
+            regions.append(node)
+    for node in ctx.of(ast.FunctionDef, ast.AsyncFunctionDef):
+        if any(_grad_switch(ctx, d) is False for d in node.decorator_list):
+            regions.append(node)
+    seen: set[int] = set()
+    out: list[ast.Call] = []
+    for region in regions:
+        for sub in ctx.walk(region):
+            if isinstance(sub, ast.Call) and id(sub) not in seen:
+                seen.add(id(sub))
+                if grad_enabled_at(ctx, sub) is False:
+                    out.append(sub)
+    out.sort(key=lambda c: (c.lineno, c.col_offset))
+    return out

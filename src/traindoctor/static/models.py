@@ -1,0 +1,570 @@
+"""What model a file builds: the layer kinds inside it and its parameter names, as far as the file says.
+
+Several rules need to know "does this model contain BatchNorm or Dropout" (TD202, TD701) or "which
+names does ``model.named_parameters()`` yield" (TD205), or "does it have any bias / norm parameter"
+(TD204). The file answers that only for models it spells out: an ``nn.Sequential`` of known torch
+layers, an ``nn.Module`` subclass whose methods assign ``self.<attr> = nn.<Layer>(...)``, or a
+torchvision constructor we know. :func:`model_of` resolves an expression (``model``,
+``self.net``, ``DDP(Net().cuda())``) to a :class:`ModelInfo`:
+
+* ``kinds`` is a lower bound: layers we saw constructed inside the model (safe for "has BN");
+* ``params`` is the *complete* list of parameter names with the layer kind that owns each, or
+  ``None`` as soon as anything could add names we cannot see (unknown layers, loops, ``setattr``,
+  attributes assigned from parameters). Rules that need exact names stay silent on ``None``.
+
+Nothing here imports torch; results are cached per file.
+"""
+
+from __future__ import annotations
+
+import ast
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
+
+from traindoctor.static.args import MISSING, UNKNOWN
+from traindoctor.static.names import BATCHNORMS, NORM_LAYERS, dotted
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.static.context import FileContext
+
+Params = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the file tells about one model (see the module docstring)."""
+
+    kinds: frozenset[str]
+    params: Params | None
+    label: str = ""
+
+    @property
+    def known(self) -> bool:
+        return self.params is not None
+
+    @property
+    def has_batchnorm(self) -> bool:
+        return any(k in BATCHNORMS or k == "torch.nn.SyncBatchNorm" for k in self.kinds)
+
+    @property
+    def has_dropout(self) -> bool:
+        return any(k.rsplit(".", 1)[-1].endswith("Dropout") or "Dropout" in k for k in self.kinds)
+
+    @property
+    def param_names(self) -> list[str] | None:
+        return None if self.params is None else [n for n, _ in self.params]
+
+    def norm_params(self) -> list[str]:
+        """Names of parameters owned by normalisation layers (empty when unknown)."""
+        return [n for n, k in self.params or () if k in NORM_LAYERS]
+
+    def bias_or_norm_params(self) -> list[str]:
+        return [n for n, k in self.params or () if k in NORM_LAYERS or n.rsplit(".", 1)[-1].endswith("bias")]
+
+
+UNKNOWN_MODEL = ModelInfo(frozenset(), None, "")
+
+_WEIGHT_BIAS = ("weight", "bias")
+#: torch.nn layer -> parameter names it registers with default arguments.
+_LAYER_PARAMS: dict[str, tuple[str, ...]] = {
+    **{n: _WEIGHT_BIAS for n in (
+        "Linear", "LazyLinear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
+        "ConvTranspose2d", "ConvTranspose3d", "LazyConv1d", "LazyConv2d", "LazyConv3d",
+        "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LazyBatchNorm1d", "LazyBatchNorm2d",
+        "LazyBatchNorm3d", "SyncBatchNorm", "GroupNorm", "LayerNorm",
+    )},
+    "RMSNorm": ("weight",),
+    "Embedding": ("weight",),
+    "EmbeddingBag": ("weight",),
+    "PReLU": ("weight",),
+    "InstanceNorm1d": (), "InstanceNorm2d": (), "InstanceNorm3d": (),
+    "MultiheadAttention": ("in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"),
+}
+_PARAMLESS = frozenset((
+    "ReLU", "ReLU6", "GELU", "SiLU", "Mish", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "ELU",
+    "SELU", "CELU", "LeakyReLU", "Hardswish", "Hardsigmoid", "Hardtanh", "Softplus", "Softsign",
+    "Tanhshrink", "Threshold", "GLU", "Identity", "Flatten", "Unflatten", "Dropout", "Dropout1d",
+    "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout", "MaxPool1d", "MaxPool2d",
+    "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
+    "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d",
+    "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d", "PixelShuffle", "PixelUnshuffle",
+    "ZeroPad1d", "ZeroPad2d", "ZeroPad3d", "ConstantPad1d", "ConstantPad2d", "ReflectionPad2d",
+    "ReplicationPad2d", "LocalResponseNorm", "ChannelShuffle", "Softmax2d",
+))
+#: Composite torch.nn layers whose inner kinds matter (names left unknown).
+_COMPOSITE_KINDS: dict[str, tuple[str, ...]] = {
+    n: ("Linear", "LayerNorm", "Dropout", "MultiheadAttention")
+    for n in ("Transformer", "TransformerEncoderLayer", "TransformerDecoderLayer",
+              "TransformerEncoder", "TransformerDecoder")
+}
+_AFFINE_ARG = {
+    "LayerNorm": "elementwise_affine", "RMSNorm": "elementwise_affine", "GroupNorm": "affine",
+    "InstanceNorm1d": "affine", "InstanceNorm2d": "affine", "InstanceNorm3d": "affine",
+}
+_CONTAINERS = ("Sequential", "ModuleList", "ModuleDict")
+_MODULE_BASES = frozenset((
+    "torch.nn.Module", "torch.nn.modules.module.Module", "lightning.LightningModule",
+    "lightning.pytorch.LightningModule", "pytorch_lightning.LightningModule",
+    "lightning.pytorch.core.LightningModule", "pytorch_lightning.core.LightningModule",
+))
+_WRAPPERS = frozenset((
+    "torch.nn.parallel.DistributedDataParallel", "torch.nn.DataParallel",
+    "torch.nn.parallel.DataParallel", "torch.compile",
+))
+_WRAPPER_PREFIX = {"torch.nn.parallel.DistributedDataParallel": "module.",
+                   "torch.nn.DataParallel": "module.", "torch.nn.parallel.DataParallel": "module.",
+                   "torch.compile": "_orig_mod."}
+_CHAIN_METHODS = frozenset((
+    "to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train", "eval",
+    "requires_grad_", "share_memory", "type", "to_empty",
+))
+_TENSOR_FACTORIES = frozenset((
+    "zeros", "ones", "empty", "randn", "rand", "full", "arange", "tensor", "eye", "linspace",
+    "zeros_like", "ones_like",
+))
+
+# ---------------------------------------------------------------- torchvision classifiers
+_TV_BN = ("resnet", "resnext", "wide_resnet", "densenet", "mobilenet_v2", "mobilenet_v3",
+          "efficientnet", "regnet", "inception_v3", "googlenet", "shufflenet", "mnasnet")
+_TV_DROPOUT = ("alexnet", "vgg", "squeezenet", "mobilenet_v2", "mobilenet_v3", "efficientnet",
+               "inception_v3", "googlenet", "mnasnet")
+#: ResNet-family block counts and whether they use bottleneck blocks (exact parameter names).
+_RESNETS = {
+    "resnet18": ((2, 2, 2, 2), False), "resnet34": ((3, 4, 6, 3), False),
+    "resnet50": ((3, 4, 6, 3), True), "resnet101": ((3, 4, 23, 3), True),
+    "resnet152": ((3, 8, 36, 3), True), "resnext50_32x4d": ((3, 4, 6, 3), True),
+    "resnext101_32x8d": ((3, 4, 23, 3), True), "resnext101_64x4d": ((3, 4, 23, 3), True),
+    "wide_resnet50_2": ((3, 4, 6, 3), True), "wide_resnet101_2": ((3, 4, 23, 3), True),
+}
+
+
+def _resnet_params(blocks: tuple[int, ...], bottleneck: bool) -> Params:
+    bn, conv, linear = "torch.nn.BatchNorm2d", "torch.nn.Conv2d", "torch.nn.Linear"
+    out: list[tuple[str, str]] = [("conv1.weight", conv), ("bn1.weight", bn), ("bn1.bias", bn)]
+    convs = (1, 2, 3) if bottleneck else (1, 2)
+    for layer, count in enumerate(blocks, 1):
+        for i in range(count):
+            p = f"layer{layer}.{i}."
+            for c in convs:
+                out += [(f"{p}conv{c}.weight", conv), (f"{p}bn{c}.weight", bn), (f"{p}bn{c}.bias", bn)]
+            if i == 0 and (layer > 1 or bottleneck):
+                out += [(f"{p}downsample.0.weight", conv), (f"{p}downsample.1.weight", bn),
+                        (f"{p}downsample.1.bias", bn)]
+    out += [("fc.weight", linear), ("fc.bias", linear)]
+    return tuple(out)
+
+
+def torchvision_model(fn: str) -> ModelInfo | None:
+    """What we know about ``torchvision.models.<fn>()`` (classification constructors only)."""
+    if fn in _RESNETS:
+        params = _resnet_params(*_RESNETS[fn])
+        return ModelInfo(frozenset(k for _, k in params), params, f"torchvision {fn}")
+    kinds: set[str] = set()
+    if fn.startswith(_TV_BN) or (fn.startswith("vgg") and fn.endswith("_bn")):
+        kinds.add("torch.nn.BatchNorm2d")
+    if fn.startswith(_TV_DROPOUT):
+        kinds.add("torch.nn.Dropout")
+    if not kinds:
+        return None
+    return ModelInfo(frozenset(kinds), None, f"torchvision {fn}")
+
+
+# ---------------------------------------------------------------- per-file cache
+_CACHE: "weakref.WeakKeyDictionary[FileContext, dict]" = weakref.WeakKeyDictionary()
+
+
+def _cache(ctx: "FileContext") -> dict:
+    found = _CACHE.get(ctx)
+    if found is None:
+        found = {}
+        _CACHE[ctx] = found
+    return found
+
+
+def torch_nn_name(ctx: "FileContext", func: ast.AST) -> str | None:
+    """``nn.Conv2d`` / ``torch.nn.modules.conv.Conv2d`` -> ``"Conv2d"``; else None."""
+    qn = ctx.qualname(func)
+    if qn is None:
+        return None
+    if qn.startswith("torch.nn.modules."):
+        return qn.rsplit(".", 1)[-1]
+    if qn.startswith("torch.nn.") and qn.count(".") == 2:
+        return qn.rsplit(".", 1)[-1]
+    return None
+
+
+def classes(ctx: "FileContext") -> dict[str, ast.ClassDef]:
+    """Top-level and nested classes of the file by name (the last definition wins)."""
+    cache = _cache(ctx)
+    if "classes" not in cache:
+        cache["classes"] = {c.name: c for c in ctx.of(ast.ClassDef)}
+    return cache["classes"]
+
+
+def functions(ctx: "FileContext") -> dict[str, list[ast.FunctionDef]]:
+    cache = _cache(ctx)
+    if "functions" not in cache:
+        table: dict[str, list[ast.FunctionDef]] = {}
+        for fn in ctx.of(ast.FunctionDef):
+            table.setdefault(fn.name, []).append(fn)
+        cache["functions"] = table
+    return cache["functions"]
+
+
+def _prefixed(prefix: str, params: Params) -> Params:
+    return tuple((prefix + n, k) for n, k in params)
+
+
+def _merge(infos: list[ModelInfo], label: str = "") -> ModelInfo:
+    if not infos:
+        return UNKNOWN_MODEL
+    kinds = frozenset().union(*(i.kinds for i in infos))
+    params: Params | None = ()
+    seen: set[tuple[str, str]] = set()
+    for info in infos:
+        if info.params is None:
+            params = None
+            break
+        for p in info.params:
+            if p not in seen:
+                seen.add(p)
+                params = (*params, p)  # type: ignore[misc]
+    return ModelInfo(kinds, params, label or infos[0].label)
+
+
+def _const_false(ctx: "FileContext", node: object) -> bool:
+    return node is not MISSING and node is not UNKNOWN and ctx.value(node) is False
+
+
+def _layer_info(ctx: "FileContext", call: ast.Call, name: str, depth: int) -> ModelInfo:
+    qn = f"torch.nn.{name}"
+    if name in _CONTAINERS:
+        return _container_info(ctx, call, name, depth)
+    if name in _COMPOSITE_KINDS:
+        return ModelInfo(frozenset({qn, *(f"torch.nn.{k}" for k in _COMPOSITE_KINDS[name])}), None, f"nn.{name}")
+    if name in _PARAMLESS:
+        return ModelInfo(frozenset({qn}), (), f"nn.{name}")
+    names = _LAYER_PARAMS.get(name)
+    if names is None:
+        return ModelInfo(frozenset({qn}), None, f"nn.{name}")
+    affine_kw = _AFFINE_ARG.get(name, "affine")
+    affine = ctx.arg(call, affine_kw)
+    if name.startswith("InstanceNorm"):
+        names = _WEIGHT_BIAS if not (affine is MISSING or _const_false(ctx, affine)) else ()
+    elif _const_false(ctx, affine):
+        names = ()
+    if "bias" in names and _const_false(ctx, ctx.arg(call, "bias")):
+        names = tuple(n for n in names if n != "bias")
+    return ModelInfo(frozenset({qn}), tuple((n, qn) for n in names), f"nn.{name}")
+
+
+def _container_info(ctx: "FileContext", call: ast.Call, name: str, depth: int) -> ModelInfo:
+    label = f"nn.{name}"
+    kinds = {f"torch.nn.{name}"}
+    children: list[tuple[str, ast.expr]] = []
+    complete = not call.keywords
+    args = list(call.args)
+    if name == "Sequential" and len(args) == 1 and isinstance(args[0], ast.Call) and \
+            (ctx.qualname(args[0].func) or "").endswith("OrderedDict"):
+        inner = args[0].args[0] if args[0].args else None
+        if isinstance(inner, (ast.List, ast.Tuple)):
+            for elt in inner.elts:
+                if isinstance(elt, ast.Tuple) and len(elt.elts) == 2 and isinstance(elt.elts[0], ast.Constant):
+                    children.append((str(elt.elts[0].value), elt.elts[1]))
+                else:
+                    complete = False
+        else:
+            complete = False
+    elif name == "Sequential":
+        for i, arg in enumerate(args):
+            if isinstance(arg, ast.Starred):
+                complete = False
+                kinds |= _kinds_in(ctx, arg)
+                continue
+            children.append((str(i), arg))
+    elif name == "ModuleList" and len(args) == 1 and isinstance(args[0], (ast.List, ast.Tuple)):
+        children = [(str(i), e) for i, e in enumerate(args[0].elts)]
+        complete = not any(isinstance(e, ast.Starred) for e in args[0].elts)
+    elif name == "ModuleDict" and len(args) == 1 and isinstance(args[0], ast.Dict):
+        for k, v in zip(args[0].keys, args[0].values):
+            if isinstance(k, ast.Constant):
+                children.append((str(k.value), v))
+            else:
+                complete = False
+    elif args:
+        complete = False
+        for arg in args:
+            kinds |= _kinds_in(ctx, arg)
+    params: list[tuple[str, str]] = []
+    for child_name, expr in children:
+        info = model_of(ctx, expr, depth + 1)
+        kinds |= info.kinds
+        if info.params is None:
+            complete = False
+        else:
+            params.extend(_prefixed(child_name + ".", info.params))
+    return ModelInfo(frozenset(kinds), tuple(params) if complete else None, label)
+
+
+def _kinds_in(ctx: "FileContext", node: ast.AST) -> set[str]:
+    """Every torch.nn layer constructed inside ``node`` (lower bound of a model's kinds)."""
+    out: set[str] = set()
+    for sub in ctx.walk(node):
+        if isinstance(sub, ast.Call):
+            name = torch_nn_name(ctx, sub.func)
+            if name is not None and name[:1].isupper():
+                out.add(f"torch.nn.{name}")
+                out.update(f"torch.nn.{k}" for k in _COMPOSITE_KINDS.get(name, ()))
+            elif (ctx.qualname(sub.func) or "") in ("torch.nn.functional.dropout", "torch.nn.functional.dropout2d"):
+                out.add("torch.nn.functional.dropout")
+            elif isinstance(sub.func, ast.Attribute) and sub.func.attr.startswith(("resnet", "vgg", "densenet")):
+                qn = ctx.qualname(sub.func) or ""
+                if qn.startswith("torchvision.models."):
+                    tv = torchvision_model(qn.rsplit(".", 1)[-1])
+                    if tv is not None:
+                        out |= tv.kinds
+    return out
+
+
+def _not_a_module(ctx: "FileContext", value: ast.expr) -> bool:
+    """Attribute values that certainly are not submodules (numbers, strings, tensors, flags)."""
+    if isinstance(value, (ast.Constant, ast.JoinedStr, ast.Compare, ast.BoolOp)):
+        return True
+    if isinstance(value, (ast.Tuple, ast.List, ast.Set)):
+        return all(isinstance(e, ast.Constant) for e in value.elts)
+    if isinstance(value, ast.Dict):
+        return all(isinstance(e, ast.Constant) for e in value.values)
+    if isinstance(value, (ast.BinOp, ast.UnaryOp)):
+        return True
+    if ctx.value(value) is not UNKNOWN:
+        return True
+    if isinstance(value, ast.Call):
+        qn = ctx.qualname(value.func) or ""
+        if qn.startswith("torch.") and qn.rsplit(".", 1)[-1] in _TENSOR_FACTORIES:
+            return True
+        if isinstance(value.func, ast.Name) and value.func.id in ("int", "float", "str", "bool", "len", "tuple", "list", "dict"):
+            return True
+        return False
+    if isinstance(value, ast.Name):
+        fn = ctx.function_of(value)
+        if fn is not None and not isinstance(fn, ast.Lambda):
+            a = fn.args  # type: ignore[attr-defined]
+            params = [*a.posonlyargs, *a.args, *a.kwonlyargs]
+            defaults = dict(zip([p.arg for p in [*a.posonlyargs, *a.args]][::-1], a.defaults[::-1]))
+            defaults.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
+            for p in params:
+                if p.arg != value.id:
+                    continue
+                ann = ast.unparse(p.annotation) if p.annotation is not None else ""
+                if ann and any(t in ann for t in ("int", "float", "bool", "str")) and "Module" not in ann:
+                    return True
+                d = defaults.get(p.arg)
+                if isinstance(d, ast.Constant) and d.value is not None:
+                    return True
+    return False
+
+
+def _self_assignments(ctx: "FileContext", cls: ast.ClassDef) -> list[tuple[ast.AST, str, ast.expr]]:
+    """(statement, attr, value) for every ``self.attr = value`` in the class's own methods."""
+    cache = _cache(ctx).setdefault("self_assignments", {})
+    found = cache.get(id(cls))
+    if found is None:
+        found = cache[id(cls)] = list(_scan_self_assignments(cls))
+    return found
+
+
+def _scan_self_assignments(cls: ast.ClassDef) -> Iterable[tuple[ast.AST, str, ast.expr]]:
+    for item in cls.body:
+        if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) or not item.args.args:
+            continue
+        me = item.args.args[0].arg
+        for node in ast.walk(item):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for t in targets:
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == me:
+                        yield node, t.attr, node.value
+
+
+def class_info(ctx: "FileContext", cls: ast.ClassDef, depth: int = 0) -> ModelInfo:
+    """What ``cls()`` builds, if ``cls`` is an ``nn.Module`` subclass defined in the file."""
+    cache = _cache(ctx).setdefault("class_info", {})
+    key = id(cls)
+    if key in cache:
+        return cache[key] if cache[key] is not None else UNKNOWN_MODEL
+    cache[key] = None  # recursion guard
+    kinds = _kinds_in(ctx, cls)
+    complete = True
+    base_infos: list[ModelInfo] = []
+    is_module = False
+    for base in cls.bases:
+        qn = ctx.qualname(base)
+        if qn in _MODULE_BASES:
+            is_module = True
+        elif isinstance(base, ast.Name) and base.id in classes(ctx) and classes(ctx)[base.id] is not cls:
+            info = class_info(ctx, classes(ctx)[base.id], depth + 1)
+            base_infos.append(info)
+            is_module = is_module or bool(info.kinds) or info.known
+            kinds |= info.kinds
+        else:
+            complete = False
+    if not is_module and complete:
+        result = UNKNOWN_MODEL
+        cache[key] = result
+        return result
+    for node in ctx.walk(cls):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+            node.func.attr in ("add_module", "register_module", "register_parameter")
+            or node.func.attr in ("append", "extend", "update", "insert")
+            and (dotted(node.func.value) or "").startswith("self.")
+        ):
+            complete = False
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
+            complete = False
+    attrs: dict[str, list[ModelInfo]] = {}
+    for stmt, attr, value in _self_assignments(ctx, cls):
+        if any(isinstance(a, (ast.For, ast.While, ast.AsyncFor)) for a in ctx.ancestors(stmt)
+               if ctx.within(a, cls)):
+            complete = False
+        if isinstance(value, ast.Call) and (ctx.qualname(value.func) or "") in (
+            "torch.nn.Parameter", "torch.nn.parameter.Parameter"
+        ):
+            attrs.setdefault(attr, []).append(ModelInfo(frozenset(), (("", "torch.nn.Parameter"),)))
+            continue
+        if _not_a_module(ctx, value):
+            continue
+        info = model_of(ctx, value, depth + 1)
+        if not info.kinds and not info.known:
+            complete = False
+        attrs.setdefault(attr, []).append(info)
+    params: list[tuple[str, str]] = []
+    for info in base_infos:
+        if info.params is None:
+            complete = False
+        else:
+            params.extend(info.params)
+    for attr in sorted(attrs):
+        merged = _merge(attrs[attr])
+        kinds |= merged.kinds
+        if merged.params is None:
+            complete = False
+            continue
+        for n, k in merged.params:
+            params.append((f"{attr}.{n}" if n else attr, k))
+    result = ModelInfo(frozenset(kinds), tuple(params) if complete else None, cls.name)
+    cache[key] = result
+    return result
+
+
+def _function_returns(ctx: "FileContext", fn: ast.FunctionDef, depth: int) -> ModelInfo:
+    infos = []
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Return) and node.value is not None and ctx.function_of(node) is fn:
+            infos.append(model_of(ctx, node.value, depth + 1))
+    return _merge(infos) if infos else UNKNOWN_MODEL
+
+
+def model_of(ctx: "FileContext", expr: ast.AST | None, depth: int = 0, _seen: frozenset[int] = frozenset()) -> ModelInfo:
+    """What the file says about the model ``expr`` evaluates to (UNKNOWN_MODEL when nothing)."""
+    if expr is None or depth > 8:
+        return UNKNOWN_MODEL
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        name = torch_nn_name(ctx, func)
+        if name is not None and name[:1].isupper():
+            return _layer_info(ctx, expr, name, depth)
+        qn = ctx.qualname(func) or ""
+        if qn in _WRAPPERS and expr.args:
+            inner = model_of(ctx, expr.args[0], depth + 1, _seen)
+            if inner.params is None:
+                return inner
+            return ModelInfo(inner.kinds, _prefixed(_WRAPPER_PREFIX[qn], inner.params), inner.label)
+        if qn == "torch.nn.SyncBatchNorm.convert_sync_batchnorm" and expr.args:
+            inner = model_of(ctx, expr.args[0], depth + 1, _seen)
+            return ModelInfo(inner.kinds | {"torch.nn.SyncBatchNorm"}, inner.params, inner.label)
+        if qn.startswith("torchvision.models."):
+            return torchvision_model(qn.rsplit(".", 1)[-1]) or UNKNOWN_MODEL
+        if isinstance(func, ast.Attribute) and func.attr in _CHAIN_METHODS:
+            return model_of(ctx, func.value, depth + 1, _seen)
+        if isinstance(func, ast.Name) and func.id not in ctx.imports.names:
+            cls = classes(ctx).get(func.id)
+            if cls is not None:
+                return class_info(ctx, cls, depth + 1)
+            fns = functions(ctx).get(func.id)
+            if fns and len(fns) == 1:
+                return _function_returns(ctx, fns[0], depth)
+        return UNKNOWN_MODEL
+    if isinstance(expr, ast.Name):
+        if id(expr) in _seen:
+            return UNKNOWN_MODEL
+        bound = ctx.bindings_of(expr)
+        if not bound:
+            return UNKNOWN_MODEL
+        infos: list[ModelInfo] = []
+        seen = _seen | {id(b) for b in bound if b is not None}
+        for value in bound:
+            if value is None:
+                return UNKNOWN_MODEL
+            if id(value) in _seen:
+                continue
+            if _self_reference(value, expr.id):
+                continue
+            infos.append(model_of(ctx, value, depth + 1, seen))
+        return _merge(infos)
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+        cls = ctx.enclosing(expr, ast.ClassDef)
+        if cls is None:
+            return UNKNOWN_MODEL
+        values = [v for _, attr, v in _self_assignments(ctx, cls) if attr == expr.attr]  # type: ignore[arg-type]
+        if not values:
+            return UNKNOWN_MODEL
+        return _merge([model_of(ctx, v, depth + 1, _seen) for v in values])
+    return UNKNOWN_MODEL
+
+
+def _self_reference(value: ast.expr, name: str) -> bool:
+    """``model = model.to(device)`` / ``model = DDP(model)``: a re-wrap, not a new model."""
+    node: ast.AST = value
+    while isinstance(node, ast.Call):
+        if isinstance(node.func, ast.Attribute) and node.func.attr in _CHAIN_METHODS:
+            node = node.func.value
+        elif node.args:
+            node = node.args[0]
+        else:
+            return False
+    return isinstance(node, ast.Name) and node.id == name
+
+
+def self_model(ctx: "FileContext", node: ast.AST) -> ModelInfo:
+    """The model ``self`` is inside the class that contains ``node``."""
+    cls = ctx.enclosing(node, ast.ClassDef)
+    if cls is None:
+        return UNKNOWN_MODEL
+    return class_info(ctx, cls)  # type: ignore[arg-type]
+
+
+def file_has_batchnorm(ctx: "FileContext") -> ast.AST | None:
+    """The first BatchNorm layer (or torchvision BN model) the file constructs, if any."""
+    cache = _cache(ctx)
+    if "bn" not in cache:
+        found: ast.AST | None = None
+        for call in ctx.of(ast.Call):
+            name = torch_nn_name(ctx, call.func)
+            if name is not None and f"torch.nn.{name}" in BATCHNORMS:
+                found = call
+                break
+            qn = ctx.qualname(call.func) or ""
+            if qn.startswith("torchvision.models."):
+                tv = torchvision_model(qn.rsplit(".", 1)[-1])
+                if tv is not None and tv.has_batchnorm:
+                    found = call
+                    break
+        cache["bn"] = found
+    return cache["bn"]
+
+
+def uses_syncbatchnorm(ctx: "FileContext") -> bool:
+    return ctx.mentions("torch.nn.SyncBatchNorm", "torch.nn.SyncBatchNorm.convert_sync_batchnorm") or any(
+        torch_nn_name(ctx, c.func) == "SyncBatchNorm" for c in ctx.of(ast.Call)
+    )
