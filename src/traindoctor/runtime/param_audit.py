@@ -134,17 +134,6 @@ def audit_optimizer(optimizer: Any, session: Any) -> DecayAudit:
     return audit
 
 
-def parameter_names(session: Any) -> list[str]:
-    """Every parameter name of the session's root models, as ``named_parameters()`` gives it."""
-    names: list[str] = []
-    for model in live_models(session):
-        try:
-            names.extend(name for name, _ in model.named_parameters())
-        except Exception:
-            continue
-    return names
-
-
 def declared_patterns(value: Any) -> list[str]:
     """The user's no-decay patterns from a threshold value: a list or a comma-separated string."""
     if value is None:

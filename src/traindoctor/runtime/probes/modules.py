@@ -131,6 +131,23 @@ def mode_sensitive(module: Any, kind: str) -> bool:
     return False
 
 
+def _as_original(wrapper: Callable[..., Any], original: Callable[..., Any]) -> Callable[..., Any]:
+    """``wrapper`` rebuilt with ``original``'s globals, name and ``__wrapped__``.
+
+    ``torch.jit.script`` compiles a module's ``forward`` from ``inspect.unwrap``'s source (the
+    original's) but resolves free names through the function it found (the wrapper): with the
+    original's globals, names such as ``F`` in ``_BatchNorm.forward`` still resolve. The wrapper
+    itself only uses its closure, so its behaviour does not depend on the globals.
+    """
+    import types
+
+    rebuilt = types.FunctionType(
+        wrapper.__code__, original.__globals__, wrapper.__name__, wrapper.__defaults__, wrapper.__closure__
+    )
+    functools.update_wrapper(rebuilt, original)
+    return rebuilt
+
+
 def _patch_targets() -> list[tuple[Any, str]]:
     import torch.nn as nn
     from torch.nn.modules.batchnorm import _BatchNorm
@@ -171,7 +188,6 @@ class ModuleProbe(Probe):
     def _wrap(self, original: Callable[..., Any], *, kind: str) -> Callable[..., Any]:
         probe = self
 
-        @functools.wraps(original)
         def forward(module: Any, *args: Any, **kwargs: Any) -> Any:
             if not probe._is_compiling():
                 try:
@@ -180,7 +196,7 @@ class ModuleProbe(Probe):
                     probe.fail("forward", exc)
             return original(module, *args, **kwargs)
 
-        return forward
+        return _as_original(forward, original)
 
     def _seen(self, module: Any, kind: str, x: Any) -> None:
         if isinstance(x, self._tensor):
