@@ -1,4 +1,4 @@
-"""TD104 too-many-workers: More loader worker processes (summed over loaders that run at the same time, per process) than CPU cores this process may use (`os.sched_getaffinity`), divided by local ranks."""
+"""TD104 too-many-workers: more loader worker processes at once than this process has cores."""
 
 from __future__ import annotations
 
@@ -10,10 +10,53 @@ class TooManyWorkers(Rule):
     code = "TD104"
     name = "too-many-workers"
     severity = Severity.WARNING
-    summary = "More loader worker processes (summed over loaders that run at the same time, per process) than CPU cores this process may use (`os.sched_getaffinity`), divided by local ranks."
+    summary = (
+        "More DataLoader worker processes run at the same time than this process has CPU cores; "
+        "use at most the cores available to the process, minus one for the training loop."
+    )
     gpu_only = False
     static = False
     runtime = True
+
+    what_it_does = """
+    At run time, counts the worker processes of every DataLoader whose workers are alive at the
+    same time in this process (for example a training loader with persistent workers plus a
+    validation loader) and compares the peak with the CPU cores this process may run on
+    (`os.sched_getaffinity`). When several local ranks may all use every core (torchrun without
+    CPU binding), the cores are divided by the local ranks; that case is reported as TD603
+    instead, so one mistake gives one finding.
+    """
+    why_bad = """
+    A worker is a process that needs a core to read, decode and augment samples. With more
+    workers than cores they take turns on the same cores and compete with the training process
+    itself (Python overhead, kernel launches, the optimizer step), so throughput stops growing
+    and often drops, while each extra worker still holds its own copy of the dataset object and
+    `prefetch_factor` batches in memory. PyTorch warns about the same situation when a single
+    loader asks for more workers than the process's CPU affinity allows.
+    """
+    example = """
+    # a 4-core machine
+    train_loader = DataLoader(train_ds, batch_size=64, shuffle=True, num_workers=16)
+    """
+    use_instead = """
+    import os
+
+    workers = max(len(os.sched_getaffinity(0)) - 1, 1)
+    train_loader = DataLoader(train_ds, batch_size=64, shuffle=True, num_workers=workers,
+                              persistent_workers=True)
+
+    # or
+    from traindoctor.recipes import loader_kwargs
+    train_loader = DataLoader(train_ds, batch_size=64, shuffle=True, **loader_kwargs(train_ds))
+    """
+    options = """
+    No thresholds: the limit is the cores this process may use (divided by the local ranks when
+    they share all cores). The recommendation is that limit minus one, at least one worker.
+    """
+    references = (
+        "https://pytorch.org/docs/stable/data.html#single-and-multi-process-data-loading",
+        "https://docs.python.org/3/library/os.html#os.sched_getaffinity",
+    )
 
 
 # ---------------------------------------------------------------- runtime half

@@ -1,4 +1,4 @@
-"""TD105 data-bound: Workers are in use but the step still waits on data for a significant share of time:"""
+"""TD105 data-bound: the loop still waits for batches although loader workers are in use."""
 
 from __future__ import annotations
 
@@ -10,10 +10,53 @@ class DataBound(Rule):
     code = "TD105"
     name = "data-bound"
     severity = Severity.WARNING
-    summary = "Workers are in use but the step still waits on data for a significant share of time:"
+    summary = (
+        "The training loop keeps waiting for batches although DataLoader workers are in use; make "
+        "per-sample loading cheaper or add workers (`traindoctor tune` measures the best settings)."
+    )
     gpu_only = False
     static = False
     runtime = True
+
+    what_it_does = """
+    For each DataLoader with `num_workers > 0`, measures how long the training loop waits inside
+    `next()` in steady state (the first batch of each epoch, which pays worker start-up, is left
+    to TD103) and reports the loader when the wait is a large share of the time the loader was
+    being iterated and large per batch. The evidence gives the data-wait share, the wait and the
+    compute time per batch, the estimated time one worker needs per batch
+    (`workers x (wait + compute)` when the workers are saturated) and, when the cores allow it,
+    a worker count that would keep up.
+    """
+    why_bad = """
+    With workers, loading overlaps with compute; a wait that remains means the workers together
+    deliver batches more slowly than the model consumes them, so the model (and the GPU) idles
+    for that share of every step. More workers help only while there are idle cores; after that
+    the cost per sample has to drop: decode at the size you train at, cache decoded samples,
+    use a faster image library or GPU decoding, move augmentation to the GPU. A larger
+    `prefetch_factor` smooths bursts but does not raise the sustained rate.
+    """
+    example = """
+    # decoding a batch takes ~400 ms of CPU, a training step 100 ms
+    train_loader = DataLoader(jpeg_ds, batch_size=256, shuffle=True, num_workers=2)
+    """
+    use_instead = """
+    train_loader = DataLoader(jpeg_ds, batch_size=256, shuffle=True, num_workers=8,
+                              persistent_workers=True, pin_memory=True)
+    # and/or make __getitem__ cheaper (decode smaller, cache, augment on the GPU)
+    """
+    options = """
+    Runtime thresholds (`thresholds` in `[tool.traindoctor]`, `--threshold KEY=VALUE` or
+    `watch(thresholds=...)`). Reported only when both hold:
+
+    - `TD105.min_wait_share` (default 0.2): steady-state wait inside `next()` as a share of the
+      time the loader was being iterated.
+    - `TD105.min_wait_ms` (default 5.0): mean steady-state wait per batch in milliseconds.
+    - `TD105.min_batches` (default 5): steady-state batches seen before judging.
+    """
+    references = (
+        "https://pytorch.org/docs/stable/data.html#single-and-multi-process-data-loading",
+        "https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html#enable-async-data-loading-and-augmentation",
+    )
 
 
 # ---------------------------------------------------------------- runtime half
