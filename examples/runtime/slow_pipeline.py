@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 class SlowDecodeDataset(Dataset):
     """Random images whose ``__getitem__`` pays a fixed decoding cost."""
 
-    def __init__(self, size: int = 256, decode_s: float = 0.003) -> None:
+    def __init__(self, size: int = 192, decode_s: float = 0.003) -> None:
         generator = torch.Generator().manual_seed(0)
         self.images = torch.randn(size, 3, 16, 16, generator=generator)
         self.labels = torch.randint(0, 10, (size,), generator=generator)
@@ -29,20 +29,23 @@ class SlowDecodeDataset(Dataset):
         return len(self.images)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        time.sleep(self.decode_s)  # stands in for decoding and augmentation
+        if self.decode_s:
+            time.sleep(self.decode_s)  # stands in for decoding and augmentation
         return self.images[index], self.labels[index]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--num-workers", type=int, default=0)
-    args = parser.parse_args()
+    parser.add_argument("--decode-ms", type=float, default=3.0, help="decoding cost per sample")
+    args = parser.parse_args(argv)
 
     torch.manual_seed(0)
+    dataset = SlowDecodeDataset(decode_s=args.decode_ms / 1000.0)
     loader = DataLoader(
-        SlowDecodeDataset(), batch_size=args.batch_size, shuffle=True, num_workers=args.num_workers,
+        dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.num_workers,
         persistent_workers=args.num_workers > 0,
     )
     model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, 64), nn.ReLU(), nn.Linear(64, 10))
