@@ -1,16 +1,314 @@
-"""TD304 deprecated-amp-api: `torch.cuda.amp.autocast` / `torch.cuda.amp.GradScaler` (deprecated) instead of `torch.autocast(\"cuda\", ...)` / `torch.amp.GradScaler(\"cuda\")`."""
+"""TD304 deprecated-amp-api: ``torch.cuda.amp.autocast`` / ``GradScaler`` instead of ``torch.amp``."""
 
 from __future__ import annotations
 
-from traindoctor.finding import Severity
+import ast
+from typing import TYPE_CHECKING, Iterator
+
+from traindoctor.finding import Edit, Finding, Fix, Location, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.static.amp import AUTOCAST_SIGNATURES, pos
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.static.context import FileContext
+
+#: Deprecated callable -> (replacement after the torch module name, device, minimum torch).
+_DEPRECATED: dict[str, tuple[str, str, str]] = {
+    "torch.cuda.amp.autocast": ("autocast", "cuda", "1.10"),
+    "torch.cpu.amp.autocast": ("autocast", "cpu", "1.10"),
+    "torch.cuda.amp.GradScaler": ("amp.GradScaler", "cuda", "2.3"),
+    "torch.cpu.amp.GradScaler": ("amp.GradScaler", "cpu", "2.3"),
+    "torch.cpu.amp.grad_scaler.GradScaler": ("amp.GradScaler", "cpu", "2.3"),
+}
 
 
 class DeprecatedAmpApi(Rule):
     code = "TD304"
     name = "deprecated-amp-api"
     severity = Severity.INFO
-    summary = "`torch.cuda.amp.autocast` / `torch.cuda.amp.GradScaler` (deprecated) instead of `torch.autocast(\"cuda\", ...)` / `torch.amp.GradScaler(\"cuda\")`."
+    summary = (
+        "`torch.cuda.amp.autocast` / `torch.cuda.amp.GradScaler` are deprecated; use "
+        "`torch.autocast(\"cuda\", ...)` / `torch.amp.GradScaler(\"cuda\", ...)` instead."
+    )
     gpu_only = False
     static = True
+    triggers = ("amp",)
     runtime = False
+    fixable = "sometimes"
+
+    what_it_does = """
+        Finds calls of the device-specific AMP entry points `torch.cuda.amp.autocast`,
+        `torch.cuda.amp.GradScaler`, `torch.cpu.amp.autocast` and `torch.cpu.amp.GradScaler`,
+        however they are imported (`from torch.cuda.amp import autocast, GradScaler`,
+        `import torch.cuda.amp as amp`, aliases), including their use as a decorator.
+    """
+    why_bad = """
+        Since PyTorch 2.4 these spellings emit a `FutureWarning` on every construction and are
+        thin wrappers over the device-generic API, which takes the device type as its first
+        argument: `torch.autocast("cuda", ...)` and `torch.amp.GradScaler("cuda", ...)`. The
+        generic API is the one that is documented and kept current (new devices, new dtypes),
+        and it makes the device explicit, which also lets the same code run on CPU. The
+        behaviour is the same.
+    """
+    example = """
+        from torch.cuda.amp import GradScaler, autocast
+
+        scaler = GradScaler()
+        with autocast(dtype=torch.float16):
+            loss = model(x).mean()
+    """
+    use_instead = """
+        scaler = torch.amp.GradScaler("cuda")
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x).mean()
+    """
+    fix_safety = """
+        The fix is safe: the old classes call the new ones with the same arguments. It rewrites
+        the callee, inserts the device type as the first argument, and turns positional
+        arguments of `autocast` into keywords (its positional order differs: the old
+        `autocast(enabled, dtype)` versus the new `autocast(device_type, dtype, enabled)`). It
+        is offered only where the module `torch` is imported at module level (the new spelling
+        needs it) and no positional argument comes from `*args`; the old import line is left in
+        place. Autocast is reported only when the minimum PyTorch is at least 1.10, GradScaler
+        only from 2.3 (when `torch.amp.GradScaler` appeared).
+    """
+    references = (
+        "https://pytorch.org/docs/stable/amp.html",
+        "https://github.com/pytorch/pytorch/pull/126062",
+    )
+
+    valid = (
+        Valid(
+            """
+            import torch
+
+            scaler = torch.amp.GradScaler("cuda")
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = model(x).mean()
+            """
+        ),
+        Valid(
+            """
+            from torch import autocast
+            from torch.amp import GradScaler
+
+            scaler = GradScaler(device="cuda", init_scale=1024)
+            with autocast(device_type="cpu"):
+                y = model(x)
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            # custom_fwd/custom_bwd and the module itself are not the deprecated constructors
+            amp_module = torch.cuda.amp
+            print(torch.cuda.amp.__doc__)
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            scaler = torch.cuda.amp.GradScaler()
+            """,
+            settings={"min-torch-version": "2.1"},
+        ),
+    )
+
+    invalid = (
+        Invalid(
+            """
+            import torch
+
+            scaler = torch.cuda.amp.GradScaler()  # TD304
+            with torch.cuda.amp.autocast():  # TD304
+                loss = model(x).mean()
+            """,
+            fixed="""
+            import torch
+
+            scaler = torch.amp.GradScaler("cuda")  # TD304
+            with torch.autocast("cuda"):  # TD304
+                loss = model(x).mean()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.cuda.amp import GradScaler, autocast as amp_autocast
+
+            scaler = GradScaler(2.0**14, enabled=use_amp)  # TD304
+            with amp_autocast(use_amp, torch.float16):  # TD304
+                loss = model(x).mean()
+            """,
+            fixed="""
+            import torch
+            from torch.cuda.amp import GradScaler, autocast as amp_autocast
+
+            scaler = torch.amp.GradScaler("cuda", 2.0**14, enabled=use_amp)  # TD304
+            with torch.autocast("cuda", enabled=use_amp, dtype=torch.float16):  # TD304
+                loss = model(x).mean()
+            """,
+        ),
+        Invalid(
+            """
+            from torch.cuda.amp import autocast
+
+            class Net:
+                @autocast()  # TD304
+                def forward(self, x):
+                    return self.body(x)
+            """,
+            fixed=None,  # `torch` is not imported: no safe rewrite
+        ),
+        Invalid(
+            """
+            import torch as th
+            import torch.cpu.amp as cpu_amp
+
+            with cpu_amp.autocast(dtype=th.bfloat16, **extra):  # TD304
+                out = model(x)
+            """,
+            fixed="""
+            import torch as th
+            import torch.cpu.amp as cpu_amp
+
+            with th.autocast("cpu", dtype=th.bfloat16, **extra):  # TD304
+                out = model(x)
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def make_scaler(args):
+                return torch.cuda.amp.GradScaler(  # TD304
+                    init_scale=args.init_scale,
+                    enabled=args.fp16,
+                )
+            """,
+            fixed="""
+            import torch
+
+            def make_scaler(args):
+                return torch.amp.GradScaler(  # TD304
+                    "cuda", init_scale=args.init_scale,
+                    enabled=args.fp16,
+                )
+            """,
+        ),
+    )
+
+    def check(self, ctx: "FileContext") -> Iterator[Finding]:
+        names = ctx.called_names
+        wanted = [q for q in sorted(_DEPRECATED) if q in names]
+        if not wanted:
+            return
+        calls = sorted((c for q in wanted for c in ctx.calls_to(q)), key=pos)
+        for call in calls:
+            qn = ctx.qualname(call.func) or ""
+            replacement, device, since = _DEPRECATED[qn]
+            if ctx.settings.torch_below(since) or _version_gated(ctx, call):
+                continue
+            old = "torch." + ("cuda" if device == "cuda" else "cpu") + ".amp." + replacement.rsplit(".", 1)[-1]
+            new = f'torch.{replacement}("{device}", ...)'
+            yield ctx.report(
+                self,
+                call,
+                f"`{old}(...)` is deprecated; use `{new}` instead.",
+                fix=self._fix(ctx, call, qn),
+                help=f"Use `{new}`",
+                end_node=call.func,
+            )
+
+    def _fix(self, ctx: "FileContext", call: ast.Call, qn: str) -> Fix | None:
+        replacement, device, _ = _DEPRECATED[qn]
+        torch_name = _torch_module_name(ctx, call)
+        if torch_name is None or not _callee_is_imported(ctx, call.func):
+            return None
+        if any(isinstance(a, ast.Starred) for a in call.args):
+            return None
+        edits = [Edit(f"{torch_name}.{replacement}", ctx.location(call.func), ctx.end_location(call.func))]
+        lead = f'"{device}"'
+        if replacement == "autocast":
+            signature = AUTOCAST_SIGNATURES[qn]
+            if len(call.args) > len(signature):
+                return None
+            # Positional args move to keywords: the new autocast's positional order differs.
+            for i, arg in enumerate(call.args):
+                prefix = f"{signature[i]}="
+                if i == 0:
+                    prefix = f"{lead}, {prefix}"
+                at = ctx.location(arg)
+                edits.append(Edit(prefix, at, at))
+        first = min([*call.args, *call.keywords], key=pos, default=None)
+        if first is None:
+            end = ctx.end_location(call)
+            if ctx.line_text(end.row)[end.column - 2 : end.column - 1] != ")":
+                return None
+            at = Location(end.row, end.column - 1)
+            edits.append(Edit(lead, at, at))
+        elif not (replacement == "autocast" and call.args):
+            at = ctx.location(first)
+            edits.append(Edit(f"{lead}, ", at, at))
+        text = f'{torch_name}.{replacement}("{device}", ...)'
+        return Fix(f"Replace with `{text}`", tuple(edits))
+
+
+_MODERN = frozenset({"torch.autocast", "torch.amp.GradScaler", "torch.GradScaler"})
+
+
+def _version_gated(ctx: "FileContext", call: ast.Call) -> bool:
+    """Whether ``call`` is the old-torch fallback of a branch whose other side uses the new API.
+
+    ``torch.amp.GradScaler("cuda") if TORCH_2_4 else torch.cuda.amp.GradScaler()`` already
+    prefers the new API wherever it exists.
+    """
+    child: ast.AST = call
+    for anc in ctx.ancestors(call):
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return False
+        other: list[ast.AST] = []
+        if isinstance(anc, ast.IfExp) and child is not anc.test:
+            other = [anc.orelse if child is anc.body else anc.body]
+        elif isinstance(anc, ast.If) and child is not anc.test:
+            other = list(anc.orelse if child in anc.body else anc.body)
+        for branch in other:
+            for node in ast.walk(branch):
+                if isinstance(node, ast.Call) and ctx.qualname(node.func) in _MODERN:
+                    return True
+        child = anc
+    return False
+
+
+def _torch_module_name(ctx: "FileContext", call: ast.Call) -> str | None:
+    """The name the module ``torch`` is bound to at module level before ``call`` runs."""
+    found: list[str] = []
+    for node in ctx.of(ast.Import):
+        if ctx.scope_of(node) is not ctx.tree:
+            continue
+        if ctx.function_of(call) is None and node.lineno >= call.lineno:
+            continue
+        for alias in node.names:
+            if alias.name == "torch" and alias.asname:
+                found.append(alias.asname)
+            elif alias.asname is None and alias.name.split(".", 1)[0] == "torch":
+                found.append("torch")
+    if "torch" in found:
+        return "torch"
+    return found[0] if found else None
+
+
+def _callee_is_imported(ctx: "FileContext", func: ast.expr) -> bool:
+    """Whether the callee's base name comes from an import (not a local alias assignment)."""
+    while isinstance(func, ast.Attribute):
+        func = func.value
+    if not isinstance(func, ast.Name):
+        return False
+    for node in ctx.of(ast.Import, ast.ImportFrom):
+        for alias in node.names:
+            local = alias.asname or alias.name.split(".", 1)[0]
+            if local == func.id:
+                return True
+    return False
