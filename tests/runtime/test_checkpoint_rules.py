@@ -157,3 +157,31 @@ def test_td504_mid_epoch_needs_the_data_position(tmp_path: Path) -> None:
     f = finding(doctor, "TD504")
     assert f.evidence["path"] == str(tmp_path / "a.pt")
     assert f.evidence["mid_epoch"] == [3, 8] and f.evidence["missing_rng"] == []
+
+
+def test_traindoctor_checkpoint_save_satisfies_every_checkpoint_rule(tmp_path: Path) -> None:
+    from traindoctor.checkpoint import save
+
+    model, opt = _setup()
+    data = torch.utils.data.TensorDataset(*images(32))
+    with traindoctor.watch(select=["TD501", "TD502", "TD503", "TD504"]) as doctor:
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2)
+        scaler = torch.amp.GradScaler("cpu")
+        loader = torch.utils.data.DataLoader(data, batch_size=4, shuffle=True)
+        for i, (x, y) in enumerate(loader):
+            np.random.rand()
+            random.random()
+            scaler.scale(nn.functional.cross_entropy(model(x), y)).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+            sched.step()
+            if i == 2:  # mid-epoch
+                save(tmp_path / "last.pt", model=model, optimizer=opt, scheduler=sched,
+                     scaler=scaler, step=i + 1, epoch=0)
+            if i == 3:  # the same helper without the scheduler: the audit does see the checkpoint
+                save(tmp_path / "nosched.pt", model=model, optimizer=opt, scaler=scaler, step=4)  # !
+    assert (tmp_path / "last.pt").exists()
+    assert codes(doctor) == ["TD502"], [(f.code, f.evidence) for f in doctor.findings]
+    f = finding(doctor, "TD502")
+    assert f.location.row == line_of("step=4)  # !") and f.evidence["path"] == str(tmp_path / "nosched.pt")

@@ -133,6 +133,10 @@ def audit(obj: Any, models: list[Any]) -> Contents:
             contents.rng.add("numpy")
             continue
         if isinstance(node, dict):
+            if _rng_mapping(node, contents):
+                continue
+            if node and any(word in key.lower() for word in ("sampler", "loader")):
+                contents.int_keys.append(key)  # a sampler/loader state is a data position
             if _classify_mapping(node, model_keys, contents):
                 continue
             if depth < MAX_DEPTH:
@@ -189,6 +193,20 @@ def _numpy_rng(node: Any, np: Any) -> bool:
     if isinstance(node, tuple) and len(node) == 5 and node[0] == "MT19937":
         return True
     if isinstance(node, dict) and "bit_generator" in node and "state" in node:
+        return True
+    return False
+
+
+def _rng_mapping(node: dict, contents: Contents) -> bool:
+    """RNG states stored as plain mappings (the ``weights_only``-safe form of
+    ``traindoctor.checkpoint.save``): Python's ``{version, state, gauss_next}`` and NumPy's
+    ``{kind, keys, pos, ...}``."""
+    keys = node.keys()
+    if "version" in keys and "state" in keys and "gauss_next" in keys:
+        contents.rng.add("python")
+        return True
+    if "keys" in keys and "pos" in keys and str(node.get("kind", "")) == "MT19937":
+        contents.rng.add("numpy")
         return True
     return False
 

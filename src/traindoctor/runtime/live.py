@@ -119,13 +119,22 @@ def is_compiling() -> bool:
 
 
 def describe_path(f: Any) -> str | None:
-    """A printable path for ``torch.save``'s target, or None for an unnamed in-memory buffer."""
+    """A printable path for ``torch.save``'s target, or None for an unnamed in-memory buffer.
+
+    The temporary file of an atomic write (``.last.pt.tmp-<pid>-<hex>``, as
+    ``traindoctor.checkpoint`` writes it) is reported under its final name (``last.pt``).
+    """
     if isinstance(f, (str, bytes, os.PathLike)):
         try:
-            return os.fsdecode(f)
+            path = os.fsdecode(f)
         except Exception:  # pragma: no cover
-            return str(f)
-    name = getattr(f, "name", None)
-    if isinstance(name, (str, bytes)):
-        return os.fsdecode(name)
-    return None
+            path = str(f)
+    else:
+        name = getattr(f, "name", None)
+        if not isinstance(name, (str, bytes)):
+            return None
+        path = os.fsdecode(name)
+    folder, base = os.path.split(path)
+    if base.startswith(".") and ".tmp-" in base:
+        path = os.path.join(folder, base[1:].split(".tmp-", 1)[0])
+    return path
