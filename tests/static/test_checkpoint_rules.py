@@ -499,3 +499,20 @@ def test_findings_are_deterministic():
 def test_files_without_checkpoints_build_an_empty_index():
     idx = index("import torch\nx = torch.zeros(3)\n")
     assert idx.sites == [] and idx.training_checkpoints() == [] and idx.resume_gaps() == []
+
+
+def test_reload_after_training_is_not_a_resume():
+    src = """
+    import torch
+
+    for epoch in range(10):
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss_fn(model(x), y).backward()
+            optimizer.step()
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "last.pt")
+    state = torch.load("last.pt", weights_only=True)
+    model.load_state_dict(state["model"])
+    """
+    codes = [c for c, _ in found(src)]
+    assert "TD507" not in codes and "TD505" not in codes

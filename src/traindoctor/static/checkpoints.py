@@ -101,7 +101,9 @@ _RX_META_KEY = re.compile(
     r"^(epochs?|steps?|global_steps?|iters?|iterations?|it|batch(_idx)?|best\w*|\w*loss\w*|\w*acc\w*|"
     r"\w*metric\w*|\w*score\w*|lr|args|config|cfg|hparams|hyper_parameters|hyperparameters|arch|"
     r"name|model_name|version|\w*time\w*|date|seed|opts?_args|num_\w+|\w*perplexity\w*|\w*bleu\w*|"
-    r"\w*f1\w*|\w*auc\w*|\w*map\w*|tokenizer\w*|vocab\w*|classes|class_names|labels?)$"
+    r"\w*f1\w*|\w*auc\w*|\w*map\w*|tokenizer\w*|vocab\w*|classes|class_names|labels?|git\w*|"
+    r"commit|\w*info|notes?|host\w*|user|desc\w*|tags?|\w*_id|id|env\w*|platform|torch_version|"
+    r"world_size|\w*count\w*|updates)$"
 )
 #: Dict keys that record where in the data the run is (enough to restore the data position).
 _RX_DATA_KEY = re.compile(r"step|iter|batch|sampler|loader|data_?state|position|offset|consumed|samples_seen")
@@ -114,7 +116,8 @@ _RX_DATAISH = re.compile(
 _HARMLESS_CALLS = {"int", "float", "str", "len", "vars", "bool", "round", "repr", "list", "tuple",
                    "sorted", "getattr", "hasattr", "isinstance", "time", "datetime", "now", "item",
                    "tolist", "numpy", "get_lr", "get_last_lr", "format", "join", "__repr__", "asdict",
-                   "to_dict", "to_json_string", "type", "id", "max", "min", "sum", "abs"}
+                   "to_dict", "to_json_string", "type", "id", "max", "min", "sum", "abs",
+                   "isoformat", "strftime", "getcwd", "gethostname", "uuid4", "hex"}
 _PASS_THROUGH_CALLS = {"deepcopy", "copy", "cpu", "to", "clone", "detach", "OrderedDict", "dict",
                        "half", "float", "contiguous"}
 _FILE_EXTS = (".pt", ".pth", ".ckpt", ".tar", ".bin", ".pkl", ".pth.tar")
@@ -763,7 +766,18 @@ class CheckpointIndex:
             return True
         if kind in RNG_KINDS and self.opaque_saves:
             return True
+        if kind == SCHEDULER and self._schedule_position_set_by_hand:
+            return True
         return any(s.saved.may_hold(kind) for s in self.sites)
+
+    @cached_property
+    def _schedule_position_set_by_hand(self) -> bool:
+        """``scheduler.last_epoch = start_epoch - 1``: the schedule is restored from the epoch."""
+        for node in self.ctx.of(ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Attribute) and t.attr == "last_epoch" and self.classify(t.value) == SCHEDULER:
+                    return True
+        return False
 
     def model_only_in_loop(self) -> list[SaveSite]:
         """Model-weight saves in the training loop of a training file with no optimizer state saved anywhere."""
@@ -819,6 +833,8 @@ class CheckpointIndex:
             for site in self.sites:
                 if key not in site.saved.keys_of(MODEL) or site.saved.is_opaque:
                     continue
+                if self._after_training_loop(call, site):
+                    continue  # reading the result back for evaluation, not resuming
                 for kind in (OPTIMIZER, SCHEDULER, SCALER):
                     if kind in restored:
                         continue
@@ -867,6 +883,20 @@ class CheckpointIndex:
                 return None
         return key
 
+    def _after_training_loop(self, node: ast.AST, site: SaveSite) -> bool:
+        """Whether ``node`` comes after a loop around the save, in the same function.
+
+        Such a load reads the finished result back (evaluation, export); resume reads happen
+        before the training loop or in a function of their own.
+        """
+        ctx = self.ctx
+        scope = ctx.scope_of(node)
+        for c in site.contexts:
+            for loop in ctx.enclosing_loops(c):
+                if ctx.scope_of(loop) is scope and _pos(node) > _end(loop):
+                    return True
+        return False
+
     # -------------------------------------------------------------- overwrite (TD507)
     def overwritten_resume_files(self) -> list[SaveSite]:
         """Saves in the training loop straight onto a file that a ``torch.load`` in the file reads."""
@@ -884,11 +914,14 @@ class CheckpointIndex:
                 continue
             # A load in the same loop as the save reads back what was just written (a round trip
             # in a test, an evaluation of the new file), not the file a restarted run resumes from.
-            loops = [id(l) for c in site.contexts for l in ctx.enclosing_loops(c)]
+            loop_ids = {id(l) for c in site.contexts for l in ctx.enclosing_loops(c)}
             for call, load_keys in loads:
-                if keys & load_keys and not any(id(l) in loops for l in ctx.enclosing_loops(call)):
-                    out.append(site)
-                    break
+                if not keys & load_keys or any(id(l) in loop_ids for l in ctx.enclosing_loops(call)):
+                    continue
+                if self._after_training_loop(call, site):
+                    continue
+                out.append(site)
+                break
         return out
 
     # -------------------------------------------------------------- paths (TD507)
@@ -968,6 +1001,10 @@ def _arg(ctx: "FileContext", call: ast.Call, name: str, pos: int) -> ast.AST | N
 
 def _pos(node: ast.AST) -> tuple[int, int]:
     return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+
+
+def _end(node: ast.AST) -> tuple[int, int]:
+    return (getattr(node, "end_lineno", 0) or 0, getattr(node, "end_col_offset", 0) or 0)
 
 
 def _is_temp_path(path: ast.AST | None) -> bool:

@@ -31,7 +31,8 @@ save inside the training loop when nothing else in the file saves the optimizer)
 builds an LR scheduler (`torch.optim.lr_scheduler.*`, transformers' `get_*_schedule*`, timm's
 `create_scheduler`) and no save in the file holds that scheduler's state. The checkpoint may be a
 dict built over several statements or passed through a local helper; a value the checker cannot
-read under a key that could hold the scheduler silences the rule.
+read under a key that could hold the scheduler silences the rule, and so does a resume that
+sets the schedule's position by hand (`scheduler.last_epoch = start_epoch - 1`).
 """
     why_bad = """
 An LR scheduler is stateful: it counts the steps or epochs already taken (`last_epoch`) and, for
@@ -102,6 +103,26 @@ torch.save(
                     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
                     state.update(lr_scheduler=lr_scheduler.state_dict(), step=step)
                     torch.save(state, f"step_{step}.pt")
+            """
+        ),
+        # The schedule position is restored by hand from the saved epoch.
+        Valid(
+            """
+            import torch
+            from torch.optim import lr_scheduler
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937)
+            scheduler = lr_scheduler.LambdaLR(optimizer, lr_lambda=lf)
+            if resume:
+                ckpt = torch.load(weights, weights_only=True)
+                optimizer.load_state_dict(ckpt["optimizer"])
+                start_epoch = ckpt["epoch"] + 1
+            scheduler.last_epoch = start_epoch - 1
+            for epoch in range(start_epoch, epochs):
+                train(model, loader, optimizer)
+                scheduler.step()
+                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                            "epoch": epoch}, last)
             """
         ),
         # No scheduler in the file.
