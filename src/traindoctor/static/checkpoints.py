@@ -120,7 +120,6 @@ _HARMLESS_CALLS = {"int", "float", "str", "len", "vars", "bool", "round", "repr"
                    "isoformat", "strftime", "getcwd", "gethostname", "uuid4", "hex"}
 _PASS_THROUGH_CALLS = {"deepcopy", "copy", "cpu", "to", "clone", "detach", "OrderedDict", "dict",
                        "half", "float", "contiguous"}
-_FILE_EXTS = (".pt", ".pth", ".ckpt", ".tar", ".bin", ".pkl", ".pth.tar")
 _RX_CKPT_FILE = re.compile(r"^[\w\-.]*[A-Za-z0-9_\-]\.(pt|pth|ckpt|tar|bin|pkl)$")
 
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
