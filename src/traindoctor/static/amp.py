@@ -16,7 +16,6 @@ silent.
 from __future__ import annotations
 
 import ast
-import weakref
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Iterable, Iterator
@@ -519,16 +518,9 @@ def _branch(stmt: ast.If, child: ast.AST) -> str:
     return "test"
 
 
-_FACTS: "weakref.WeakKeyDictionary[FileContext, AmpFacts]" = weakref.WeakKeyDictionary()
-
-
 def amp_facts(ctx: "FileContext") -> AmpFacts:
     """The (cached) mixed-precision analysis of one file."""
-    facts = _FACTS.get(ctx)
-    if facts is None:
-        facts = AmpFacts(ctx)
-        _FACTS[ctx] = facts
-    return facts
+    return ctx.shared("amp", AmpFacts)
 
 
 # ---------------------------------------------------------------------- modules vs tensors

@@ -25,7 +25,6 @@ from __future__ import annotations
 import ast
 import os
 import re
-import weakref
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -1089,13 +1088,6 @@ def file_draws(ctx: "FileContext") -> set[str]:
     return out
 
 
-_CACHE: "weakref.WeakKeyDictionary[FileContext, CheckpointIndex]" = weakref.WeakKeyDictionary()
-
-
 def checkpoint_index(ctx: "FileContext") -> CheckpointIndex:
     """The (cached) checkpoint index of a file."""
-    idx = _CACHE.get(ctx)
-    if idx is None:
-        idx = CheckpointIndex(ctx)
-        _CACHE[ctx] = idx
-    return idx
+    return ctx.shared("checkpoints", CheckpointIndex)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import io
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from traindoctor.finding import Edit, Finding, Fix, Location, Origin
 from traindoctor.static import values as _values
@@ -23,6 +23,8 @@ from traindoctor.static.names import ImportMap, dotted
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.config import Settings
     from traindoctor.rules.base import Rule
+
+T = TypeVar("T")
 
 _SCOPES = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -93,6 +95,35 @@ def build_index(tree: ast.AST) -> dict[type, list[ast.AST]]:
     return by_type
 
 
+def build_parents(tree: ast.AST) -> dict[ast.AST, ast.AST]:
+    """Child -> parent for every node the index holds (same fields as :func:`build_index`)."""
+    table: dict[ast.AST, ast.AST] = {}
+    stack: list = [tree]
+    pop = stack.pop
+    append = stack.append
+    field_table = _CHILD_FIELDS
+    while stack:
+        node = pop()
+        fields = field_table.get(node.__class__)
+        if fields is None:
+            fields = _child_fields(node.__class__)
+            if fields is None:
+                continue
+        for name in fields:
+            value = getattr(node, name, None)
+            if value is None:
+                continue
+            if value.__class__ is list:
+                for item in value:
+                    if item is not None:
+                        table[item] = node
+                        append(item)
+            else:
+                table[value] = node
+                append(value)
+    return table
+
+
 def _position(node: ast.AST) -> tuple[int, int]:
     return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
 
@@ -115,6 +146,7 @@ class FileContext:
         self.lines = lines if lines is not None else split_lines(source)
         self.nodes = build_index(tree)
         self._ordered: set[type] = set()
+        self._shared: dict[str, Any] = {}
         self.imports = ImportMap()
         for node in self.of(ast.Import, ast.ImportFrom):
             if isinstance(node, ast.Import):
@@ -132,6 +164,17 @@ class FileContext:
                 qn = self.imports.resolve(node.value)
                 if qn is not None:
                     self.imports.add_alias(node.targets[0].id, qn)
+
+    def shared(self, key: str, build: "Callable[[FileContext], T]") -> "T":
+        """A per-file analysis that several rules use, built once, dropped with the file.
+
+        Shared analyses (loaders, AMP flow, checkpoints, models) live here rather than in
+        module-level caches, so that nothing outlives the file's tree.
+        """
+        store = self._shared
+        if key not in store:
+            store[key] = build(self)
+        return store[key]
 
     # ------------------------------------------------------------------ node queries
     def of(self, *types: type) -> list[Any]:
@@ -153,12 +196,7 @@ class FileContext:
     @cached_property
     def parents(self) -> dict[ast.AST, ast.AST]:
         """Each node's parent; built the first time a rule navigates upwards."""
-        table: dict[ast.AST, ast.AST] = {}
-        children = ast.iter_child_nodes
-        for node in ast.walk(self.tree):
-            for child in children(node):
-                table[child] = node
-        return table
+        return build_parents(self.tree)
 
     def qualname(self, node: ast.AST) -> str | None:
         """Canonical fully qualified name of a Name/Attribute chain bound by an import."""

@@ -20,7 +20,6 @@ import ast
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Iterator
-from weakref import WeakKeyDictionary
 
 from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.names import OPTIMIZERS, dotted
@@ -835,16 +834,9 @@ def _is_lightning_train_hook(ctx: "FileContext", fn: ast.AST) -> bool:
     return False
 
 
-_CACHE: "WeakKeyDictionary[FileContext, LoaderIndex]" = WeakKeyDictionary()
-
-
 def loader_index(ctx: "FileContext") -> LoaderIndex:
     """The (cached) loader analysis of one file."""
-    index = _CACHE.get(ctx)
-    if index is None:
-        index = LoaderIndex(ctx)
-        _CACHE[ctx] = index
-    return index
+    return ctx.shared("loaders", LoaderIndex)
 
 
 def literal_false(node: object) -> bool:

@@ -18,7 +18,6 @@ Nothing here imports torch; results are cached per file.
 from __future__ import annotations
 
 import ast
-import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
@@ -171,15 +170,8 @@ def torchvision_model(fn: str) -> ModelInfo | None:
 
 
 # ---------------------------------------------------------------- per-file cache
-_CACHE: "weakref.WeakKeyDictionary[FileContext, dict]" = weakref.WeakKeyDictionary()
-
-
 def _cache(ctx: "FileContext") -> dict:
-    found = _CACHE.get(ctx)
-    if found is None:
-        found = {}
-        _CACHE[ctx] = found
-    return found
+    return ctx.shared("models", lambda _ctx: {})
 
 
 def torch_nn_name(ctx: "FileContext", func: ast.AST) -> str | None:

@@ -112,6 +112,7 @@ class CudnnBenchmarkOff(Rule):
     gpu_only = True
     static = True
     runtime = True
+    triggers = ("cuda", "nccl")
     fixable = "never"
 
     what_it_does = """

@@ -88,6 +88,7 @@ class BenchmarkWithDeterministic(Rule):
     gpu_only = False
     static = True
     runtime = True
+    triggers = ("cudnn",)
     fixable = "never"
 
     what_it_does = """

@@ -23,6 +23,7 @@ class CheckpointWithoutOptimizer(Rule):
     gpu_only = False
     static = True
     runtime = True
+    triggers = ("save",)
     fixable = "never"
 
     what_it_does = """

@@ -48,6 +48,7 @@ class CheckpointWithoutRng(Rule):
     gpu_only = False
     static = True
     runtime = True
+    triggers = ("save",)
     fixable = "never"
 
     what_it_does = """

@@ -26,6 +26,7 @@ class ResumeIncomplete(Rule):
     gpu_only = False
     static = True
     runtime = False
+    triggers = ("save",)
     fixable = "never"
 
     what_it_does = """

@@ -25,6 +25,7 @@ class UnsafeTorchLoad(Rule):
     gpu_only = False
     static = True
     runtime = False
+    triggers = ("load",)
     fixable = "sometimes"
 
     what_it_does = """

@@ -23,6 +23,7 @@ class CheckpointNotAtomic(Rule):
     gpu_only = False
     static = True
     runtime = False
+    triggers = ("save",)
     fixable = "never"
 
     what_it_does = """

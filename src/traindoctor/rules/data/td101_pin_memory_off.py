@@ -27,6 +27,7 @@ class PinMemoryOff(Rule):
     gpu_only = True
     static = True
     runtime = True
+    triggers = ("DataLoader",)
     fixable = "sometimes"
     options = """
     Runtime thresholds (`thresholds` in `[tool.traindoctor]`, `--threshold KEY=VALUE` or

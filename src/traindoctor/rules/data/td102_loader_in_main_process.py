@@ -27,6 +27,7 @@ class LoaderInMainProcess(Rule):
     gpu_only = False
     static = True
     runtime = True
+    triggers = ("DataLoader",)
     fixable = "never"
     options = """
     Runtime thresholds (`thresholds` in `[tool.traindoctor]`, `--threshold KEY=VALUE` or

@@ -29,6 +29,7 @@ class WorkersRespawned(Rule):
     gpu_only = False
     static = True
     runtime = True
+    triggers = ("DataLoader",)
     fixable = "sometimes"
     options = """
     Runtime thresholds (`thresholds` in `[tool.traindoctor]`, `--threshold KEY=VALUE` or

@@ -25,6 +25,7 @@ class SamplerSetEpochMissing(Rule):
     gpu_only = False
     static = True
     runtime = True
+    triggers = ("DistributedSampler",)
     fixable = "never"
 
     what_it_does = """

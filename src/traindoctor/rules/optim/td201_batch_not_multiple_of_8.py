@@ -28,6 +28,7 @@ class BatchNotMultipleOf8(Rule):
     gpu_only = True
     static = True
     runtime = True
+    triggers = ("DataLoader",)
     fixable = "never"
 
     what_it_does = """
