@@ -70,11 +70,17 @@ class Fp16WithoutGradScaler(Rule):
             scaler.step(optimizer)
             scaler.update()
 
-        # or, on GPUs with bfloat16 support (compute capability >= 8.0), no scaler at all:
+        # or let traindoctor pick: bfloat16 with no scaling on GPUs that support it
+        # (compute capability >= 8.0), float16 with an enabled GradScaler on older ones.
         from traindoctor.recipes import autocast_settings
-        with torch.autocast(**autocast_settings()):
-            loss = criterion(model(x.cuda()), y.cuda())
-        loss.backward()
+        amp = autocast_settings("cuda")
+        for x, y in loader:
+            optimizer.zero_grad()
+            with amp.autocast():
+                loss = criterion(model(x.cuda()), y.cuda())
+            amp.scaler.scale(loss).backward()
+            amp.scaler.step(optimizer)
+            amp.scaler.update()
     """
     options = """
     No thresholds. At run time a backward() counts when a float16 autocast region was entered

@@ -75,7 +75,8 @@ class LrNotScaled(Rule):
     dist.init_process_group("nccl")
     model = DDP(Net().cuda())
     loader = torch.utils.data.DataLoader(train_set, batch_size=64, sampler=sampler)
-    lr = scale_lr(0.1, base_batch=64, batch=effective_batch(64, world_size=dist.get_world_size()))
+    batch = effective_batch(64)  # 64 x world size, read from torch.distributed
+    lr = scale_lr(0.1, base_batch=64, batch=batch, optimizer=torch.optim.SGD)  # linear for SGD
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     """
     options = """
