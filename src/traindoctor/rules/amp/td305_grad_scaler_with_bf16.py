@@ -54,6 +54,16 @@ class GradScalerWithBf16(Rule):
             loss = criterion(model(x), y)
         loss.backward()
         optimizer.step()
+
+        # or let traindoctor.recipes pick the dtype for this GPU (bf16 where supported, else fp16
+        # with an enabled scaler):
+        from traindoctor.recipes import autocast_settings
+        amp = autocast_settings("cuda")
+        with amp.autocast():
+            loss = criterion(model(x), y)
+        amp.scaler.scale(loss).backward()
+        amp.scaler.step(optimizer)
+        amp.scaler.update()
     """
     options = """
     No thresholds. At run time: an enabled GradScaler's `scale()` was called and every autocast

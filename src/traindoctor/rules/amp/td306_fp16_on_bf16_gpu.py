@@ -43,6 +43,16 @@ class Fp16OnBf16Gpu(Rule):
     with torch.autocast("cuda", dtype=torch.bfloat16):
         loss = model(x).loss
     loss.backward()
+
+# or let traindoctor.recipes pick the dtype for this GPU (bf16 where supported, else fp16
+# with an enabled scaler):
+from traindoctor.recipes import autocast_settings
+amp = autocast_settings("cuda")
+with amp.autocast():
+    loss = criterion(model(x), y)
+amp.scaler.scale(loss).backward()
+amp.scaler.step(optimizer)
+amp.scaler.update()
     """
     references = (
         "https://pytorch.org/docs/stable/amp.html",

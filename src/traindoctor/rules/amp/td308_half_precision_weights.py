@@ -70,6 +70,16 @@ class HalfPrecisionWeights(Rule):
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
+
+        # or let traindoctor.recipes pick the dtype for this GPU (bf16 where supported, else fp16
+        # with an enabled scaler):
+        from traindoctor.recipes import autocast_settings
+        amp = autocast_settings("cuda")
+        with amp.autocast():
+            loss = criterion(model(x), y)
+        amp.scaler.scale(loss).backward()
+        amp.scaler.step(optimizer)
+        amp.scaler.update()
     """
     options = """
     No thresholds. At run time, each optimizer's parameters are checked at its first step;

@@ -70,6 +70,10 @@ class WorkersRespawned(Rule):
     for epoch in range(epochs):
         for x, y in loader:
             ...
+
+    # or size the workers for this machine and keep them alive:
+    from traindoctor.recipes import loader_kwargs
+    loader = DataLoader(train_ds, batch_size=64, **loader_kwargs(train_ds))
     """
     fix_safety = """
     The fix adds `persistent_workers=True` (or turns a literal `False` into `True`). When

@@ -41,6 +41,10 @@ class BatchnormWithoutSyncbn(Rule):
 
     model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(build_model()).cuda()
     model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+
+    # or, with traindoctor.recipes (to="group" when per-rank batches are tiny):
+    from traindoctor.recipes import convert_batchnorm
+    model = convert_batchnorm(build_model(), to="sync").cuda()
     """
     references = (
         "https://pytorch.org/docs/stable/generated/torch.nn.SyncBatchNorm.html",
