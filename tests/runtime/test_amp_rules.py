@@ -135,13 +135,13 @@ def test_td305_silent_for_fp16_with_scaler_and_bf16_without() -> None:
 # ---------------------------------------------------------------- TD306 (GPU-only: fake device)
 def _fp16_cuda_events(doctor, model, opt) -> None:
     """A real CPU loop plus the autocast events a CUDA run would emit."""
+    doctor.uses_cuda = True  # what a CUDA run reports
     for step in range(3):
         doctor.emit("on_autocast_enter", "cuda", torch.float16)
         x, y = vectors(8, seed=step)
         nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
         opt.zero_grad()
-    doctor.uses_cuda = True  # what a CUDA run reports (set last: no CUDA events on this machine)
 
 
 def test_td306_fp16_on_ampere() -> None:

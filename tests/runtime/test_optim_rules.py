@@ -29,6 +29,7 @@ def _epoch(model: nn.Module, opt: torch.optim.Optimizer, loader: DataLoader, sch
 
 # ---------------------------------------------------------------- TD201 (GPU-only: fake device)
 def _fp16_cuda_loop(doctor, batch: int) -> None:
+    doctor.uses_cuda = True  # what a CUDA run reports
     model = mlp(norm=False)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(3):
@@ -37,7 +38,6 @@ def _fp16_cuda_loop(doctor, batch: int) -> None:
         nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
         opt.zero_grad()
-    doctor.uses_cuda = True  # what a CUDA run reports (set last: no CUDA events on this machine)
 
 
 def test_td201_batch_not_multiple_of_8_under_fp16_on_cuda() -> None:

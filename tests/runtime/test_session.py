@@ -154,6 +154,34 @@ def test_a_failing_monitor_or_probe_does_not_break_training() -> None:
     assert doctor.report_dict()["notes"] == doctor.notes
 
 
+class StepCounter(Monitor):
+    rule = LoaderInMainProcess
+
+    def __init__(self, session: Any) -> None:
+        super().__init__(session)
+        self.ends: list[int] = []
+
+    def on_step_end(self, step_record: Any) -> None:
+        self.ends.append(step_record.index)
+
+
+def test_fake_cuda_run_on_a_cpu_build_still_records_every_step() -> None:
+    """``uses_cuda`` set up front (as fake-GPU tests do): the CUDA step clock must not break steps."""
+    from traindoctor.runtime.device import DeviceInfo
+    from traindoctor.runtime.probes.transfer import TransferProbe
+
+    fake = DeviceInfo(type="cuda", name="Fake GPU", capability=(8, 0), bf16_supported=True,
+                      cuda_available=True)
+    with traindoctor.watch(monitors=[StepCounter], device=fake) as doctor:
+        doctor.uses_cuda = True
+        train(DataLoader(SleepyDataset(16), batch_size=4))
+    assert any(isinstance(p, TransferProbe) for p in doctor.probes)
+    assert doctor.notes == []
+    counter = next(m for m in doctor.monitors if isinstance(m, StepCounter))
+    assert counter.ends == [1, 2, 3, 4]
+    assert doctor.profile.steps == 4
+
+
 # ---------------------------------------------------------------- API shapes
 def test_decorator_forms() -> None:
     @traindoctor.watch(select=["TD102"])

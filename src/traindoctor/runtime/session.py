@@ -354,7 +354,10 @@ class Session:
         if record is not None:
             self.step = record.index
             for listener in self._step_listeners:
-                listener(record)
+                try:
+                    listener(record)
+                except Exception as exc:  # fail-open: one listener must not lose the step
+                    self.internal_error("step listener", exc)
             self.emit("on_step_end", record)
 
     def _note_param_device(self, optimizer: Any) -> None:

@@ -41,9 +41,23 @@ class CudaStepClock:
     def __init__(self, session: Any) -> None:
         self.session = session
         self.events: list[tuple[int, Any]] = []
+        self._cuda_ready: bool | None = None
+
+    def _cuda_usable(self) -> bool:
+        """CUDA events need a real CUDA runtime; a faked device (tests) or a CPU build has none."""
+        if self._cuda_ready is None:
+            import torch
+
+            try:
+                self._cuda_ready = bool(torch.cuda.is_available())
+            except Exception:  # pragma: no cover - broken driver
+                self._cuda_ready = False
+        return self._cuda_ready
 
     def mark(self, record: Any) -> None:
         if not self.session.uses_cuda or len(self.events) >= MAX_EVENTS:
+            return
+        if not self._cuda_usable():
             return
         import torch
 
