@@ -182,6 +182,50 @@ def test_fake_cuda_run_on_a_cpu_build_still_records_every_step() -> None:
     assert doctor.profile.steps == 4
 
 
+# ---------------------------------------------------------------- declared training reference
+def _accumulating_run(lr: float, **reference: Any) -> Any:
+    """Batches of 64, four backward calls per step: an effective batch of 256."""
+    loader = DataLoader(SleepyDataset(512), batch_size=64)
+    torch.manual_seed(0)
+    model = nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    with traindoctor.watch(select=["TD203"], **reference) as doctor:
+        for i, (x, y) in enumerate(loader):
+            (nn.functional.mse_loss(model(x), y) / 4).backward()
+            if (i + 1) % 4 == 0:
+                opt.step()
+                opt.zero_grad()
+    return doctor
+
+
+def test_watch_reference_keywords_reach_td203() -> None:
+    doctor = _accumulating_run(0.1, reference_batch=64, reference_lr=0.1)
+    assert doctor.thresholds == {"reference_batch": 64, "reference_lr": 0.1}
+    [f] = doctor.findings
+    assert f.code == "TD203" and f.step == 2
+    ev = f.evidence
+    assert ev["effective_batch"] == 256 and ev["accumulation"] == 4
+    assert ev["reference_batch"] == 64 and ev["reference_lr"] == 0.1 and ev["peak_lr"] == 0.1
+    assert ev["scaling_rule"] == "linear" and ev["recommended_lr"] == pytest.approx(0.4)
+
+
+def test_watch_reference_keywords_healthy_twin_with_scaled_lr() -> None:
+    doctor = _accumulating_run(0.4, reference_batch=64, reference_lr=0.1)
+    assert doctor.findings == [] and doctor.step == 2
+
+
+def test_watch_reference_keywords_merge_with_thresholds_and_reject_bad_values() -> None:
+    with traindoctor.watch(thresholds={"TD102.min_wait_share": 0.3}, no_decay=["bias", "bn"],
+                           reference_lr=1) as doctor:
+        pass
+    assert doctor.thresholds == {"TD102.min_wait_share": 0.3, "no_decay": ["bias", "bn"],
+                                 "reference_lr": 1.0}
+    for bad in ({"reference_batch": 0}, {"reference_batch": 6.5}, {"reference_lr": -0.1},
+                {"reference_lr": "0.1"}, {"no_decay": 3}, {"no_decay": ["bias", 3]}):
+        with pytest.raises(ValueError, match="watch\\(" + next(iter(bad))):
+            traindoctor.watch(**bad)  # at the call, before any run starts
+
+
 # ---------------------------------------------------------------- API shapes
 def test_decorator_forms() -> None:
     @traindoctor.watch(select=["TD102"])

@@ -67,6 +67,43 @@ def batch_samples(batch: Any, _depth: int = 0) -> int:
     return 0
 
 
+def training_reference(
+    *,
+    reference_batch: int | None = None,
+    reference_lr: float | None = None,
+    no_decay: Iterable[str] | str | None = None,
+) -> dict[str, Any]:
+    """The thresholds ``watch(reference_batch=..., reference_lr=..., no_decay=...)`` stands for.
+
+    They are the same keys as ``thresholds={"reference_batch": ...}`` and the CLI's
+    ``--reference-batch`` / ``--reference-lr`` / ``--no-decay`` (read by TD203, TD205, TD206).
+    A value of the wrong kind is the caller's mistake: say so before the run starts.
+    """
+    out: dict[str, Any] = {}
+    if reference_batch is not None:
+        if isinstance(reference_batch, bool) or not isinstance(reference_batch, int) \
+                or reference_batch <= 0:
+            raise ValueError(f"watch(reference_batch=...) must be a positive int, got {reference_batch!r}")
+        out["reference_batch"] = reference_batch
+    if reference_lr is not None:
+        if isinstance(reference_lr, bool) or not isinstance(reference_lr, (int, float)) \
+                or not reference_lr > 0 or reference_lr == float("inf"):
+            raise ValueError(f"watch(reference_lr=...) must be a positive number, got {reference_lr!r}")
+        out["reference_lr"] = float(reference_lr)
+    if no_decay is not None:
+        items = [no_decay] if isinstance(no_decay, str) else no_decay
+        try:
+            patterns = list(items)
+        except TypeError:
+            raise ValueError(
+                f"watch(no_decay=...) must be a list of name patterns, got {no_decay!r}"
+            ) from None
+        if not all(isinstance(p, str) for p in patterns):
+            raise ValueError(f"watch(no_decay=...) must hold strings, got {no_decay!r}")
+        out["no_decay"] = no_decay if isinstance(no_decay, str) else patterns
+    return out
+
+
 class Session:
     """One watched run. Monitors read the attributes below; probes call the ``record_*`` methods.
 
@@ -89,10 +126,17 @@ class Session:
         local_world_size: int | None = None,
         cpu_count: int | None = None,
         machine_cores: int | None = None,
+        reference_batch: int | None = None,
+        reference_lr: float | None = None,
+        no_decay: Iterable[str] | str | None = None,
     ) -> None:
         self._select = list(select) if select is not None else None
         self._ignore = list(ignore or [])
         self.thresholds: dict[str, Any] = dict(thresholds or {})
+        self.thresholds.update(
+            training_reference(reference_batch=reference_batch, reference_lr=reference_lr,
+                               no_decay=no_decay)
+        )
         self._device_override = device
         self._monitor_classes = list(monitors) if monitors is not None else None
         self._probe_classes = list(probes) if probes is not None else None
@@ -465,6 +509,11 @@ class Watch:
     """``watch()``'s return value: a context manager (yields a fresh :class:`Session`) and a decorator."""
 
     def __init__(self, report: bool | str = False, **options: Any) -> None:
+        training_reference(  # a bad declared reference fails here, not in the middle of a run
+            reference_batch=options.get("reference_batch"),
+            reference_lr=options.get("reference_lr"),
+            no_decay=options.get("no_decay"),
+        )
         self._options = options
         self._report = report
         self._stack: list[Session] = []
@@ -513,7 +562,23 @@ def watch(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
 
     Options: ``select`` / ``ignore`` (codes or prefixes), ``thresholds`` (``{"TD102.min_wait_share":
     0.3}``), ``report`` (``True``: print the text report to stderr at the end; a path: write the
-    JSON report there). For tests: ``device`` (a fake :class:`DeviceInfo`), ``cpu_count``,
+    JSON report there).
+
+    What the run cannot observe, the caller can declare (shorthands for the thresholds of the
+    same names; the CLI's ``--reference-batch`` / ``--reference-lr`` / ``--no-decay``):
+
+    - ``reference_batch`` (int): the effective batch the learning rate was tuned for, and
+      ``reference_lr`` (float): that learning rate. With both, TD203 reports a run whose
+      effective batch differs while its LR is still ``reference_lr``, and TD206 also counts a
+      peak LR well above ``reference_lr`` as "large" when asking for warm-up.
+    - ``no_decay`` (list of str, or a comma-separated string): the parameter-name patterns the
+      script excludes from weight decay, e.g. ``["bias", "bn"]``; TD205 reports patterns that
+      match no parameter (a dead filter, so everything is decayed).
+
+    Example: ``with watch(reference_batch=256, reference_lr=0.1) as doctor: train()``. A value
+    of the wrong kind raises ``ValueError`` before the run starts.
+
+    For tests: ``device`` (a fake :class:`DeviceInfo`), ``cpu_count``,
     ``machine_cores``, ``local_world_size``, ``monitors`` / ``probes`` (classes to use instead of
     the discovered ones).
     """
