@@ -166,3 +166,19 @@ def test_process_exit_code_through_the_real_command(tmp_path: Path) -> None:
     )
     assert proc.returncode == 5, proc.stderr
     assert "TD102" in proc.stdout and "Profile:" in proc.stdout
+
+
+def test_recipes_example_is_clean_under_run(tmp_path: Path) -> None:
+    """Issue 5: the script built from the recipes has nothing to report, statically or at runtime."""
+    report = tmp_path / "report.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "traindoctor", "run", "--output-format", "json", "-o", str(report),
+         str(ROOT / "examples" / "recipes_train.py"), "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(report.read_text())
+    assert data["findings"] == [], data["findings"]
+    assert data["notes"] == [] and data["partial"] is False
+    assert data["profile"]["steps"] > 0 and (tmp_path / "run" / "last.pt").exists()
