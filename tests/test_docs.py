@@ -30,3 +30,9 @@ def test_rule_doc_has_every_section(rule):
     for heading in ("## What it does", "## Why is this bad?", "## Example", "## Use instead", "## References"):
         assert heading in page, f"{rule.code} doc lacks {heading}"
     assert rule.summary.endswith("."), rule.code
+
+
+def test_readme_lists_every_rule():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    missing = [r.code for r in all_rules() if f"[{r.code}](docs/rules/{r.code}.md) | {r.name} |" not in readme]
+    assert missing == []

@@ -1,5 +1,7 @@
 """Mixed precision with gradient accumulation: fp16 pitfalls and a checkpoint that cannot resume."""
 
+import os
+
 import torch
 import torch.nn as nn
 from torch.cuda.amp import GradScaler, autocast
@@ -36,9 +38,12 @@ def evaluate(val_loader):
     return correct
 
 
-for epoch in range(10):
-    train_epoch()
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, "last.pt")
+start = 0
+if os.path.exists("last.pt"):
+    state = torch.load("last.pt", weights_only=False)
+    model.load_state_dict(state["model"])
+    start = state["epoch"] + 1
 
-state = torch.load("last.pt", weights_only=False)
-model.load_state_dict(state["model"])
+for epoch in range(start, 10):
+    train_epoch()
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, "last.pt")

@@ -28,7 +28,7 @@ class ScalerNeverUpdated(Rule):
     )
     gpu_only = False
     static = True
-    triggers = ("scale",)
+    triggers = ("GradScaler", ".scale(")
     runtime = False
     fixable = "never"
 

@@ -32,7 +32,7 @@ class DeprecatedAmpApi(Rule):
     )
     gpu_only = False
     static = True
-    triggers = ("amp",)
+    triggers = ("cuda.amp", "cpu.amp", "cuda import amp", "cpu import amp")
     runtime = False
     fixable = "sometimes"
 

@@ -35,7 +35,7 @@ class EvalWithGrad(Rule):
     gpu_only = False
     static = True
     runtime = True
-    triggers = ("eval", "train(")
+    triggers = (".eval(", "train(")
     fixable = "never"
 
     what_it_does = """
