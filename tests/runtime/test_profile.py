@@ -78,6 +78,21 @@ def test_real_loop_profile_is_data_bound_with_samples_counted() -> None:
     assert prof.memory["rss_peak_bytes"] > 0
     text = render_text(doctor.report_dict())
     assert "Profile: data-bound" in text and "data wait" in text and "samples/s" in text
+    assert "host-to-device" not in text  # a CPU run copies nothing to a device
+
+
+def test_text_profile_rows_match_the_verdict_reason() -> None:
+    """The reason's "compute and optimizer step" are the table's two rows; copies show when seen."""
+    compute = build_profile(_records(20, wall=0.1, data=0.01, optimizer=0.01), run_s=2.0)
+    text = render_text({"findings": [], "profile": compute.to_dict()})
+    assert "compute and optimizer step takes 90%" in text
+    assert "host-to-device" not in text
+    lines = text.splitlines()
+    table = lines[lines.index("  per step                ms   share") + 1:]
+    assert [line.split()[0] for line in table[:4]] == ["data", "compute", "optimizer", "step"]
+    copies = build_profile(_records(20, wall=0.1, transfer=0.02), run_s=2.0)
+    text = render_text({"findings": [], "profile": copies.to_dict()})
+    assert "  host-to-device      20.000     20%" in text
 
 
 def test_no_steps_gives_no_verdict_but_a_reason() -> None:

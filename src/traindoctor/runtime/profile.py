@@ -313,7 +313,7 @@ def build_profile(
         part = {"data": prof.data_s, "transfer": prof.transfer_s,
                 "compute": prof.compute_s + prof.optimizer_s}[top]
         label = {"data": "waiting for data", "transfer": "host-to-device copies",
-                 "compute": "compute (forward, backward, optimizer)"}[top]
+                 "compute": "compute and optimizer step"}[top]
         prof.reason = (
             f"{label} takes {shares[top]:.0%} of step time "
             f"({_ms(part):g} ms of {_ms(prof.step_s):g} ms per step, {prof.steady_steps} steady steps)"

@@ -110,6 +110,8 @@ def _profile_lines(profile: Mapping[str, Any]) -> list[str]:
         step = per.get("step") or 0.0
         for key, label, _share_key in _ROWS:
             ms = per.get(key) or 0.0
+            if key == "transfer" and not ms:
+                continue  # no host-to-device copy was seen (a CPU run): nothing to show
             share = f"{ms / step:.0%}" if step else "-"
             lines.append(f"  {label:<16}{ms:>10.3f}{share:>8}")
         lines.append(f"  {'step (mean)':<16}{step:>10.3f}{'100%':>8}")

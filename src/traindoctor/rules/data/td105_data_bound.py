@@ -102,7 +102,8 @@ class DataBoundMonitor(Monitor):
                     "cheaper (decode less, cache, move augmentation to the GPU)"
                 )
             self.report(
-                f"With {info.num_workers} workers the loop still waited for data "
+                f"With {info.num_workers} worker{'s' if info.num_workers != 1 else ''} the loop "
+                "still waited for data "
                 f"{timing.wait_share:.0%} of the time ({timing.wait_ms_per_batch:.1f} ms per batch): "
                 f"the input pipeline, not the model, sets the pace; {advice}.",
                 evidence=evidence,
