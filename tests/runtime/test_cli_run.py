@@ -182,3 +182,51 @@ def test_recipes_example_is_clean_under_run(tmp_path: Path) -> None:
     assert data["findings"] == [], data["findings"]
     assert data["notes"] == [] and data["partial"] is False
     assert data["profile"]["steps"] > 0 and (tmp_path / "run" / "last.pt").exists()
+
+
+BROKEN = textwrap.dedent(
+    """
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class Broken(Dataset):
+        def __len__(self):
+            return 16
+        def __getitem__(self, i):
+            if i == 9:
+                raise ValueError("corrupt sample 9")
+            return torch.ones(4), torch.zeros(1)
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    try:
+        torch.save(model.state_dict(), {missing!r})
+    except RuntimeError as exc:
+        saved_error = exc
+    for x, y in DataLoader(Broken(), batch_size=4):
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        if {chain!r}:
+            raise OSError("could not checkpoint") from saved_error
+    """
+)
+
+
+@pytest.mark.parametrize("chain", [False, True])
+def test_user_traceback_hides_probe_wrappers(tmp_path: Path, capsys, chain: bool) -> None:
+    """The probes wrap DataLoader.__next__ and torch.save; their frames are not the user's story."""
+    script = tmp_path / "broken.py"
+    script.write_text(BROKEN.format(missing=str(tmp_path / "no" / "dir" / "x.pt"), chain=chain))
+    assert main(["--select", "TD102", str(script)]) == 1
+    err = capsys.readouterr().err
+    probes = os.path.join("traindoctor", "runtime", "probes")
+    assert probes not in err and "traindoctor/runtime/cli.py" not in err
+    if chain:
+        assert "OSError: could not checkpoint" in err and "direct cause" in err
+        assert "torch.save(model.state_dict()" in err and "serialization.py" in err
+    else:
+        assert err.count("Traceback (most recent call last):") == 1
+        assert "in __getitem__" in err and "ValueError: corrupt sample 9" in err
+        assert "for x, y in DataLoader(Broken(), batch_size=4):" in err
+        assert "dataloader.py" in err  # torch's own frames stay, as in an unwatched run

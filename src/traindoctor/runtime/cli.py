@@ -175,7 +175,13 @@ def _exit_code(exc: SystemExit) -> int:
 
 
 def _print_user_traceback(exc: BaseException) -> None:
-    """Print the traceback without the doctor's own frames at its top (as ``python x.py`` would)."""
+    """Print the traceback as ``python x.py`` would: without the doctor's own frames.
+
+    Dropped: the runner's frames at the top (this module, ``runpy``) and, anywhere in the stack,
+    the probes' thin wrappers (``DataLoader.__next__``, ``torch.save``, ...) that sit between the
+    user's call and torch. A frame where the exception was raised is always kept, so a bug in
+    the doctor itself still shows where it happened.
+    """
     import traindoctor
 
     ours = os.path.dirname(os.path.abspath(traindoctor.__file__)) + os.sep
@@ -187,8 +193,33 @@ def _print_user_traceback(exc: BaseException) -> None:
             tb = tb.tb_next
             continue
         break
-    traceback.print_exception(type(exc), exc, tb)
+    try:
+        report = traceback.TracebackException(type(exc), exc, tb)
+        _hide_probe_frames(report, os.path.join(ours, "runtime", "probes") + os.sep)
+        sys.stderr.write("".join(report.format()))
+    except Exception:  # pragma: no cover - never lose the user's traceback over cosmetics
+        traceback.print_exception(type(exc), exc, tb)
     sys.stderr.flush()
+
+
+def _hide_probe_frames(report: traceback.TracebackException, probes_dir: str) -> None:
+    """Remove probe wrapper frames from ``report`` and the exceptions chained to it."""
+    seen: set[int] = set()
+    pending = [report]
+    while pending:
+        te = pending.pop()
+        if id(te) in seen:
+            continue
+        seen.add(id(te))
+        frames = list(te.stack)
+        kept = [f for i, f in enumerate(frames)
+                if i == len(frames) - 1 or not f.filename.startswith(probes_dir)]
+        if len(kept) != len(frames):
+            te.stack = traceback.StackSummary.from_list(kept)
+        for linked in (te.__cause__, te.__context__):
+            if linked is not None:
+                pending.append(linked)
+        pending.extend(getattr(te, "exceptions", None) or [])  # exception groups
 
 
 def _run_target(opts: RunOptions) -> None:
