@@ -516,3 +516,31 @@ def test_reload_after_training_is_not_a_resume():
     """
     codes = [c for c, _ in found(src)]
     assert "TD507" not in codes and "TD505" not in codes
+
+
+# ------------------------------------------------------------------ precision on real-code shapes
+
+PLAIN_SGD_SNAPSHOT = """
+import torch
+
+def train(model, loader, epochs):
+    optimizer = torch.optim.SGD(model.parameters(), {args})
+    for epoch in range(epochs):
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        torch.save({{"model": model.state_dict(), "epoch": epoch}}, "snapshot.pt")
+"""
+
+
+def test_td501_silent_for_plain_sgd_without_momentum():
+    # ddp-tutorial shape: SGD(lr=...) keeps no per-parameter state, so nothing is lost.
+    assert ("TD501", 10) not in found(PLAIN_SGD_SNAPSHOT.format(args="lr=1e-3"))
+    assert ("TD501", 10) not in found(PLAIN_SGD_SNAPSHOT.format(args="lr=1e-3, momentum=0"))
+
+
+def test_td501_fires_for_sgd_with_momentum_or_unknown_momentum():
+    assert ("TD501", 10) in found(PLAIN_SGD_SNAPSHOT.format(args="lr=0.1, momentum=0.9"))
+    assert ("TD501", 10) in found(PLAIN_SGD_SNAPSHOT.format(args="0.1, 0.9"))
+    assert ("TD501", 10) in found(PLAIN_SGD_SNAPSHOT.format(args="lr=0.1, momentum=m"))

@@ -433,3 +433,107 @@ def test_td601_unknown_set_epoch_receiver_silences():
             pass
     """
     assert _rows(src, ["TD601"]) == []
+
+
+# ------------------------------------------------------------------ precision on real-code shapes
+
+
+def test_kwargs_dict_updated_in_place_is_opaque():
+    # pytorch/examples shape: worker/pinning keys arrive through ``.update()`` under ``if use_cuda``.
+    src = """
+    import torch
+    from torch.utils.data import DataLoader
+    use_cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if use_cuda else "cpu")
+    train_kwargs = {"batch_size": 64}
+    if use_cuda:
+        train_kwargs.update({"num_workers": 1, "pin_memory": True, "shuffle": True})
+    train_loader = DataLoader(train_set, **train_kwargs)
+    model = Net().to(device)
+    for epoch in range(10):
+        for x, y in train_loader:
+            loss = model(x.to(device)).sum()
+            loss.backward()
+    """
+    assert _rows(src, ["TD101", "TD102"]) == []
+
+
+def test_kwargs_dict_with_item_assignment_is_opaque():
+    src = """
+    import torch
+    from torch.utils.data import DataLoader
+    kw = {"batch_size": 64}
+    kw["num_workers"] = 8
+    loader = DataLoader(train_set, **kw)
+    for epoch in range(10):
+        for x in loader:
+            model(x.cuda()).sum().backward()
+    """
+    assert _rows(src, ["TD101", "TD102"]) == []
+
+
+def test_unmutated_kwargs_dict_is_still_read():
+    src = """
+    import torch
+    from torch.utils.data import DataLoader
+    kw = {"batch_size": 64}
+    loader = DataLoader(train_set, **kw)
+    for epoch in range(10):
+        for x in loader:
+            model(x.cuda()).sum().backward()
+    """
+    assert _rows(src, ["TD101", "TD102"]) == [("TD101", 5), ("TD102", 5)]
+
+
+LAMBDA_FACTORY = """
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+
+class RandomDataset(Dataset):
+    def __init__(self, size, length):
+        self.data = torch.randn(length, size)
+
+    def __getitem__(self, index):
+        return self.data[index]
+
+    def __len__(self):
+        return len(self.data)
+
+
+class RandomIterable(IterableDataset):
+    def __iter__(self):
+        yield torch.randn(4)
+
+
+class DataModule:
+    def setup(self):
+        self.train_datasets = [{first}, {second}]
+
+    def train_dataloader(self):
+        return apply_to_collection(self.train_datasets, Dataset, lambda x: DataLoader(x))
+
+    def training_step(self, batch, batch_idx):
+        return self.model(batch).sum()
+"""
+
+
+def test_lambda_factory_over_in_memory_datasets_is_silent():
+    src = LAMBDA_FACTORY.format(first="RandomDataset(4, 16)", second="RandomIterable()")
+    assert _rows(src, ["TD102"]) == []
+
+
+def test_lambda_factory_over_file_backed_datasets_fires():
+    src = LAMBDA_FACTORY.format(first="RandomDataset(4, 16)", second="ImageFolder('/data/train')")
+    assert _rows(src, ["TD102"]) == [("TD102", 27)]
+
+
+def test_lambda_factory_over_unknown_collection_fires():
+    src = """
+    from torch.utils.data import DataLoader
+    def train_dataloader(datasets):
+        return list(map(lambda d: DataLoader(d, batch_size=32), datasets))
+    def training_step(model, batch):
+        return model(batch).sum()
+    """
+    assert _rows(src, ["TD102"]) == [("TD102", 4)]

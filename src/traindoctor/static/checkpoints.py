@@ -777,6 +777,19 @@ class CheckpointIndex:
                     return True
         return False
 
+    def optimizers_are_stateless(self) -> bool:
+        """Every optimizer the file builds is plain SGD without momentum: it keeps no per-parameter
+        state (no momentum buffer, no moments), so a checkpoint without it loses nothing."""
+        built = self.objects[OPTIMIZER]
+        if self.named_optimizers or not built:
+            return False
+        for call in built.values():
+            if self.ctx.qualname(call.func) != "torch.optim.SGD":
+                return False
+            if self.ctx.arg_value(call, "momentum", default=0, qualname="torch.optim.SGD") != 0:
+                return False
+        return True
+
     def model_only_in_loop(self) -> list[SaveSite]:
         """Model-weight saves in the training loop of a training file with no optimizer state saved anywhere."""
         if not self.trains or self.may_hold_anywhere(OPTIMIZER):

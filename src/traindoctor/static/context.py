@@ -124,6 +124,10 @@ def build_parents(tree: ast.AST) -> dict[ast.AST, ast.AST]:
     return table
 
 
+#: Methods that change a dict in place (see ``FileContext._mutated_names``).
+_MUTATING_METHODS = ("update", "setdefault", "pop", "popitem", "clear")
+
+
 def _position(node: ast.AST) -> tuple[int, int]:
     return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
 
@@ -393,10 +397,37 @@ class FileContext:
             return UNKNOWN
         return _values.evaluate(self, node)
 
+    @cached_property
+    def _mutated_names(self) -> frozenset[str]:
+        """Names of containers changed in place somewhere in the file.
+
+        ``kw = {...}; kw.update(cuda_kwargs)`` or ``kw["num_workers"] = 4``: the literal no longer
+        says what the container holds, so :meth:`dict_literal` treats such a name as opaque.
+        Matching by name alone (not scope) errs on the side of silence.
+        """
+        out: set[str] = set()
+        for attr in _MUTATING_METHODS:
+            for call in self.method_calls(attr):
+                target = call.func.value  # type: ignore[attr-defined]
+                if isinstance(target, ast.Name):
+                    out.add(target.id)
+        for sub in self.of(ast.Subscript):
+            if isinstance(sub.ctx, (ast.Store, ast.Del)) and isinstance(sub.value, ast.Name):
+                out.add(sub.value.id)
+        for aug in self.of(ast.AugAssign):
+            if isinstance(aug.target, ast.Name) and isinstance(aug.op, ast.BitOr):
+                out.add(aug.target.id)
+        return frozenset(out)
+
     def dict_literal(self, node: ast.AST) -> dict[str, ast.expr] | None:
-        """Keys -> value nodes of a dict the file spells out (``{...}``, ``dict(k=v)``), else None."""
+        """Keys -> value nodes of a dict the file spells out (``{...}``, ``dict(k=v)``), else None.
+
+        A name whose dict is changed in place (``.update``, item assignment) is not spelled out.
+        """
         for _ in range(4):
             if isinstance(node, ast.Name):
+                if node.id in self._mutated_names:
+                    return None
                 bound = self.binding(node)
                 if bound is None:
                     return None

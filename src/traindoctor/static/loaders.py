@@ -598,6 +598,14 @@ class LoaderIndex:
             loader.evaluation_dataset = any(_says_evaluation(ctx, e) for e in chain)
             loader.in_memory = any(_is_in_memory(ctx, e) for e in chain)
             loader.iterable = any(_is_iterable_dataset_call(ctx, e) for e in chain)
+            mapped = _mapped_elements(ctx, chain[-1])
+            if mapped and not (loader.in_memory or loader.iterable):
+                kinds = [_element_kind(ctx, e) for e in mapped]
+                loader.in_memory = all(k == "memory" for k in kinds)
+                loader.iterable = all(k == "iterable" for k in kinds)
+                if not (loader.in_memory or loader.iterable) and all(kinds):
+                    # every dataset the factory is mapped over is in memory or iterable
+                    loader.in_memory = True
             loader.on_device = any(_moves_to_device(ctx, e) for e in chain)
         return loader
 
@@ -688,6 +696,44 @@ def _binding_chain(ctx: "FileContext", expr: ast.AST) -> Iterator[ast.AST]:
         if nxt is None:
             return
         expr = nxt
+
+
+def _mapped_elements(ctx: "FileContext", expr: ast.AST) -> list[ast.expr] | None:
+    """The datasets a one-argument lambda is mapped over, when ``expr`` is its parameter.
+
+    ``apply_to_collection(self.datasets, Dataset, lambda x: DataLoader(x))`` or
+    ``map(lambda d: DataLoader(d), [ds_a, ds_b])``: the lambda is a generic loader factory and
+    its parameter ranges over the elements of the collection passed in the same call. Only a
+    collection the file spells out (a list/tuple literal, through names and ``self.x`` bound
+    once) counts; anything else stays unknown.
+    """
+    if not isinstance(expr, ast.Name):
+        return None
+    fn = ctx.function_of(expr)
+    if not isinstance(fn, ast.Lambda) or [a.arg for a in fn.args.args] != [expr.id]:
+        return None
+    call = ctx.parent(fn)
+    if not isinstance(call, ast.Call) or fn not in call.args:
+        return None
+    for arg in call.args:
+        if arg is fn:
+            continue
+        for value in _binding_chain(ctx, arg):
+            if isinstance(value, (ast.List, ast.Tuple)) and value.elts:
+                if any(isinstance(e, ast.Starred) for e in value.elts):
+                    return None
+                return list(value.elts)
+    return None
+
+
+def _element_kind(ctx: "FileContext", expr: ast.AST) -> str | None:
+    """"memory" or "iterable" when a dataset expression is known to be one of those, else None."""
+    chain = list(_binding_chain(ctx, expr))
+    if any(_is_in_memory(ctx, e) for e in chain):
+        return "memory"
+    if any(_is_iterable_dataset_call(ctx, e) for e in chain):
+        return "iterable"
+    return None
 
 
 def _self_attribute_value(ctx: "FileContext", attr: ast.Attribute) -> ast.expr | None:

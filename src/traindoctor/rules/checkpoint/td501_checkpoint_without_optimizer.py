@@ -228,6 +228,8 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
         idx = checkpoint_index(ctx)
+        if idx.optimizers_are_stateless():
+            return  # plain SGD keeps no state that a resumed run could miss
         opt = idx.first_name(OPTIMIZER, "optimizer")
         for site in idx.model_only_in_loop():
             yield ctx.report(
