@@ -558,3 +558,34 @@ def test_td308_module_subclass_chain_and_type_cast():
 )
 def test_odd_code_never_crashes(src):
     run(src)
+
+
+def test_td308_backward_without_any_update_is_silent():
+    # torch's own DDP test shape: cast to half, run backward, assert on the gradients' dtype.
+    src = """
+        import torch
+
+        def check_half_grads(model, inp):
+            model = model.half()
+            out = model(inp)
+            out.sum().backward()
+            for param in model.parameters():
+                assert param.grad.dtype == torch.float16
+        """
+    assert found(src, ["TD308"]) == []
+
+
+def test_td308_backward_and_step_through_a_passed_optimizer_fires():
+    src = """
+        import torch
+
+        class Net(torch.nn.Module):
+            pass
+
+        def train(opt, loader):
+            model = Net().cuda().half()
+            for x in loader:
+                model(x).sum().backward()
+                opt.step()
+        """
+    assert found(src, ["TD308"]) == [("TD308", 7)]

@@ -324,7 +324,18 @@ class HalfPrecisionWeights(Rule):
             return False
         if not backwards:
             return False
+        if scope is not ctx.tree and not _updates_weights(ctx, scope):
+            return False  # gradients computed (e.g. a dtype check in a test) but never applied
         return _not_only_before(ctx, cast, [b.call for b in backwards])
+
+
+def _updates_weights(ctx: "FileContext", scope: ast.AST) -> bool:
+    """Whether a function applies gradients: an ``x.step(...)`` (optimizer or scaler) or an
+    in-place ``add_``/``sub_`` (a hand-written SGD update) in its body."""
+    for attr in ("step", "add_", "sub_"):
+        if any(ctx.scope_of(c) is scope for c in ctx.method_calls(attr)):
+            return True
+    return False
 
 
 def _copies(expr: ast.AST) -> bool:
