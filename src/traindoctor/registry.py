@@ -10,13 +10,31 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from functools import lru_cache
-from typing import Iterable
+from types import ModuleType
+from typing import Iterable, TypeVar
 
 from traindoctor.rules.base import Rule
 
 
+T = TypeVar("T")
+
+
 class UnknownCodeError(ValueError):
     """Raised for a --select/--ignore entry that matches no rule."""
+
+
+def classes_defined_in(module: ModuleType, base: type[T]) -> list[type[T]]:
+    """Subclasses of ``base`` that ``module`` itself defines (not ones it merely imports).
+
+    The one discovery rule shared by rules, their runtime monitors and the runtime probes:
+    adding a class means adding it to a module, nothing else.
+    """
+    name = module.__name__
+    return [
+        obj
+        for obj in vars(module).values()
+        if isinstance(obj, type) and issubclass(obj, base) and obj is not base and obj.__module__ == name
+    ]
 
 
 def _iter_rule_modules() -> Iterable[str]:
@@ -33,18 +51,12 @@ def all_rules() -> tuple[type[Rule], ...]:
     """Every rule class, sorted by code. Each code appears exactly once."""
     found: dict[str, type[Rule]] = {}
     for modname in sorted(_iter_rule_modules()):
-        module = importlib.import_module(modname)
-        for obj in vars(module).values():
-            if (
-                isinstance(obj, type)
-                and issubclass(obj, Rule)
-                and obj is not Rule
-                and obj.__module__ == modname
-                and obj.code
-            ):
-                if obj.code in found and found[obj.code] is not obj:
-                    raise RuntimeError(f"rule code {obj.code} defined twice: {modname}")
-                found[obj.code] = obj
+        for obj in classes_defined_in(importlib.import_module(modname), Rule):
+            if not obj.code:
+                continue
+            if obj.code in found and found[obj.code] is not obj:
+                raise RuntimeError(f"rule code {obj.code} defined twice: {modname}")
+            found[obj.code] = obj
     return tuple(found[c] for c in sorted(found))
 
 

@@ -10,23 +10,13 @@ from __future__ import annotations
 import importlib
 from typing import Iterable
 
-from traindoctor.registry import _iter_rule_modules
+from traindoctor.registry import _iter_rule_modules, classes_defined_in
 from traindoctor.runtime.events import Monitor
 
 
 def _module_monitors(modname: str) -> list[type[Monitor]]:
     module = importlib.import_module(modname)
-    out = []
-    for obj in vars(module).values():
-        if (
-            isinstance(obj, type)
-            and issubclass(obj, Monitor)
-            and obj is not Monitor
-            and obj.__module__ == modname
-            and getattr(obj, "rule", None) is not None
-        ):
-            out.append(obj)
-    return out
+    return [m for m in classes_defined_in(module, Monitor) if getattr(m, "rule", None) is not None]
 
 
 def all_monitors(enabled_codes: Iterable[str] | None = None) -> list[type[Monitor]]:

@@ -16,6 +16,8 @@ import importlib
 import pkgutil
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
+from traindoctor.registry import classes_defined_in
+
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.runtime.session import Session
 
@@ -114,15 +116,7 @@ def discover_probes() -> tuple[list[type[Probe]], list[tuple[str, BaseException]
         except Exception as exc:
             errors.append((modname, exc))
             continue
-        for obj in vars(module).values():
-            if (
-                isinstance(obj, type)
-                and issubclass(obj, Probe)
-                and obj is not Probe
-                and obj.__module__ == modname
-                and not vars(obj).get("abstract", False)
-            ):
-                found.append(obj)
+        found.extend(p for p in classes_defined_in(module, Probe) if not vars(p).get("abstract", False))
     found.sort(key=lambda cls: (cls.order, cls.__module__, cls.__name__))
     return found, errors
 
