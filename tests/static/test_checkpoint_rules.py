@@ -544,3 +544,26 @@ def test_td501_fires_for_sgd_with_momentum_or_unknown_momentum():
     assert ("TD501", 10) in found(PLAIN_SGD_SNAPSHOT.format(args="lr=0.1, momentum=0.9"))
     assert ("TD501", 10) in found(PLAIN_SGD_SNAPSHOT.format(args="0.1, 0.9"))
     assert ("TD501", 10) in found(PLAIN_SGD_SNAPSHOT.format(args="lr=0.1, momentum=m"))
+
+
+def test_td501_argparse_namespace_named_opt_is_no_optimizer():
+    # dcgan shape: ``opt = parser.parse_args()`` and an image dump whose path reads ``opt.outf``
+    # must not count as an external save that might hold the optimizer.
+    src = """
+    import argparse
+    import torch
+    import torch.optim as optim
+    import torchvision.utils as vutils
+
+    parser = argparse.ArgumentParser()
+    opt = parser.parse_args()
+    optimizerD = optim.Adam(netD.parameters(), lr=2e-4)
+    for epoch in range(25):
+        for i, data in enumerate(dataloader, 0):
+            netD.zero_grad()
+            criterion(netD(data[0]), label).backward()
+            optimizerD.step()
+            vutils.save_image(data[0], "%s/real_samples.png" % opt.outf)
+        torch.save(netD.state_dict(), "%s/netD_epoch_%d.pth" % (opt.outf, epoch))
+    """
+    assert ("TD501", 15) in found(src)

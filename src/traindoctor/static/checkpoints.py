@@ -480,9 +480,14 @@ class CheckpointIndex:
                     break
 
     def _mentions_training_state(self, expr: ast.AST) -> bool:
+        # ``opt = parser.parse_args()`` is a config namespace, whatever its name says
+        # (``save_image(x, "%s/real.png" % opt.outf)`` saves no optimizer).
+        config = self.ctx._parsed_args_names
         for node in ast.walk(expr):
             if isinstance(node, (ast.Name, ast.Attribute)):
                 text = dotted(node)
+                if text and text.split(".", 1)[0] in config:
+                    continue
                 if text and self.classify(node) in (OPTIMIZER, SCHEDULER, SCALER):
                     return True
         return False
