@@ -242,10 +242,10 @@ class LrNotScaled(Rule):
 
 
 # ---------------------------------------------------------------- runtime half (R2)
-from traindoctor.runtime.events import Monitor  # noqa: E402
+from traindoctor.runtime.lr_monitor import LrStepMonitor  # noqa: E402
 
 
-class LrNotScaledMonitor(Monitor):
+class LrNotScaledMonitor(LrStepMonitor):
     """The effective batch differs from a declared reference while the LR is the reference LR.
 
     Needs the reference: thresholds ``reference_batch`` and ``reference_lr`` (``watch(thresholds=
@@ -254,18 +254,6 @@ class LrNotScaledMonitor(Monitor):
     """
 
     rule = LrNotScaled
-
-    def __init__(self, session: object) -> None:
-        super().__init__(session)
-        from traindoctor.runtime.train_facts import LrTrace, StepFacts
-
-        self.steps = StepFacts()
-        self.lrs = LrTrace()
-
-    def on_before_optimizer_step(self, optimizer: object) -> None:
-        self.lrs.add(optimizer)
-        if self.lrs.optimizer_ref is not None and self.lrs.optimizer_ref() is optimizer:
-            self.steps.add(self.session)
 
     def on_run_end(self) -> None:
         try:

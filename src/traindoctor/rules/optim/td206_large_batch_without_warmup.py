@@ -175,26 +175,14 @@ class LargeBatchWithoutWarmup(Rule):
 
 
 # ---------------------------------------------------------------- runtime half (R2)
-from traindoctor.runtime.events import Monitor  # noqa: E402
+from traindoctor.runtime.lr_monitor import LrStepMonitor  # noqa: E402
 
 
-class LargeBatchWithoutWarmupMonitor(Monitor):
+class LargeBatchWithoutWarmupMonitor(LrStepMonitor):
     """A large effective batch (or an LR scaled up several-fold from a declared reference) with
     the learning rate at its peak from the first step on."""
 
     rule = LargeBatchWithoutWarmup
-
-    def __init__(self, session: object) -> None:
-        super().__init__(session)
-        from traindoctor.runtime.train_facts import LrTrace, StepFacts
-
-        self.steps = StepFacts()
-        self.lrs = LrTrace()
-
-    def on_before_optimizer_step(self, optimizer: object) -> None:
-        self.lrs.add(optimizer)
-        if self.lrs.optimizer_ref is not None and self.lrs.optimizer_ref() is optimizer:
-            self.steps.add(self.session)
 
     def on_run_end(self) -> None:
         min_steps = int(self.threshold("min_steps", 2))
