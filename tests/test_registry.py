@@ -58,3 +58,12 @@ def test_get_rule_by_name():
     assert get_rule("pin-memory-off").code == "TD101"
     assert get_rule("td101").code == "TD101"
     assert get_rule("nope") is None
+
+
+def test_every_runtime_rule_has_a_monitor_and_only_those():
+    from traindoctor.runtime.monitors import all_monitors
+
+    monitored = {m.rule.code for m in all_monitors()}
+    assert monitored == {r.code for r in all_rules() if r.runtime}
+    for monitor in all_monitors():
+        assert monitor.__module__ == monitor.rule.__module__  # one rule, one module
