@@ -21,6 +21,7 @@ DELEGATED = {
     "run": "traindoctor.runtime.cli",
     "ckpt": "traindoctor.checkpoint.cli",
     "verify-resume": "traindoctor.resume.cli",
+    "tune": "traindoctor.tune.cli",
 }
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
