@@ -108,6 +108,10 @@ class DataBoundMonitor(Monitor):
                 f"the input pipeline, not the model, sets the pace; {advice}.",
                 evidence=evidence,
                 step=self.session.step or None,
-                help="`traindoctor tune` measures the best loader settings for this machine.",
+                help=(
+                    "`traindoctor tune module:dataset --batch-size N -o tuned.json` measures the "
+                    "best loader settings on this machine; use them with "
+                    "`DataLoader(ds, batch_size=N, **loader_kwargs(ds, tuned=\"tuned.json\"))`."
+                ),
                 **ev.site(info),
             )
