@@ -66,8 +66,9 @@ def render_text(result: Any, display: str, output: str | None) -> str:
     lines = [
         f"{display}{samples}: batch_size={result.batch_size}, {result.cores} usable "
         f"core{'s' if result.cores != 1 else ''}, device {result.device}",
-        f"{result.batches} timed batches per configuration after {result.warmup_batches} "
-        "warm-up batches; the loop only fetches (no model), so this is the delivery rate",
+        f"{result.batches} timed batches per configuration after {result.warmup_batches} warm-up "
+        "batches (+ num_workers x prefetch_factor to drain what workers buffered at start-up);",
+        "the loop only fetches batches (no model): this is the rate the loader can deliver",
         "",
     ]
     rows = [("config", "batches/s", "first batch ms", "speedup")]
