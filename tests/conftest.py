@@ -18,3 +18,14 @@ def _restore_torch_backend_flags():
     if torch is not None:
         cudnn = torch.backends.cudnn
         cudnn.benchmark, cudnn.deterministic = saved if saved is not None else (False, False)
+
+
+@pytest.fixture(autouse=True)
+def _restore_environment():
+    """Some recipes record settings in os.environ (so that worker processes inherit them,
+    e.g. ``seed_everything(workers=True)``); no test may see another test's settings."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
