@@ -45,6 +45,7 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "torch.optim.SGD": ("params", "lr", "momentum", "dampening", "weight_decay", "nesterov"),
     "torch.optim.Adam": ("params", "lr", "betas", "eps", "weight_decay", "amsgrad"),
     "torch.optim.AdamW": ("params", "lr", "betas", "eps", "weight_decay", "amsgrad"),
+    "transformers.AdamW": ("params", "lr", "betas", "eps", "weight_decay", "correct_bias"),
     "torch.optim.NAdam": ("params", "lr", "betas", "eps", "weight_decay", "momentum_decay"),
     "torch.optim.RAdam": ("params", "lr", "betas", "eps", "weight_decay"),
     "torch.optim.Adamax": ("params", "lr", "betas", "eps", "weight_decay"),

@@ -119,6 +119,8 @@ _HARMLESS_CALLS = {"int", "float", "str", "len", "vars", "bool", "round", "repr"
                    "isoformat", "strftime", "getcwd", "gethostname", "uuid4", "hex"}
 _PASS_THROUGH_CALLS = {"deepcopy", "copy", "cpu", "to", "clone", "detach", "OrderedDict", "dict",
                        "half", "float", "contiguous"}
+#: Callee names that say the call reads a checkpoint back (load/restore/resume): no save.
+_RX_READS_CHECKPOINT = re.compile(r"load|restore|resume|restart")
 _RX_CKPT_FILE = re.compile(r"^[\w\-.]*[A-Za-z0-9_\-]\.(pt|pth|ckpt|tar|bin|pkl)$")
 
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -472,6 +474,8 @@ class CheckpointIndex:
             name = (_callee_name(call) or "").lower()
             if not re.search(r"save|checkpoint|ckpt", name) or name in ("save_pretrained",):
                 continue
+            if _RX_READS_CHECKPOINT.search(name) and "save" not in name:
+                continue  # ``restart_from_checkpoint(path, optimizer=...)`` reads a file, writes none
             if ctx.qualname(call.func) in COMPLETE_SAVES:
                 continue
             for arg in [*call.args, *(k.value for k in call.keywords)]:
@@ -799,17 +803,50 @@ class CheckpointIndex:
         """Model-weight saves in the training loop of a training file with no optimizer state saved anywhere."""
         if not self.trains or self.may_hold_anywhere(OPTIMIZER):
             return []
-        return [
+        return self._first_of_repeats([
             s for s in self.sites
             if s.in_training_loop and s.saved.has(MODEL) and not s.saved.may_hold(OPTIMIZER)
-        ]
+        ])
 
     def training_checkpoints(self) -> list[SaveSite]:
         """Saves that are training checkpoints: with optimizer state, or TD501's model-only ones."""
         if self.complete_saves:
             return []
         full = [s for s in self.sites if s.is_full]
-        return sorted(full + self.model_only_in_loop(), key=lambda s: (s.report.lineno, s.report.col_offset))  # type: ignore[attr-defined]
+        return self._first_of_repeats(full + self.model_only_in_loop())
+
+    def _first_of_repeats(self, sites: list[SaveSite]) -> list[SaveSite]:
+        """Sites in source order, keeping only the first save of one object saved again nearby.
+
+        ``save(ckpt, "last.pth")`` followed by ``save(ckpt, f"ep{epoch}.pth")`` writes one dict
+        twice: one mistake, so one finding (at the first save). Two saves count as the same
+        object when both save the same name, bound by the same assignment, in the same function
+        and the same loops (a save in an ``if`` beside the first still counts).
+        """
+        ordered = sorted(sites, key=lambda s: (s.report.lineno, s.report.col_offset))  # type: ignore[attr-defined]
+        seen: set[tuple] = set()
+        out: list[SaveSite] = []
+        for site in ordered:
+            key = self._saved_object_key(site)
+            if key is not None and key in seen:
+                continue
+            if key is not None:
+                seen.add(key)
+            out.append(site)
+        return out
+
+    def _saved_object_key(self, site: SaveSite) -> tuple | None:
+        """What identifies the object a save writes, or None when it is not one plain name."""
+        obj = site.obj
+        if site.report is not site.call or not isinstance(obj, ast.Name):
+            return None
+        ctx = self.ctx
+        bound, since = self.reaching(obj)
+        if not bound or any(b is None for b in bound):
+            return None
+        binding = since if since is not None else tuple(_pos(b) for b in bound if b is not None)
+        loops = tuple(id(l) for l in ctx.enclosing_loops(site.call))
+        return (obj.id, id(ctx.scope_of(obj)), binding, loops)
 
     @property
     def load_calls(self) -> list[ast.Call]:

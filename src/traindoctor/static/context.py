@@ -518,19 +518,38 @@ class FileContext:
                             names.add(t.elts[0].id)
         return frozenset(names)
 
-    def argparse_default(self, node: ast.Attribute) -> Any:
+    @cached_property
+    def _reassigned_namespace_attrs(self) -> frozenset[str]:
+        """Attributes the file stores on a plain name (``args.workers = ...``, ``args.lr *= k``,
+        ``setattr(args, "lr", v)``): such an option's argparse default is not its value."""
+        out = {
+            n.attr for n in self.of(ast.Attribute)
+            if isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name) and n.value.id not in ("self", "cls")
+        }
+        for call in self.of(ast.Call):
+            if (
+                isinstance(call.func, ast.Name) and call.func.id == "setattr" and len(call.args) >= 2
+                and isinstance(call.args[0], ast.Name) and isinstance(call.args[1], ast.Constant)
+                and isinstance(call.args[1].value, str)
+            ):
+                out.add(call.args[1].value)
+        return frozenset(out)
+
+    def argparse_default(self, node: ast.Attribute, *, declared: bool = False) -> Any:
         """Value of ``args.x`` from this file's argparse default for ``x`` (else UNKNOWN).
 
         ``args`` must be bound from ``parse_args()`` or be a function parameter (the common
-        ``def main(args)`` shape) and ``x`` must be an option this file declares.
+        ``def main(args)`` shape) and ``x`` must be an option this file declares. An option the
+        file reassigns (``args.x = ...``) is UNKNOWN unless ``declared`` asks for the default the
+        parser declares, whatever happens to it later.
         """
         if not isinstance(node.value, ast.Name):
             return UNKNOWN
         if self.__dict__.get("_argparse_building") and "_argparse" not in self.__dict__:
             return UNKNOWN
         defaults = self._argparse.get(node.attr)
-        if not defaults:
-            return UNKNOWN
+        if not defaults or (not declared and node.attr in self._reassigned_namespace_attrs):
+            return UNKNOWN  # ``args.workers = ...`` anywhere: the default no longer tells the value
         base = node.value
         if base.id not in self._parsed_args_names:
             fn = self.function_of(node)

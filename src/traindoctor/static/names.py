@@ -46,6 +46,9 @@ _OPTIMIZERS = (
 for _opt in _OPTIMIZERS:
     CANONICAL[f"torch.optim.{_opt.lower()}.{_opt}"] = f"torch.optim.{_opt}"
 OPTIMIZERS: frozenset[str] = frozenset(f"torch.optim.{o}" for o in _OPTIMIZERS)
+#: The deprecated Hugging Face AdamW (default ``weight_decay=0.0``), still in many fine-tuning scripts.
+CANONICAL["transformers.optimization.AdamW"] = "transformers.AdamW"
+OPTIMIZERS = OPTIMIZERS | {"transformers.AdamW"}
 
 _SCHEDULERS = (
     "LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR", "ConstantLR", "LinearLR",

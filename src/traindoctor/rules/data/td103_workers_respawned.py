@@ -249,8 +249,14 @@ class WorkersRespawned(Rule):
             if workers is MISSING or workers is UNKNOWN:
                 continue
             count = ctx.value(workers)
+            exact = True
+            if count is UNKNOWN and isinstance(workers, ast.Attribute):
+                # ``args.workers = ceil(args.workers / gpus)``: the declared default still says the
+                # loader uses workers, but not how many.
+                count, exact = ctx.argparse_default(workers, declared=True), False
             if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
                 continue
+            counted = f"{count} " if exact else ""
             persistent = ctx.arg(call, "persistent_workers")
             if persistent is UNKNOWN:
                 continue
@@ -265,13 +271,13 @@ class WorkersRespawned(Rule):
             where = f"line {loop.lineno}" if loop is not None else "each epoch"  # type: ignore[union-attr]
             if site.kind == "hook":
                 message = (
-                    f"Lightning iterates this `train_dataloader` every epoch and its {count} workers "
+                    f"Lightning iterates this `train_dataloader` every epoch and its {counted}workers "
                     "are restarted each time; pass `persistent_workers=True`."
                 )
             else:
                 message = (
                     f"This loader is iterated again on every pass of the loop at {where} and its "
-                    f"{count} worker processes are restarted each time; pass `persistent_workers=True`."
+                    f"{counted}worker processes are restarted each time; pass `persistent_workers=True`."
                 )
             yield ctx.report(self, call, message, fix=self._fix(ctx, loader, workers, persistent), help=_HELP)
 

@@ -34,7 +34,7 @@ class LrNotScaled(Rule):
     gpu_only = False
     static = True
     runtime = True
-    triggers = ("optim",)
+    triggers = ("optim", "AdamW")
     fixable = "never"
 
     what_it_does = """
@@ -223,7 +223,7 @@ class LrNotScaled(Rule):
             if acc is not None and isinstance(acc.factor, int):
                 grows += f" by {acc.factor}"
         parallel = data_parallel_names(ctx) if dist is not None else set()
-        for qn, call in ctx.calls_to_prefix("torch.optim."):
+        for qn, call in ctx.calls_to_prefix(""):
             if qn not in OPTIMIZERS:
                 continue
             if dist is not None and not optimizer_is_data_parallel(ctx, call, parallel) and acc is None:

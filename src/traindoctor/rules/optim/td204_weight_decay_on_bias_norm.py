@@ -81,7 +81,7 @@ class WeightDecayOnBiasNorm(Rule):
     gpu_only = False
     static = True
     runtime = True
-    triggers = ("optim",)
+    triggers = ("optim", "AdamW")
     fixable = "never"
 
     what_it_does = """
@@ -89,9 +89,10 @@ class WeightDecayOnBiasNorm(Rule):
     (`model.parameters()`, `filter(lambda p: p.requires_grad, model.parameters())`, ...) with a
     nonzero `weight_decay`, passed by keyword, by position, through a `**kwargs` dict or as an
     argparse default. `torch.optim.AdamW` counts even without the argument: its default
-    `weight_decay` is 0.01. `SGD`, `Adam` and the others default to 0 and are not reported unless
-    they pass a nonzero value. Parameter groups built by a function
-    (`traindoctor.recipes.param_groups(model, 0.05)`) or by filtering on names are left alone.
+    `weight_decay` is 0.01. `SGD`, `Adam`, the deprecated `transformers.AdamW` and the others
+    default to 0 and are not reported unless they pass a nonzero value. Parameter groups built
+    by a function (`traindoctor.recipes.param_groups(model, 0.05)`) or by filtering on names
+    are left alone.
     """
     why_bad = """
     Weight decay pulls weights toward zero. That regularises the scale of weight matrices and
@@ -227,7 +228,7 @@ class WeightDecayOnBiasNorm(Rule):
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
         if is_test_file(ctx.filename):
             return  # optimizer recipes in test code are fixtures, not advice targets
-        for qn, call in ctx.calls_to_prefix("torch.optim."):
+        for qn, call in ctx.calls_to_prefix(""):
             if qn not in OPTIMIZERS:
                 continue
             params = ctx.arg(call, "params")
