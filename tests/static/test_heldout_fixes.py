@@ -278,3 +278,30 @@ def test_td103_does_not_quote_a_count_that_the_script_changes() -> None:
     assert [(f.code, f.location.row) for f in divided] == [("TD103", 11)]
     assert "and its worker processes are restarted each time" in divided[0].message
     assert "32" not in divided[0].message
+
+
+# ------------------------------------------------------------------ TD103 through MetricLogger.log_every
+LOG_EVERY = """
+import torch
+import utils
+
+def train_one_epoch(model, optimizer, data_loader):
+    metric_logger = utils.MetricLogger(delimiter="  ")
+    for it, (x, y) in enumerate(metric_logger.log_every(data_loader, 10, "Epoch:")):
+        model(x).sum().backward()
+        optimizer.step()
+
+def main(args):
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data_loader = torch.utils.data.DataLoader(dataset, batch_size=64, num_workers=8{persistent})
+    for epoch in range(90):
+        train_one_epoch(model, optimizer, data_loader)
+"""
+
+
+def test_td103_sees_a_loader_iterated_through_log_every() -> None:
+    hits = findings(LOG_EVERY.replace("{persistent}", ""), ["TD103"])
+    assert [(f.code, f.location.row) for f in hits] == [("TD103", 13)]
+    assert "loop at line 14 and its 8 worker processes" in hits[0].message
+    assert found(LOG_EVERY.replace("{persistent}", ", persistent_workers=True"), ["TD103"]) == []

@@ -613,7 +613,7 @@ class LoaderIndex:
 # ---------------------------------------------------------------------------------------- helpers
 
 #: Calls that pass iteration through to their argument (``for i, b in enumerate(loader)``).
-_WRAPPERS = frozenset({"enumerate", "zip", "tqdm", "islice", "track", "trange", "chain"})
+_WRAPPERS = frozenset({"enumerate", "zip", "tqdm", "islice", "track", "trange", "chain", "log_every"})
 
 
 def _callee(call: ast.Call) -> str:
