@@ -36,3 +36,20 @@ def test_readme_lists_every_rule():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
     missing = [r.code for r in all_rules() if f"[{r.code}](docs/rules/{r.code}.md) | {r.name} |" not in readme]
     assert missing == []
+
+
+def test_readme_finding_examples_match_the_checker():
+    """Every `path:row:col: CODE` example line in the README is what `check` really reports."""
+    import re
+
+    from traindoctor.config import Settings
+    from traindoctor.static.engine import check_source
+
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    shown = set(re.findall(r"^(examples/static/\S+\.py):(\d+):(\d+): (TD\d{3}) ", readme, re.M))
+    assert shown, "the README shows no static finding example"
+    for path, row, col, code in sorted(shown):
+        result = check_source((root / path).read_bytes(), path, Settings(min_torch_version="2.13"))
+        got = {(f.location.row, f.location.column, f.code) for f in result.findings}
+        assert (int(row), int(col), code) in got, f"README shows {path}:{row}:{col} {code}"
