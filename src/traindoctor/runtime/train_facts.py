@@ -39,6 +39,16 @@ def leading_dims(layers: list[LayerStats], *, training: bool = True, grad: bool 
     return out
 
 
+def small_batchnorm_batch(session: Any, min_batch: int) -> tuple[list[LayerStats], int] | None:
+    """The BatchNorm layers that normalise batch statistics and their most common per-forward
+    batch, when that batch is below ``min_batch`` (TD202 and TD602 judge the same number)."""
+    layers = [rec for rec in module_stats(session).of_kind("batchnorm") if rec.sensitive]
+    batch = most_common(leading_dims(layers))
+    if batch is None or batch >= min_batch:
+        return None
+    return layers, batch
+
+
 def forward_batch(session: Any) -> int | None:
     """The typical per-forward batch of training-mode forwards (first layer kinds that saw one)."""
     stats = module_stats(session)

@@ -238,14 +238,13 @@ class BatchnormSmallBatchMonitor(Monitor):
     def on_run_end(self) -> None:
         if not self.steps.backward_calls:
             return
-        from traindoctor.runtime.probes.modules import module_stats
-        from traindoctor.runtime.train_facts import leading_dims, most_common
+        from traindoctor.runtime.train_facts import small_batchnorm_batch
 
         min_batch = int(self.threshold("min_batch", 16))
-        layers = [rec for rec in module_stats(self.session).of_kind("batchnorm") if rec.sensitive]
-        batch = most_common(leading_dims(layers))
-        if batch is None or batch >= min_batch:
+        small = small_batchnorm_batch(self.session, min_batch)
+        if small is None:
             return
+        layers, batch = small
         accumulation = self.steps.accumulation()
         world = max(int(getattr(self.session, "world_size", 1) or 1), 1)
         if world > 1 and accumulation <= 1:
