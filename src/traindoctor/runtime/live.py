@@ -40,15 +40,19 @@ def _is_library(filename: str) -> bool:
     return any(part in filename for part in _SKIP_PARTS)
 
 
-def user_site(skip: int = 1) -> Site | None:
-    """(filename, row) of the innermost frame that belongs to user code, or None."""
-    frame: FrameType | None = sys._getframe(skip)
+def _first_user_frame(frame: FrameType | None) -> Site | None:
+    """(filename, row) of ``frame`` or the nearest caller outside torch and traindoctor."""
     while frame is not None:
         filename = frame.f_code.co_filename
         if not _is_library(filename):
             return (filename, frame.f_lineno)
         frame = frame.f_back
     return None
+
+
+def user_site(skip: int = 1) -> Site | None:
+    """(filename, row) of the innermost frame that belongs to user code, or None."""
+    return _first_user_frame(sys._getframe(skip))
 
 
 _MODULE_CALL = {"_call_impl", "_wrapped_call_impl"}
@@ -72,13 +76,7 @@ def forward_call_site(skip: int = 1) -> Site | None:
         frame = frame.f_back
     if outer is None:
         return user_site(skip + 1)
-    frame = outer.f_back
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not _is_library(filename):
-            return (filename, frame.f_lineno)
-        frame = frame.f_back
-    return None
+    return _first_user_frame(outer.f_back)
 
 
 def site_kwargs(site: Site | None) -> dict[str, Any]:
