@@ -75,7 +75,7 @@ def test_json_report_shape(tmp_path: Path) -> None:
                  str(script), str(tmp_path / "facts.json")])
     assert code == 0
     report = json.loads(report_path.read_text())
-    assert sorted(report) == ["environment", "findings", "notes", "partial", "profile"]
+    assert sorted(report) == ["environment", "findings", "notes", "partial", "profile", "timeline"]
     (finding,) = report["findings"]
     assert finding["code"] == "TD102" and finding["name"] == "loader-in-main-process"
     assert finding["filename"] == str(script) and finding["location"]["row"] > 0

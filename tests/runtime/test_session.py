@@ -269,7 +269,7 @@ def test_report_dict_shape() -> None:
     with traindoctor.watch(select=["TD102"]) as doctor:
         train(DataLoader(SleepyDataset(24, delay_s=0.003), batch_size=4))
     report = doctor.report_dict()
-    assert sorted(report) == ["environment", "findings", "notes", "partial", "profile"]
+    assert sorted(report) == ["environment", "findings", "notes", "partial", "profile", "timeline"]
     finding = report["findings"][0]
     assert finding["code"] == "TD102" and finding["origin"] == "runtime"
     assert finding["evidence"]["batches"] == 6 and finding["step"] == 6

@@ -20,7 +20,7 @@ from traindoctor.resume.recorder import INTERRUPT_EXIT
 EXIT_EXACT, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
 DEFAULT_GPU_TOLERANCE = 1e-5
 _VALUED = {"--resume-args", "--steps", "--interrupt-at", "--timeout", "--tolerance",
-           "--output-format", "--workdir"}
+           "--output-format", "--workdir", "--html"}
 _FLAGS = {"--keep", "-h", "--help"}
 
 
@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-format", choices=["text", "json"], default="text")
     parser.add_argument("--workdir", help="keep the runs' files here (default: a temp folder)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    parser.add_argument("--html", metavar="FILE",
+                        help="also write a self-contained HTML report (needs traindoctor[html])")
     return parser
 
 
@@ -73,7 +75,23 @@ def split_argv(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
     return ours, script, rest
 
 
+#: ``--html FILE`` of the current command (set by :func:`main`), also written on failure.
+_html_out: str | None = None
+
+
+def _write_html(result: dict[str, Any]) -> None:
+    if not _html_out:
+        return
+    try:
+        from traindoctor.report.html import render_resume_html, write_html
+
+        write_html(render_resume_html(result), _html_out)
+    except Exception as exc:  # the verdict and exit code stand without the page
+        print(f"traindoctor verify-resume: could not write {_html_out}: {exc}", file=sys.stderr)
+
+
 def _fail(message: str, fmt: str, tail: str = "") -> int:
+    _write_html({"exact": False, "error": message, "log_tail": tail})
     if fmt == "json":
         print(json.dumps({"exact": False, "error": message, "log_tail": tail}, indent=2))
     else:
@@ -107,6 +125,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr if script is None and "-h" not in ours else sys.stdout)
         return EXIT_ERROR if script is None and not ({"-h", "--help"} & set(ours)) else EXIT_EXACT
     opts = parser.parse_args(ours)
+    global _html_out
+    _html_out = None
+    if opts.html:
+        from traindoctor.report.html import missing_dependency
+
+        if missing_dependency():
+            return _fail(str(missing_dependency()), opts.output_format)
+        _html_out = opts.html
     steps = opts.steps
     interrupt_at = opts.interrupt_at if opts.interrupt_at is not None else max(1, steps // 2)
     if steps < 2 or not 1 <= interrupt_at < steps:
@@ -166,10 +192,12 @@ def _judge(runs: Any, script: str, steps: int, interrupt_at: int, opts: Any) -> 
         verdict.cause = "the resumed run crashed"
         verdict.explanation = "its last output lines:\n" + "\n".join(
             f"    {line}" for line in res.log_tail(8).splitlines())
+    from traindoctor.resume.result import result_dict
+
+    data = result_dict(verdict, runs, script=script, steps=steps, interrupt_at=interrupt_at,
+                       tolerance=tol)
+    _write_html(data)
     if fmt == "json":
-        data = verdict.to_dict()
-        data.update({"script": script, "steps": steps, "interrupt_at": interrupt_at,
-                     "tolerance": tol})
         print(json.dumps(data, indent=2, sort_keys=True))
     else:
         sys.stdout.write(render(verdict, script, steps, k))

@@ -18,7 +18,8 @@ from typing import Any, Sequence
 
 USAGE = """\
 usage: traindoctor run [--output-format text|json] [-o FILE] [--select CODES] [--ignore CODES]
-                       [--threshold KEY=VALUE ...] (-m MODULE | SCRIPT) [ARGS ...]
+                       [--threshold KEY=VALUE ...] [--html FILE] [--tensorboard DIR]
+                       (-m MODULE | SCRIPT) [ARGS ...]
 
 Run a training script under the runtime doctor and report findings with measured evidence,
 plus a short pipeline profile.
@@ -33,6 +34,8 @@ options:
   --reference-lr LR            the LR tuned for --reference-batch (TD203/TD206)
   --no-decay PATTERNS          comma-separated no-decay name patterns the script uses (TD205)
   --config FILE                pyproject.toml to read [tool.traindoctor] from
+  --html FILE                  also write a self-contained HTML report (needs traindoctor[html])
+  --tensorboard DIR            also write the per-step profile as TensorBoard scalars
   -m MODULE                    run a library module as a script (like python -m)
   -h, --help                   show this help
 """
@@ -65,6 +68,8 @@ class RunOptions:
     script: str | None = None
     args: list[str] = field(default_factory=list)
     help: bool = False
+    html: str | None = None
+    tensorboard: str | None = None
 
 
 def _csv(value: str) -> list[str]:
@@ -126,6 +131,10 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
             opts.thresholds[_THRESHOLD_ALIASES[name]] = parse_value(value(name))
         elif name == "--config":
             opts.config = value(name)
+        elif name == "--html":
+            opts.html = value(name)
+        elif name == "--tensorboard":
+            opts.tensorboard = value(name)
         elif name == "-m" or (arg.startswith("-m") and len(arg) > 2 and not arg.startswith("--")):
             opts.module = arg[2:] if len(arg) > 2 else value(name)
             opts.args = args[i + 1:]
@@ -280,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if opts.help:
         sys.stdout.write(USAGE)
         return 0
-    problem = _check_target(opts)
+    problem = _check_target(opts) or _check_extras(opts)
     if problem:
         sys.stderr.write(f"traindoctor run: {problem}\n")
         return EXIT_USAGE
@@ -342,4 +351,40 @@ def _report(session: Any, opts: RunOptions, code: int) -> int:
         _write(text, opts.output_file)
     except Exception as exc:  # the report must never change the script's exit code
         sys.stderr.write(f"traindoctor run: could not write the report: {type(exc).__name__}: {exc}\n")
+        return code
+    _write_extras(session, report, opts)
     return code
+
+
+def _check_extras(opts: RunOptions) -> str | None:
+    """Before the run: ``--html`` needs plotly, ``--tensorboard`` needs tensorboard."""
+    if opts.html:
+        from traindoctor.report.html import missing_dependency
+
+        return missing_dependency()
+    if opts.tensorboard:
+        from traindoctor.runtime.tensorboard import missing_dependency as missing_tb
+
+        return missing_tb()
+    return None
+
+
+def _write_extras(session: Any, report: dict[str, Any], opts: RunOptions) -> None:
+    """``--html`` and ``--tensorboard`` outputs; each fails alone, with a message."""
+    if opts.html:
+        try:
+            from traindoctor.report.html import render_run_html, write_html
+
+            write_html(render_run_html(report), opts.html)
+        except Exception as exc:
+            sys.stderr.write(f"traindoctor run: could not write {opts.html}: {type(exc).__name__}: {exc}\n")
+    if opts.tensorboard:
+        try:
+            from traindoctor.runtime.tensorboard import write_events
+            from traindoctor.runtime.timeline import session_timeline
+
+            write_events(session_timeline(session, max_points=None), opts.tensorboard,
+                         report.get("profile"))
+        except Exception as exc:
+            sys.stderr.write(f"traindoctor run: could not write TensorBoard events to "
+                             f"{opts.tensorboard}: {type(exc).__name__}: {exc}\n")

@@ -128,6 +128,7 @@ def merge_reports(reports: Mapping[int, Mapping[str, Any]], world_size: int) -> 
     return {
         "findings": findings,
         "profile": profile,
+        "timeline": list(base.get("timeline") or []),  # rank 0's (the HTML report's charts)
         "environment": environment,
         "notes": notes,
         "partial": partial,

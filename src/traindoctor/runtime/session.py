@@ -32,6 +32,7 @@ from traindoctor.runtime.device import DeviceInfo, usable_cores
 from traindoctor.runtime.device import machine_cores as _machine_cores
 from traindoctor.runtime.events import Monitor
 from traindoctor.runtime.profile import Profile, StepRecord, StepTimer, build_profile, measure_memory
+from traindoctor.runtime.timeline import session_timeline
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -499,6 +500,7 @@ class Session:
         return {
             "findings": [f.to_dict() for f in self.findings],
             "profile": self.profile.to_dict(),
+            "timeline": session_timeline(self),
             "environment": self.environment(),
             "notes": list(self.notes),
             "partial": self.partial,
