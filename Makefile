@@ -11,6 +11,8 @@ $(STAMP): pyproject.toml
 	# Pinned on purpose: an unpinned torch pulls a multi-GB CUDA build.
 	$(PY) -m pip install -q "torch==2.13.0"
 	$(PY) -m pip install -q -e ".[dev]"
+	# Optional extras the tests exercise (HTML report, TensorBoard), torch held by constraints.txt.
+	$(PY) -m pip install -q -c constraints.txt -e ".[html,tensorboard]"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -192,11 +192,6 @@ window.addEventListener('error', function (e) {
 });
 """
 
-_DONE_HOOK = """
-document.body.setAttribute('data-charts-rendered',
-  String(document.querySelectorAll('figure.chart .js-plotly-plot .main-svg').length > 0 ?
-         document.querySelectorAll('figure.chart .js-plotly-plot').length : 0));
-"""
 
 
 def _page(title: str, subtitle: str, body: str) -> str:
@@ -212,7 +207,7 @@ def _page(title: str, subtitle: str, body: str) -> str:
         "<div id=\"td-errors\" role=\"alert\"></div>"
         f"{body}"
         f"<footer>Written by traindoctor {esc(__version__)}. Self-contained: works offline.</footer>"
-        f"</main><script>{_DONE_HOOK}</script></body></html>\n"
+        "</main></body></html>\n"
     )
 
 
