@@ -173,6 +173,7 @@ table.grid th, table.grid td { padding:6px 10px; border-bottom:1px solid var(--l
 table.grid th { background:#f9fafb; font-weight:600; font-size:12px; color:#374151; }
 table.grid td.num { text-align:right; font-variant-numeric:tabular-nums; }
 table.grid tr.best td { background:var(--ok-bg); font-weight:600; }
+table.grid td.nowrap { white-space:nowrap; }
 .chart { background:var(--card); border:1px solid var(--line); border-radius:10px; margin:10px 0; padding:4px; }
 .charts2 { display:grid; grid-template-columns:1fr 1fr; gap:10px; }
 .charts2 .chart { margin:0; }
@@ -232,7 +233,26 @@ def _location(finding: Mapping[str, Any]) -> tuple[str, str]:
             pass
     if not row:
         return shown, ""
-    return f"{shown}:{row}", linecache.getline(filename, int(row)).strip()
+    return f"{shown}:{row}", statement_text(filename, int(row))
+
+
+def statement_text(filename: str, row: int, max_lines: int = 6) -> str:
+    """The source statement starting at ``row``: continuation lines are added while brackets
+    stay open (``loader = DataLoader(`` alone says little), at most ``max_lines``."""
+    import textwrap
+
+    lines: list[str] = []
+    depth = 0
+    for offset in range(max_lines):
+        line = linecache.getline(filename, row + offset)
+        if not line:
+            break
+        lines.append(line.rstrip())
+        code = line.split("#", 1)[0]
+        depth += sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}")
+        if depth <= 0:
+            break
+    return textwrap.dedent("\n".join(lines)).strip("\n")
 
 
 def _finding_html(finding: Mapping[str, Any]) -> str:
@@ -474,7 +494,7 @@ def _trials_table(trials: Sequence[Mapping[str, Any]], best: Any) -> str:
         cells = "".join(f"<td>{esc(cfg.get(k, ''))}</td>" for k in keys)
         share = t.get("data_wait_share")
         rows.append(
-            f"<tr{cls}><td class=num>{i}</td><td>{esc(t.get('phase'))}</td>{cells}"
+            f"<tr{cls}><td class=num>{i}</td><td class=nowrap>{esc(t.get('phase'))}</td>{cells}"
             f"<td class=num>{_num(t.get('samples_per_s'))}</td>"
             f"<td class=num>{'n/a' if share is None else f'{share:.0%}'}</td>"
             f"<td>{_code(t.get('verdict') or '')}</td></tr>"

@@ -37,16 +37,18 @@ def _go() -> Any:
 
 def _layout(title: str, y_title: str, x_title: str = "optimizer step", height: int = 340) -> dict[str, Any]:
     return {
-        "title": {"text": title, "x": 0.01, "xanchor": "left", "font": {"size": 15}},
+        "title": {"text": title, "x": 0.01, "xanchor": "left", "y": 0.985, "yanchor": "top",
+                  "font": {"size": 15}},
         "height": height,
-        "margin": {"l": 64, "r": 20, "t": 48, "b": 48},
+        "margin": {"l": 64, "r": 20, "t": 66, "b": 48},
         "font": {"family": FONT, "size": 12, "color": "#1f2937"},
         "paper_bgcolor": "white",
         "plot_bgcolor": "white",
         "xaxis": {"title": {"text": x_title}, "gridcolor": "#eef0f3", "zeroline": False},
         "yaxis": {"title": {"text": y_title}, "gridcolor": "#eef0f3", "zeroline": False,
                   "rangemode": "tozero"},
-        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 1, "xanchor": "right"},
+        # Legend between the title and the plot, left-aligned: the mode bar keeps the top right.
+        "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "xanchor": "left"},
         "hovermode": "x unified",
     }
 
@@ -200,7 +202,7 @@ def tune_figure(result: Mapping[str, Any]) -> Any | None:
     if base:
         fig.add_hline(y=base, row=1, col=1, line_dash="dot", line_color="#475569",
                       annotation_text=f"your script {base:.4g} samples/s",
-                      annotation_position="bottom right", annotation_font_color="#334155")
+                      annotation_position="top right", annotation_font_color="#334155")
     layout = _layout("Trials: samples/s against the limit", "samples / s", x_title="",
                      height=520)
     layout["hovermode"] = "closest"
