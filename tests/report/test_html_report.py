@@ -182,3 +182,32 @@ def test_verify_resume_writes_its_html_report(tmp_path, capsys) -> None:
     page = out.read_text(encoding="utf-8")
     assert "Resume is NOT exact" in page and "first divergent step 8" in page
     assert _figures(page)["chart-losses"]["data"][2]["x"] == [7, 8, 9]
+
+
+def test_a_saved_json_result_becomes_a_page(tmp_path, run_page, capsys) -> None:
+    _, report = run_page
+    for name, data, marker in (("run", report, "traindoctor run report"),
+                               ("tune", tune_result(), "traindoctor tune report"),
+                               ("resume", resume_result(), "traindoctor verify-resume report")):
+        saved = tmp_path / f"{name}.json"
+        saved.write_text(json.dumps(data))
+        assert html_report.main([str(saved), str(tmp_path / f"{name}.html")]) == 0
+        assert f"<title>{marker}</title>" in (tmp_path / f"{name}.html").read_text(encoding="utf-8")
+    (tmp_path / "bad.json").write_text("[1, 2")
+    assert html_report.main([str(tmp_path / "bad.json"), str(tmp_path / "bad.html")]) == 2
+    assert "cannot read" in capsys.readouterr().err and not (tmp_path / "bad.html").exists()
+
+
+def test_rendering_without_plotly_raises_the_clear_message(monkeypatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_plotly(name, *args, **kwargs):
+        if name == "plotly" or name.startswith("plotly."):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_plotly)
+    with pytest.raises(html_report.HtmlReportUnavailable, match=r"pip install 'traindoctor\[html\]'"):
+        render_tune_html(tune_result())

@@ -44,6 +44,7 @@ def missing_dependency() -> str | None:
 
 
 def _plotly_js() -> str:
+    """The plotly.js bundle to inline; raises :class:`HtmlReportUnavailable` without plotly."""
     try:
         from plotly.offline import get_plotlyjs
     except ImportError as exc:
@@ -195,7 +196,7 @@ window.addEventListener('error', function (e) {
 
 
 
-def _page(title: str, subtitle: str, body: str) -> str:
+def _page(title: str, subtitle: str, body: str, plotly_js: str) -> str:
     from traindoctor import __version__
 
     return (
@@ -203,7 +204,7 @@ def _page(title: str, subtitle: str, body: str) -> str:
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
         f"<title>{esc(title)}</title><style>{_CSS}</style>"
         f"<script>{_ERROR_HOOK}</script>"
-        f"<script type=\"text/javascript\">{_plotly_js()}</script></head>"
+        f"<script type=\"text/javascript\">{plotly_js}</script></head>"
         f"<body><main><header><h1>{esc(title)}</h1><div class=\"sub\">{subtitle}</div></header>"
         "<div id=\"td-errors\" role=\"alert\"></div>"
         f"{body}"
@@ -339,6 +340,7 @@ _VERDICT_HEADLINES = {
 
 def render_run_html(report: Mapping[str, Any]) -> str:
     """The page for ``traindoctor run``'s report dictionary (its ``--output-format json``)."""
+    plotly_js = _plotly_js()
     findings = list(report.get("findings") or [])
     profile = report.get("profile") or {}
     env = report.get("environment") or {}
@@ -382,7 +384,7 @@ def render_run_html(report: Mapping[str, Any]) -> str:
     body.append(_environment(env))
     command = " ".join(str(c) for c in env.get("command") or [])
     subtitle = esc(f"traindoctor run {command}".strip())
-    return _page("traindoctor run report", subtitle, "".join(body))
+    return _page("traindoctor run report", subtitle, "".join(body), plotly_js)
 
 
 def _profile_table(per: Mapping[str, Any], shares: Mapping[str, Any]) -> str:
@@ -436,6 +438,7 @@ def _config_snippet(recommended: Mapping[str, Any]) -> str:
 
 def render_tune_html(result: Mapping[str, Any]) -> str:
     """The page for ``traindoctor tune SCRIPT``'s result (its ``--output-format json``)."""
+    plotly_js = _plotly_js()
     trials = list(result.get("trials") or [])
     base = charts._rate(result.get("baseline"))
     best = charts._rate(result.get("best"))
@@ -474,7 +477,7 @@ def render_tune_html(result: Mapping[str, Any]) -> str:
     body.append(_notes(list(result.get("notes") or [])))
     script = result.get("script") or ""
     subtitle = esc(f"traindoctor tune {script}".strip())
-    return _page("traindoctor tune report", subtitle, "".join(body))
+    return _page("traindoctor tune report", subtitle, "".join(body), plotly_js)
 
 
 def _trials_table(trials: Sequence[Mapping[str, Any]], best: Any) -> str:
@@ -506,6 +509,7 @@ def _trials_table(trials: Sequence[Mapping[str, Any]], best: Any) -> str:
 # ---------------------------------------------------------------------------------- resume
 def render_resume_html(result: Mapping[str, Any]) -> str:
     """The page for ``traindoctor verify-resume``'s result (its ``--output-format json``)."""
+    plotly_js = _plotly_js()
     exact = bool(result.get("exact"))
     if result.get("error"):
         body = [_verdict("bad", "Could not verify resume", _code(result["error"]))]
@@ -535,4 +539,47 @@ def render_resume_html(result: Mapping[str, Any]) -> str:
         body.append(_notes(list(result.get("notes") or [])))
     script = result.get("script") or ""
     subtitle = esc(f"traindoctor verify-resume {script}".strip())
-    return _page("traindoctor verify-resume report", subtitle, "".join(body))
+    return _page("traindoctor verify-resume report", subtitle, "".join(body), plotly_js)
+
+
+# ---------------------------------------------------------------------------------- saved JSON
+def render_saved(data: Mapping[str, Any]) -> str:
+    """The page for a saved JSON result of ``run``, ``tune`` or ``verify-resume`` (told apart by
+    their keys: tune's ``trials``, verify-resume's ``exact``, else a run report)."""
+    if "trials" in data:
+        return render_tune_html(data)
+    if "exact" in data:
+        return render_resume_html(data)
+    return render_run_html(data)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m traindoctor.report.html RESULT.json OUT.html``: a page from a saved result."""
+    import json
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2 or args[0] in ("-h", "--help"):
+        sys.stderr.write("usage: python -m traindoctor.report.html RESULT.json OUT.html\n"
+                         "  RESULT.json: the --output-format json output of traindoctor run, "
+                         "tune or verify-resume\n")
+        return 0 if args[:1] in (["-h"], ["--help"]) else 2
+    problem = missing_dependency()
+    if problem:
+        sys.stderr.write(f"traindoctor: {problem}\n")
+        return 2
+    try:
+        with open(args[0], encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as exc:
+        sys.stderr.write(f"traindoctor: cannot read {args[0]}: {exc}\n")
+        return 2
+    if not isinstance(data, dict):
+        sys.stderr.write(f"traindoctor: {args[0]} is not a traindoctor JSON result\n")
+        return 2
+    write_html(render_saved(data), args[1])
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
