@@ -3,8 +3,9 @@
     .venv/bin/python docs/make_screenshots.py [--tune-json RESULT.json]
 
 The run report is a real ``traindoctor run --html`` of ``examples/runtime/slow_pipeline.py``.
-The tune report renders ``--tune-json`` (the output of ``traindoctor tune --output-format json``)
-or, without it, the example tune result the HTML tests use. Needs the html extra (plotly) and
+The tune report renders ``--tune-json`` (the output of ``traindoctor tune --output-format json``),
+by default ``docs/img/tune-slow_pipeline.json``: a real ``traindoctor tune --budget 60
+examples/runtime/slow_pipeline.py --epochs 30`` on the 2-core development machine. Needs the html extra (plotly) and
 Chromium (``apt-get install chromium``); uses the tests' headless-Chromium driver.
 """
 
@@ -39,10 +40,11 @@ def main() -> int:
                         "-o", str(Path(tmp) / "run.txt"), "examples/runtime/slow_pipeline.py"],
                        cwd=ROOT, check=True)
         console = chromium.screenshot(run_html, out / "run-report.png", height=2160)
-        tune = json.loads(Path(args.tune_json).read_text()) if args.tune_json else tune_result()
+        saved = Path(args.tune_json) if args.tune_json else ROOT / "docs" / "img" / "tune-slow_pipeline.json"
+        tune = json.loads(saved.read_text()) if saved.exists() else tune_result()
         tune_html = Path(tmp) / "tune.html"
         write_html(render_tune_html(tune), str(tune_html))
-        console += chromium.screenshot(tune_html, out / "tune-report.png", height=1500)
+        console += chromium.screenshot(tune_html, out / "tune-report.png", height=1700)
     if console:
         print("console messages:", *console, sep="\n  ")
         return 1

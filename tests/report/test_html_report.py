@@ -114,6 +114,8 @@ def test_tune_page_shows_trials_against_the_limit_and_the_bottleneck_move() -> N
     assert "num_workers=2, prefetch_factor=2, persistent_workers=True" in body
     fig = _figures(page)["chart-trials"]
     rates = [t for t in fig["data"] if t["type"] == "bar" and t.get("name") != "data wait"]
+    names = [t.get("name") for t in fig["data"]]
+    assert "limit (loader-bound) 590 samples/s" in names and "your script 301 samples/s" in names
     assert len(rates) == 10 and rates[0]["x"] == ["#1 w=0 thr=2"]
     assert [t["name"] for t in rates[:4]] == ["baseline", "bound-loader", "bound-loader", "bound-compute"]
     wait = next(t for t in fig["data"] if t.get("name") == "data wait")
@@ -121,8 +123,7 @@ def test_tune_page_shows_trials_against_the_limit_and_the_bottleneck_move() -> N
     shapes = fig["layout"]["shapes"]
     assert any(s.get("y0") == 590.0 for s in shapes)  # the limit line
     assert any(s.get("y0") == 301.0 for s in shapes)  # the script's own rate
-    notes = [a["text"] for a in fig["layout"]["annotations"]]
-    assert "limit (loader-bound) 590 samples/s" in notes
+    assert "range" not in fig["layout"]["yaxis"]  # no bound runs off the scale here
     # The confirmed best configuration is highlighted in the table.
     assert len(re.findall(r'<tr class="best">', body)) == 1
     _assert_offline(page)
@@ -211,3 +212,13 @@ def test_rendering_without_plotly_raises_the_clear_message(monkeypatch) -> None:
     monkeypatch.setattr(builtins, "__import__", no_plotly)
     with pytest.raises(html_report.HtmlReportUnavailable, match=r"pip install 'traindoctor\[html\]'"):
         render_tune_html(tune_result())
+
+
+def test_a_bound_far_above_every_real_configuration_runs_off_the_scale_with_its_value() -> None:
+    result = tune_result()
+    result["trials"][3]["samples_per_s"] = 44160.7  # compute alone on cached batches
+    fig = _figures(render_tune_html(result))["chart-trials"]
+    assert fig["layout"]["yaxis"]["range"] == [0, pytest.approx(1.3 * 590.0)]  # the limit sets it
+    clipped = [a for a in fig["layout"]["annotations"] if "&#8593;" in a["text"]]
+    assert [(a["x"], a["text"]) for a in clipped] == [("#4 w=0 thr=1", "44.2k&#8593;"),
+                                                      ("#5 w=0 thr=2", "1.39k&#8593;")]

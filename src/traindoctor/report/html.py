@@ -71,6 +71,8 @@ def _num(value: Any, unit: str = "", digits: int = 4) -> str:
     if isinstance(value, bool) or value is None:
         return "n/a"
     if isinstance(value, (int, float)):
+        if abs(value) >= 10 ** digits:
+            return f"{value:,.0f}{unit}"  # 44,161 rather than 4.416e+04
         return f"{value:.{digits}g}{unit}"
     return esc(value)
 
