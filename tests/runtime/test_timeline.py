@@ -94,3 +94,14 @@ def test_watched_run_reports_a_timeline_matching_its_profile() -> None:
     assert all(p["samples"] == 4 for p in timeline)
     if sys.platform.startswith("linux"):
         assert all(p["rss_bytes"] > 0 for p in timeline)
+
+
+def test_a_distributed_report_keeps_rank_zeros_timeline() -> None:
+    from traindoctor.runtime.distributed import merge_reports
+
+    def report(rank: int) -> dict[str, Any]:
+        return {"findings": [], "profile": {"samples_per_s": 10.0}, "environment": {"rank": rank},
+                "notes": [], "partial": False, "timeline": [{"step": 1, "rank": rank}]}
+
+    merged = merge_reports({1: report(1), 0: report(0)}, world_size=2)
+    assert merged["timeline"] == [{"step": 1, "rank": 0}]
