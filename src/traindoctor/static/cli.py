@@ -1,4 +1,7 @@
-"""``traindoctor check``: discover files, run the static engine, fix, report, exit like ruff."""
+"""``traindoctor check PATH...``: discover files, run the static engine, fix, report, exit like ruff.
+
+Exit codes follow ruff: 0 no findings, 1 findings, 2 usage or internal error.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import io
 import sys
 import tokenize
 from pathlib import Path
+from typing import Sequence
 
 from traindoctor.config import ConfigError, Settings, load_settings
 from traindoctor.finding import Finding, Location, Origin, Severity, sort_findings
@@ -19,6 +23,45 @@ from traindoctor.static.discovery import iter_python_files
 from traindoctor.static.engine import FileResult, check_source, instantiate
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+PROG = "traindoctor check"
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Statically check training scripts (never imports torch)."
+    )
+    parser.add_argument("paths", nargs="*", default=["."], metavar="PATH")
+    parser.add_argument("--select", type=_csv, help="codes or prefixes to enable (TD1 = all TD1xx)")
+    parser.add_argument("--ignore", type=_csv, help="codes or prefixes to disable")
+    parser.add_argument("--extend-select", type=_csv, help="codes or prefixes to add to the selection")
+    parser.add_argument(
+        "--output-format", choices=["text", "json", "sarif", "github"], default="text"
+    )
+    parser.add_argument("-o", "--output-file", help="write the report here instead of stdout")
+    parser.add_argument("--fix", action="store_true", help="apply safe fixes")
+    parser.add_argument("--unsafe-fixes", action="store_true", help="also apply unsafe fixes")
+    parser.add_argument("--diff", action="store_true", help="print the fixes as a diff; change nothing")
+    parser.add_argument(
+        "--show-source", action=argparse.BooleanOptionalAction, default=True,
+        help="show the offending line under each finding (default: on)",
+    )
+    parser.add_argument("--statistics", action="store_true", help="count findings per code")
+    parser.add_argument("--min-torch-version", help="oldest torch the code must support (e.g. 2.4)")
+    parser.add_argument("--config", help="path to a pyproject.toml to read [tool.traindoctor] from")
+    parser.add_argument("--no-respect-gitignore", action="store_true")
+    parser.add_argument("--exit-zero", action="store_true", help="exit 0 even with findings")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print findings only")
+
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    return run_check(args)
 
 
 def _settings_from_args(args: argparse.Namespace) -> Settings:
