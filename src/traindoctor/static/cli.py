@@ -116,7 +116,10 @@ def _selection(settings: Settings, args: argparse.Namespace) -> Settings:
 def _settings_from_args(args: argparse.Namespace) -> Settings:
     paths = list(args.paths)
     if STDIN in paths and args.stdin_filename:
-        paths = [args.stdin_filename if p == STDIN else p for p in paths]
+        # The configuration is the one the named file would get (it need not exist).
+        named = Path(args.stdin_filename).absolute()
+        existing = next((p for p in [named, *named.parents] if p.exists()), Path.cwd())
+        paths = [str(existing) if p == STDIN else p for p in paths]
     settings = load_settings(paths, args.config)
     settings = _selection(settings, args)
     settings = settings.with_overrides(

@@ -20,7 +20,8 @@ def write_atomically(path: str | Path, data: bytes) -> None:
     """Replace ``path``'s content with ``data``; raise ``OSError`` and leave it intact on failure."""
     target = Path(os.path.realpath(path))
     mode = stat.S_IMODE(target.stat().st_mode)
-    if not os.access(target, os.W_OK):
+    # The write bits too: root may write anything, but a file nobody may write stays as it is.
+    if not os.access(target, os.W_OK) or not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
         raise PermissionError(errno.EACCES, "the file is read-only", str(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".traindoctor-tmp", dir=target.parent)
     try:
