@@ -216,3 +216,13 @@ def test_unwritable_cache_folder_is_skipped_silently(project, capsys, cache_on):
 def test_bad_jobs_is_a_usage_error(project, capsys):
     code, _, err = run(capsys, "--jobs", "-1", str(project))
     assert code == 2 and "--jobs" in err
+
+
+def test_no_worker_processes_falls_back_to_in_process(project, capsys, monkeypatch):
+    expected = run(capsys, "--no-cache", "--jobs", "1", str(project))
+
+    def no_processes(*args, **kwargs):
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(runner, "_parallel", no_processes)
+    assert run(capsys, "--no-cache", "--jobs", "2", str(project)) == expected

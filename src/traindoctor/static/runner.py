@@ -10,11 +10,8 @@ breaks, the remaining files are checked in-process.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -75,6 +72,8 @@ def _work(task: tuple[str, bytes]) -> FileOutcome:
 
 # -- parent side -----------------------------------------------------------------------------------
 def _pool_context():
+    import multiprocessing
+
     if sys.platform.startswith("linux"):
         return multiprocessing.get_context("fork")  # workers inherit the imported rules: fast start
     return multiprocessing.get_context()
@@ -83,6 +82,8 @@ def _pool_context():
 def _parallel(
     tasks: list[tuple[str, bytes]], settings: Settings, options: RunOptions, jobs: int
 ) -> list[FileOutcome]:
+    from concurrent.futures import ProcessPoolExecutor  # imported only when workers are used
+
     chunk = max(1, min(16, len(tasks) // (jobs * 4) or 1))
     with ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context(),
                              initializer=_init_worker, initargs=(settings, options)) as pool:
@@ -118,6 +119,8 @@ def check_many(
     worth_it = len(tasks) > 1 and (not automatic or sum(len(d) for _, d in tasks) >= PARALLEL_MIN_BYTES)
     results: list[FileOutcome] | None = None
     if jobs > 1 and worth_it:
+        from concurrent.futures.process import BrokenProcessPool
+
         try:
             results = _parallel(tasks, settings, options, min(jobs, len(tasks)))
         except (OSError, BrokenProcessPool, RuntimeError):
