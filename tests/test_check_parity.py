@@ -232,3 +232,12 @@ def test_failed_write_leaves_the_original_and_no_temporary(tmp_path, capsys, mon
     assert code == 2 and "No space left on device" in err
     assert path.read_text() == DEPRECATED
     assert [p.name for p in tmp_path.iterdir()] == ["t.py"]
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 14), reason="needs an interpreter older than 3.14")
+def test_python_314_except_without_parentheses_but_not_python_2(tmp_path, capsys):
+    path = write(tmp_path, "new.py", "try:\n    pass\nexcept ValueError, TypeError:\n    pass\n")
+    assert "Python 3.14 syntax" in run(capsys, str(path))[1]
+    path.write_text("try:\n    pass\nexcept ValueError, e:\n    pass\n")
+    out = run(capsys, str(path))[1]
+    assert "TD000" in out and "looks like Python" not in out

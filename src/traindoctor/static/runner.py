@@ -90,6 +90,13 @@ def _parallel(
         return list(pool.map(_work, tasks, chunksize=chunk))
 
 
+def _may_start_processes() -> bool:
+    """Not from a daemonic process (a multiprocessing worker): it may not have children."""
+    import multiprocessing
+
+    return not multiprocessing.current_process().daemon
+
+
 def check_many(
     items: Sequence[tuple[str, bytes]],
     settings: Settings,
@@ -118,12 +125,12 @@ def check_many(
     automatic = options.jobs == 0
     worth_it = len(tasks) > 1 and (not automatic or sum(len(d) for _, d in tasks) >= PARALLEL_MIN_BYTES)
     results: list[FileOutcome] | None = None
-    if jobs > 1 and worth_it:
+    if jobs > 1 and worth_it and _may_start_processes():
         from concurrent.futures.process import BrokenProcessPool
 
         try:
             results = _parallel(tasks, settings, options, min(jobs, len(tasks)))
-        except (OSError, BrokenProcessPool, RuntimeError):
+        except (OSError, BrokenProcessPool, RuntimeError, AssertionError):
             results = None  # no processes here (sandbox, limits): check in-process
     if results is None:
         rules = rules if rules is not None else instantiate(settings.enabled_codes())
