@@ -49,6 +49,8 @@ def default_corpus() -> list[str]:
 def load(paths: list[str], limit: int | None) -> list[tuple[str, bytes]]:
     files = []
     for path in iter_python_files(paths, excludes=["__pycache__"], respect_gitignore=False):
+        if path.suffix == ".ipynb":
+            continue  # ast.parse cannot read notebooks: the comparison is over Python files
         try:
             files.append((str(path), path.read_bytes()))
         except OSError:

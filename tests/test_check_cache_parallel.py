@@ -226,3 +226,18 @@ def test_no_worker_processes_falls_back_to_in_process(project, capsys, monkeypat
 
     monkeypatch.setattr(runner, "_parallel", no_processes)
     assert run(capsys, "--no-cache", "--jobs", "2", str(project)) == expected
+
+
+def test_speed_benchmark_reports_all_rows_and_agrees_with_itself(project):
+    """benchmarks/lint_speed.py on a tiny corpus: the three checker rows, identical findings."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "lint_speed.py"
+    proc = subprocess.run([sys.executable, str(script), str(project / "pkg"), "--repeat", "1", "--jobs", "2"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for row in ("`ast.parse` alone", "`traindoctor check --jobs 1`", "`traindoctor check` (2 jobs)",
+                "`traindoctor check`, cached re-run"):
+        assert row in proc.stdout
+    assert "findings: 13;" in proc.stdout and "MISMATCH" not in proc.stdout
