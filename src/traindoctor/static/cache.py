@@ -228,6 +228,7 @@ class Cache:
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as handle:
                     handle.write(payload)
+                os.chmod(tmp, 0o644)  # mkstemp makes it private; a cache is as readable as the project
                 os.replace(tmp, self.path)
             except BaseException:
                 _unlink(tmp)
