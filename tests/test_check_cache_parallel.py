@@ -241,3 +241,56 @@ def test_speed_benchmark_reports_all_rows_and_agrees_with_itself(project):
                 "`traindoctor check`, cached re-run"):
         assert row in proc.stdout
     assert "findings: 13;" in proc.stdout and "MISMATCH" not in proc.stdout
+
+
+PROJECT_UTILS = '''
+import torchvision
+from torch.utils.data import DataLoader
+
+
+def get_training_dataloader(batch_size=16, num_workers=2):
+    training = torchvision.datasets.CIFAR100(root="./data", train=True)
+    return DataLoader(training, shuffle=True, num_workers=num_workers, batch_size=batch_size)
+'''
+
+PROJECT_TRAIN = '''
+import torch
+from utils import get_training_dataloader
+
+
+def train(epoch):
+    net.train()
+    for images, labels in training_loader:
+        images, labels = images.cuda(), labels.cuda()
+        optimizer.zero_grad()
+        loss_function(net(images), labels).backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    net = torch.nn.Linear(3, 100).cuda()
+    loss_function = torch.nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    training_loader = get_training_dataloader(num_workers=4, batch_size=128)
+    for epoch in range(1, 200):
+        train(epoch)
+'''
+
+
+@pytest.mark.skipif(not hasattr(engine.FileContext, "project_dependencies"),
+                    reason="needs the project context (FileContext.project_dependencies)")
+def test_cache_follows_a_real_imported_project_module(tmp_path, capsys, counted, cache_on):
+    """With the project context on, the loader factory in utils.py decides train.py's TD101."""
+    write(tmp_path, "utils.py", PROJECT_UTILS)
+    train = write(tmp_path, "train.py", PROJECT_TRAIN)
+    argv = ("--jobs", "1", "--cache-dir", str(cache_on), "--select", "TD101", "--output-format", "json", str(train))
+    first = run(capsys, *argv)
+    assert [d["code"] for d in json.loads(first[1])] == ["TD101"]
+    assert json.loads(first[1])[0]["related"][0]["filename"].endswith("utils.py")
+    counted.clear()
+    assert run(capsys, *argv) == first and counted == []  # related locations survive the cache
+    # utils.py now pins memory: train.py is unchanged but its finding must go.
+    write(tmp_path, "utils.py", PROJECT_UTILS.replace("batch_size=batch_size)",
+                                                      "batch_size=batch_size, pin_memory=True)"))
+    code, out, _ = run(capsys, *argv)
+    assert counted == ["train.py"] and json.loads(out) == []
