@@ -5,7 +5,15 @@ bytes from memory (file I/O is excluded), decode them and parse them; the checke
 index and runs every enabled static rule. Each side runs ``--repeat`` times, interleaved, and the
 fastest run of each is reported (the usual way to time CPU-bound code on a busy machine).
 
-    python benchmarks/lint_speed.py [CORPUS_DIR ...] [--repeat 3] [--limit N]
+Three checker rows, each against single-core ``ast.parse``:
+
+- one core: every file checked in this process (``--jobs 1``);
+- parallel: what ``traindoctor check`` does by default, worker processes on all usable cores;
+- cached re-run: nothing changed since the last run, so every file is answered from the cache
+  (opening the cache file, hashing each file's content, validating its dependencies, rebuilding
+  its findings) as a second ``traindoctor check`` would.
+
+    python benchmarks/lint_speed.py [CORPUS_DIR ...] [--repeat 3] [--limit N] [--jobs N]
 """
 
 from __future__ import annotations
@@ -13,7 +21,9 @@ from __future__ import annotations
 import argparse
 import ast
 import gc
+import os
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -22,7 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from traindoctor.config import Settings  # noqa: E402
 from traindoctor.static.discovery import iter_python_files  # noqa: E402
-from traindoctor.static.engine import check_source, decode_source, instantiate  # noqa: E402
+from traindoctor.static.cache import Cache  # noqa: E402
+from traindoctor.static.engine import decode_source, instantiate  # noqa: E402
+from traindoctor.static.runner import RunOptions, check_many, usable_cores  # noqa: E402
 
 
 def default_corpus() -> list[str]:
@@ -37,6 +49,8 @@ def default_corpus() -> list[str]:
 def load(paths: list[str], limit: int | None) -> list[tuple[str, bytes]]:
     files = []
     for path in iter_python_files(paths, excludes=["__pycache__"], respect_gitignore=False):
+        if path.suffix == ".ipynb":
+            continue  # ast.parse cannot read notebooks: the comparison is over Python files
         try:
             files.append((str(path), path.read_bytes()))
         except OSError:
@@ -58,14 +72,20 @@ def time_parse(files: list[tuple[str, bytes]]) -> float:
     return time.perf_counter() - start
 
 
-def time_check(files: list[tuple[str, bytes]], settings: Settings, rules) -> tuple[float, int, int]:
-    findings = errors = 0
+def time_check(
+    files: list[tuple[str, bytes]], settings: Settings, rules, jobs: int, cache_dir: Path | None = None
+) -> tuple[float, int, int]:
+    """Seconds to check every file; with ``cache_dir``, through the cache stored there."""
     start = time.perf_counter()
-    for name, data in files:
-        result = check_source(data, name, settings, rules)
-        findings += len(result.findings)
-        errors += len(result.internal_errors)
-    return time.perf_counter() - start, findings, errors
+    cache = Cache.open(cache_dir, settings) if cache_dir is not None else None
+    outcomes = check_many(files, settings, RunOptions(jobs=jobs), cache=cache, rules=rules)
+    elapsed = time.perf_counter() - start
+    if cache is not None:
+        if cache.misses:
+            sys.exit(f"cache re-run missed {cache.misses} files: the cached timing would be wrong")
+    findings = sum(len(o.findings) for o in outcomes)
+    errors = sum(len(o.internal_errors) for o in outcomes)
+    return elapsed, findings, errors
 
 
 def main() -> int:
@@ -73,30 +93,54 @@ def main() -> int:
     ap.add_argument("paths", nargs="*")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--limit", type=int, default=None, help="check only the first N files")
+    ap.add_argument("--jobs", type=int, default=0, help="workers for the parallel row (default: all cores)")
     args = ap.parse_args()
     paths = args.paths or default_corpus()
     files = load(paths, args.limit)
     lines = sum(data.count(b"\n") for _, data in files)
     settings = Settings(min_torch_version="2.13")
     rules = instantiate(settings.enabled_codes())
-    parse_times, check_times = [], []
-    findings = errors = 0
-    for _ in range(args.repeat):
-        gc.collect()
-        parse_times.append(time_parse(files))
-        gc.collect()
-        t, findings, errors = time_check(files, settings, rules)
-        check_times.append(t)
-    tp, tc = min(parse_times), min(check_times)
+    jobs = args.jobs or usable_cores()
+    rows: dict[str, list[float]] = {"parse": [], "one": [], "parallel": [], "cached": []}
+    counts: dict[str, tuple[int, int]] = {}
+    with tempfile.TemporaryDirectory(prefix="td-bench-cache-") as tmp:
+        cache_dir = Path(tmp)
+        # Fill the cache once (a first `traindoctor check`), then time re-runs.
+        fill = Cache.open(cache_dir, settings)
+        check_many(files, settings, RunOptions(jobs=jobs), cache=fill, rules=rules)
+        fill.save()
+        for _ in range(args.repeat):
+            gc.collect()
+            rows["parse"].append(time_parse(files))
+            for name, run_jobs, cached in (("one", 1, None), ("parallel", jobs, None), ("cached", 1, cache_dir)):
+                gc.collect()
+                t, findings, errors = time_check(files, settings, rules, run_jobs, cached)
+                rows[name].append(t)
+                counts[name] = (findings, errors)
+    best = {name: min(times) for name, times in rows.items()}
+    tp = best["parse"]
+    load_avg = ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
     print(f"corpus: {', '.join(paths)}")
-    print(f"{len(files)} files, {lines} lines, {len(rules)} static rules, best of {args.repeat}")
+    print(f"{len(files)} files, {lines} lines, {len(rules)} static rules, best of {args.repeat}; "
+          f"{usable_cores()} usable cores, load average {load_avg}")
     print()
     print("| step | seconds | files/s | lines/s | vs ast.parse |")
     print("|---|---:|---:|---:|---:|")
-    print(f"| `ast.parse` alone | {tp:.2f} | {len(files) / tp:,.0f} | {lines / tp:,.0f} | 1.00x |")
-    print(f"| `traindoctor check` | {tc:.2f} | {len(files) / tc:,.0f} | {lines / tc:,.0f} | {tc / tp:.2f}x |")
+    labels = {
+        "parse": "`ast.parse` alone (one core)",
+        "one": "`traindoctor check --jobs 1`",
+        "parallel": f"`traindoctor check` ({jobs} jobs)",
+        "cached": "`traindoctor check`, cached re-run",
+    }
+    for name, label in labels.items():
+        t = best[name]
+        print(f"| {label} | {t:.2f} | {len(files) / t:,.0f} | {lines / t:,.0f} | {t / tp:.2f}x |")
     print()
+    findings, errors = counts["one"]
     print(f"findings: {findings}; internal errors: {errors}")
+    if counts["parallel"] != counts["one"] or counts["cached"] != counts["one"]:
+        print(f"MISMATCH: one core {counts['one']}, parallel {counts['parallel']}, cached {counts['cached']}")
+        return 1
     return 0 if errors == 0 else 1
 
 

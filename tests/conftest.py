@@ -6,6 +6,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 import pytest
 
+# `traindoctor check` keeps a cache next to the checked project (or in the working directory);
+# tests must not share results through it. The cache tests turn it back on explicitly.
+os.environ.setdefault("TRAINDOCTOR_NO_CACHE", "1")
+
 
 @pytest.fixture(autouse=True)
 def _restore_torch_backend_flags():

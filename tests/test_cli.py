@@ -83,8 +83,8 @@ def test_noqa_on_parse_error_line_is_not_possible_but_per_file_ignores_work(proj
 def test_config_select_and_cli_override(project, capsys):
     write(project, "pyproject.toml", '[tool.traindoctor]\nignore = ["TD000"]\n')
     assert run(capsys, "check", str(project))[0] == 0
-    assert run(capsys, "check", "--select", "TD000", str(project))[0] == 0
-    # A more specific --select wins over a configured ignore prefix.
+    # ruff's precedence: a command-line --select starts afresh, the configured ignore is gone.
+    assert run(capsys, "check", "--select", "TD000", str(project))[0] == 1
     write(project, "pyproject.toml", '[tool.traindoctor]\nignore = ["TD0"]\n')
     assert run(capsys, "check", str(project))[0] == 0
     assert run(capsys, "check", "--select", "TD000", str(project))[0] == 1

@@ -1,8 +1,9 @@
 """The ``traindoctor`` command line.
 
-``check``, ``rule`` and ``rules`` live here; the other subcommands are owned by their feature
-packages and receive the rest of the command line: ``run`` -> ``traindoctor.runtime.cli``,
-``ckpt`` -> ``traindoctor.checkpoint.cli``, ``verify-resume`` -> ``traindoctor.resume.cli``.
+``rule`` and ``rules`` live here; the other subcommands are owned by their feature packages and
+receive the rest of the command line: ``check`` -> ``traindoctor.static.cli``, ``run`` ->
+``traindoctor.runtime.cli``, ``ckpt`` -> ``traindoctor.checkpoint.cli``, ``verify-resume`` ->
+``traindoctor.resume.cli``, ``tune`` -> ``traindoctor.tune.cli``.
 Exit codes follow ruff: 0 no findings, 1 findings, 2 usage or internal error.
 """
 
@@ -18,17 +19,17 @@ from traindoctor import __version__
 
 #: subcommand -> module whose ``main(argv) -> int`` handles it.
 DELEGATED = {
+    "check": "traindoctor.static.cli",
     "run": "traindoctor.runtime.cli",
     "ckpt": "traindoctor.checkpoint.cli",
     "verify-resume": "traindoctor.resume.cli",
     "tune": "traindoctor.tune.cli",
 }
 
+#: one-line help shown by ``traindoctor --help`` for delegated subcommands.
+HELP = {"check": "statically check training scripts (never imports torch)"}
+
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-
-
-def _csv(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,37 +40,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"traindoctor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    check = sub.add_parser("check", help="statically check training scripts (never imports torch)")
-    check.add_argument("paths", nargs="*", default=["."], metavar="PATH")
-    check.add_argument("--select", type=_csv, help="codes or prefixes to enable (TD1 = all TD1xx)")
-    check.add_argument("--ignore", type=_csv, help="codes or prefixes to disable")
-    check.add_argument("--extend-select", type=_csv, help="codes or prefixes to add to the selection")
-    check.add_argument(
-        "--output-format", choices=["text", "json", "sarif", "github"], default="text"
-    )
-    check.add_argument("-o", "--output-file", help="write the report here instead of stdout")
-    check.add_argument("--fix", action="store_true", help="apply safe fixes")
-    check.add_argument("--unsafe-fixes", action="store_true", help="also apply unsafe fixes")
-    check.add_argument("--diff", action="store_true", help="print the fixes as a diff; change nothing")
-    check.add_argument(
-        "--show-source", action=argparse.BooleanOptionalAction, default=True,
-        help="show the offending line under each finding (default: on)",
-    )
-    check.add_argument("--statistics", action="store_true", help="count findings per code")
-    check.add_argument("--min-torch-version", help="oldest torch the code must support (e.g. 2.4)")
-    check.add_argument("--config", help="path to a pyproject.toml to read [tool.traindoctor] from")
-    check.add_argument("--no-respect-gitignore", action="store_true")
-    check.add_argument("--exit-zero", action="store_true", help="exit 0 even with findings")
-    check.add_argument("-q", "--quiet", action="store_true", help="print findings only")
-
+    for name in DELEGATED:
+        sub.add_parser(name, help=HELP.get(name, f"see `traindoctor {name} --help`"), add_help=False)
     rule = sub.add_parser("rule", help="print a rule's documentation")
     rule.add_argument("code", help="TD102 or loader-in-main-process")
 
     rules = sub.add_parser("rules", help="list all rules")
     rules.add_argument("--output-format", choices=["text", "json"], default="text")
 
-    for name in DELEGATED:
-        sub.add_parser(name, help=f"see `traindoctor {name} --help`", add_help=False)
     return parser
 
 
@@ -109,10 +87,6 @@ def _main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_ERROR
-    if args.command == "check":
-        from traindoctor.check_command import run_check
-
-        return run_check(args)
     if args.command == "rule":
         from traindoctor.docs import render_rule
         from traindoctor.registry import get_rule

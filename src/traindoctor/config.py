@@ -1,8 +1,9 @@
 """Settings: ``[tool.traindoctor]`` in pyproject.toml, overridden by command-line flags.
 
 Recognised keys (kebab- or snake-case): ``select``, ``ignore``, ``extend-select``,
-``per-file-ignores`` (glob -> codes), ``exclude``, ``extend-exclude``, ``min-torch-version``,
-``respect-gitignore`` and ``thresholds`` (runtime rule options, see each rule's doc).
+``per-file-ignores`` (glob -> codes), ``exclude``, ``extend-exclude``, ``force-exclude``,
+``min-torch-version``, ``respect-gitignore``, ``cache-dir`` and ``thresholds`` (runtime rule
+options, see each rule's doc).
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ class Settings:
     exclude: list[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDE))
     extend_exclude: list[str] = field(default_factory=list)
     respect_gitignore: bool = True
+    #: Apply ``exclude`` to files named explicitly too (what a pre-commit hook needs).
+    force_exclude: bool = False
+    #: Where ``traindoctor check`` keeps its cache (relative: to the project root).
+    cache_dir: str | None = None
     #: The oldest torch the checked code must support; None: derive (see min_torch).
     min_torch_version: str | None = None
     #: Runtime rule thresholds, keyed by rule code or option name.
@@ -132,6 +137,10 @@ def settings_from_mapping(data: Mapping[str, Any], root: Path | None = None) -> 
             if not isinstance(value, dict):
                 raise ConfigError("[tool.traindoctor] per-file-ignores must be a table")
             value = {str(k): list(v) for k, v in value.items()}
+        if key in ("respect_gitignore", "force_exclude") and not isinstance(value, bool):
+            raise ConfigError(f"[tool.traindoctor] {raw_key} must be true or false")
+        if key == "cache_dir" and not isinstance(value, str):
+            raise ConfigError(f"[tool.traindoctor] {raw_key} must be a path")
         if key == "min_torch_version":
             value = str(value)
             parse_version(value)

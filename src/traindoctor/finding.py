@@ -99,6 +99,9 @@ class Finding:
     help: str | None = None
     evidence: Mapping[str, Any] | None = None
     step: int | None = None
+    #: Notebook findings: the 1-based cell (counting every cell, as ruff does); rows are then
+    #: rows within that cell. None for plain files.
+    cell: int | None = None
     source_line: str | None = field(default=None, compare=False)
 
     @property
@@ -107,7 +110,7 @@ class Finding:
 
     def sort_key(self) -> tuple[Any, ...]:
         loc = self.location or Location(0, 0)
-        return (self.filename, loc.row, loc.column, self.code, self.message)
+        return (self.filename, self.cell or 0, loc.row, loc.column, self.code, self.message)
 
     def with_(self, **changes: Any) -> "Finding":
         return replace(self, **changes)
@@ -119,6 +122,7 @@ class Finding:
             "severity": self.severity.value,
             "message": self.message,
             "filename": self.filename,
+            "cell": self.cell,
             "location": self.location.to_dict() if self.location else None,
             "end_location": self.end_location.to_dict() if self.end_location else None,
             "noqa_row": self.location.row if self.location else None,
@@ -134,5 +138,5 @@ class Finding:
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
-    """Deterministic order: file, row, column, code, message."""
+    """Deterministic order: file, cell, row, column, code, message."""
     return sorted(findings, key=Finding.sort_key)

@@ -19,10 +19,16 @@ def render(findings: list[Finding]) -> str:
     lines = []
     for f in findings:
         props = [f"file={_escape_prop(f.filename)}"]
-        if f.location is not None:
-            props += [f"line={f.location.row}", f"col={f.location.column}"]
-        if f.end_location is not None:
-            props += [f"endLine={f.end_location.row}", f"endColumn={f.end_location.column}"]
+        message = f"{f.code} {f.message}"
+        if f.cell is not None:
+            # Rows are rows of the cell, not of the notebook's JSON: say where in the message.
+            where = f"cell {f.cell}:{f.location.row}:{f.location.column}" if f.location else f"cell {f.cell}"
+            message = f"{where}: {message}"
+        else:
+            if f.location is not None:
+                props += [f"line={f.location.row}", f"col={f.location.column}"]
+            if f.end_location is not None:
+                props += [f"endLine={f.end_location.row}", f"endColumn={f.end_location.column}"]
         props.append(f"title={_escape_prop(f'{f.code} ({f.name})')}")
-        lines.append(f"::{_LEVEL[f.severity]} {','.join(props)}::{_escape_data(f'{f.code} {f.message}')}")
+        lines.append(f"::{_LEVEL[f.severity]} {','.join(props)}::{_escape_data(message)}")
     return "\n".join(lines) + ("\n" if lines else "")

@@ -45,17 +45,29 @@ def rule_descriptors() -> list[dict]:
 
 
 def _result(f: Finding, index: dict[str, int]) -> dict:
+    notebook = f.cell is not None
+    text = f.message
+    if notebook:
+        # SARIF regions count lines of the file (the notebook's JSON), not of a cell: the cell
+        # and the row within it go in the message and the properties instead.
+        row = f", line {f.location.row}" if f.location else ""
+        text = f"cell {f.cell}{row}: {f.message}"
     result: dict = {
         "ruleId": f.code,
         "level": _LEVEL[f.severity],
-        "message": {"text": f.message},
+        "message": {"text": text},
         "properties": {"name": f.name, "origin": f.origin.value},
     }
+    if notebook:
+        result["properties"]["cell"] = f.cell
+        if f.location is not None:
+            result["properties"]["row"] = f.location.row
+            result["properties"]["column"] = f.location.column
     if f.code in index:
         result["ruleIndex"] = index[f.code]
     if f.filename:
         physical: dict = {"artifactLocation": {"uri": _uri(f.filename)}}
-        if f.location is not None:
+        if f.location is not None and not notebook:
             region = {"startLine": f.location.row, "startColumn": f.location.column}
             if f.end_location is not None:
                 region["endLine"] = f.end_location.row
@@ -66,7 +78,7 @@ def _result(f: Finding, index: dict[str, int]) -> dict:
         result["properties"]["evidence"] = dict(f.evidence)
     if f.step is not None:
         result["properties"]["step"] = f.step
-    if f.fix is not None:
+    if f.fix is not None and not notebook:
         result["fixes"] = [
             {
                 "description": {"text": f.fix.message},

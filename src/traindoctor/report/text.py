@@ -7,6 +7,8 @@ from traindoctor.finding import Finding
 
 def render_finding(f: Finding, show_source: bool = True) -> str:
     loc = f"{f.location.row}:{f.location.column}:" if f.location else ""
+    if f.cell is not None:
+        loc = f"cell {f.cell}:{loc}"
     where = f"{f.filename}:{loc}" if f.filename else ""
     mark = " [*]" if f.fix is not None and f.fix.is_safe else ""
     out = [f"{where} {f.code}{mark} {f.message}".lstrip()]

@@ -1,8 +1,11 @@
 """Which files ``traindoctor check PATH...`` reads.
 
-Directories are walked for ``*.py`` files, skipping the usual non-source folders (``.venv``,
-``build``, ...) and whatever the ``.gitignore`` files along the way ignore. A file named explicitly
-on the command line is always checked, whatever its extension, as ruff does.
+Directories are walked for ``*.py``, ``*.pyi`` and ``*.ipynb`` files, skipping the usual
+non-source folders (``.venv``, ``build``, ...), traindoctor's own cache, Jupyter's autosave
+copies, and whatever the ``.gitignore`` files along the way ignore. A file named explicitly on the
+command line is always checked, whatever its extension, as ruff does, unless ``force_exclude``
+asks to apply the exclude patterns to it too (what a pre-commit hook, which names every changed
+file, needs).
 """
 
 from __future__ import annotations
@@ -13,6 +16,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
+
+
+#: File endings a folder scan picks up.
+SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")
+#: Folders never scanned: traindoctor's cache and Jupyter's autosave copies of notebooks.
+ALWAYS_SKIPPED = frozenset({".traindoctor_cache", ".ipynb_checkpoints"})
 
 
 @dataclass(frozen=True)
@@ -122,19 +131,46 @@ def _excluded(name: str, rel: str, excludes: list[str]) -> bool:
     return any(fnmatch.fnmatch(name, pat) or fnmatch.fnmatch(rel, pat) for pat in excludes)
 
 
+def force_excluded(path: Path, excludes: list[str], root: Path | None = None) -> bool:
+    """Whether an explicitly named file, or a folder above it, matches an exclude pattern.
+
+    Patterns are matched against each component's name and against the path relative to
+    ``root`` (the project root) when the file lies inside it, else the path as given.
+    """
+    if not excludes:
+        return False
+    rel = path
+    if root is not None:
+        try:
+            rel = path.resolve().relative_to(root.resolve())
+        except (ValueError, OSError):
+            rel = path
+    parts = rel.parts
+    for depth in range(1, len(parts) + 1):
+        if _excluded(parts[depth - 1], Path(*parts[:depth]).as_posix(), excludes):
+            return True
+    return False
+
+
 def iter_python_files(
-    paths: list[str], excludes: list[str], respect_gitignore: bool = True
+    paths: list[str], excludes: list[str], respect_gitignore: bool = True,
+    force_exclude: bool = False, root: Path | None = None,
 ) -> Iterator[Path]:
     """Files to check, each once, in sorted order per argument."""
     seen: set[Path] = set()
     for arg in paths:
-        root = Path(arg)
-        if root.is_file() or not root.exists():
-            if root not in seen:
-                seen.add(root)
-                yield root
+        root_arg = Path(arg)
+        if root_arg.is_file() or not root_arg.exists():
+            if force_exclude and root_arg.exists() and force_excluded(root_arg, excludes, root):
+                continue
+            if root_arg not in seen:
+                seen.add(root_arg)
+                yield root_arg
             continue
-        for path in _walk(root, excludes, respect_gitignore):
+        if force_exclude and force_excluded(root_arg, excludes, root):
+            continue
+        root_dir = root_arg
+        for path in _walk(root_dir, excludes, respect_gitignore):
             key = path.resolve()
             if key not in seen:
                 seen.add(key)
@@ -174,13 +210,13 @@ def _walk(root: Path, excludes: list[str], respect_gitignore: bool) -> Iterator[
                 is_dir = entry.is_dir(follow_symlinks=False)
             except OSError:
                 continue
-            if _excluded(entry.name, child_rel, excludes):
+            if entry.name in ALWAYS_SKIPPED or _excluded(entry.name, child_rel, excludes):
                 continue
             if respect_gitignore and ignore.ignored(child_rel, is_dir):
                 continue
             if is_dir:
                 yield from visit(Path(entry.path), child_rel)
-            elif entry.name.endswith((".py", ".pyi")) and entry.is_file():
+            elif entry.name.endswith(SOURCE_SUFFIXES) and entry.is_file():
                 yield Path(entry.path)
         if pushed:
             ignore.pop()

@@ -21,8 +21,14 @@ from traindoctor.registry import all_rules
 from traindoctor.rules.base import Rule
 from traindoctor.static.context import FileContext, split_lines
 from traindoctor.static.fix import apply_edits, select_fixes
+from traindoctor.static.grammar import newer_python_needed, running_python
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]*(?:[\s,]+[A-Za-z]+[0-9]*)*))?", re.IGNORECASE)
+#: ``# traindoctor: noqa`` (every code) or ``# traindoctor: noqa: TD102, TD3`` on a line of its own.
+_FILE_NOQA = re.compile(
+    r"^[ \t]*#[ \t]*traindoctor[ \t]*:[ \t]*noqa(?:[ \t]*:[ \t]*(?P<codes>[A-Za-z]+[0-9]*(?:[ \t,]+[A-Za-z]+[0-9]*)*))?[ \t]*$",
+    re.IGNORECASE | re.MULTILINE,
+)
 _MAX_FIX_PASSES = 10
 
 
@@ -35,6 +41,8 @@ class FileResult:
     original_source: str | None = None
     fixes_applied: int = 0
     internal_errors: list[str] = field(default_factory=list)
+    #: Other files whose content influenced the findings (project context), sorted absolute paths.
+    dependencies: tuple[str, ...] = ()
 
 
 def instantiate(codes: Iterable[str]) -> list[Rule]:
@@ -80,6 +88,15 @@ def parse(filename: str, data: bytes | str) -> tuple[str, list[str], ast.Module]
     except SyntaxError as exc:
         row = exc.lineno or 1
         text = lines[row - 1].rstrip("\r\n") if 0 < row <= len(lines) else None
+        newer = newer_python_needed(text, exc.msg or "")
+        if newer is not None:
+            version, feature = newer
+            message = (
+                f"SyntaxError: {exc.msg}; this looks like Python {version} syntax ({feature}) and "
+                f"traindoctor runs on Python {running_python()}: run it with Python {version} or "
+                "newer to check this file; the file was skipped."
+            )
+            return _parse_error(filename, message, row, exc.offset or 1, text)
         return _parse_error(filename, f"SyntaxError: {exc.msg}; the file was skipped.", row, exc.offset or 1, text)
     except (RecursionError, MemoryError):
         return _parse_error(filename, "File is nested too deeply for the Python parser; it was skipped.")
@@ -105,6 +122,27 @@ def _noqa_allows(finding: Finding, lines: list[str]) -> bool:
     if not codes:
         return False
     return not any(finding.code.startswith(c.upper()) for c in re.split(r"[\s,]+", codes) if c)
+
+
+def file_noqa(source: str) -> frozenset[str] | None:
+    """Codes a file-level ``# traindoctor: noqa`` turns off: None none, empty set all of them."""
+    if "noqa" not in source and "NOQA" not in source:  # cheap: most files have neither
+        return None
+    codes: set[str] = set()
+    found = False
+    for match in _FILE_NOQA.finditer(source):
+        found = True
+        listed = match.group("codes")
+        if not listed:
+            return frozenset()
+        codes.update(c.upper() for c in re.split(r"[\s,]+", listed) if c)
+    return frozenset(codes) if found else None
+
+
+def _file_noqa_allows(finding: Finding, off: frozenset[str] | None) -> bool:
+    if off is None:
+        return True
+    return bool(off) and not any(finding.code.startswith(c) for c in off)
 
 
 def run_rules(ctx: FileContext, rules: list[Rule], errors: list[str]) -> list[Finding]:
@@ -141,6 +179,10 @@ def check_source(
     source, lines, tree = parsed
     errors: list[str] = []
     original = source
+    off = file_noqa(source)
+    if off is not None and not off:
+        return FileResult(filename, [])
+    dependencies: set[str] = set()
 
     def findings_of(source: str, lines: list[str], tree: ast.Module) -> list[Finding]:
         # Rules whose trigger words do not occur cannot fire: skip them, and the index too.
@@ -148,7 +190,10 @@ def check_source(
         if not active:
             return []
         ctx = FileContext(filename, source, tree, settings, lines)
-        found = [f for f in run_rules(ctx, active, errors) if _noqa_allows(f, lines)]
+        found = [
+            f for f in run_rules(ctx, active, errors) if _noqa_allows(f, lines) and _file_noqa_allows(f, off)
+        ]
+        dependencies.update(getattr(ctx, "project_dependencies", ()))
         return sort_findings(_dedupe(found))
 
     findings = findings_of(source, lines, tree)
@@ -166,7 +211,8 @@ def check_source(
         applied += len(fixed)
         source, lines, tree = reparsed
         findings = findings_of(source, lines, tree)
-    result = FileResult(filename, findings, internal_errors=errors, fixes_applied=applied)
+    result = FileResult(filename, findings, internal_errors=errors, fixes_applied=applied,
+                        dependencies=tuple(sorted(dependencies)))
     if fix and source != original:
         result.fixed_source = source
         result.original_source = original

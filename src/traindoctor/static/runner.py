@@ -1,0 +1,143 @@
+"""Check many files: from the cache where nothing changed, the rest on all cores.
+
+The parent process reads every file, asks the cache, and hands the misses to a pool of worker
+processes (each builds its rules once) in chunks; results come back in input order, so the
+output is the same whatever the number of jobs. Small runs stay in-process: starting workers
+costs more than it saves. Workers never write files and never touch the cache: the parent does
+both, so a crash of a worker can lose speed but never data. If the pool cannot be started or
+breaks, the remaining files are checked in-process.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Sequence
+
+from traindoctor.config import Settings
+from traindoctor.rules.base import Rule
+from traindoctor.static.cache import Cache, content_hash
+from traindoctor.static.checkfile import FileOutcome, check_file
+from traindoctor.static.engine import instantiate
+
+#: Below this much source in total, an automatic ``--jobs`` stays in-process.
+PARALLEL_MIN_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    fix: bool = False
+    unsafe_fixes: bool = False
+    diff: bool = False
+    #: Worker processes; 0 means one per usable core (and in-process for small runs).
+    jobs: int = 0
+
+
+def usable_cores() -> int:
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except (AttributeError, OSError):
+        return max(os.cpu_count() or 1, 1)
+
+
+# -- worker side -----------------------------------------------------------------------------------
+_WORKER: dict[str, object] = {}
+
+
+def _init_worker(settings: Settings, options: RunOptions) -> None:
+    _WORKER["settings"] = settings
+    _WORKER["options"] = options
+    _WORKER["rules"] = instantiate(settings.enabled_codes())
+
+
+def _check_guarded(
+    filename: str, data: bytes, settings: Settings, rules: list[Rule], options: RunOptions
+) -> FileOutcome:
+    try:
+        return check_file(filename, data, settings, rules, fix=options.fix,
+                          unsafe_fixes=options.unsafe_fixes, diff=options.diff)
+    except RecursionError:
+        return FileOutcome(filename, [], internal_errors=[f"{filename}: gave up (file too deeply nested)"])
+    except Exception as exc:  # a bug of ours: report it, keep the others' results
+        return FileOutcome(filename, [], internal_errors=[f"{filename}: {type(exc).__name__}: {exc}"])
+
+
+def _work(task: tuple[str, bytes]) -> FileOutcome:
+    settings = _WORKER["settings"]
+    options = _WORKER["options"]
+    rules = _WORKER["rules"]
+    return _check_guarded(task[0], task[1], settings, rules, options)  # type: ignore[arg-type]
+
+
+# -- parent side -----------------------------------------------------------------------------------
+def _pool_context():
+    import multiprocessing
+
+    if sys.platform.startswith("linux"):
+        return multiprocessing.get_context("fork")  # workers inherit the imported rules: fast start
+    return multiprocessing.get_context()
+
+
+def _parallel(
+    tasks: list[tuple[str, bytes]], settings: Settings, options: RunOptions, jobs: int
+) -> list[FileOutcome]:
+    from concurrent.futures import ProcessPoolExecutor  # imported only when workers are used
+
+    chunk = max(1, min(16, len(tasks) // (jobs * 4) or 1))
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context(),
+                             initializer=_init_worker, initargs=(settings, options)) as pool:
+        return list(pool.map(_work, tasks, chunksize=chunk))
+
+
+def _may_start_processes() -> bool:
+    """Not from a daemonic process (a multiprocessing worker): it may not have children."""
+    import multiprocessing
+
+    return not multiprocessing.current_process().daemon
+
+
+def check_many(
+    items: Sequence[tuple[str, bytes]],
+    settings: Settings,
+    options: RunOptions = RunOptions(),
+    cache: Cache | None = None,
+    rules: list[Rule] | None = None,
+) -> list[FileOutcome]:
+    """Outcomes for ``(filename, bytes)`` items, in the items' order."""
+    outcomes: list[FileOutcome | None] = [None] * len(items)
+    digests: list[str] = [""] * len(items)
+    keys: list[str] = [""] * len(items)
+    todo: list[int] = []
+    use_cache = cache is not None and not options.fix and not options.diff
+    for i, (filename, data) in enumerate(items):
+        if use_cache:
+            digests[i] = content_hash(data)
+            keys[i] = os.path.abspath(filename)
+            found = cache.lookup(keys[i], digests[i], filename)  # type: ignore[union-attr]
+            if found is not None:
+                outcomes[i] = FileOutcome(filename, found, cached=True)
+                continue
+        todo.append(i)
+
+    tasks = [items[i] for i in todo]
+    jobs = options.jobs or usable_cores()
+    automatic = options.jobs == 0
+    worth_it = len(tasks) > 1 and (not automatic or sum(len(d) for _, d in tasks) >= PARALLEL_MIN_BYTES)
+    results: list[FileOutcome] | None = None
+    if jobs > 1 and worth_it and _may_start_processes():
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            results = _parallel(tasks, settings, options, min(jobs, len(tasks)))
+        except (OSError, BrokenProcessPool, RuntimeError, AssertionError):
+            results = None  # no processes here (sandbox, limits): check in-process
+    if results is None:
+        rules = rules if rules is not None else instantiate(settings.enabled_codes())
+        results = [_check_guarded(name, data, settings, rules, options) for name, data in tasks]
+
+    for i, outcome in zip(todo, results):
+        outcomes[i] = outcome
+        if use_cache and not outcome.internal_errors:
+            cache.store(keys[i], digests[i], outcome.findings, outcome.dependencies)  # type: ignore[union-attr]
+    return [o for o in outcomes if o is not None]
