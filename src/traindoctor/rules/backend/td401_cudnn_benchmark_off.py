@@ -13,6 +13,7 @@ from traindoctor.rules.backend.td403_benchmark_with_deterministic import (
     cudnn_settings,
 )
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.static.frameworks import lightning_flag
 from traindoctor.static.loaders import DATALOADER, file_trains, is_test_file
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -112,7 +113,7 @@ class CudnnBenchmarkOff(Rule):
     gpu_only = True
     static = True
     runtime = True
-    triggers = ("cuda", "nccl")
+    triggers = ("cuda", "nccl", "Trainer", "Fabric", "Accelerator", "TrainingArguments")
     fixable = "never"
 
     what_it_does = """
@@ -274,6 +275,10 @@ class CudnnBenchmarkOff(Rule):
         trainers = [*ctx.method_calls("Trainer"), *(c for p in _LIGHTNING for _, c in ctx.calls_to_prefix(p))]
         if any(kw.arg == "benchmark" for c in trainers for kw in c.keywords):
             return  # Lightning's Trainer(benchmark=...) sets the flag
+        if any(True for _ in lightning_flag(ctx, "benchmark")):
+            return  # ``LightningCLI(trainer_defaults={"benchmark": ...})``
+        if any(v is not False for _, v in lightning_flag(ctx, "deterministic")):
+            return  # Lightning turns benchmark off for deterministic runs: the user chose that
         fixed, variable = shape_evidence(ctx)
         if not fixed or variable:
             return

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.checkpoints import OPTIMIZER, checkpoint_index
+from traindoctor.static.frameworks import hf_training_args
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -23,7 +24,7 @@ class CheckpointWithoutOptimizer(Rule):
     gpu_only = False
     static = True
     runtime = True
-    triggers = ("save",)
+    triggers = ("save",)  # ``save_only_model`` included
     fixable = "never"
 
     what_it_does = """
@@ -227,6 +228,7 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        yield from _hf_save_only_model(self, ctx)
         idx = checkpoint_index(ctx)
         if idx.optimizers_are_stateless():
             return  # plain SGD keeps no state that a resumed run could miss
@@ -239,6 +241,21 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
                 f"run restarts momentum/Adam moments; save `{opt}.state_dict()` with them.",
                 help=f"Save `{opt}.state_dict()` in the checkpoint",
             )
+
+
+def _hf_save_only_model(rule: Rule, ctx: "FileContext") -> Iterable[Finding]:
+    """``TrainingArguments(save_only_model=True)``: the Trainer's checkpoints hold the weights only."""
+    for args in hf_training_args(ctx):
+        if args.value(ctx, "save_only_model") is not True or args.value(ctx, "save_strategy") == "no":
+            continue
+        yield ctx.report(
+            rule,
+            args.anchor(ctx, "save_only_model"),
+            "`save_only_model=True` makes the Trainer's checkpoints hold only the model weights "
+            "(no optimizer, scheduler, scaler or RNG state), so `resume_from_checkpoint` cannot "
+            "resume the run; drop it and keep checkpoints small with `save_total_limit`.",
+            help="Remove `save_only_model=True`",
+        )
 
 
 # ---------------------------------------------------------------- runtime half (R2)

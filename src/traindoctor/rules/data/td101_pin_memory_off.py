@@ -8,12 +8,15 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.args import MISSING, UNKNOWN
+from traindoctor.static.frameworks import hf_training_args
 from traindoctor.static.loaders import iter_training_loaders, literal_false
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
 
 _HELP = "Pass `pin_memory=True`"
+
+_HELP_HF = "Set `dataloader_pin_memory=True`"
 
 
 class PinMemoryOff(Rule):
@@ -27,7 +30,7 @@ class PinMemoryOff(Rule):
     gpu_only = True
     static = True
     runtime = True
-    triggers = ("DataLoader",)
+    triggers = ("DataLoader", "TrainingArguments")
     fixable = "sometimes"
     options = """
     Runtime thresholds (`thresholds` in `[tool.traindoctor]`, `--threshold KEY=VALUE` or
@@ -256,6 +259,19 @@ class PinMemoryOff(Rule):
                     "`True` (and copy with `non_blocking=True`)."
                 )
             yield ctx.report(self, call, message, fix=fix, help=_HELP)
+        for args in hf_training_args(ctx):
+            if args.value(ctx, "dataloader_pin_memory") is not False or not args.on_gpu(ctx):
+                continue
+            node = args.node(ctx, "dataloader_pin_memory")
+            fix = ctx.fix_replace(node, "True", _HELP_HF) if literal_false(node) else None
+            yield ctx.report(
+                self,
+                args.anchor(ctx, "dataloader_pin_memory"),
+                "`dataloader_pin_memory=False` makes the Trainer copy every batch to the GPU from "
+                "pageable memory; leave it at its default `True`.",
+                fix=fix,
+                help=_HELP_HF,
+            )
 
 
 def _written_in_call(ctx: "FileContext", node: ast.AST, call: ast.Call) -> bool:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.args import MISSING, UNKNOWN
+from traindoctor.static.frameworks import hf_training_args
 from traindoctor.static.loaders import iter_training_loaders
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -27,7 +28,7 @@ class LoaderInMainProcess(Rule):
     gpu_only = False
     static = True
     runtime = True
-    triggers = ("DataLoader",)
+    triggers = ("DataLoader", "TrainingArguments")
     fixable = "never"
     options = """
     Runtime thresholds (`thresholds` in `[tool.traindoctor]`, `--threshold KEY=VALUE` or
@@ -230,6 +231,19 @@ class LoaderInMainProcess(Rule):
                     "batches while the model trains."
                 )
             yield ctx.report(self, call, message, help=_HELP)
+        for args in hf_training_args(ctx):
+            workers = args.value(ctx, "dataloader_num_workers")
+            if workers != 0 or isinstance(workers, bool):
+                continue
+            given = isinstance(args.node(ctx, "dataloader_num_workers"), ast.AST)
+            yield ctx.report(
+                self,
+                args.anchor(ctx, "dataloader_num_workers"),
+                ("`dataloader_num_workers=0`" if given else "`dataloader_num_workers` defaults to 0")
+                + ", so the Trainer loads and collates every training batch in the training process; "
+                "pass `dataloader_num_workers` > 0 (with `dataloader_persistent_workers=True`).",
+                help="Pass `dataloader_num_workers` (for example 4)",
+            )
 
 
 def _origin(node: ast.AST) -> str:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Fix, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.args import MISSING, UNKNOWN
+from traindoctor.static.frameworks import hf_training_args, lightning_hparam
 from traindoctor.static.loaders import DATALOADER, Loader, is_test_file, literal_false, loader_index
 from traindoctor.static.names import dotted
 
@@ -15,6 +16,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
 
 _HELP = "Pass `persistent_workers=True`"
+_HELP_HF = "Pass `dataloader_persistent_workers=True`"
 
 
 class WorkersRespawned(Rule):
@@ -29,7 +31,7 @@ class WorkersRespawned(Rule):
     gpu_only = False
     static = True
     runtime = True
-    triggers = ("DataLoader",)
+    triggers = ("DataLoader", "TrainingArguments")
     fixable = "sometimes"
     options = """
     Runtime thresholds (`thresholds` in `[tool.traindoctor]`, `--threshold KEY=VALUE` or
@@ -241,7 +243,10 @@ class WorkersRespawned(Rule):
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
-        if is_test_file(ctx.filename) or not ctx.calls_to(DATALOADER):
+        if is_test_file(ctx.filename):
+            return
+        if not ctx.calls_to(DATALOADER):
+            yield from self._check_hf(ctx)
             return
         for loader in loader_index(ctx).training_loaders():
             call = loader.call
@@ -254,6 +259,8 @@ class WorkersRespawned(Rule):
                 # ``args.workers = ceil(args.workers / gpus)``: the declared default still says the
                 # loader uses workers, but not how many.
                 count, exact = ctx.argparse_default(workers, declared=True), False
+                if count is UNKNOWN:
+                    count = lightning_hparam(ctx, workers, declared=True)
             if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
                 continue
             counted = f"{count} " if exact else ""
@@ -280,6 +287,36 @@ class WorkersRespawned(Rule):
                     f"{counted}worker processes are restarted each time; pass `persistent_workers=True`."
                 )
             yield ctx.report(self, call, message, fix=self._fix(ctx, loader, workers, persistent), help=_HELP)
+
+        yield from self._check_hf(ctx)
+
+    def _check_hf(self, ctx: "FileContext") -> Iterable[Finding]:
+        """``TrainingArguments(dataloader_num_workers=k)`` without ``dataloader_persistent_workers``:
+        the Trainer builds a new training DataLoader iterator every epoch."""
+        for args in hf_training_args(ctx):
+            workers = args.value(ctx, "dataloader_num_workers")
+            if not isinstance(workers, int) or isinstance(workers, bool) or workers <= 0:
+                continue
+            if args.value(ctx, "dataloader_persistent_workers") is not False:
+                continue
+            epochs, max_steps = args.value(ctx, "num_train_epochs"), args.value(ctx, "max_steps")
+            if isinstance(epochs, (int, float)) and epochs <= 1 and max_steps in (-1, 0):
+                continue  # one pass over the training data
+            persistent = args.node(ctx, "dataloader_persistent_workers")
+            if persistent is MISSING:
+                fix = ctx.fix_add_keyword(args.call, "dataloader_persistent_workers=True", _HELP_HF)
+            elif literal_false(persistent) and _in_call(ctx, persistent, args.call):  # type: ignore[arg-type]
+                fix = ctx.fix_replace(persistent, "True", _HELP_HF)  # type: ignore[arg-type]
+            else:
+                fix = None
+            yield ctx.report(
+                self,
+                args.anchor(ctx, "dataloader_persistent_workers" if persistent is not MISSING else "dataloader_num_workers"),
+                f"The Trainer iterates its training DataLoader once per epoch and its {workers} "
+                "worker processes are restarted each time; pass `dataloader_persistent_workers=True`.",
+                fix=fix,
+                help=_HELP_HF,
+            )
 
     def _fix(self, ctx: "FileContext", loader: Loader, workers: ast.AST, persistent: object) -> Fix | None:
         call = loader.call

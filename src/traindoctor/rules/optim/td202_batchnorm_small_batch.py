@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 from typing import TYPE_CHECKING, Iterable
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.batching import accumulation, distributed, training_batches, trains
-from traindoctor.static.models import file_has_batchnorm, uses_syncbatchnorm
+from traindoctor.static.frameworks import hf_trainer_model, hf_training_args
+from traindoctor.static.models import file_has_batchnorm, model_of, uses_syncbatchnorm
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -27,7 +29,7 @@ class BatchnormSmallBatch(Rule):
     gpu_only = False
     static = True
     runtime = True
-    triggers = ("DataLoader",)
+    triggers = ("DataLoader", "TrainingArguments")
     fixable = "never"
 
     what_it_does = """
@@ -187,6 +189,7 @@ class BatchnormSmallBatch(Rule):
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        yield from self._check_hf(ctx)
         if file_has_batchnorm(ctx) is None or uses_syncbatchnorm(ctx) or not trains(ctx):
             return
         acc = accumulation(ctx)
@@ -208,6 +211,30 @@ class BatchnormSmallBatch(Rule):
                 f"BatchNorm normalises over only {batch} samples per forward while {why}; use "
                 "GroupNorm/LayerNorm, SyncBatchNorm or a per-forward batch of at least 16.",
                 help="Replace BatchNorm or enlarge the per-forward batch",
+            )
+
+
+    def _check_hf(self, ctx: "FileContext") -> Iterable[Finding]:
+        """``TrainingArguments(gradient_accumulation_steps=k)`` for a model with BatchNorm."""
+        for args in hf_training_args(ctx):
+            steps = args.value(ctx, "gradient_accumulation_steps")
+            batch = args.value(ctx, "per_device_train_batch_size")
+            if not (isinstance(steps, int) and not isinstance(steps, bool) and steps > 1):
+                continue
+            if isinstance(batch, bool) or not isinstance(batch, int) or not 0 < batch < SMALL_BATCH:
+                continue
+            model = hf_trainer_model(ctx, args)
+            if model is None or not model_of(ctx, model).has_batchnorm or uses_syncbatchnorm(ctx):
+                continue
+            given = isinstance(args.node(ctx, "per_device_train_batch_size"), ast.AST)
+            yield ctx.report(
+                self,
+                args.anchor(ctx, "per_device_train_batch_size"),
+                f"BatchNorm normalises over only {batch} samples per forward"
+                f"{'' if given else ' (the default `per_device_train_batch_size`)'} while the "
+                f"optimizer steps on {batch} x {steps} samples through `gradient_accumulation_steps`; "
+                "use GroupNorm/LayerNorm or a per-device batch of at least 16.",
+                help="Replace BatchNorm or enlarge the per-device batch",
             )
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.args import UNKNOWN
+from traindoctor.static.frameworks import hf_custom_optimizer, hf_decayed_norm_params, hf_trainer_model, hf_training_args
 from traindoctor.static.loaders import is_test_file
 from traindoctor.static.models import model_of, self_model
 from traindoctor.static.names import OPTIMIZERS, dotted
@@ -70,6 +71,14 @@ def _requires_grad_filter(fn: ast.AST) -> bool:
             and _only_requires_grad(fn.body, fn.args.args[0].arg))
 
 
+def _owner(ctx: "FileContext", model: ast.expr) -> str:
+    """How a message names the module whose parameters are decayed."""
+    if isinstance(model, ast.Name) and model.id == "self":
+        cls = ctx.enclosing(model, ast.ClassDef)
+        return f"`{cls.name}`" if isinstance(cls, ast.ClassDef) else "this module"  # type: ignore[attr-defined]
+    return f"`{ctx.segment(model)}`"
+
+
 class WeightDecayOnBiasNorm(Rule):
     code = "TD204"
     name = "weight-decay-on-bias-norm"
@@ -81,7 +90,7 @@ class WeightDecayOnBiasNorm(Rule):
     gpu_only = False
     static = True
     runtime = True
-    triggers = ("optim", "AdamW")
+    triggers = ("optim", "AdamW", "weight_decay")
     fixable = "never"
 
     what_it_does = """
@@ -251,10 +260,40 @@ class WeightDecayOnBiasNorm(Rule):
             yield ctx.report(
                 self,
                 call,
-                f"`{short}` applies {detail} to every parameter of `{ctx.segment(model)}`, biases and "
+                f"`{short}` applies {detail} to every parameter of {_owner(ctx, model)}, biases and "
                 "normalisation weights included; give those a parameter group with `weight_decay=0` "
                 "(e.g. `traindoctor.recipes.param_groups(model, weight_decay)`).",
                 help="Exclude biases and norm parameters from weight decay",
+            )
+
+        yield from self._check_hf(ctx)
+
+    def _check_hf(self, ctx: "FileContext") -> Iterable[Finding]:
+        """``TrainingArguments(weight_decay=w)``: the Trainer's own AdamW excludes biases and
+        LayerNorm (by type, and names containing ``layernorm``/``rmsnorm``/``norm``) but still
+        decays BatchNorm/GroupNorm weights named like ``bn1`` or ``norm1``."""
+        for args in hf_training_args(ctx):
+            decay = args.value(ctx, "weight_decay")
+            if isinstance(decay, bool) or not isinstance(decay, (int, float)) or decay <= 0:
+                continue
+            if hf_custom_optimizer(ctx):
+                continue
+            model = hf_trainer_model(ctx, args)
+            info = model_of(ctx, model) if model is not None else None
+            if info is None or info.params is None:
+                continue
+            missed = hf_decayed_norm_params(info.params)
+            if not missed:
+                continue
+            shown = ", ".join(f"`{n}`" for n in missed[:3]) + (", ..." if len(missed) > 3 else "")
+            yield ctx.report(
+                self,
+                args.anchor(ctx, "weight_decay"),
+                f"The Trainer applies weight_decay={decay:g} to {len(missed)} normalisation "
+                f"parameter(s) of `{ctx.segment(model)}` ({shown}): its exclusion by name and by "
+                "`nn.LayerNorm` type misses BatchNorm/GroupNorm layers; override "
+                "`Trainer.get_decay_parameter_names` or pass your own parameter groups with `optimizers=`.",
+                help="Exclude BatchNorm/GroupNorm parameters from weight decay",
             )
 
 
