@@ -126,6 +126,12 @@ class CudnnBenchmarkOff(Rule):
     transforms), when it asks for deterministic algorithms (benchmarking would undo that, see
     TD403), and when the flag is assigned anywhere, to any value, since that is a decision.
     The finding is placed at the first convolution or CNN constructor.
+
+    Framework forms: Lightning's `Trainer(benchmark=...)` and
+    `LightningCLI(trainer_defaults={"benchmark": ...})` set the flag (either value is the
+    user's choice), and `Trainer(deterministic=True)` turns it off on purpose: all silence the
+    rule. A Lightning `Trainer`/`Fabric` with the default `accelerator="auto"`, or an
+    `accelerate.Accelerator`, counts as training on CUDA.
     """
     why_bad = """
     cuDNN offers several algorithms for each convolution (implicit GEMM, FFT, Winograd, ...), and
@@ -213,6 +219,21 @@ class CudnnBenchmarkOff(Rule):
             loss.backward()
             """
         ),
+        Valid("""
+        import torchvision
+        from lightning.pytorch import LightningModule
+        from lightning.pytorch.cli import LightningCLI
+
+        class ImageNetModel(LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.model = torchvision.models.resnet18()
+
+            def training_step(self, batch, batch_idx):
+                return self.model(batch[0]).sum()
+
+        LightningCLI(ImageNetModel, trainer_defaults={"max_epochs": 90, "benchmark": True})
+        """),
     )
     invalid = (
         Invalid(

@@ -99,6 +99,9 @@ class BenchmarkWithDeterministic(Rule):
     two branches of one `if`/`else` are not reported, and a later `= False` undoes an earlier
     `True`). The finding is placed at the later of the two settings. Aliases such as
     `from torch.backends import cudnn` are resolved.
+
+    Lightning's `Trainer(benchmark=True, deterministic=True)` is the same conflict (Lightning
+    sets both flags as asked and only warns); it is reported at the later of the two keywords.
     """
     why_bad = """
     The two settings pull in opposite directions. `cudnn.benchmark = True` makes cuDNN time several
@@ -175,6 +178,14 @@ class BenchmarkWithDeterministic(Rule):
             torch.use_deterministic_algorithms(False)
             """
         ),
+        Valid(
+            """
+            import lightning as L
+
+            # Lightning turns benchmark off itself when deterministic=True
+            trainer = L.Trainer(max_epochs=10, deterministic=True)
+            """
+        ),
     )
     invalid = (
         Invalid(
@@ -217,6 +228,17 @@ class BenchmarkWithDeterministic(Rule):
 
             with torch.backends.cudnn.flags(enabled=True, benchmark=True, deterministic=True):  # TD403
                 run()
+            """
+        ),
+        Invalid(
+            """
+            import lightning as L
+
+            trainer = L.Trainer(
+                max_epochs=10,
+                benchmark=True,
+                deterministic=True,  # TD403
+            )
             """
         ),
     )

@@ -44,6 +44,13 @@ A weights-only save is treated as an *export*, not a checkpoint, and is not repo
 
 A lone weights-only save inside the training loop is reported, whatever its file is called: it is
 the only thing a crashed run could resume from.
+
+Framework forms: Hugging Face `TrainingArguments(save_only_model=True)` makes every Trainer
+checkpoint weights-only (no optimizer, scheduler, scaler or RNG state), so
+`trainer.train(resume_from_checkpoint=...)` cannot resume the run; it is reported at the keyword
+unless `save_strategy="no"`. The frameworks' own checkpoints are complete and never reported:
+Lightning's `trainer.save_checkpoint(...)` and `ModelCheckpoint`, accelerate's
+`accelerator.save_state(...)`. Fabric's `fabric.save(path, state)` is judged by what `state` holds.
 """
     why_bad = """
 A model checkpoint without the optimizer state cannot resume training faithfully. SGD with
@@ -167,6 +174,21 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
                 torch.save(model.state_dict(), shard)
             """
         ),
+    Valid("""
+    import lightning as L
+
+    trainer = L.Trainer(max_epochs=10)
+    for stage in range(3):
+        trainer.fit(model, datamodule=dm)
+        trainer.save_checkpoint(f"stage{stage}.ckpt")  # Lightning's checkpoint holds everything
+    """),
+    Valid("""
+    from transformers import Trainer, TrainingArguments
+
+    # nothing is saved during training
+    args = TrainingArguments(output_dir="out", save_strategy="no", save_only_model=True)
+    Trainer(model=model, args=args, train_dataset=train_ds).train()
+    """),
     )
     invalid = (
         Invalid(
@@ -225,6 +247,16 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
                     save_checkpoint({"epoch": epoch + 1, "state_dict": model.state_dict()})  # TD501
             """
         ),
+    Invalid("""
+    from transformers import Trainer, TrainingArguments
+
+    args = TrainingArguments(
+        output_dir="out",
+        save_steps=500,
+        save_only_model=True,  # TD501
+    )
+    Trainer(model=model, args=args, train_dataset=train_ds).train(resume_from_checkpoint=True)
+    """),
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:

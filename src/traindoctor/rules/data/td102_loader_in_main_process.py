@@ -56,6 +56,12 @@ class LoaderInMainProcess(Rule):
 
     At run time the same code is reported only when the data wait is measured to be a large share
     of the step.
+
+    Framework forms: Hugging Face `TrainingArguments` without `dataloader_num_workers` (its
+    default is 0) or with 0, in a script that trains a `Trainer` (reported at the keyword, or at
+    the call when it is missing). Arguments parsed from the command line
+    (`HfArgumentParser(...).parse_args_into_dataclasses()`) are unknown and left alone. A
+    Lightning module's `train_dataloader()` is a training loader like any other.
     """
     why_bad = """
     With `num_workers=0` the main process reads, decodes, augments and collates each batch while
@@ -148,6 +154,19 @@ class LoaderInMainProcess(Rule):
                 return DataLoader(ds, batch_size=64)
             """
         ),
+        Valid("""
+        from transformers import HfArgumentParser, Trainer, TrainingArguments
+
+        # the arguments come from the command line: unknown here
+        (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
+        Valid("""
+        from transformers import Trainer, TrainingArguments
+
+        args = TrainingArguments(output_dir="out", dataloader_num_workers=8, dataloader_persistent_workers=True)
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
     )
     invalid = (
         Invalid(
@@ -205,6 +224,29 @@ class LoaderInMainProcess(Rule):
             main(parser.parse_args())
             """
         ),
+        Invalid("""
+        from transformers import AutoModelForImageClassification, Trainer, TrainingArguments
+
+        model = AutoModelForImageClassification.from_pretrained("google/vit-base-patch16-224-in21k")
+        args = TrainingArguments(output_dir="vit-food", per_device_train_batch_size=32)  # TD102
+        trainer = Trainer(model=model, args=args, train_dataset=train_ds, eval_dataset=val_ds)
+        trainer.train()
+        """),
+        Invalid("""
+        import pytorch_lightning as pl
+        from torch.utils.data import DataLoader
+
+        class CIFARData(pl.LightningDataModule):
+            def train_dataloader(self):
+                return DataLoader(self.train_set, batch_size=256, shuffle=True)  # TD102
+
+            def val_dataloader(self):
+                return DataLoader(self.val_set, batch_size=256)
+
+        class Model(pl.LightningModule):
+            def training_step(self, batch, batch_idx):
+                return self.loss(self(batch[0]), batch[1])
+        """),
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:

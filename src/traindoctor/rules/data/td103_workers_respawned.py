@@ -52,6 +52,11 @@ class WorkersRespawned(Rule):
     `train_dataloader` hook of a Lightning module. A loader that is consumed once, or through one
     endless iterator (`it = iter(loader)` once, then `next(it)` in the loop), is fine, and so is a
     loader that is rebuilt inside the loop (persistent workers would not help it).
+
+    Framework forms: Hugging Face `TrainingArguments(dataloader_num_workers=k)` with `k > 0` and
+    without `dataloader_persistent_workers=True` (the Trainer starts a new pass over its training
+    DataLoader every epoch; a run of at most one epoch is left alone). The fix adds
+    `dataloader_persistent_workers=True`.
     """
     why_bad = """
     Without `persistent_workers`, every `iter(loader)` (every `for` over the loader) starts
@@ -143,6 +148,19 @@ class WorkersRespawned(Rule):
                         model(x)
             """
         ),
+        Valid("""
+        from transformers import Trainer, TrainingArguments
+
+        # one pass over the data: nothing to keep alive
+        args = TrainingArguments(output_dir="out", num_train_epochs=1, dataloader_num_workers=8)
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
+        Valid("""
+        from transformers import Trainer, TrainingArguments
+
+        args = TrainingArguments(output_dir="out", dataloader_num_workers=8, dataloader_persistent_workers=True)
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
     )
     invalid = (
         Invalid(
@@ -240,6 +258,25 @@ class WorkersRespawned(Rule):
                         self.train_epoch()
             """,
         ),
+        Invalid("""
+        from transformers import Trainer, TrainingArguments
+
+        args = TrainingArguments(
+            output_dir="out",
+            num_train_epochs=10,
+            dataloader_num_workers=8,  # TD103
+        )
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """, fixed="""
+        from transformers import Trainer, TrainingArguments
+
+        args = TrainingArguments(
+            output_dir="out",
+            num_train_epochs=10,
+            dataloader_num_workers=8, dataloader_persistent_workers=True,  # TD103
+        )
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:

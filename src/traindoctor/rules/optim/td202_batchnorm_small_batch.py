@@ -40,6 +40,12 @@ class BatchnormSmallBatch(Rule):
     an accumulation count, `optimizer.step()` under `if (i + 1) % k == 0`,
     `Accelerator(gradient_accumulation_steps=k)`) or the script is data-parallel (DDP, FSDP,
     accelerate), so the batch is per GPU. Files that use `SyncBatchNorm` are left alone.
+
+    Framework forms: Hugging Face `TrainingArguments(gradient_accumulation_steps=k)` with a
+    `per_device_train_batch_size` below 16 (its default is 8) for a Trainer whose model has
+    BatchNorm; Lightning's `Trainer(accumulate_grad_batches=k)` with the batch of the module's
+    `train_dataloader()`; `Accelerator(gradient_accumulation_steps=k)` with the batch of the
+    loader it prepares.
     """
     why_bad = """
     BatchNorm computes its mean and variance over the samples of one forward pass on one device.
@@ -135,6 +141,22 @@ class BatchnormSmallBatch(Rule):
         for step, (x, y) in enumerate(train_loader):
             (criterion(model(x), y) / accum).backward()
         """),
+        Valid("""
+        import torchvision
+        from transformers import Trainer, TrainingArguments
+
+        model = torchvision.models.resnet50(num_classes=10)
+        args = TrainingArguments(output_dir="out", per_device_train_batch_size=32, gradient_accumulation_steps=4)
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
+        Valid("""
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+        # a transformer: LayerNorm does not depend on the batch
+        model = AutoModelForCausalLM.from_pretrained("gpt2")
+        args = TrainingArguments(output_dir="out", per_device_train_batch_size=2, gradient_accumulation_steps=16)
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
     )
     invalid = (
         Invalid("""
@@ -186,6 +208,37 @@ class BatchnormSmallBatch(Rule):
             for x, y in loader:
                 criterion(model(x), y).backward()
         """),
+        Invalid("""
+        import torchvision
+        from transformers import Trainer, TrainingArguments
+
+        model = torchvision.models.resnet50(num_classes=10)
+        args = TrainingArguments(
+            output_dir="out",
+            gradient_accumulation_steps=16,  # TD202 (the default per-device batch is 8)
+            dataloader_num_workers=4,
+        )
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
+        Invalid("""
+        import lightning as L
+        import torch.nn as nn
+        from torch.utils.data import DataLoader
+
+        class Segmenter(L.LightningModule):
+            def __init__(self, batch_size: int = 4):
+                super().__init__()
+                self.batch_size = batch_size
+                self.net = nn.Sequential(nn.Conv2d(3, 64, 3), nn.BatchNorm2d(64), nn.ReLU())
+
+            def training_step(self, batch, batch_idx):
+                return self.loss(self.net(batch[0]), batch[1])
+
+            def train_dataloader(self):
+                return DataLoader(self.train_set, batch_size=self.batch_size, num_workers=4)  # TD202
+
+        L.Trainer(accumulate_grad_batches=8).fit(Segmenter())
+        """),
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
@@ -229,7 +282,7 @@ class BatchnormSmallBatch(Rule):
             given = isinstance(args.node(ctx, "per_device_train_batch_size"), ast.AST)
             yield ctx.report(
                 self,
-                args.anchor(ctx, "per_device_train_batch_size"),
+                args.anchor(ctx, "per_device_train_batch_size" if given else "gradient_accumulation_steps"),
                 f"BatchNorm normalises over only {batch} samples per forward"
                 f"{'' if given else ' (the default `per_device_train_batch_size`)'} while the "
                 f"optimizer steps on {batch} x {steps} samples through `gradient_accumulation_steps`; "

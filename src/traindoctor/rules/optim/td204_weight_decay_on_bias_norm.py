@@ -102,6 +102,17 @@ class WeightDecayOnBiasNorm(Rule):
     default to 0 and are not reported unless they pass a nonzero value. Parameter groups built
     by a function (`traindoctor.recipes.param_groups(model, 0.05)`) or by filtering on names
     are left alone.
+
+    Framework forms: Hugging Face `TrainingArguments(weight_decay=w)` with `w > 0` makes the
+    Trainer's own optimizer decay every parameter except those it excludes: biases, `nn.LayerNorm`
+    modules and names containing `layernorm`, `rmsnorm`, `.norm.` or `_norm`. BatchNorm and
+    GroupNorm weights named like `bn1` or `norm1` are still decayed; they are reported (with
+    their names) for a model the file spells out, unless the Trainer gets its own optimizer
+    (`optimizers=`) or the script overrides `create_optimizer`. In a Lightning module,
+    `configure_optimizers` returning an optimizer over `self.parameters()` is judged like any
+    other, with `weight_decay=self.hparams.weight_decay` or `self.weight_decay` read from the
+    `__init__` default (Lightning's hyperparameters; `LightningCLI` exposes them as command-line
+    defaults) when nothing in the file passes another value.
     """
     why_bad = """
     Weight decay pulls weights toward zero. That regularises the scale of weight matrices and
@@ -189,6 +200,30 @@ class WeightDecayOnBiasNorm(Rule):
         model = nn.Sequential(nn.Linear(10, 10, bias=False), nn.ReLU(), nn.Linear(10, 1, bias=False))
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         """),
+        Valid("""
+        import torch.nn as nn
+        from transformers import Trainer, TrainingArguments
+
+        # the Trainer excludes biases and LayerNorm weights itself
+        model = nn.Sequential(nn.Linear(64, 64), nn.LayerNorm(64), nn.Linear(64, 2))
+        args = TrainingArguments(output_dir="out", weight_decay=0.01)
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
+        Valid("""
+        import lightning as L
+        import torch
+
+        class Model(L.LightningModule):
+            def __init__(self, weight_decay: float = 1e-4):
+                super().__init__()
+                self.weight_decay = weight_decay
+
+            def configure_optimizers(self):
+                return torch.optim.AdamW(self.parameters(), weight_decay=self.weight_decay)
+
+        # the file trains with weight_decay=0: the default is not the value
+        model = Model(weight_decay=0.0)
+        """),
     )
     invalid = (
         Invalid("""
@@ -231,6 +266,30 @@ class WeightDecayOnBiasNorm(Rule):
             opt = torch.optim.AdamW(  # TD204
                 [p for p in model.parameters() if p.requires_grad], lr=1e-4, weight_decay=0.05,
             )
+        """),
+        Invalid("""
+        import torchvision
+        from transformers import Trainer, TrainingArguments
+
+        model = torchvision.models.resnet18(num_classes=10)
+        args = TrainingArguments(output_dir="out", weight_decay=0.05)  # TD204
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
+        Invalid("""
+        import lightning as L
+        import torch
+        import torchvision
+
+        class ImageNetModel(L.LightningModule):
+            def __init__(self, lr: float = 0.1, weight_decay: float = 1e-4):
+                super().__init__()
+                self.save_hyperparameters()
+                self.model = torchvision.models.resnet50()
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(  # TD204
+                    self.parameters(), lr=self.hparams.lr, momentum=0.9, weight_decay=self.hparams.weight_decay
+                )
         """),
     )
 
