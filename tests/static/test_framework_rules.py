@@ -373,3 +373,24 @@ def test_framework_names_in_strings_alone_do_not_fire(name):
     # a script that mentions {name} but uses none of it
     print("{name} TrainingArguments Trainer(precision=16) fp16=True")
     """) == []
+
+
+def test_frameworks_that_set_the_sampler_epoch_are_not_reported():
+    src = """
+    import torch
+    from accelerate import Accelerator
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    accelerator = Accelerator()
+    sampler = DistributedSampler(train_set, shuffle=True)
+    loader = DataLoader(train_set, batch_size=64, sampler=sampler)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for epoch in range(10):
+        for x, y in loader:
+            accelerator.backward(model(x).sum())
+            optimizer.step()
+    """
+    assert _rows(src, ["TD601"]) == []
+    # the same loop without accelerate's wrapper is reported at the sampler
+    plain = src.replace("model, optimizer, loader = accelerator.prepare(model, optimizer, loader)\n", "")
+    assert _rows(plain, ["TD601"]) == [("TD601", 7)]

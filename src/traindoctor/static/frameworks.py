@@ -410,6 +410,27 @@ def framework_targets_cuda(ctx: "FileContext") -> bool:
     return False
 
 
+#: Methods that wrap a DataLoader in a framework loader which calls ``sampler.set_epoch`` itself
+#: on every pass (accelerate's ``DataLoaderShard``, Fabric's ``_FabricDataLoader``).
+_EPOCH_SETTING_WRAPPERS = frozenset({"prepare", "prepare_data_loader", "setup_dataloaders"})
+
+
+def framework_sets_epoch(ctx: "FileContext", loader: Any) -> bool:
+    """Whether a framework iterates ``loader`` (a :class:`~traindoctor.static.loaders.Loader`)
+    and sets its sampler's epoch: it is returned by a Lightning ``train_dataloader`` hook (the fit
+    loop sets the epoch), or handed to ``accelerator.prepare(...)`` / ``fabric.setup_dataloaders(...)``."""
+    if any(site.kind == "hook" for site in loader.sites):
+        return True
+    for ref in loader.refs:
+        parent = ctx.parent(ref)
+        if isinstance(parent, ast.keyword):
+            parent = ctx.parent(parent)
+        if (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute)
+                and parent.func.attr in _EPOCH_SETTING_WRAPPERS and parent.func is not ref):
+            return True
+    return False
+
+
 def apex_amp_calls(ctx: "FileContext") -> list[tuple[str, ast.Call]]:
     """(qualified name, call) of NVIDIA apex AMP entry points (``amp.initialize``, ``amp.scale_loss``)."""
     return [(qn, c) for qn in sorted(APEX_AMP) for c in ctx.calls_to(qn)]
