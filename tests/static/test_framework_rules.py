@@ -394,3 +394,14 @@ def test_frameworks_that_set_the_sampler_epoch_are_not_reported():
     # the same loop without accelerate's wrapper is reported at the sampler
     plain = src.replace("model, optimizer, loader = accelerator.prepare(model, optimizer, loader)", "pass")
     assert _rows(plain, ["TD601"]) == [("TD601", 7)]
+
+
+def test_trl_configs_are_training_arguments():
+    found = _findings("""
+    from trl import SFTConfig, SFTTrainer
+
+    config = SFTConfig(output_dir="qwen-sft", fp16=True, dataloader_num_workers=2)
+    trainer = SFTTrainer(model="Qwen/Qwen2.5-0.5B", args=config, train_dataset=dataset)
+    trainer.train()
+    """)
+    assert sorted((f.code, f.location.row) for f in found) == [("TD103", 4), ("TD306", 4)]

@@ -31,7 +31,15 @@ if TYPE_CHECKING:  # pragma: no cover
 HF_TRAINING_ARGS = frozenset({
     "transformers.TrainingArguments", "transformers.Seq2SeqTrainingArguments",
     "transformers.training_args.TrainingArguments", "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
+    # TRL's configs subclass TrainingArguments and keep its loader/precision/saving fields
+    "trl.SFTConfig", "trl.DPOConfig", "trl.GRPOConfig", "trl.RewardConfig", "trl.ORPOConfig",
+    "trl.KTOConfig", "trl.CPOConfig",
 })
+#: Substrings one of which a file that configures a Hugging Face Trainer contains (rules'
+#: ``triggers``): ``TrainingArguments`` or one of TRL's ``*Config`` classes.
+HF_TRIGGERS = ("TrainingArguments", "Config")
+#: Packages whose ``*Trainer`` classes are the transformers Trainer (or subclasses of it).
+HF_TRAINER_PACKAGES = ("transformers.", "trl.")
 #: Defaults of the ``TrainingArguments`` fields the rules read (transformers 4.x and 5.x agree).
 HF_DEFAULTS: dict[str, Any] = {
     "dataloader_num_workers": 0,
@@ -138,12 +146,13 @@ def _hf_training_args(ctx: "FileContext") -> list[HfArgs]:
 
 
 def hf_trainer_calls(ctx: "FileContext") -> list[ast.Call]:
-    """Constructions of a ``transformers`` Trainer (``Trainer``, ``Seq2SeqTrainer``, subclasses in the file)."""
+    """Constructions of a ``transformers`` Trainer (``Trainer``, ``Seq2SeqTrainer``, TRL's ``SFTTrainer``
+    and friends, subclasses defined in the file)."""
     out = []
-    local = _local_subclasses(ctx, lambda qn: qn.startswith("transformers.") and qn.endswith("Trainer"))
+    local = _local_subclasses(ctx, lambda qn: qn.startswith(HF_TRAINER_PACKAGES) and qn.endswith("Trainer"))
     for call in ctx.of(ast.Call):
         qn = ctx.qualname(call.func) or ""
-        if (qn.startswith("transformers.") and qn.endswith("Trainer")) or (
+        if (qn.startswith(HF_TRAINER_PACKAGES) and qn.endswith("Trainer")) or (
             isinstance(call.func, ast.Name) and call.func.id in local
         ):
             out.append(call)

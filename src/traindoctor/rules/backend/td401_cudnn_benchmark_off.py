@@ -13,7 +13,7 @@ from traindoctor.rules.backend.td403_benchmark_with_deterministic import (
     cudnn_settings,
 )
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
-from traindoctor.static.frameworks import lightning_flag
+from traindoctor.static.frameworks import HF_TRIGGERS, lightning_flag
 from traindoctor.static.loaders import DATALOADER, file_trains, is_test_file
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -113,7 +113,7 @@ class CudnnBenchmarkOff(Rule):
     gpu_only = True
     static = True
     runtime = True
-    triggers = ("cuda", "nccl", "Trainer", "Fabric", "Accelerator", "TrainingArguments")
+    triggers = ("cuda", "nccl", "Trainer", "Fabric", "Accelerator", *HF_TRIGGERS)
     fixable = "never"
 
     what_it_does = """

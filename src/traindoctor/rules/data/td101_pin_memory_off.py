@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.args import MISSING, UNKNOWN
-from traindoctor.static.frameworks import hf_training_args
+from traindoctor.static.frameworks import HF_TRIGGERS, hf_training_args
 from traindoctor.static.loaders import iter_training_loaders, literal_false
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,7 +30,7 @@ class PinMemoryOff(Rule):
     gpu_only = True
     static = True
     runtime = True
-    triggers = ("DataLoader", "TrainingArguments")
+    triggers = ("DataLoader", *HF_TRIGGERS)
     fixable = "sometimes"
     options = """
     Runtime thresholds (`thresholds` in `[tool.traindoctor]`, `--threshold KEY=VALUE` or

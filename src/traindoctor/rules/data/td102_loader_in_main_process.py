@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.args import MISSING, UNKNOWN
-from traindoctor.static.frameworks import hf_training_args
+from traindoctor.static.frameworks import HF_TRIGGERS, hf_training_args
 from traindoctor.static.loaders import iter_training_loaders
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,7 +28,7 @@ class LoaderInMainProcess(Rule):
     gpu_only = False
     static = True
     runtime = True
-    triggers = ("DataLoader", "TrainingArguments")
+    triggers = ("DataLoader", *HF_TRIGGERS)
     fixable = "never"
     options = """
     Runtime thresholds (`thresholds` in `[tool.traindoctor]`, `--threshold KEY=VALUE` or

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Fix, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.args import MISSING, UNKNOWN
-from traindoctor.static.frameworks import hf_training_args, lightning_hparam
+from traindoctor.static.frameworks import HF_TRIGGERS, hf_training_args, lightning_hparam
 from traindoctor.static.loaders import DATALOADER, Loader, is_test_file, literal_false, loader_index
 from traindoctor.static.names import dotted
 
@@ -31,7 +31,7 @@ class WorkersRespawned(Rule):
     gpu_only = False
     static = True
     runtime = True
-    triggers = ("DataLoader", "TrainingArguments")
+    triggers = ("DataLoader", *HF_TRIGGERS)
     fixable = "sometimes"
     options = """
     Runtime thresholds (`thresholds` in `[tool.traindoctor]`, `--threshold KEY=VALUE` or

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.batching import accumulation, distributed, training_batches, trains
-from traindoctor.static.frameworks import hf_trainer_model, hf_training_args
+from traindoctor.static.frameworks import HF_TRIGGERS, hf_trainer_model, hf_training_args
 from traindoctor.static.models import file_has_batchnorm, model_of, uses_syncbatchnorm
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -29,7 +29,7 @@ class BatchnormSmallBatch(Rule):
     gpu_only = False
     static = True
     runtime = True
-    triggers = ("DataLoader", "TrainingArguments")
+    triggers = ("DataLoader", *HF_TRIGGERS)
     fixable = "never"
 
     what_it_does = """
