@@ -367,6 +367,30 @@ def accelerator_mixed_precision(ctx: "FileContext") -> list[tuple[ast.Call, Any]
     return out
 
 
+def framework_backward_unscaled(ctx: "FileContext", receiver: ast.AST) -> bool:
+    """Whether ``receiver.backward(loss)`` is a framework backward known *not* to scale the loss:
+    the file's every ``Accelerator``/``Fabric`` is told a precision without float16 loss scaling
+    (``mixed_precision="no"``/``"bf16"``, ``precision="bf16-mixed"``/``"32-true"``). Unknown
+    settings (config files, ``accelerate launch --mixed_precision``) count as scaling."""
+    name = (dotted(receiver) or "").rsplit(".", 1)[-1].lower()
+    if "accelerator" in name:
+        calls, key, scaled = ctx.calls_to(*sorted(ACCELERATORS)), "mixed_precision", ("fp16",)
+    elif "fabric" in name:
+        calls, key, scaled = fabrics(ctx), "precision", (16, "16", "16-mixed")
+    else:
+        return False
+    if not calls:
+        return False
+    for call in calls:
+        node = ctx.arg(call, key, qualname="")
+        if not isinstance(node, ast.AST):
+            return False
+        value = ctx.value(node)
+        if value is UNKNOWN or value in scaled or value is None:
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class Fp16Choice:
     """A framework told to train in float16 mixed precision: where, and what to write instead."""
