@@ -277,6 +277,16 @@ class WorkersRespawned(Rule):
         )
         Trainer(model=model, args=args, train_dataset=train_ds).train()
         """),
+        Invalid("""
+        import os
+        import torch
+
+        loader_args = dict(batch_size=8, num_workers=os.cpu_count(), pin_memory=True)
+        train_loader = torch.utils.data.DataLoader(train_set, shuffle=True, **loader_args)  # TD103
+        for epoch in range(1, 6):
+            for images, masks in train_loader:
+                criterion(model(images), masks).backward()
+        """),
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
@@ -298,6 +308,8 @@ class WorkersRespawned(Rule):
                 count, exact = ctx.argparse_default(workers, declared=True), False
                 if count is UNKNOWN:
                     count = lightning_hparam(ctx, workers, declared=True)
+            if count is UNKNOWN and _one_per_core(ctx, workers):
+                count, exact = 1, False  # ``num_workers=os.cpu_count()``: workers, however many
             if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
                 continue
             counted = f"{count} " if exact else ""
@@ -369,6 +381,32 @@ class WorkersRespawned(Rule):
         if isinstance(persistent, ast.AST) and literal_false(persistent) and _in_call(ctx, persistent, call):
             return ctx.fix_replace(persistent, text, _HELP, applicability)
         return None
+
+
+_CORE_COUNTS = frozenset({"os.cpu_count", "multiprocessing.cpu_count", "torch.multiprocessing.cpu_count",
+                          "psutil.cpu_count"})
+
+
+def _one_per_core(ctx: "FileContext", node: ast.AST, depth: int = 0) -> bool:
+    """``os.cpu_count()`` (through a name bound once, or ``min``/``max`` with positive constants):
+    as many workers as cores, which is at least one wherever training runs."""
+    if depth > 3:
+        return False
+    if isinstance(node, ast.Name):
+        bound = ctx.binding(node)
+        return bound is not None and _one_per_core(ctx, bound, depth + 1)
+    if not isinstance(node, ast.Call):
+        return False
+    if ctx.qualname(node.func) in _CORE_COUNTS:
+        return True
+    if isinstance(node.func, ast.Name) and node.func.id in ("min", "max") and node.func.id not in ctx.imports.names:
+        if node.keywords or not node.args:
+            return False
+        others = [a for a in node.args if not _one_per_core(ctx, a, depth + 1)]
+        if len(others) == len(node.args):
+            return False
+        return all(isinstance(v := ctx.value(a), int) and not isinstance(v, bool) and v > 0 for a in others)
+    return False
 
 
 def _in_call(ctx: "FileContext", node: ast.AST, call: ast.Call) -> bool:
