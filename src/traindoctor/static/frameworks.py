@@ -84,6 +84,12 @@ def is_framework_call(ctx: "FileContext", call: ast.Call, names: frozenset[str])
     return ctx.qualname(call.func) in names
 
 
+def _mentions(ctx: "FileContext", *words: str) -> bool:
+    """A cheap text pre-check before resolving calls: the file spells one of ``words``."""
+    source = ctx.source
+    return any(w in source for w in words)
+
+
 # ---------------------------------------------------------------------------------------- HF
 
 
@@ -132,6 +138,8 @@ def hf_training_args(ctx: "FileContext") -> list[HfArgs]:
 def _hf_training_args(ctx: "FileContext") -> list[HfArgs]:
     from traindoctor.static.loaders import is_test_file
 
+    if "TrainingArguments" not in ctx.source and "trl" not in ctx.source:
+        return []  # cheap: most files that mention ``Config`` are not TRL scripts
     calls = ctx.calls_to(*sorted(HF_TRAINING_ARGS))
     if not calls or is_test_file(ctx.filename) or not _trains_hf_trainer(ctx):
         return []
@@ -244,6 +252,8 @@ def fabrics(ctx: "FileContext") -> list[ast.Call]:
 def lightning_flag(ctx: "FileContext", name: str) -> Iterator[tuple[ast.AST, Any]]:
     """(node, value) for each place a Lightning Trainer flag is set: ``Trainer(name=...)`` or
     ``LightningCLI(..., trainer_defaults={name: ...})``."""
+    if not _mentions(ctx, "Trainer", "LightningCLI"):
+        return
     for call in lightning_trainers(ctx):
         node = ctx.arg(call, name, qualname="")
         if isinstance(node, ast.AST):
@@ -407,7 +417,7 @@ def fp16_choices(ctx: "FileContext") -> list[Fp16Choice]:
     from traindoctor.static.loaders import is_test_file
 
     out: list[Fp16Choice] = []
-    if is_test_file(ctx.filename):
+    if is_test_file(ctx.filename) or not _mentions(ctx, "Trainer", "Fabric", "Accelerator", *HF_TRIGGERS):
         return out  # test suites exercise every precision on purpose
     for args in hf_training_args(ctx):
         if args.value(ctx, "fp16") is True and args.value(ctx, "bf16") is False and args.on_gpu(ctx):
@@ -429,6 +439,8 @@ def framework_targets_cuda(ctx: "FileContext") -> bool:
     """A framework that runs on a CUDA device whenever there is one (HF Trainer, Lightning
     ``Trainer``/``Fabric`` with the default ``accelerator="auto"`` or a GPU one, ``Accelerator``),
     unless the call pins the CPU."""
+    if not _mentions(ctx, "Trainer", "Fabric", "Accelerator", *HF_TRIGGERS):
+        return False
     for args in hf_training_args(ctx):
         if args.on_gpu(ctx):
             return True

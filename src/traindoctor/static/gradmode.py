@@ -11,7 +11,9 @@ one level of call sites for helper functions such as ``evaluate(model, loader)``
 from __future__ import annotations
 
 import ast
+import builtins
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Iterable
 
 from traindoctor.static.names import dotted
@@ -419,8 +421,7 @@ def evaluation_loop(ctx: "FileContext", node: ast.AST) -> ast.AST | None:
     from traindoctor.static.loaders import is_evaluation_name
 
     for loop, iterable in loop_iterables(ctx, node):
-        names = [n for n in names_in(iterable)]
-        if names and any(is_evaluation_name(n) for n in names):
+        if any(_evaluation_word(n) for n in _iter_words(iterable)):
             return loop
     return None
 
@@ -435,7 +436,35 @@ def _steps_in(ctx: "FileContext", region: ast.AST) -> bool:
     return False
 
 
-def unguarded_evaluation(ctx: "FileContext", call: ast.Call) -> str | None:
+_BUILTINS = frozenset(dir(builtins))
+
+
+@lru_cache(maxsize=4096)
+def _evaluation_word(word: str) -> bool:
+    from traindoctor.static.loaders import is_evaluation_name
+
+    return is_evaluation_name(word)
+
+
+def _iter_words(node: ast.AST, depth: int = 0) -> Iterable[str]:
+    """Identifiers of a loop's iterable, cheaply: ``enumerate(tqdm(self.val_loader))`` ->
+    enumerate, tqdm, self, val_loader (calls, attributes and subscripts a few levels deep)."""
+    if depth > 4:
+        return
+    if isinstance(node, ast.Name):
+        yield node.id
+    elif isinstance(node, ast.Attribute):
+        yield node.attr
+        yield from _iter_words(node.value, depth + 1)
+    elif isinstance(node, ast.Call):
+        yield from _iter_words(node.func, depth + 1)
+        for arg in node.args:
+            yield from _iter_words(arg, depth + 1)
+    elif isinstance(node, ast.Subscript):
+        yield from _iter_words(node.value, depth + 1)
+
+
+def unguarded_evaluation(ctx: "FileContext", call: ast.Call, loop: ast.AST | None = None) -> str | None:
     """The model text when ``call`` is an evaluation forward that neither ``eval()`` nor
     ``no_grad``/``inference_mode`` guards: a ``model(x)`` (or ``self.model(x)``) in a loop over
     evaluation data with no backward or optimizer step in that loop (nor after it in the
@@ -446,9 +475,12 @@ def unguarded_evaluation(ctx: "FileContext", call: ast.Call) -> str | None:
     func = call.func
     if isinstance(func, ast.Attribute) and not (isinstance(func.value, ast.Name) and func.value.id == "self"):
         return None
+    if isinstance(func, ast.Name) and (func.id in _BUILTINS or func.id in ctx.imports.names or not ctx.bindings_of(func)):
+        return None  # builtins (``len``, ``float``) and imported functions are not models
     if not isinstance(func, (ast.Name, ast.Attribute)):
         return None
-    loop = evaluation_loop(ctx, call)
+    if loop is None:
+        loop = evaluation_loop(ctx, call)
     if loop is None or _steps_in(ctx, loop):
         return None
     fn = ctx.function_of(call)
@@ -466,6 +498,13 @@ def unguarded_evaluation(ctx: "FileContext", call: ast.Call) -> str | None:
     return model
 
 
+def _in_iterable(ctx: "FileContext", node: ast.AST, loop: ast.AST) -> bool:
+    """Whether ``node`` sits in the iterable part of ``loop`` rather than its body."""
+    if isinstance(loop, (ast.For, ast.AsyncFor)):
+        return ctx.within(node, loop.iter)
+    return any(ctx.within(node, g.iter) for g in loop.generators)  # type: ignore[attr-defined]
+
+
 def unguarded_evaluation_forwards(ctx: "FileContext") -> list[tuple[ast.Call, str]]:
     """(forward call, model text) of every :func:`unguarded_evaluation` forward in the file,
     computed once per file and shared by TD701 and TD702."""
@@ -479,15 +518,20 @@ def _unguarded_evaluation_forwards(ctx: "FileContext") -> list[tuple[ast.Call, s
         return []
     loops = [
         n for n in ctx.of(ast.For, ast.AsyncFor, *_COMPREHENSIONS)
-        if any(is_evaluation_name(x) for x in names_in(n.iter if isinstance(n, (ast.For, ast.AsyncFor)) else n.generators[0].iter))
+        if any(_evaluation_word(x) for x in _iter_words(n.iter if isinstance(n, (ast.For, ast.AsyncFor)) else n.generators[0].iter))
     ]
+    if not loops:
+        return []
     seen: set[int] = set()
     out: list[tuple[ast.Call, str]] = []
     for loop in loops:
+        if _steps_in(ctx, loop):
+            continue
         for sub in ctx.walk(loop):
-            if isinstance(sub, ast.Call) and id(sub) not in seen:
+            if isinstance(sub, ast.Call) and id(sub) not in seen and not _in_iterable(ctx, sub, loop):
+                # (a call in this loop's iterable is judged with the loop around it, if any)
                 seen.add(id(sub))
-                model = unguarded_evaluation(ctx, sub)
+                model = unguarded_evaluation(ctx, sub, loop)
                 if model is not None:
                     out.append((sub, model))
     out.sort(key=lambda cm: (cm[0].lineno, cm[0].col_offset))
