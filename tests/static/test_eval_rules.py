@@ -230,3 +230,83 @@ def test_td703_loss_rebound_from_item_is_not_attached():
     """
     assert _rows(src, ["TD703"]) == []
     assert _rows(src.replace("        loss = loss.item()\n", ""), ["TD703"]) == [("TD703", 6)]
+
+
+# ------------------------------------------------------------------------------ neither eval() nor no_grad
+
+UNGUARDED = """
+import torch
+from torch import nn
+
+model = nn.Sequential(nn.Linear(10, 10), nn.BatchNorm1d(10), nn.Linear(10, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(10):
+    model.train()
+    for x, y in train_loader:
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    val_loss = 0.0
+    for x, y in val_loader:
+        val_loss += nn.functional.cross_entropy(model(x), y).item()
+    accs = [(model(x).argmax(1) == y).float().mean() for x, y in test_loader]
+"""
+
+
+def test_validation_loop_without_eval_or_no_grad_gets_both_rules():
+    found = _result(UNGUARDED).findings
+    assert [(f.code, f.location.row, f.location.column) for f in found] == [
+        ("TD701", 15, 49), ("TD702", 15, 49), ("TD701", 16, 14), ("TD702", 16, 14),
+    ]
+    assert "neither `eval()` nor `no_grad`" in found[0].message and "BatchNorm" in found[0].message
+    assert "torch.inference_mode()" in found[1].message
+
+
+def test_guarding_either_way_leaves_the_other_rule():
+    with_eval = UNGUARDED.replace("    val_loss = 0.0\n", "    model.eval()\n    val_loss = 0.0\n")
+    # eval() but no no_grad: TD702 (existing rule) on both evaluation forwards, no TD701
+    assert {c for c, _ in _rows(with_eval)} == {"TD702"}
+    with_no_grad = UNGUARDED.replace(
+        "    for x, y in val_loader:\n        val_loss",
+        "    with torch.no_grad():\n      for x, y in val_loader:\n        val_loss",
+    )
+    rows = _rows(with_no_grad)
+    assert ("TD701", 16) in rows and ("TD702", 16) not in rows
+
+
+def test_evaluation_loop_that_trains_or_has_no_mode_evidence_is_left_alone():
+    # a backward after the loop uses what it computed (e.g. a meta-learning outer step)
+    assert _rows("""
+    import torch
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1))
+    model.train()
+    meta = sum(model(x).sum() for x, _ in val_loader)
+    meta.backward()
+    """) == []
+    # a helper whose model comes from outside: its mode is unknown
+    assert _rows("""
+    def evaluate(model, val_loader):
+        return [model(x) for x, _ in val_loader]
+    """) == []
+
+
+def test_comprehension_is_an_evaluation_loop_under_no_grad():
+    rows = _rows("""
+    import torch
+    import torchvision
+
+    def train(model, optimizer, train_loader, val_loader):
+        model.train()
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        with torch.no_grad():
+            return [model(x).argmax(1) for x, _ in val_loader]
+
+    net = torchvision.models.resnet18()
+    train(net, torch.optim.SGD(net.parameters(), lr=0.1), train_dl, val_dl)
+    """)
+    assert rows == [("TD701", 12)]

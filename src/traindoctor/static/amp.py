@@ -21,6 +21,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 from traindoctor.static.args import MISSING, UNKNOWN, find_arg
+from traindoctor.static.frameworks import framework_backward_unscaled
 from traindoctor.static.names import dotted
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -388,7 +389,10 @@ class AmpFacts:
                 loss = recv.args[0] if recv.args else None
                 out.append(Backward(call, "scaled", loss, dotted(recv.func.value), self))
             elif call.args:
-                out.append(Backward(call, "wrapper", call.args[0], None, self))
+                # ``accelerator.backward(loss)``: the framework scales the loss only when it was
+                # told to use float16 (``Accelerator(mixed_precision="fp16")``).
+                kind = "direct" if framework_backward_unscaled(ctx, recv) else "wrapper"
+                out.append(Backward(call, kind, call.args[0], None, self))
             else:
                 out.append(Backward(call, "direct", recv, None, self))
         return out

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from traindoctor.static.args import MISSING, UNKNOWN
+from traindoctor.static.frameworks import is_lightning_class
 from traindoctor.static.loaders import is_evaluation_name, is_test_file, iter_training_loaders
 from traindoctor.static.names import dotted
 
@@ -64,7 +65,13 @@ def trains(ctx: "FileContext") -> bool:
     """The file runs backward passes (a training script, not inference) and is not test code."""
     if is_test_file(ctx.filename):
         return False
-    return bool(ctx.method_calls("backward") or ctx.method_calls("manual_backward"))
+    if ctx.method_calls("backward") or ctx.method_calls("manual_backward"):
+        return True
+    # Lightning's automatic optimization: the Trainer runs backward on what training_step returns.
+    return any(
+        fn.name == "training_step" and is_lightning_class(ctx, ctx.parent(fn))
+        for fn in ctx.of(ast.FunctionDef)
+    )
 
 
 # ---------------------------------------------------------------- accumulation

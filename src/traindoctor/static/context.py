@@ -578,7 +578,9 @@ class FileContext:
             v = node.value  # type: ignore[attr-defined]
             if isinstance(v, str) and (v == "cuda" or v.startswith("cuda:") or v == "nccl"):
                 return True
-        return False
+        from traindoctor.static.frameworks import framework_targets_cuda
+
+        return framework_targets_cuda(self)  # Trainer/Fabric/Accelerator pick the GPU themselves
 
     # ------------------------------------------------------------------ positions and text
     def _char_col(self, lineno: int, byte_col: int) -> int:

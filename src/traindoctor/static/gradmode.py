@@ -11,7 +11,9 @@ one level of call sites for helper functions such as ``evaluate(model, loader)``
 from __future__ import annotations
 
 import ast
+import builtins
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Iterable
 
 from traindoctor.static.names import dotted
@@ -288,6 +290,7 @@ def attached_loss(ctx: "FileContext", name: str, at: ast.AST, fn: ast.AST | None
 
 
 def names_in(node: ast.AST) -> Iterable[str]:
+    """Every identifier (names and attribute names) in ``node``."""
     for sub in ast.walk(node):
         if isinstance(sub, ast.Name):
             yield sub.id
@@ -381,4 +384,155 @@ def no_grad_calls(ctx: "FileContext") -> list[ast.Call]:
                 if grad_enabled_at(ctx, sub) is False:
                     out.append(sub)
     out.sort(key=lambda c: (c.lineno, c.col_offset))
+    return out
+
+
+# ---------------------------------------------------------------- evaluation loops
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+#: Substrings one of which an evaluation-loop iterable's name contains, in any usual casing
+#: (the engine's ``triggers`` pre-filter is case-sensitive): see ``loaders.is_evaluation_name``.
+EVAL_LOOP_TRIGGERS = tuple(
+    spelled for word in ("val", "test", "tst", "eval", "dev", "holdout", "inference", "predict")
+    for spelled in (word, word.capitalize(), word.upper())
+)
+
+
+def loop_iterables(ctx: "FileContext", node: ast.AST) -> list[tuple[ast.AST, ast.expr]]:
+    """(loop, iterable) for the ``for`` loops *and* comprehensions around ``node`` in its function,
+    innermost first: ``[model(x) for x, _ in val_loader]`` is the same evaluation loop as the
+    ``for`` statement it abbreviates. ``node`` must sit in the body, not in the iterable itself."""
+    out: list[tuple[ast.AST, ast.expr]] = []
+    for anc in ctx.ancestors(node):
+        if isinstance(anc, _FUNCS):
+            break
+        if isinstance(anc, (ast.For, ast.AsyncFor)):
+            if not ctx.within(node, anc.iter):
+                out.append((anc, anc.iter))
+        elif isinstance(anc, _COMPREHENSIONS):
+            gens = anc.generators
+            if gens and not any(ctx.within(node, g.iter) for g in gens):
+                out.append((anc, gens[0].iter))
+    return out
+
+
+def evaluation_loop(ctx: "FileContext", node: ast.AST) -> ast.AST | None:
+    """The loop (``for`` or comprehension) around ``node`` that iterates evaluation data: its
+    iterable is named like val/valid/test/eval (``val_loader``, ``enumerate(self.test_dl)``)."""
+    from traindoctor.static.loaders import is_evaluation_name
+
+    for loop, iterable in loop_iterables(ctx, node):
+        if any(_evaluation_word(n) for n in _iter_words(iterable)):
+            return loop
+    return None
+
+
+def _steps_in(ctx: "FileContext", region: ast.AST) -> bool:
+    """A backward pass or an optimizer step inside ``region``."""
+    for attr in (*_BACKWARD_METHODS, "step"):
+        for call in ctx.method_calls(attr):
+            if ctx.within(call, region):
+                if attr != "step" or "opt" in (dotted(call.func.value) or "").lower() or "scaler" in (dotted(call.func.value) or "").lower():  # type: ignore[attr-defined]
+                    return True
+    return False
+
+
+_BUILTINS = frozenset(dir(builtins))
+
+
+@lru_cache(maxsize=4096)
+def _evaluation_word(word: str) -> bool:
+    from traindoctor.static.loaders import is_evaluation_name
+
+    return is_evaluation_name(word)
+
+
+def _iter_words(node: ast.AST, depth: int = 0) -> Iterable[str]:
+    """Identifiers of a loop's iterable, cheaply: ``enumerate(tqdm(self.val_loader))`` ->
+    enumerate, tqdm, self, val_loader (calls, attributes and subscripts a few levels deep)."""
+    if depth > 4:
+        return
+    if isinstance(node, ast.Name):
+        yield node.id
+    elif isinstance(node, ast.Attribute):
+        yield node.attr
+        yield from _iter_words(node.value, depth + 1)
+    elif isinstance(node, ast.Call):
+        yield from _iter_words(node.func, depth + 1)
+        for arg in node.args:
+            yield from _iter_words(arg, depth + 1)
+    elif isinstance(node, ast.Subscript):
+        yield from _iter_words(node.value, depth + 1)
+
+
+def unguarded_evaluation(ctx: "FileContext", call: ast.Call, loop: ast.AST | None = None) -> str | None:
+    """The model text when ``call`` is an evaluation forward that neither ``eval()`` nor
+    ``no_grad``/``inference_mode`` guards: a ``model(x)`` (or ``self.model(x)``) in a loop over
+    evaluation data with no backward or optimizer step in that loop (nor after it in the
+    function), autograd on as far as the file tells, and the model in training mode on evidence
+    (see :func:`mode_state`). None otherwise. Both TD701 (train mode) and TD702 (autograd on)
+    report such a forward.
+    """
+    func = call.func
+    if isinstance(func, ast.Attribute) and not (isinstance(func.value, ast.Name) and func.value.id == "self"):
+        return None
+    if isinstance(func, ast.Name) and (func.id in _BUILTINS or func.id in ctx.imports.names or not ctx.bindings_of(func)):
+        return None  # builtins (``len``, ``float``) and imported functions are not models
+    if not isinstance(func, (ast.Name, ast.Attribute)):
+        return None
+    if loop is None:
+        loop = evaluation_loop(ctx, call)
+    if loop is None or _steps_in(ctx, loop):
+        return None
+    fn = ctx.function_of(call)
+    if isinstance(fn, ast.Lambda):
+        return None
+    end = (loop.end_lineno, loop.end_col_offset)  # type: ignore[attr-defined]
+    for b in backward_calls(ctx, fn):
+        if (b.lineno, b.col_offset) > end:  # a backward after the loop may use what it computed
+            return None
+    if grad_enabled_at(ctx, call) is not None or grad_disabled_globally(ctx) or callers_disable_grad(ctx, fn):
+        return None
+    model = dotted(func) or ""
+    if not model or mode_state(ctx, call, model, fn) != TRAIN:
+        return None
+    return model
+
+
+def _in_iterable(ctx: "FileContext", node: ast.AST, loop: ast.AST) -> bool:
+    """Whether ``node`` sits in the iterable part of ``loop`` rather than its body."""
+    if isinstance(loop, (ast.For, ast.AsyncFor)):
+        return ctx.within(node, loop.iter)
+    return any(ctx.within(node, g.iter) for g in loop.generators)  # type: ignore[attr-defined]
+
+
+def unguarded_evaluation_forwards(ctx: "FileContext") -> list[tuple[ast.Call, str]]:
+    """(forward call, model text) of every :func:`unguarded_evaluation` forward in the file,
+    computed once per file and shared by TD701 and TD702."""
+    return ctx.shared("gradmode.unguarded_eval", _unguarded_evaluation_forwards)
+
+
+def _unguarded_evaluation_forwards(ctx: "FileContext") -> list[tuple[ast.Call, str]]:
+    from traindoctor.static.loaders import is_evaluation_name, is_test_file
+
+    if is_test_file(ctx.filename):
+        return []
+    loops = [
+        n for n in ctx.of(ast.For, ast.AsyncFor, *_COMPREHENSIONS)
+        if any(_evaluation_word(x) for x in _iter_words(n.iter if isinstance(n, (ast.For, ast.AsyncFor)) else n.generators[0].iter))
+    ]
+    if not loops:
+        return []
+    seen: set[int] = set()
+    out: list[tuple[ast.Call, str]] = []
+    for loop in loops:
+        if _steps_in(ctx, loop):
+            continue
+        for sub in ctx.walk(loop):
+            if isinstance(sub, ast.Call) and id(sub) not in seen and not _in_iterable(ctx, sub, loop):
+                # (a call in this loop's iterable is judged with the loop around it, if any)
+                seen.add(id(sub))
+                model = unguarded_evaluation(ctx, sub, loop)
+                if model is not None:
+                    out.append((sub, model))
+    out.sort(key=lambda cm: (cm[0].lineno, cm[0].col_offset))
     return out

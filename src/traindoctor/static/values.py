@@ -3,7 +3,8 @@
 What rules may rely on: literals, unary/binary arithmetic on known values, names bound exactly
 once (or always to the same value) in the enclosing function or at module level, ``int()``/
 ``float()``/``min()``/``max()`` of known values, conditional expressions whose branches agree, and
-argparse defaults read back through ``args.x``. Everything else is :data:`UNKNOWN`: rules must not
+argparse defaults read back through ``args.x`` (and a LightningModule's ``__init__`` defaults read back
+through ``self.x``, see :func:`traindoctor.static.frameworks.lightning_hparam`). Everything else is :data:`UNKNOWN`: rules must not
 guess.
 """
 
@@ -104,8 +105,14 @@ def evaluate(ctx: "FileContext", node: ast.AST | None, depth: int = 0) -> Any:
         if all(v == first and type(v) is type(first) for v in values[1:]):
             return first
         return UNKNOWN
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        return ctx.argparse_default(node)
+    if isinstance(node, ast.Attribute):
+        value = ctx.argparse_default(node) if isinstance(node.value, ast.Name) else UNKNOWN
+        if value is UNKNOWN:
+            # ``self.lr`` / ``self.hparams.lr`` of a LightningModule: its ``__init__`` default.
+            from traindoctor.static.frameworks import lightning_hparam
+
+            value = lightning_hparam(ctx, node)
+        return value
     return UNKNOWN
 
 

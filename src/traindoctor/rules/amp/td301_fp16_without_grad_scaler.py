@@ -38,6 +38,14 @@ class Fp16WithoutGradScaler(Rule):
         (`torch.autocast("cpu")` defaults to bfloat16) are not reported. When the device type
         cannot be resolved and no dtype is given, the rule stays silent unless the script
         targets CUDA.
+
+    Frameworks that own the scaler count as scaling: `accelerator.backward(loss)` and
+    `fabric.backward(loss)` scale the loss when the framework runs float16 mixed precision
+    (`Accelerator(mixed_precision="fp16")`, `Fabric(precision="16-mixed")`, or a setting the file
+    does not spell out, such as `accelerate launch --mixed_precision fp16`). When every
+    `Accelerator`/`Fabric` of the file is told a precision without loss scaling
+    (`mixed_precision="no"`/`"bf16"`, `precision="32-true"`/`"bf16-mixed"`), a hand-written
+    float16 autocast backpropagated through it is reported like a plain `loss.backward()`.
     """
     why_bad = """
         float16 has a 5-bit exponent: its smallest subnormal is about 6e-8 and its largest value
@@ -274,6 +282,18 @@ class Fp16WithoutGradScaler(Rule):
                 optimizer.step()
             """
         ),
+        Invalid("""
+        import torch
+        from accelerate import Accelerator
+
+        accelerator = Accelerator(mixed_precision="no")  # the framework keeps no GradScaler
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        for x, y in loader:
+            with torch.autocast("cuda", dtype=torch.float16):  # TD301
+                loss = model(x, y)
+            accelerator.backward(loss)
+            optimizer.step()
+        """),
     )
 
     def check(self, ctx: "FileContext") -> Iterator[Finding]:

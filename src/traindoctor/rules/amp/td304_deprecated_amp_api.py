@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Iterator
 from traindoctor.finding import Edit, Finding, Fix, Location, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.amp import AUTOCAST_SIGNATURES, pos
+from traindoctor.static.frameworks import FABRICS, LIGHTNING_PRECISION_ALIASES, apex_amp_calls, fabrics, lightning_trainers
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -32,7 +33,7 @@ class DeprecatedAmpApi(Rule):
     )
     gpu_only = False
     static = True
-    triggers = ("cuda.amp", "cpu.amp", "cuda import amp", "cpu import amp")
+    triggers = ("cuda.amp", "cpu.amp", "cuda import amp", "cpu import amp", "apex", "precision")
     runtime = False
     fixable = "sometimes"
 
@@ -41,6 +42,12 @@ class DeprecatedAmpApi(Rule):
         `torch.cuda.amp.GradScaler`, `torch.cpu.amp.autocast` and `torch.cpu.amp.GradScaler`,
         however they are imported (`from torch.cuda.amp import autocast, GradScaler`,
         `import torch.cuda.amp as amp`, aliases), including their use as a decorator.
+
+        Also the framework spellings of the same outdated choice: NVIDIA apex's
+        `amp.initialize(...)` and `amp.scale_loss(...)` (apex itself tells users to move to
+        `torch.amp`; no autofix, the migration changes code around the call), and Lightning's
+        legacy `Trainer(precision=16)` / `Fabric(precision=16)` (also `"16"` and `"bf16"`), which
+        Lightning still accepts with a warning as aliases of `"16-mixed"` / `"bf16-mixed"`.
     """
     why_bad = """
         Since PyTorch 2.4 these spellings emit a `FutureWarning` on every construction and are
@@ -70,7 +77,9 @@ class DeprecatedAmpApi(Rule):
         is offered only where the module `torch` is imported at module level (the new spelling
         needs it) and no positional argument comes from `*args`; the old import line is left in
         place. Autocast is reported only when the minimum PyTorch is at least 1.10, GradScaler
-        only from 2.3 (when `torch.amp.GradScaler` appeared).
+        only from 2.3 (when `torch.amp.GradScaler` appeared). Lightning's `precision=16` is
+        rewritten to `precision="16-mixed"` (the same setting, spelled as Lightning asks); apex
+        calls get no fix.
     """
     references = (
         "https://pytorch.org/docs/stable/amp.html",
@@ -114,9 +123,54 @@ class DeprecatedAmpApi(Rule):
             """,
             settings={"min-torch-version": "2.1"},
         ),
+        Valid(
+            """
+            import lightning.pytorch as pl
+
+            # the current spellings; 32/64 are not mixed precision at all
+            trainer = pl.Trainer(precision="16-mixed")
+            full = pl.Trainer(precision=32)
+            """
+        ),
+        Valid(
+            """
+            # a local module that happens to be called amp is not apex
+            import amp
+
+            amp.initialize(config)
+            """
+        ),
     )
 
     invalid = (
+        Invalid(
+            """
+            from apex import amp
+
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")  # TD304
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                with amp.scale_loss(loss, optimizer) as scaled_loss:  # TD304
+                    scaled_loss.backward()
+                optimizer.step()
+            """,
+        ),
+        Invalid(
+            """
+            import lightning as L
+            from lightning.fabric import Fabric
+
+            trainer = L.Trainer(accelerator="gpu", devices=2, precision=16)  # TD304
+            fabric = Fabric(precision="bf16")  # TD304
+            """,
+            fixed="""
+            import lightning as L
+            from lightning.fabric import Fabric
+
+            trainer = L.Trainer(accelerator="gpu", devices=2, precision="16-mixed")  # TD304
+            fabric = Fabric(precision="bf16-mixed")  # TD304
+            """,
+        ),
         Invalid(
             """
             import torch
@@ -201,6 +255,7 @@ class DeprecatedAmpApi(Rule):
     )
 
     def check(self, ctx: "FileContext") -> Iterator[Finding]:
+        yield from self._check_frameworks(ctx)
         names = ctx.called_names
         wanted = [q for q in sorted(_DEPRECATED) if q in names]
         if not wanted:
@@ -221,6 +276,42 @@ class DeprecatedAmpApi(Rule):
                 help=f"Use `{new}`",
                 end_node=call.func,
             )
+
+    def _check_frameworks(self, ctx: "FileContext") -> Iterator[Finding]:
+        """NVIDIA apex AMP calls, and Lightning's legacy ``precision=16`` / ``"bf16"`` spellings."""
+        found: list[Finding] = []
+        for qn, call in apex_amp_calls(ctx):
+            short = "amp." + qn.rsplit(".", 1)[-1]
+            found.append(ctx.report(
+                self,
+                call,
+                f"NVIDIA apex `{short}(...)` is deprecated (apex points to `torch.amp`); use "
+                '`torch.autocast("cuda", ...)` with `torch.amp.GradScaler("cuda")` instead.',
+                help="Migrate from apex.amp to torch.amp",
+                end_node=call.func,
+            ))
+        for call in [*lightning_trainers(ctx), *fabrics(ctx)]:
+            node = ctx.arg(call, "precision", qualname="")
+            if not isinstance(node, ast.expr):
+                continue
+            value = ctx.value(node)
+            if isinstance(value, bool) or value not in LIGHTNING_PRECISION_ALIASES:
+                continue
+            new = LIGHTNING_PRECISION_ALIASES[value]
+            owner = "Fabric" if ctx.qualname(call.func) in FABRICS else "Trainer"
+            fix = None
+            if isinstance(node, ast.Constant):
+                fix = ctx.fix_replace(node, f'"{new}"', f'Use `precision="{new}"`')
+            found.append(ctx.report(
+                self,
+                node,
+                f"`{owner}(precision={ctx.segment(node)})` is a legacy alias that Lightning warns "
+                f'about; write `precision="{new}"`.',
+                fix=fix,
+                help=f'Use `precision="{new}"`',
+            ))
+        found.sort(key=lambda f: (f.location.row, f.location.column))
+        yield from found
 
     def _fix(self, ctx: "FileContext", call: ast.Call, qn: str) -> Fix | None:
         replacement, device, _ = _DEPRECATED[qn]

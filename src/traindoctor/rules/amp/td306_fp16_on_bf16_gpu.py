@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from traindoctor.finding import Severity
+from typing import TYPE_CHECKING, Iterable
+
+from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.static.frameworks import fp16_choices
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.static.context import FileContext
 
 
 class Fp16OnBf16Gpu(Rule):
@@ -15,12 +21,22 @@ class Fp16OnBf16Gpu(Rule):
         "autocast to bfloat16 and drop the GradScaler."
     )
     gpu_only = True
-    static = False
+    static = True
     runtime = True
+    triggers = ("fp16", "16")
+    fixable = "never"
 
     what_it_does = """
     Reports, at run time, float16 autocast regions on a CUDA device of compute capability 8.0
     or newer (A100, H100, RTX 30xx/40xx and later), which support bfloat16 natively.
+
+    Statically, where a training framework is told to train in float16 mixed precision by one
+    switch, as a hint: Hugging Face `TrainingArguments(fp16=True)` (unless `use_cpu=True`),
+    Lightning `Trainer(precision="16-mixed")` / `Fabric(precision="16-mixed")` (or the legacy
+    `16`), and `Accelerator(mixed_precision="fp16")`. The checker cannot see the GPU, so this
+    says "on Ampere or newer, prefer bf16"; a switch whose value is computed (e.g.
+    `fp16=not torch.cuda.is_bf16_supported()`) is left alone. Hand-written
+    `torch.autocast(dtype=torch.float16)` is judged at run time only.
     """
     why_bad = """
     float16 has a 5-bit exponent: gradients below about 6e-8 flush to zero and activations above
@@ -62,6 +78,71 @@ amp.scaler.update()
     No thresholds. GPU-only: an enabled float16 autocast region ran on a CUDA device of compute
     capability 8.0 or newer.
     """
+
+    valid = (
+        Valid("""
+        import torch
+        from transformers import Trainer, TrainingArguments
+
+        # the switch follows the hardware
+        args = TrainingArguments(
+            output_dir="out",
+            bf16=torch.cuda.is_bf16_supported(),
+            fp16=not torch.cuda.is_bf16_supported(),
+        )
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
+        Valid("""
+        import lightning as L
+
+        trainer = L.Trainer(accelerator="gpu", devices=1, precision="bf16-mixed")
+        trainer.fit(model, datamodule=dm)
+        """),
+        Valid("""
+        from transformers import Trainer, TrainingArguments
+
+        args = TrainingArguments(output_dir="out", fp16=True, use_cpu=True)
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
+    )
+    invalid = (
+        Invalid("""
+        from transformers import Trainer, TrainingArguments
+
+        args = TrainingArguments(
+            output_dir="out",
+            per_device_train_batch_size=16,
+            fp16=True,  # TD306
+            dataloader_num_workers=4,
+            dataloader_persistent_workers=True,
+        )
+        trainer = Trainer(model=model, args=args, train_dataset=train_ds)
+        trainer.train()
+        """),
+        Invalid("""
+        import lightning as L
+        from accelerate import Accelerator
+
+        trainer = L.Trainer(accelerator="gpu", precision="16-mixed")  # TD306
+        accelerator = Accelerator(mixed_precision="fp16")  # TD306
+        """),
+        Invalid("""
+        from lightning.fabric import Fabric
+
+        fabric = Fabric(accelerator="cuda", devices=4, precision=16)  # TD306
+        fabric.launch()
+        """),
+    )
+
+    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        for choice in fp16_choices(ctx):
+            yield ctx.report(
+                self,
+                choice.node,
+                f"`{choice.framework}({choice.setting})` trains in float16, which needs loss "
+                f"scaling; on Ampere or newer GPUs (A100, H100, RTX 30xx+) use `{choice.instead}`.",
+                help=f"Use `{choice.instead}` on bfloat16-capable GPUs",
+            )
 
 
 # ---------------------------------------------------------------- runtime half (R2)

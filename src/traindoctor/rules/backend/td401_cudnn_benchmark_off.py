@@ -13,6 +13,7 @@ from traindoctor.rules.backend.td403_benchmark_with_deterministic import (
     cudnn_settings,
 )
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.static.frameworks import HF_TRIGGERS, lightning_flag
 from traindoctor.static.loaders import DATALOADER, file_trains, is_test_file
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -112,7 +113,7 @@ class CudnnBenchmarkOff(Rule):
     gpu_only = True
     static = True
     runtime = True
-    triggers = ("cuda", "nccl")
+    triggers = ("cuda", "nccl", "Trainer", "Fabric", "Accelerator", *HF_TRIGGERS)
     fixable = "never"
 
     what_it_does = """
@@ -125,6 +126,12 @@ class CudnnBenchmarkOff(Rule):
     transforms), when it asks for deterministic algorithms (benchmarking would undo that, see
     TD403), and when the flag is assigned anywhere, to any value, since that is a decision.
     The finding is placed at the first convolution or CNN constructor.
+
+    Framework forms: Lightning's `Trainer(benchmark=...)` and
+    `LightningCLI(trainer_defaults={"benchmark": ...})` set the flag (either value is the
+    user's choice), and `Trainer(deterministic=True)` turns it off on purpose: all silence the
+    rule. A Lightning `Trainer`/`Fabric` with the default `accelerator="auto"`, or an
+    `accelerate.Accelerator`, counts as training on CUDA.
     """
     why_bad = """
     cuDNN offers several algorithms for each convolution (implicit GEMM, FFT, Winograd, ...), and
@@ -212,6 +219,21 @@ class CudnnBenchmarkOff(Rule):
             loss.backward()
             """
         ),
+        Valid("""
+        import torchvision
+        from lightning.pytorch import LightningModule
+        from lightning.pytorch.cli import LightningCLI
+
+        class ImageNetModel(LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.model = torchvision.models.resnet18()
+
+            def training_step(self, batch, batch_idx):
+                return self.model(batch[0]).sum()
+
+        LightningCLI(ImageNetModel, trainer_defaults={"max_epochs": 90, "benchmark": True})
+        """),
     )
     invalid = (
         Invalid(
@@ -274,6 +296,10 @@ class CudnnBenchmarkOff(Rule):
         trainers = [*ctx.method_calls("Trainer"), *(c for p in _LIGHTNING for _, c in ctx.calls_to_prefix(p))]
         if any(kw.arg == "benchmark" for c in trainers for kw in c.keywords):
             return  # Lightning's Trainer(benchmark=...) sets the flag
+        if any(True for _ in lightning_flag(ctx, "benchmark")):
+            return  # ``LightningCLI(trainer_defaults={"benchmark": ...})``
+        if any(v is not False for _, v in lightning_flag(ctx, "deterministic")):
+            return  # Lightning turns benchmark off for deterministic runs: the user chose that
         fixed, variable = shape_evidence(ctx)
         if not fixed or variable:
             return

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.args import UNKNOWN
+from traindoctor.static.frameworks import lightning_trainers
 from traindoctor.static.loaders import exclusive_branches
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -88,7 +89,7 @@ class BenchmarkWithDeterministic(Rule):
     gpu_only = False
     static = True
     runtime = True
-    triggers = ("cudnn",)
+    triggers = ("cudnn", "deterministic")
     fixable = "never"
 
     what_it_does = """
@@ -98,6 +99,9 @@ class BenchmarkWithDeterministic(Rule):
     two branches of one `if`/`else` are not reported, and a later `= False` undoes an earlier
     `True`). The finding is placed at the later of the two settings. Aliases such as
     `from torch.backends import cudnn` are resolved.
+
+    Lightning's `Trainer(benchmark=True, deterministic=True)` is the same conflict (Lightning
+    sets both flags as asked and only warns); it is reported at the later of the two keywords.
     """
     why_bad = """
     The two settings pull in opposite directions. `cudnn.benchmark = True` makes cuDNN time several
@@ -174,6 +178,14 @@ class BenchmarkWithDeterministic(Rule):
             torch.use_deterministic_algorithms(False)
             """
         ),
+        Valid(
+            """
+            import lightning as L
+
+            # Lightning turns benchmark off itself when deterministic=True
+            trainer = L.Trainer(max_epochs=10, deterministic=True)
+            """
+        ),
     )
     invalid = (
         Invalid(
@@ -218,9 +230,21 @@ class BenchmarkWithDeterministic(Rule):
                 run()
             """
         ),
+        Invalid(
+            """
+            import lightning as L
+
+            trainer = L.Trainer(
+                max_epochs=10,
+                benchmark=True,
+                deterministic=True,  # TD403
+            )
+            """
+        ),
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        yield from self._check_lightning(ctx)
         if not any(n.startswith("torch") for n in ctx.imports.names.values()):
             return
         settings = cudnn_settings(ctx)
@@ -246,6 +270,25 @@ class BenchmarkWithDeterministic(Rule):
                 help="Set `torch.backends.cudnn.benchmark = False`",
             )
             return
+
+
+    def _check_lightning(self, ctx: "FileContext") -> Iterable[Finding]:
+        """``Trainer(benchmark=True, deterministic=True)``: Lightning sets both flags as asked."""
+        for call in lightning_trainers(ctx):
+            bench = ctx.arg(call, "benchmark", qualname="")
+            det = ctx.arg(call, "deterministic", qualname="")
+            if not (isinstance(bench, ast.expr) and isinstance(det, ast.expr)):
+                continue
+            if ctx.value(bench) is not True or ctx.value(det) not in (True, "warn"):
+                continue
+            later = max(bench, det, key=lambda n: (n.lineno, n.col_offset))
+            yield ctx.report(
+                self,
+                later,
+                "`Trainer(benchmark=True)` picks convolution algorithms by timing, which defeats "
+                "`deterministic=True`; pass `benchmark=False` (or leave it unset) for reproducible runs.",
+                help="Pass `benchmark=False`",
+            )
 
 
 # ---------------------------------------------------------------- runtime half (R2)

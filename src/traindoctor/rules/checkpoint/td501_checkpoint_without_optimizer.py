@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.checkpoints import OPTIMIZER, checkpoint_index
+from traindoctor.static.frameworks import hf_training_args
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -23,7 +24,7 @@ class CheckpointWithoutOptimizer(Rule):
     gpu_only = False
     static = True
     runtime = True
-    triggers = ("save",)
+    triggers = ("save",)  # ``save_only_model`` included
     fixable = "never"
 
     what_it_does = """
@@ -43,6 +44,13 @@ A weights-only save is treated as an *export*, not a checkpoint, and is not repo
 
 A lone weights-only save inside the training loop is reported, whatever its file is called: it is
 the only thing a crashed run could resume from.
+
+Framework forms: Hugging Face `TrainingArguments(save_only_model=True)` makes every Trainer
+checkpoint weights-only (no optimizer, scheduler, scaler or RNG state), so
+`trainer.train(resume_from_checkpoint=...)` cannot resume the run; it is reported at the keyword
+unless `save_strategy="no"`. The frameworks' own checkpoints are complete and never reported:
+Lightning's `trainer.save_checkpoint(...)` and `ModelCheckpoint`, accelerate's
+`accelerator.save_state(...)`. Fabric's `fabric.save(path, state)` is judged by what `state` holds.
 """
     why_bad = """
 A model checkpoint without the optimizer state cannot resume training faithfully. SGD with
@@ -166,6 +174,21 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
                 torch.save(model.state_dict(), shard)
             """
         ),
+    Valid("""
+    import lightning as L
+
+    trainer = L.Trainer(max_epochs=10)
+    for stage in range(3):
+        trainer.fit(model, datamodule=dm)
+        trainer.save_checkpoint(f"stage{stage}.ckpt")  # Lightning's checkpoint holds everything
+    """),
+    Valid("""
+    from transformers import Trainer, TrainingArguments
+
+    # nothing is saved during training
+    args = TrainingArguments(output_dir="out", save_strategy="no", save_only_model=True)
+    Trainer(model=model, args=args, train_dataset=train_ds).train()
+    """),
     )
     invalid = (
         Invalid(
@@ -224,9 +247,20 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
                     save_checkpoint({"epoch": epoch + 1, "state_dict": model.state_dict()})  # TD501
             """
         ),
+    Invalid("""
+    from transformers import Trainer, TrainingArguments
+
+    args = TrainingArguments(
+        output_dir="out",
+        save_steps=500,
+        save_only_model=True,  # TD501
+    )
+    Trainer(model=model, args=args, train_dataset=train_ds).train(resume_from_checkpoint=True)
+    """),
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        yield from _hf_save_only_model(self, ctx)
         idx = checkpoint_index(ctx)
         if idx.optimizers_are_stateless():
             return  # plain SGD keeps no state that a resumed run could miss
@@ -239,6 +273,21 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
                 f"run restarts momentum/Adam moments; save `{opt}.state_dict()` with them.",
                 help=f"Save `{opt}.state_dict()` in the checkpoint",
             )
+
+
+def _hf_save_only_model(rule: Rule, ctx: "FileContext") -> Iterable[Finding]:
+    """``TrainingArguments(save_only_model=True)``: the Trainer's checkpoints hold the weights only."""
+    for args in hf_training_args(ctx):
+        if args.value(ctx, "save_only_model") is not True or args.value(ctx, "save_strategy") == "no":
+            continue
+        yield ctx.report(
+            rule,
+            args.anchor(ctx, "save_only_model"),
+            "`save_only_model=True` makes the Trainer's checkpoints hold only the model weights "
+            "(no optimizer, scheduler, scaler or RNG state), so `resume_from_checkpoint` cannot "
+            "resume the run; drop it and keep checkpoints small with `save_total_limit`.",
+            help="Remove `save_only_model=True`",
+        )
 
 
 # ---------------------------------------------------------------- runtime half (R2)

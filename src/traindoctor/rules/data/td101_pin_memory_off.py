@@ -8,12 +8,15 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.args import MISSING, UNKNOWN
+from traindoctor.static.frameworks import HF_TRIGGERS, hf_training_args
 from traindoctor.static.loaders import iter_training_loaders, literal_false
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
 
 _HELP = "Pass `pin_memory=True`"
+
+_HELP_HF = "Set `dataloader_pin_memory=True`"
 
 
 class PinMemoryOff(Rule):
@@ -27,7 +30,7 @@ class PinMemoryOff(Rule):
     gpu_only = True
     static = True
     runtime = True
-    triggers = ("DataLoader",)
+    triggers = ("DataLoader", *HF_TRIGGERS)
     fixable = "sometimes"
     options = """
     Runtime thresholds (`thresholds` in `[tool.traindoctor]`, `--threshold KEY=VALUE` or
@@ -47,6 +50,14 @@ class PinMemoryOff(Rule):
     default). Evaluation loaders (named `val`/`test`/`eval`..., or only iterated under
     `torch.no_grad()`) and datasets whose tensors already live on the GPU are skipped, and so are
     files with no sign of training (no `backward()`, no optimizer).
+
+    Framework forms: Hugging Face `TrainingArguments(dataloader_pin_memory=False)` in a script
+    that trains a `Trainer` (the default `True` pins; `use_cpu=True` is left alone). A Lightning
+    module's `train_dataloader()` builds a training loader like any other, and a Lightning
+    `Trainer`/`Fabric` with the default `accelerator="auto"` (or a GPU one) or an
+    `accelerate.Accelerator` counts as training on CUDA: they pick the GPU whenever there is one
+    and keep the loader's own `pin_memory` setting (`accelerator.prepare` and
+    `fabric.setup_dataloaders` do not pin).
     """
     why_bad = """
     A host-to-device copy can only be done by the GPU's DMA engine from page-locked ("pinned")
@@ -149,6 +160,27 @@ class PinMemoryOff(Rule):
                 model(x.to("cuda")).sum().backward()
             """
         ),
+        Valid("""
+        from transformers import Trainer, TrainingArguments
+
+        # dataloader_pin_memory defaults to True
+        args = TrainingArguments(output_dir="out", dataloader_num_workers=4)
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
+        Valid("""
+        import lightning as L
+        from torch.utils.data import DataLoader
+
+        class MNISTModel(L.LightningModule):
+            def training_step(self, batch, batch_idx):
+                return self.loss(self(batch[0]), batch[1])
+
+            def train_dataloader(self):
+                return DataLoader(self.train_set, batch_size=64, num_workers=4)
+
+        # trains on the CPU: pinning would not help
+        L.Trainer(max_epochs=5, accelerator="cpu").fit(MNISTModel())
+        """),
     )
     invalid = (
         Invalid(
@@ -226,6 +258,54 @@ class PinMemoryOff(Rule):
                 model(x.cuda()).sum().backward()
             """
         ),
+        Invalid("""
+        from transformers import Trainer, TrainingArguments
+
+        args = TrainingArguments(
+            output_dir="out",
+            dataloader_num_workers=4,
+            dataloader_persistent_workers=True,
+            dataloader_pin_memory=False,  # TD101
+        )
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """, fixed="""
+        from transformers import Trainer, TrainingArguments
+
+        args = TrainingArguments(
+            output_dir="out",
+            dataloader_num_workers=4,
+            dataloader_persistent_workers=True,
+            dataloader_pin_memory=True,  # TD101
+        )
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
+        Invalid("""
+        import lightning as L
+        from torch.utils.data import DataLoader
+
+        class MNISTModel(L.LightningModule):
+            def training_step(self, batch, batch_idx):
+                x, y = batch
+                return self.loss(self(x), y)
+
+            def train_dataloader(self):
+                return DataLoader(self.train_set, batch_size=64, num_workers=4)  # TD101
+
+        L.Trainer(max_epochs=5, accelerator="gpu").fit(MNISTModel())
+        """, fixed="""
+        import lightning as L
+        from torch.utils.data import DataLoader
+
+        class MNISTModel(L.LightningModule):
+            def training_step(self, batch, batch_idx):
+                x, y = batch
+                return self.loss(self(x), y)
+
+            def train_dataloader(self):
+                return DataLoader(self.train_set, batch_size=64, num_workers=4, pin_memory=True)  # TD101
+
+        L.Trainer(max_epochs=5, accelerator="gpu").fit(MNISTModel())
+        """),
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
@@ -256,6 +336,19 @@ class PinMemoryOff(Rule):
                     "`True` (and copy with `non_blocking=True`)."
                 )
             yield ctx.report(self, call, message, fix=fix, help=_HELP)
+        for args in hf_training_args(ctx):
+            if args.value(ctx, "dataloader_pin_memory") is not False or not args.on_gpu(ctx):
+                continue
+            node = args.node(ctx, "dataloader_pin_memory")
+            fix = ctx.fix_replace(node, "True", _HELP_HF) if literal_false(node) else None
+            yield ctx.report(
+                self,
+                args.anchor(ctx, "dataloader_pin_memory"),
+                "`dataloader_pin_memory=False` makes the Trainer copy every batch to the GPU from "
+                "pageable memory; leave it at its default `True`.",
+                fix=fix,
+                help=_HELP_HF,
+            )
 
 
 def _written_in_call(ctx: "FileContext", node: ast.AST, call: ast.Call) -> bool:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.args import MISSING, UNKNOWN
+from traindoctor.static.frameworks import HF_TRIGGERS, hf_training_args
 from traindoctor.static.loaders import iter_training_loaders
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -27,7 +28,7 @@ class LoaderInMainProcess(Rule):
     gpu_only = False
     static = True
     runtime = True
-    triggers = ("DataLoader",)
+    triggers = ("DataLoader", *HF_TRIGGERS)
     fixable = "never"
     options = """
     Runtime thresholds (`thresholds` in `[tool.traindoctor]`, `--threshold KEY=VALUE` or
@@ -55,6 +56,12 @@ class LoaderInMainProcess(Rule):
 
     At run time the same code is reported only when the data wait is measured to be a large share
     of the step.
+
+    Framework forms: Hugging Face `TrainingArguments` without `dataloader_num_workers` (its
+    default is 0) or with 0, in a script that trains a `Trainer` (reported at the keyword, or at
+    the call when it is missing). Arguments parsed from the command line
+    (`HfArgumentParser(...).parse_args_into_dataclasses()`) are unknown and left alone. A
+    Lightning module's `train_dataloader()` is a training loader like any other.
     """
     why_bad = """
     With `num_workers=0` the main process reads, decodes, augments and collates each batch while
@@ -147,6 +154,19 @@ class LoaderInMainProcess(Rule):
                 return DataLoader(ds, batch_size=64)
             """
         ),
+        Valid("""
+        from transformers import HfArgumentParser, Trainer, TrainingArguments
+
+        # the arguments come from the command line: unknown here
+        (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
+        Valid("""
+        from transformers import Trainer, TrainingArguments
+
+        args = TrainingArguments(output_dir="out", dataloader_num_workers=8, dataloader_persistent_workers=True)
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
     )
     invalid = (
         Invalid(
@@ -204,6 +224,29 @@ class LoaderInMainProcess(Rule):
             main(parser.parse_args())
             """
         ),
+        Invalid("""
+        from transformers import AutoModelForImageClassification, Trainer, TrainingArguments
+
+        model = AutoModelForImageClassification.from_pretrained("google/vit-base-patch16-224-in21k")
+        args = TrainingArguments(output_dir="vit-food", per_device_train_batch_size=32)  # TD102
+        trainer = Trainer(model=model, args=args, train_dataset=train_ds, eval_dataset=val_ds)
+        trainer.train()
+        """),
+        Invalid("""
+        import pytorch_lightning as pl
+        from torch.utils.data import DataLoader
+
+        class CIFARData(pl.LightningDataModule):
+            def train_dataloader(self):
+                return DataLoader(self.train_set, batch_size=256, shuffle=True)  # TD102
+
+            def val_dataloader(self):
+                return DataLoader(self.val_set, batch_size=256)
+
+        class Model(pl.LightningModule):
+            def training_step(self, batch, batch_idx):
+                return self.loss(self(batch[0]), batch[1])
+        """),
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
@@ -230,6 +273,19 @@ class LoaderInMainProcess(Rule):
                     "batches while the model trains."
                 )
             yield ctx.report(self, call, message, help=_HELP)
+        for args in hf_training_args(ctx):
+            workers = args.value(ctx, "dataloader_num_workers")
+            if workers != 0 or isinstance(workers, bool):
+                continue
+            given = isinstance(args.node(ctx, "dataloader_num_workers"), ast.AST)
+            yield ctx.report(
+                self,
+                args.anchor(ctx, "dataloader_num_workers"),
+                ("`dataloader_num_workers=0`" if given else "`dataloader_num_workers` defaults to 0")
+                + ", so the Trainer loads and collates every training batch in the training process; "
+                "pass `dataloader_num_workers` > 0 (with `dataloader_persistent_workers=True`).",
+                help="Pass `dataloader_num_workers` (for example 4)",
+            )
 
 
 def _origin(node: ast.AST) -> str:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Fix, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.args import MISSING, UNKNOWN
+from traindoctor.static.frameworks import HF_TRIGGERS, hf_training_args, lightning_hparam
 from traindoctor.static.loaders import DATALOADER, Loader, is_test_file, literal_false, loader_index
 from traindoctor.static.names import dotted
 
@@ -15,6 +16,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
 
 _HELP = "Pass `persistent_workers=True`"
+_HELP_HF = "Pass `dataloader_persistent_workers=True`"
 
 
 class WorkersRespawned(Rule):
@@ -29,7 +31,7 @@ class WorkersRespawned(Rule):
     gpu_only = False
     static = True
     runtime = True
-    triggers = ("DataLoader",)
+    triggers = ("DataLoader", *HF_TRIGGERS)
     fixable = "sometimes"
     options = """
     Runtime thresholds (`thresholds` in `[tool.traindoctor]`, `--threshold KEY=VALUE` or
@@ -50,6 +52,11 @@ class WorkersRespawned(Rule):
     `train_dataloader` hook of a Lightning module. A loader that is consumed once, or through one
     endless iterator (`it = iter(loader)` once, then `next(it)` in the loop), is fine, and so is a
     loader that is rebuilt inside the loop (persistent workers would not help it).
+
+    Framework forms: Hugging Face `TrainingArguments(dataloader_num_workers=k)` with `k > 0` and
+    without `dataloader_persistent_workers=True` (the Trainer starts a new pass over its training
+    DataLoader every epoch; a run of at most one epoch is left alone). The fix adds
+    `dataloader_persistent_workers=True`.
     """
     why_bad = """
     Without `persistent_workers`, every `iter(loader)` (every `for` over the loader) starts
@@ -141,6 +148,19 @@ class WorkersRespawned(Rule):
                         model(x)
             """
         ),
+        Valid("""
+        from transformers import Trainer, TrainingArguments
+
+        # one pass over the data: nothing to keep alive
+        args = TrainingArguments(output_dir="out", num_train_epochs=1, dataloader_num_workers=8)
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
+        Valid("""
+        from transformers import Trainer, TrainingArguments
+
+        args = TrainingArguments(output_dir="out", dataloader_num_workers=8, dataloader_persistent_workers=True)
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
     )
     invalid = (
         Invalid(
@@ -238,10 +258,42 @@ class WorkersRespawned(Rule):
                         self.train_epoch()
             """,
         ),
+        Invalid("""
+        from transformers import Trainer, TrainingArguments
+
+        args = TrainingArguments(
+            output_dir="out",
+            num_train_epochs=10,
+            dataloader_num_workers=8,  # TD103
+        )
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """, fixed="""
+        from transformers import Trainer, TrainingArguments
+
+        args = TrainingArguments(
+            output_dir="out",
+            num_train_epochs=10,
+            dataloader_num_workers=8, dataloader_persistent_workers=True,  # TD103
+        )
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
+        Invalid("""
+        import os
+        import torch
+
+        loader_args = dict(batch_size=8, num_workers=os.cpu_count(), pin_memory=True)
+        train_loader = torch.utils.data.DataLoader(train_set, shuffle=True, **loader_args)  # TD103
+        for epoch in range(1, 6):
+            for images, masks in train_loader:
+                criterion(model(images), masks).backward()
+        """),
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
-        if is_test_file(ctx.filename) or not ctx.calls_to(DATALOADER):
+        if is_test_file(ctx.filename):
+            return
+        if not ctx.calls_to(DATALOADER):
+            yield from self._check_hf(ctx)
             return
         for loader in loader_index(ctx).training_loaders():
             call = loader.call
@@ -254,6 +306,10 @@ class WorkersRespawned(Rule):
                 # ``args.workers = ceil(args.workers / gpus)``: the declared default still says the
                 # loader uses workers, but not how many.
                 count, exact = ctx.argparse_default(workers, declared=True), False
+                if count is UNKNOWN:
+                    count = lightning_hparam(ctx, workers, declared=True)
+            if count is UNKNOWN and _one_per_core(ctx, workers):
+                count, exact = 1, False  # ``num_workers=os.cpu_count()``: workers, however many
             if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
                 continue
             counted = f"{count} " if exact else ""
@@ -281,6 +337,36 @@ class WorkersRespawned(Rule):
                 )
             yield ctx.report(self, call, message, fix=self._fix(ctx, loader, workers, persistent), help=_HELP)
 
+        yield from self._check_hf(ctx)
+
+    def _check_hf(self, ctx: "FileContext") -> Iterable[Finding]:
+        """``TrainingArguments(dataloader_num_workers=k)`` without ``dataloader_persistent_workers``:
+        the Trainer builds a new training DataLoader iterator every epoch."""
+        for args in hf_training_args(ctx):
+            workers = args.value(ctx, "dataloader_num_workers")
+            if not isinstance(workers, int) or isinstance(workers, bool) or workers <= 0:
+                continue
+            if args.value(ctx, "dataloader_persistent_workers") is not False:
+                continue
+            epochs, max_steps = args.value(ctx, "num_train_epochs"), args.value(ctx, "max_steps")
+            if isinstance(epochs, (int, float)) and epochs <= 1 and max_steps in (-1, 0):
+                continue  # one pass over the training data
+            persistent = args.node(ctx, "dataloader_persistent_workers")
+            if persistent is MISSING:
+                fix = ctx.fix_add_keyword(args.call, "dataloader_persistent_workers=True", _HELP_HF)
+            elif literal_false(persistent) and _in_call(ctx, persistent, args.call):  # type: ignore[arg-type]
+                fix = ctx.fix_replace(persistent, "True", _HELP_HF)  # type: ignore[arg-type]
+            else:
+                fix = None
+            yield ctx.report(
+                self,
+                args.anchor(ctx, "dataloader_persistent_workers" if persistent is not MISSING else "dataloader_num_workers"),
+                f"The Trainer iterates its training DataLoader once per epoch and its {workers} "
+                "worker processes are restarted each time; pass `dataloader_persistent_workers=True`.",
+                fix=fix,
+                help=_HELP_HF,
+            )
+
     def _fix(self, ctx: "FileContext", loader: Loader, workers: ast.AST, persistent: object) -> Fix | None:
         call = loader.call
         if isinstance(workers, ast.Constant):
@@ -295,6 +381,32 @@ class WorkersRespawned(Rule):
         if isinstance(persistent, ast.AST) and literal_false(persistent) and _in_call(ctx, persistent, call):
             return ctx.fix_replace(persistent, text, _HELP, applicability)
         return None
+
+
+_CORE_COUNTS = frozenset({"os.cpu_count", "multiprocessing.cpu_count", "torch.multiprocessing.cpu_count",
+                          "psutil.cpu_count"})
+
+
+def _one_per_core(ctx: "FileContext", node: ast.AST, depth: int = 0) -> bool:
+    """``os.cpu_count()`` (through a name bound once, or ``min``/``max`` with positive constants):
+    as many workers as cores, which is at least one wherever training runs."""
+    if depth > 3:
+        return False
+    if isinstance(node, ast.Name):
+        bound = ctx.binding(node)
+        return bound is not None and _one_per_core(ctx, bound, depth + 1)
+    if not isinstance(node, ast.Call):
+        return False
+    if ctx.qualname(node.func) in _CORE_COUNTS:
+        return True
+    if isinstance(node.func, ast.Name) and node.func.id in ("min", "max") and node.func.id not in ctx.imports.names:
+        if node.keywords or not node.args:
+            return False
+        others = [a for a in node.args if not _one_per_core(ctx, a, depth + 1)]
+        if len(others) == len(node.args):
+            return False
+        return all(isinstance(v := ctx.value(a), int) and not isinstance(v, bool) and v > 0 for a in others)
+    return False
 
 
 def _in_call(ctx: "FileContext", node: ast.AST, call: ast.Call) -> bool:

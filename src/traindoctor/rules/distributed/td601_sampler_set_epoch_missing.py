@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.args import UNKNOWN
+from traindoctor.static.frameworks import framework_sets_epoch
 from traindoctor.static.loaders import DISTRIBUTED_SAMPLER, Loader, LoaderIndex, loader_index
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,6 +36,11 @@ class SamplerSetEpochMissing(Rule):
     The finding is placed at the sampler's construction. Samplers with `shuffle=False` (the order
     does not depend on the epoch), samplers of evaluation loaders, and files that call `set_epoch`
     on something the checker cannot tell apart from the sampler are not reported.
+
+    Frameworks that set the epoch themselves are left alone: a loader returned by a Lightning
+    module's `train_dataloader()` (the fit loop sets it every epoch), and a loader handed to
+    `accelerator.prepare(...)` or `fabric.setup_dataloaders(...)` (their wrappers set it on
+    every pass).
     """
     why_bad = """
     `DistributedSampler` shuffles with a generator seeded by `seed + epoch`, and the epoch only
@@ -117,6 +123,34 @@ class SamplerSetEpochMissing(Rule):
                 pass
             """
         ),
+        Valid("""
+        import torch
+        from accelerate import Accelerator
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        accelerator = Accelerator()
+        sampler = DistributedSampler(train_set, shuffle=True)
+        loader = DataLoader(train_set, batch_size=64, sampler=sampler)
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        for epoch in range(10):
+            for x, y in loader:  # the prepared loader calls sampler.set_epoch itself
+                accelerator.backward(model(x).sum())
+                optimizer.step()
+        """),
+        Valid("""
+        import lightning as L
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        class Model(L.LightningModule):
+            def training_step(self, batch, batch_idx):
+                return self(batch).sum()
+
+            def train_dataloader(self):
+                sampler = DistributedSampler(self.train_set, shuffle=True)
+                return DataLoader(self.train_set, batch_size=64, sampler=sampler)
+
+        L.Trainer(devices=2, strategy="ddp", use_distributed_sampler=False, max_epochs=10).fit(Model())
+        """),
     )
     invalid = (
         Invalid(
@@ -187,7 +221,7 @@ class SamplerSetEpochMissing(Rule):
                 continue
             loaders = [l for l in users[id(sampler)] if not l.evaluation_only]
             repeated = [l for l in loaders if l.repeated_site is not None]
-            if not repeated:
+            if not repeated or any(framework_sets_epoch(ctx, l) for l in loaders):
                 continue
             if _set_epoch_may_reach(ctx, sampler, samplers, refs, users):
                 continue

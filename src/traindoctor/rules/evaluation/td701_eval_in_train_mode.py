@@ -8,7 +8,16 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.batching import eval_named
-from traindoctor.static.gradmode import TRAIN, backward_calls, forward_models, mode_state, no_grad_calls
+from traindoctor.static.gradmode import (
+    EVAL_LOOP_TRIGGERS,
+    TRAIN,
+    backward_calls,
+    evaluation_loop,
+    forward_models,
+    mode_state,
+    no_grad_calls,
+    unguarded_evaluation_forwards,
+)
 from traindoctor.static.models import model_of
 from traindoctor.static.names import dotted
 
@@ -17,15 +26,21 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def is_evaluation(ctx: "FileContext", call: ast.Call, fn: ast.AST | None) -> bool:
-    """A forward pass that evaluates: its function runs no backward, or it loops over eval data."""
+    """A forward pass that evaluates: its function runs no backward, or it loops over eval data
+    (a ``for`` loop or a comprehension / generator expression)."""
     if not backward_calls(ctx, fn):
         return True
     if fn is not None and eval_named(getattr(fn, "name", "")):
         return True
-    for loop in ctx.enclosing_loops(call):
-        if isinstance(loop, (ast.For, ast.AsyncFor)) and eval_named(ctx.segment(loop.iter)):
-            return True
-    return False
+    return evaluation_loop(ctx, call) is not None
+
+
+def _layers(infos: list) -> str:
+    """"BatchNorm", "Dropout" or both: the mode-dependent layers every candidate model has."""
+    bn = all(i.has_batchnorm for i in infos)
+    if bn and all(i.has_dropout for i in infos):
+        return "BatchNorm and Dropout"
+    return "BatchNorm" if bn else "Dropout"
 
 
 class EvalInTrainMode(Rule):
@@ -39,7 +54,7 @@ class EvalInTrainMode(Rule):
     gpu_only = False
     static = True
     runtime = True
-    triggers = ("no_grad", "inference_mode", "set_grad_enabled")
+    triggers = ("no_grad", "inference_mode", "set_grad_enabled", *EVAL_LOOP_TRIGGERS)
     fixable = "never"
 
     what_it_does = """
@@ -51,6 +66,13 @@ class EvalInTrainMode(Rule):
     the last mode call on the model before the forward is `.train()`, or the model was created
     in the same function and nothing sets its mode, or every caller of an `evaluate(model, ...)`
     helper passes a model in training mode.
+
+    The most common form is also reported: an evaluation loop (a `for` loop, comprehension or
+    generator expression over a loader named like val/valid/test/eval, with no backward pass or
+    optimizer step in it or after it) that runs the model with neither `model.eval()` nor
+    `no_grad`/`inference_mode`. Such a forward gets both TD701 (training mode) and TD702
+    (autograd on). Lightning's `validation_step` is left alone: the Trainer switches modes and
+    autograd around it.
     """
     why_bad = """
     `no_grad` turns off autograd; it does not change the module mode. In training mode
@@ -88,6 +110,49 @@ class EvalInTrainMode(Rule):
     )
 
     valid = (
+        Valid("""
+        import torch
+        from torch import nn
+
+        model = nn.Sequential(nn.Linear(16, 64), nn.Dropout(0.2), nn.Linear(64, 2))
+        for epoch in range(20):
+            model.train()
+            for x, y in train_loader:
+                nn.functional.cross_entropy(model(x), y).backward()
+            model.eval()
+            with torch.inference_mode():
+                val_loss = sum(nn.functional.cross_entropy(model(x), y).item() for x, y in val_loader)
+        """),
+        Valid("""
+        import lightning as L
+        import torch.nn as nn
+
+        class Classifier(L.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.net = nn.Sequential(nn.Linear(32, 32), nn.BatchNorm1d(32), nn.Linear(32, 4))
+
+            def training_step(self, batch, batch_idx):
+                x, y = batch
+                return nn.functional.cross_entropy(self.net(x), y)
+
+            def validation_step(self, batch, batch_idx):
+                # the Trainer calls eval() and disables autograd around validation
+                x, y = batch
+                self.log("val_loss", nn.functional.cross_entropy(self.net(x), y))
+        """),
+        Valid("""
+        import torch
+        from torch import nn
+
+        # test-time adaptation: the loop over test data trains on purpose
+        model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        for x in test_loader:
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+        """),
         Valid("""
         import torch
         from torch import nn
@@ -146,6 +211,39 @@ class EvalInTrainMode(Rule):
         import torch
         from torch import nn
 
+        model = nn.Sequential(nn.Linear(16, 64), nn.Dropout(0.2), nn.Linear(64, 2))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        for epoch in range(20):
+            model.train()
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                optimizer.step()
+            # neither model.eval() nor no_grad: TD701 and TD702
+            val_loss = sum(nn.functional.cross_entropy(model(x), y).item() for x, y in val_loader)  # TD701
+        """),
+        Invalid("""
+        import torch
+        import torchvision
+
+        def train(model, optimizer, train_loader, val_loader):
+            model.train()
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                optimizer.step()
+            with torch.no_grad():
+                # a comprehension over the validation loader is the same evaluation loop
+                preds = [model(x).argmax(1) for x, _ in val_loader]  # TD701
+            return preds
+
+        net = torchvision.models.resnet18()
+        train(net, torch.optim.SGD(net.parameters(), lr=0.1), train_dl, val_dl)
+        """),
+        Invalid("""
+        import torch
+        from torch import nn
+
         model = nn.Sequential(nn.Linear(10, 10), nn.BatchNorm1d(10), nn.Linear(10, 2))
         for epoch in range(10):
             model.train()
@@ -192,6 +290,21 @@ class EvalInTrainMode(Rule):
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        yield from self._check_guarded(ctx)
+        for call, model in unguarded_evaluation_forwards(ctx):
+            infos = [model_of(ctx, e) for e in forward_models(ctx, call, ctx.function_of(call))]
+            if not infos or not all(i.has_batchnorm or i.has_dropout for i in infos):
+                continue
+            yield ctx.report(
+                self,
+                call,
+                f"`{model}` is evaluated in training mode and with autograd on (neither `eval()` "
+                f"nor `no_grad`), so its {_layers(infos)} behave as in training; call "
+                f"`{model}.eval()` and wrap the loop in `torch.inference_mode()`.",
+                help="Call `model.eval()` before evaluation",
+            )
+
+    def _check_guarded(self, ctx: "FileContext") -> Iterable[Finding]:
         for call in no_grad_calls(ctx):
             func = call.func
             if isinstance(func, ast.Attribute) and not (isinstance(func.value, ast.Name) and func.value.id == "self"):
@@ -210,9 +323,7 @@ class EvalInTrainMode(Rule):
             model = dotted(func) or ""
             if mode_state(ctx, call, model, fn) != TRAIN:
                 continue
-            layers = "BatchNorm" if all(i.has_batchnorm for i in infos) else "Dropout"
-            if all(i.has_batchnorm for i in infos) and all(i.has_dropout for i in infos):
-                layers = "BatchNorm and Dropout"
+            layers = _layers(infos)
             yield ctx.report(
                 self,
                 call,

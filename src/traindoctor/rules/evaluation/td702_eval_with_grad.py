@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.gradmode import (
+    EVAL_LOOP_TRIGGERS,
     backward_calls,
     callers_disable_grad,
     freezes_parameters,
@@ -17,6 +18,7 @@ from traindoctor.static.gradmode import (
     mode_before,
     mode_calls,
     related,
+    unguarded_evaluation_forwards,
 )
 from traindoctor.static.names import dotted
 
@@ -35,7 +37,7 @@ class EvalWithGrad(Rule):
     gpu_only = False
     static = True
     runtime = True
-    triggers = (".eval(", "train(")
+    triggers = (".eval(", "train(", *EVAL_LOOP_TRIGGERS)
     fixable = "never"
 
     what_it_does = """
@@ -45,6 +47,12 @@ class EvalWithGrad(Rule):
     `torch.set_grad_enabled(False)`, the function is not decorated with one of them, and no
     call site of the function in the file disables grad. Files that switch autograd off globally
     or freeze parameters (`requires_grad_(False)`) are left alone.
+
+    An evaluation loop that has neither `model.eval()` nor `no_grad` is reported too (and by
+    TD701 when the model has BatchNorm or Dropout): a `for` loop, comprehension or generator
+    expression over a loader named like val/valid/test/eval, with no backward pass or optimizer
+    step in it or after it in the function, running a model that is in training mode on
+    evidence (see TD701).
     """
     why_bad = """
     `model.eval()` changes how BatchNorm and Dropout behave; it does not stop autograd. Every
@@ -76,6 +84,25 @@ class EvalWithGrad(Rule):
     )
 
     valid = (
+        Valid("""
+        import torch
+        from torch import nn
+
+        model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 2))
+        for epoch in range(20):
+            for x, y in train_loader:
+                nn.functional.cross_entropy(model(x), y).backward()
+            with torch.no_grad():
+                correct = sum((model(x).argmax(1) == y).sum().item() for x, y in val_loader)
+        """),
+        Valid("""
+        import torch
+
+        model = build_model()
+        model.requires_grad_(False)
+        # frozen parameters: the forward records no graph
+        preds = [model(x) for x in test_loader]
+        """),
         Valid("""
         import torch
 
@@ -126,6 +153,21 @@ class EvalWithGrad(Rule):
     invalid = (
         Invalid("""
         import torch
+        from torch import nn
+
+        model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 2))
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        for epoch in range(20):
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                optimizer.step()
+            correct = 0
+            for x, y in val_loader:
+                correct += (model(x).argmax(1) == y).sum().item()  # TD702
+        """),
+        Invalid("""
+        import torch
 
         def evaluate(model, loader):
             model.eval()
@@ -162,6 +204,18 @@ class EvalWithGrad(Rule):
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
         if grad_disabled_globally(ctx) or freezes_parameters(ctx):
             return
+        for call, model in unguarded_evaluation_forwards(ctx):
+            yield ctx.report(
+                self,
+                call,
+                f"`{model}` is evaluated with autograd recording (neither `no_grad` nor `eval()`) "
+                "and no backward pass; wrap the loop in `torch.inference_mode()` (or "
+                f"`torch.no_grad()`) and call `{model}.eval()` first.",
+                help="Wrap evaluation in `torch.inference_mode()`",
+            )
+        yield from self._check_eval_mode(ctx)
+
+    def _check_eval_mode(self, ctx: "FileContext") -> Iterable[Finding]:
         evals = [c for c in ctx.method_calls("eval") if not c.args and not c.keywords]
         evals += [c for c in ctx.method_calls("train") if c.args and ctx.value(c.args[0]) is False]
         seen: set[int] = set()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 from typing import TYPE_CHECKING, Iterable
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.batching import accumulation, distributed, training_batches, trains
-from traindoctor.static.models import file_has_batchnorm, uses_syncbatchnorm
+from traindoctor.static.frameworks import HF_TRIGGERS, hf_trainer_model, hf_training_args
+from traindoctor.static.models import file_has_batchnorm, model_of, uses_syncbatchnorm
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -27,7 +29,7 @@ class BatchnormSmallBatch(Rule):
     gpu_only = False
     static = True
     runtime = True
-    triggers = ("DataLoader",)
+    triggers = ("DataLoader", *HF_TRIGGERS)
     fixable = "never"
 
     what_it_does = """
@@ -38,6 +40,12 @@ class BatchnormSmallBatch(Rule):
     an accumulation count, `optimizer.step()` under `if (i + 1) % k == 0`,
     `Accelerator(gradient_accumulation_steps=k)`) or the script is data-parallel (DDP, FSDP,
     accelerate), so the batch is per GPU. Files that use `SyncBatchNorm` are left alone.
+
+    Framework forms: Hugging Face `TrainingArguments(gradient_accumulation_steps=k)` with a
+    `per_device_train_batch_size` below 16 (its default is 8) for a Trainer whose model has
+    BatchNorm; Lightning's `Trainer(accumulate_grad_batches=k)` with the batch of the module's
+    `train_dataloader()`; `Accelerator(gradient_accumulation_steps=k)` with the batch of the
+    loader it prepares.
     """
     why_bad = """
     BatchNorm computes its mean and variance over the samples of one forward pass on one device.
@@ -133,6 +141,22 @@ class BatchnormSmallBatch(Rule):
         for step, (x, y) in enumerate(train_loader):
             (criterion(model(x), y) / accum).backward()
         """),
+        Valid("""
+        import torchvision
+        from transformers import Trainer, TrainingArguments
+
+        model = torchvision.models.resnet50(num_classes=10)
+        args = TrainingArguments(output_dir="out", per_device_train_batch_size=32, gradient_accumulation_steps=4)
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
+        Valid("""
+        from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+        # a transformer: LayerNorm does not depend on the batch
+        model = AutoModelForCausalLM.from_pretrained("gpt2")
+        args = TrainingArguments(output_dir="out", per_device_train_batch_size=2, gradient_accumulation_steps=16)
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
     )
     invalid = (
         Invalid("""
@@ -184,9 +208,41 @@ class BatchnormSmallBatch(Rule):
             for x, y in loader:
                 criterion(model(x), y).backward()
         """),
+        Invalid("""
+        import torchvision
+        from transformers import Trainer, TrainingArguments
+
+        model = torchvision.models.resnet50(num_classes=10)
+        args = TrainingArguments(
+            output_dir="out",
+            gradient_accumulation_steps=16,  # TD202 (the default per-device batch is 8)
+            dataloader_num_workers=4,
+        )
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
+        Invalid("""
+        import lightning as L
+        import torch.nn as nn
+        from torch.utils.data import DataLoader
+
+        class Segmenter(L.LightningModule):
+            def __init__(self, batch_size: int = 4):
+                super().__init__()
+                self.batch_size = batch_size
+                self.net = nn.Sequential(nn.Conv2d(3, 64, 3), nn.BatchNorm2d(64), nn.ReLU())
+
+            def training_step(self, batch, batch_idx):
+                return self.loss(self.net(batch[0]), batch[1])
+
+            def train_dataloader(self):
+                return DataLoader(self.train_set, batch_size=self.batch_size, num_workers=4)  # TD202
+
+        L.Trainer(accumulate_grad_batches=8).fit(Segmenter())
+        """),
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        yield from self._check_hf(ctx)
         if file_has_batchnorm(ctx) is None or uses_syncbatchnorm(ctx) or not trains(ctx):
             return
         acc = accumulation(ctx)
@@ -208,6 +264,30 @@ class BatchnormSmallBatch(Rule):
                 f"BatchNorm normalises over only {batch} samples per forward while {why}; use "
                 "GroupNorm/LayerNorm, SyncBatchNorm or a per-forward batch of at least 16.",
                 help="Replace BatchNorm or enlarge the per-forward batch",
+            )
+
+
+    def _check_hf(self, ctx: "FileContext") -> Iterable[Finding]:
+        """``TrainingArguments(gradient_accumulation_steps=k)`` for a model with BatchNorm."""
+        for args in hf_training_args(ctx):
+            steps = args.value(ctx, "gradient_accumulation_steps")
+            batch = args.value(ctx, "per_device_train_batch_size")
+            if not (isinstance(steps, int) and not isinstance(steps, bool) and steps > 1):
+                continue
+            if isinstance(batch, bool) or not isinstance(batch, int) or not 0 < batch < SMALL_BATCH:
+                continue
+            model = hf_trainer_model(ctx, args)
+            if model is None or not model_of(ctx, model).has_batchnorm or uses_syncbatchnorm(ctx):
+                continue
+            given = isinstance(args.node(ctx, "per_device_train_batch_size"), ast.AST)
+            yield ctx.report(
+                self,
+                args.anchor(ctx, "per_device_train_batch_size" if given else "gradient_accumulation_steps"),
+                f"BatchNorm normalises over only {batch} samples per forward"
+                f"{'' if given else ' (the default `per_device_train_batch_size`)'} while the "
+                f"optimizer steps on {batch} x {steps} samples through `gradient_accumulation_steps`; "
+                "use GroupNorm/LayerNorm or a per-device batch of at least 16.",
+                help="Replace BatchNorm or enlarge the per-device batch",
             )
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.args import UNKNOWN
+from traindoctor.static.frameworks import hf_custom_optimizer, hf_decayed_norm_params, hf_trainer_model, hf_training_args
 from traindoctor.static.loaders import is_test_file
 from traindoctor.static.models import model_of, self_model
 from traindoctor.static.names import OPTIMIZERS, dotted
@@ -70,6 +71,14 @@ def _requires_grad_filter(fn: ast.AST) -> bool:
             and _only_requires_grad(fn.body, fn.args.args[0].arg))
 
 
+def _owner(ctx: "FileContext", model: ast.expr) -> str:
+    """How a message names the module whose parameters are decayed."""
+    if isinstance(model, ast.Name) and model.id == "self":
+        cls = ctx.enclosing(model, ast.ClassDef)
+        return f"`{cls.name}`" if isinstance(cls, ast.ClassDef) else "this module"  # type: ignore[attr-defined]
+    return f"`{ctx.segment(model)}`"
+
+
 class WeightDecayOnBiasNorm(Rule):
     code = "TD204"
     name = "weight-decay-on-bias-norm"
@@ -81,7 +90,7 @@ class WeightDecayOnBiasNorm(Rule):
     gpu_only = False
     static = True
     runtime = True
-    triggers = ("optim", "AdamW")
+    triggers = ("optim", "AdamW", "weight_decay")
     fixable = "never"
 
     what_it_does = """
@@ -93,6 +102,17 @@ class WeightDecayOnBiasNorm(Rule):
     default to 0 and are not reported unless they pass a nonzero value. Parameter groups built
     by a function (`traindoctor.recipes.param_groups(model, 0.05)`) or by filtering on names
     are left alone.
+
+    Framework forms: Hugging Face `TrainingArguments(weight_decay=w)` with `w > 0` makes the
+    Trainer's own optimizer decay every parameter except those it excludes: biases, `nn.LayerNorm`
+    modules and names containing `layernorm`, `rmsnorm`, `.norm.` or `_norm`. BatchNorm and
+    GroupNorm weights named like `bn1` or `norm1` are still decayed; they are reported (with
+    their names) for a model the file spells out, unless the Trainer gets its own optimizer
+    (`optimizers=`) or the script overrides `create_optimizer`. In a Lightning module,
+    `configure_optimizers` returning an optimizer over `self.parameters()` is judged like any
+    other, with `weight_decay=self.hparams.weight_decay` or `self.weight_decay` read from the
+    `__init__` default (Lightning's hyperparameters; `LightningCLI` exposes them as command-line
+    defaults) when nothing in the file passes another value.
     """
     why_bad = """
     Weight decay pulls weights toward zero. That regularises the scale of weight matrices and
@@ -180,6 +200,30 @@ class WeightDecayOnBiasNorm(Rule):
         model = nn.Sequential(nn.Linear(10, 10, bias=False), nn.ReLU(), nn.Linear(10, 1, bias=False))
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         """),
+        Valid("""
+        import torch.nn as nn
+        from transformers import Trainer, TrainingArguments
+
+        # the Trainer excludes biases and LayerNorm weights itself
+        model = nn.Sequential(nn.Linear(64, 64), nn.LayerNorm(64), nn.Linear(64, 2))
+        args = TrainingArguments(output_dir="out", weight_decay=0.01)
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
+        Valid("""
+        import lightning as L
+        import torch
+
+        class Model(L.LightningModule):
+            def __init__(self, weight_decay: float = 1e-4):
+                super().__init__()
+                self.weight_decay = weight_decay
+
+            def configure_optimizers(self):
+                return torch.optim.AdamW(self.parameters(), weight_decay=self.weight_decay)
+
+        # the file trains with weight_decay=0: the default is not the value
+        model = Model(weight_decay=0.0)
+        """),
     )
     invalid = (
         Invalid("""
@@ -223,6 +267,30 @@ class WeightDecayOnBiasNorm(Rule):
                 [p for p in model.parameters() if p.requires_grad], lr=1e-4, weight_decay=0.05,
             )
         """),
+        Invalid("""
+        import torchvision
+        from transformers import Trainer, TrainingArguments
+
+        model = torchvision.models.resnet18(num_classes=10)
+        args = TrainingArguments(output_dir="out", weight_decay=0.05)  # TD204
+        Trainer(model=model, args=args, train_dataset=train_ds).train()
+        """),
+        Invalid("""
+        import lightning as L
+        import torch
+        import torchvision
+
+        class ImageNetModel(L.LightningModule):
+            def __init__(self, lr: float = 0.1, weight_decay: float = 1e-4):
+                super().__init__()
+                self.save_hyperparameters()
+                self.model = torchvision.models.resnet50()
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(  # TD204
+                    self.parameters(), lr=self.hparams.lr, momentum=0.9, weight_decay=self.hparams.weight_decay
+                )
+        """),
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
@@ -251,10 +319,40 @@ class WeightDecayOnBiasNorm(Rule):
             yield ctx.report(
                 self,
                 call,
-                f"`{short}` applies {detail} to every parameter of `{ctx.segment(model)}`, biases and "
+                f"`{short}` applies {detail} to every parameter of {_owner(ctx, model)}, biases and "
                 "normalisation weights included; give those a parameter group with `weight_decay=0` "
                 "(e.g. `traindoctor.recipes.param_groups(model, weight_decay)`).",
                 help="Exclude biases and norm parameters from weight decay",
+            )
+
+        yield from self._check_hf(ctx)
+
+    def _check_hf(self, ctx: "FileContext") -> Iterable[Finding]:
+        """``TrainingArguments(weight_decay=w)``: the Trainer's own AdamW excludes biases and
+        LayerNorm (by type, and names containing ``layernorm``/``rmsnorm``/``norm``) but still
+        decays BatchNorm/GroupNorm weights named like ``bn1`` or ``norm1``."""
+        for args in hf_training_args(ctx):
+            decay = args.value(ctx, "weight_decay")
+            if isinstance(decay, bool) or not isinstance(decay, (int, float)) or decay <= 0:
+                continue
+            if hf_custom_optimizer(ctx):
+                continue
+            model = hf_trainer_model(ctx, args)
+            info = model_of(ctx, model) if model is not None else None
+            if info is None or info.params is None:
+                continue
+            missed = hf_decayed_norm_params(info.params)
+            if not missed:
+                continue
+            shown = ", ".join(f"`{n}`" for n in missed[:3]) + (", ..." if len(missed) > 3 else "")
+            yield ctx.report(
+                self,
+                args.anchor(ctx, "weight_decay"),
+                f"The Trainer applies weight_decay={decay:g} to {len(missed)} normalisation "
+                f"parameter(s) of `{ctx.segment(model)}` ({shown}): its exclusion by name and by "
+                "`nn.LayerNorm` type misses BatchNorm/GroupNorm layers; override "
+                "`Trainer.get_decay_parameter_names` or pass your own parameter groups with `optimizers=`.",
+                help="Exclude BatchNorm/GroupNorm parameters from weight decay",
             )
 
 
