@@ -18,8 +18,8 @@ Predicted batches per second:
 
 * ``w = 0``: loading and compute are serial, ``1 / (fetch + compute)``;
 * ``w > 0``: the smallest of what the workers deliver (``w / fetch``), what the loop consumes
-  (``1 / compute``, slowed when busy workers leave fewer cores than its threads), and what the
-  cores can do at all (``cores / (fetch_cpu + compute x threads)``).
+  (``1 / compute``), and what the cores can do when busy workers and the training threads share
+  them (``cores / (fetch_cpu + compute x threads)``).
 """
 
 from __future__ import annotations
@@ -59,11 +59,10 @@ class Pipeline:
             return 1.0 / (fetch + compute)
         cores = max(self.cores, 1)
         threads = max(min(self.threads, cores), 1)
-        left = max(cores - workers * self.worker_busy, 1.0)
-        compute_eff = compute * max(1.0, threads / left)
         cpu_fetch = self.fetch_s if self.fetch_cpu_s is None else self.fetch_cpu_s
+        # the cores shared fairly by busy workers and the training threads
         cpu_cap = cores / max(cpu_fetch + compute * threads, 1e-6)
-        return min(workers / fetch, 1.0 / compute_eff, cpu_cap)
+        return min(workers / fetch, 1.0 / compute, cpu_cap)
 
 
 @dataclass(frozen=True)
