@@ -175,15 +175,22 @@ def _env() -> dict[str, str]:
 
 
 class Runner:
-    """Starts trial children, one at a time, and keeps their logs in the scratch folder."""
+    """Starts trial children, one at a time, and keeps their logs in the scratch folder.
 
-    def __init__(self, script: str, args: list[str], settings: Settings, scratch: Path) -> None:
+    Where ``os.fork`` exists, trials are forked from a zygote that imported torch once
+    (:mod:`traindoctor.tune._zygote`); otherwise each trial is a fresh interpreter.
+    """
+
+    def __init__(self, script: str, args: list[str], settings: Settings, scratch: Path,
+                 use_zygote: bool | None = None) -> None:
         self.script = os.path.abspath(script)
         self.args = list(args)
         self.settings = settings
         self.scratch = scratch
         self.count = 0
         self.durations: list[float] = []
+        self.use_zygote = hasattr(os, "fork") if use_zygote is None else use_zygote
+        self._zygote: subprocess.Popen[str] | None = None
 
     def run(self, spec: dict[str, Any]) -> dict[str, Any]:
         self.count += 1
@@ -194,25 +201,16 @@ class Runner:
         (folder / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
         log = folder / "output.log"
         timeout = self.settings.timeout or max(60.0, 2 * self.settings.budget)
-        cmd = [sys.executable, "-m", "traindoctor.tune._trial", str(folder / "spec.json"),
-               self.script, *self.args]
+        argv = [str(folder / "spec.json"), self.script, *self.args]
         start = time.perf_counter()
-        with open(log, "wb") as fh:
-            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=_env())
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                raise TuneScriptError(
-                    f"a trial ran longer than {timeout:g} s; the script must reach its "
-                    f"training steps sooner (log: {_tail(log)})"
-                ) from None
+        if self.use_zygote:
+            code = self._run_forked(argv, log, timeout)
+        else:
+            code = self._run_fresh(argv, log, timeout)
         self.durations.append(time.perf_counter() - start)
         result_path = folder / "result.json"
         if not result_path.exists():
-            raise TuneScriptError(f"the trial process died (exit status {proc.returncode}); "
+            raise TuneScriptError(f"the trial process died (exit status {code}); "
                                   f"last lines of its output:\n{_tail(log)}")
         result = json.loads(result_path.read_text(encoding="utf-8"))
         result["log"] = str(log)
@@ -220,6 +218,82 @@ class Runner:
             raise TuneScriptError(f"the script failed: {result.get('error')}; last lines of its "
                                   f"output:\n{_tail(log)}")
         return result
+
+    def _timed_out(self, timeout: float, log: Path) -> TuneScriptError:
+        return TuneScriptError(
+            f"a trial ran longer than {timeout:g} s; the script must reach its training steps "
+            f"sooner; last lines of its output:\n{_tail(log)}"
+        )
+
+    def _run_fresh(self, argv: list[str], log: Path, timeout: float) -> int | None:
+        cmd = [sys.executable, "-m", "traindoctor.tune._trial", *argv]
+        with open(log, "wb") as fh:
+            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=_env())
+            try:
+                return proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise self._timed_out(timeout, log) from None
+
+    def _start_zygote(self) -> subprocess.Popen[str]:
+        if self._zygote is None or self._zygote.poll() is not None:
+            self._zygote = subprocess.Popen(
+                [sys.executable, "-m", "traindoctor.tune._zygote"], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_env(), text=True,
+                bufsize=1,
+            )
+            ready = self._read(self._zygote, 120.0)
+            if not ready or not ready.get("ready"):
+                self.close()
+                raise TuneScriptError("could not start the trial process server (is torch installed?)")
+        return self._zygote
+
+    @staticmethod
+    def _read(proc: subprocess.Popen[str], timeout: float) -> dict[str, Any] | None:
+        import select
+
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], max(timeout, 0.0))
+        if not ready:
+            return None
+        line = proc.stdout.readline()
+        return json.loads(line) if line.strip() else None
+
+    def _run_forked(self, argv: list[str], log: Path, timeout: float) -> int | None:
+        zygote = self._start_zygote()
+        assert zygote.stdin is not None
+        request = {"argv": argv, "log": str(log), "cwd": os.getcwd()}
+        zygote.stdin.write(json.dumps(request) + "\n")
+        zygote.stdin.flush()
+        started = self._read(zygote, 30.0)
+        if not started or "pid" not in started:
+            self.close()
+            raise TuneScriptError("the trial process server stopped answering")
+        ended = self._read(zygote, timeout)
+        if ended is None:
+            try:
+                os.kill(int(started["pid"]), 9)
+            except OSError:
+                pass
+            self._read(zygote, 10.0)
+            raise self._timed_out(timeout, log)
+        return ended.get("status")
+
+    def close(self) -> None:
+        zygote, self._zygote = self._zygote, None
+        if zygote is None:
+            return
+        try:
+            if zygote.stdin is not None:
+                zygote.stdin.close()
+            zygote.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            zygote.kill()
+            zygote.wait()
+        if zygote.stdout is not None:
+            zygote.stdout.close()
 
     def typical_s(self) -> float:
         trials = self.durations[1:] or self.durations
@@ -319,8 +393,16 @@ def tune_script(script: str, args: list[str] | None = None, *, settings: Setting
 
 def _tune(script: str, args: list[str], settings: Settings, progress: Any, root: Path,
           start: float) -> Tuned:
-    cores = usable_cores()
     runner = Runner(script, args, settings, root)
+    try:
+        return _search(runner, script, args, settings, progress, start)
+    finally:
+        runner.close()
+
+
+def _search(runner: Runner, script: str, args: list[str], settings: Settings, progress: Any,
+            start: float) -> Tuned:
+    cores = usable_cores()
     tick = progress or _NoProgress()
     result = Tuned(script=script, args=args, cores=cores, budget=settings.budget)
 
