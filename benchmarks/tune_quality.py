@@ -6,8 +6,9 @@ decoding and augmentation of images generated at start, a small CNN), all in one
 1. ``tune``: ``traindoctor tune SCRIPT --budget B`` (bounds, model-pruned search, confirmation);
    its wall time is the tuning cost;
 2. ``grid``: every configuration of the same knobs (``num_workers`` 0, 1, 2, 4, ... up to twice
-   the usable cores; ``prefetch_factor`` 2 and 4 with workers; torch threads 1, 2, 4, ... up to
-   the cores), each measured once with the same trial length; its wall time is the grid's cost;
+   the usable cores; with workers ``persistent_workers`` False/True and ``prefetch_factor`` 2/4;
+   torch threads 1, 2, 4, ... up to the cores), each measured once with the same trial length
+   as tune's; its wall time is the grid's cost;
 3. the final comparison: the script's default, the tuned configuration and the grid's best,
    re-measured in ``--rounds`` interleaved rounds (the order rotating every round, so drift in
    machine load hits all three alike); each one's number is the median over rounds.
@@ -53,9 +54,10 @@ def grid(cores: int) -> list[dict]:
             if workers == 0:
                 configs.append({"num_workers": 0, "torch_threads": threads})
                 continue
-            for prefetch in (2, 4):
-                configs.append({"num_workers": workers, "persistent_workers": True,
-                                "prefetch_factor": prefetch, "torch_threads": threads})
+            for persistent in (False, True):
+                for prefetch in (2, 4):
+                    configs.append({"num_workers": workers, "persistent_workers": persistent,
+                                    "prefetch_factor": prefetch, "torch_threads": threads})
     return configs
 
 

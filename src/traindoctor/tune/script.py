@@ -40,7 +40,7 @@ SEARCH_SHARE = 0.85
 #: Measured configurations within this share of the fastest are equally fast: fewer workers win.
 TIE = 0.03
 MAX_SEARCH = 6
-MAX_CONFIRM_ROUNDS = 3
+MAX_CONFIRM_ROUNDS = 2
 DATA_BOUND_SHARE = 0.5
 
 LOADER_KEYS = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory")
@@ -513,7 +513,9 @@ def _search(runner: Runner, script: str, args: list[str], settings: Settings, pr
         return statistics.median(rates) if rates else 0.0
 
     ranked = sorted((k for k in measured if k != config_key(own)), key=median_rate, reverse=True)
-    finalists = ranked[:2] + [config_key(own)]
+    # the runner-up is confirmed too when one run cannot tell it from the best
+    close = [k for k in ranked[1:2] if median_rate(k) >= median_rate(ranked[0]) * 0.9]
+    finalists = ranked[:1] + close + [config_key(own)]
     rounds = 0
     while rounds < MAX_CONFIRM_ROUNDS:
         need = len(finalists) * runner.typical_s()
