@@ -180,6 +180,7 @@ class Controller:
         seg["samples"] += record.samples
         seg["data_s"] += record.data_s
         seg["wall_s"] += record.wall_s
+        seg["last"] = record.end
         elapsed = record.end - seg["t0"]
         if seg["steps"] >= self.max_steps or (elapsed >= self.seconds and seg["steps"] >= MIN_STEPS):
             self._close(record.end)
@@ -190,7 +191,7 @@ class Controller:
         self.seg = None
         if seg is None or seg["t0"] is None or seg["steps"] < 1:
             return
-        end = t_end if t_end is not None else time.perf_counter()
+        end = t_end if t_end is not None else seg.get("last", time.perf_counter())
         elapsed = max(end - seg["t0"], 1e-9)
         cpu = time.process_time() - seg["cpu0"]
         self.segments.append({
