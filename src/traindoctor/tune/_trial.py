@@ -360,6 +360,20 @@ def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[-1]}" if text else type(exc).__name__
 
 
+def _stop_workers() -> None:
+    """Shut down the DataLoader worker processes the stopped script left behind."""
+    import gc
+
+    from torch.utils.data import dataloader as dl
+
+    for obj in gc.get_objects():
+        if isinstance(obj, dl._MultiProcessingDataLoaderIter):
+            try:
+                obj._shutdown_workers()
+            except Exception:  # noqa: BLE001 - best effort, the process ends next
+                pass
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     spec = json.loads(open(argv[0], encoding="utf-8").read())
@@ -395,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     result = controller.result(status, error)
     with open(out, "w", encoding="utf-8") as fh:
         json.dump(result, fh)
+    _stop_workers()
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown (worker processes, atexit handlers of the script): the trial is
