@@ -329,7 +329,8 @@ class Controller:
 
         return {"status": status, "error": error, "mode": self.mode, "segments": self.segments,
                 "steps_seen": self.steps_seen, "script_threads": self.script_threads,
-                "training_loader": training, "cores": usable_cores(), "notes": self.notes}
+                "training_loader": training, "cores": usable_cores(), "notes": self.notes,
+                "uses_cuda": bool(getattr(self.session, "uses_cuda", False))}
 
 
 def apply_config(arguments: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import traindoctor
 from traindoctor.tune.measure import usable_cores, worker_counts
@@ -459,7 +459,9 @@ def _search(runner: Runner, script: str, args: list[str], settings: Settings, pr
     tick.done(f"baseline {_rate(base_seg.get('samples_per_s'))}")
     bounds = Bounds(loader_rates, compute_rates, loader_cpu, compute_cpu, cores)
     result.limit = bounds.limit()
-    pin = bool(own.get("pin_memory"))
+    # pin_memory only matters for host-to-GPU copies: tried (with workers) only when the run
+    # used CUDA; on CPU it is never set
+    pin = bool(own.get("pin_memory")) or bool(probe.get("uses_cuda"))
 
     # 2. search: only what the bounds say can win
     predictions: list[tuple[float, dict[str, Any]]] = []
@@ -471,7 +473,7 @@ def _search(runner: Runner, script: str, args: list[str], settings: Settings, pr
             cfg: dict[str, Any] = {"num_workers": w}
             if w > 0:
                 cfg.update(persistent_workers=True, prefetch_factor=2)
-            if pin:
+            if pin and w > 0:
                 cfg["pin_memory"] = True
             cfg["torch_threads"] = t
             predictions.append((rate, cfg))
@@ -593,12 +595,3 @@ class _NoProgress:
     def start(self, label: str) -> None: ...
     def done(self, result: str = "") -> None: ...
     def close(self) -> None: ...
-
-
-def run_with_progress(script: str, args: list[str], settings: Settings,
-                      make_progress: Callable[[], Any]) -> Tuned:
-    progress = make_progress()
-    try:
-        return tune_script(script, args, settings=settings, progress=progress)
-    finally:
-        progress.close()
