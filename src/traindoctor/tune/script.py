@@ -133,18 +133,27 @@ class Bounds:
     loader_cpu: float | None  # CPU seconds per sample of loading in the main process
     compute_cpu: dict[int, float]  # CPU seconds per sample of the loop, per thread count
     cores: int
+    #: CPU seconds per sample the training process spends *receiving* batches from ``w``
+    #: workers (unpickling, shared-memory rebuild), measured with the loader alone.
+    receive_cpu: dict[int, float] = field(default_factory=dict)
 
     def predict(self, workers: int, threads: int) -> float | None:
-        """Predicted samples/s of the whole loop (see :mod:`traindoctor.tune.model`)."""
+        """Predicted samples/s of the whole loop.
+
+        Without workers loading and compute take turns: ``1 / (1/loader_0 + 1/compute_t)``.
+        With workers: the smallest of what the workers deliver, what the training process can
+        do per sample (compute plus receiving the batch), and what the cores can do for both.
+        """
         load, comp = self.loader.get(workers), self.compute.get(threads)
         if load is None or comp is None or load <= 0 or comp <= 0:
             return None
         if workers == 0:
-            return 1.0 / (1.0 / self.loader[0] + 1.0 / comp) if self.loader.get(0) else None
-        rate = min(load, comp)
+            return 1.0 / (1.0 / load + 1.0 / comp)
+        receive = self.receive_cpu.get(workers, 0.0)
+        rate = min(load, 1.0 / (1.0 / comp + receive))
         load_cpu, comp_cpu = self.loader_cpu, self.compute_cpu.get(threads)
         if load_cpu is not None and comp_cpu is not None and load_cpu + comp_cpu > 0:
-            rate = min(rate, self.cores / (load_cpu + comp_cpu))
+            rate = min(rate, self.cores / (load_cpu + comp_cpu + receive))
         return rate
 
     def limit(self) -> dict[str, Any] | None:
@@ -437,6 +446,7 @@ def _search(runner: Runner, script: str, args: list[str], settings: Settings, pr
     compute_rates: dict[int, float] = {}
     compute_cpu: dict[int, float] = {}
     loader_cpu = None
+    receive_cpu: dict[int, float] = {}
     for seg in segments:
         rate = seg.get("samples_per_s")
         if seg["phase"] == "bound-loader":
@@ -447,6 +457,8 @@ def _search(runner: Runner, script: str, args: list[str], settings: Settings, pr
                 loader_rates[w] = rate
                 if w == 0:
                     loader_cpu = seg.get("cpu_s_per_sample")
+                elif seg.get("cpu_s_per_sample") is not None:
+                    receive_cpu[w] = seg["cpu_s_per_sample"]
         elif seg["phase"] == "bound-compute":
             t = int(seg["config"]["torch_threads"])
             cfg = dict(seg["config"])
@@ -457,7 +469,7 @@ def _search(runner: Runner, script: str, args: list[str], settings: Settings, pr
                 if seg.get("cpu_s_per_sample") is not None:
                     compute_cpu[t] = seg["cpu_s_per_sample"]
     tick.done(f"baseline {_rate(base_seg.get('samples_per_s'))}")
-    bounds = Bounds(loader_rates, compute_rates, loader_cpu, compute_cpu, cores)
+    bounds = Bounds(loader_rates, compute_rates, loader_cpu, compute_cpu, cores, receive_cpu)
     result.limit = bounds.limit()
     # pin_memory only matters for host-to-GPU copies: tried (with workers) only when the run
     # used CUDA; on CPU it is never set
@@ -485,6 +497,15 @@ def _search(runner: Runner, script: str, args: list[str], settings: Settings, pr
     predictions.sort(key=lambda rc: (-round(rc[0] / top, 2), rc[1]["num_workers"],
                                      rc[1]["torch_threads"] != script_threads))
     queue = [cfg for rate, cfg in predictions if rate >= top * SEARCH_SHARE][:MAX_SEARCH]
+    # The best configuration without workers is always measured, right after the best
+    # prediction: the bounds are single short measurements, possibly on a busy machine, and
+    # workers must beat the simplest setting in the loop, not only in the model.
+    plain = next((cfg for _, cfg in predictions if cfg["num_workers"] == 0), None)
+    if plain is not None and queue and queue[0] is not plain:
+        if plain in queue:
+            queue.remove(plain)
+        queue.insert(1, plain)
+    must = 2 if plain is not None else 1
     measured: dict[tuple[Any, ...], list[Trial]] = {config_key(own): [result.trials[0]]}
     configs: dict[tuple[Any, ...], dict[str, Any]] = {config_key(own): own}
     search_until = start + settings.budget * 0.7
@@ -494,7 +515,8 @@ def _search(runner: Runner, script: str, args: list[str], settings: Settings, pr
         key = config_key(cfg)
         if key in measured:
             continue
-        if measured and len(measured) > 1 and time.perf_counter() + runner.typical_s() > search_until:
+        searched = len(measured) - 1
+        if searched >= must and time.perf_counter() + runner.typical_s() > search_until:
             result.notes.append(f"budget: {len(queue) + 1} predicted configuration(s) not measured")
             break
         tick.remaining(len(queue) + 2)
