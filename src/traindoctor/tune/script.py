@@ -505,7 +505,7 @@ def _search(runner: Runner, script: str, args: list[str], settings: Settings, pr
         if plain in queue:
             queue.remove(plain)
         queue.insert(1, plain)
-    must = 2 if plain is not None else 1
+    plain_key = config_key(plain) if plain is not None else None
     measured: dict[tuple[Any, ...], list[Trial]] = {config_key(own): [result.trials[0]]}
     configs: dict[tuple[Any, ...], dict[str, Any]] = {config_key(own): own}
     search_until = start + settings.budget * 0.7
@@ -516,7 +516,9 @@ def _search(runner: Runner, script: str, args: list[str], settings: Settings, pr
         if key in measured:
             continue
         searched = len(measured) - 1
-        if searched >= must and time.perf_counter() + runner.typical_s() > search_until:
+        pending_plain = plain_key is not None and plain_key not in measured
+        if searched >= 1 and not pending_plain \
+                and time.perf_counter() + runner.typical_s() > search_until:
             result.notes.append(f"budget: {len(queue) + 1} predicted configuration(s) not measured")
             break
         tick.remaining(len(queue) + 2)
