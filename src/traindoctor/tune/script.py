@@ -39,6 +39,8 @@ from traindoctor.tune.measure import usable_cores, worker_counts
 SEARCH_SHARE = 0.85
 #: Measured configurations within this share of the fastest are equally fast: fewer workers win.
 TIE = 0.03
+#: Workers are recommended only when measured this much faster than the best setting without.
+WORKER_GAIN = 1.10
 MAX_SEARCH = 6
 MAX_CONFIRM_ROUNDS = 2
 DATA_BOUND_SHARE = 0.5
@@ -563,6 +565,12 @@ def _search(runner: Runner, script: str, args: list[str], settings: Settings, pr
     best_key = min(equal, key=lambda k: (configs[k]["num_workers"],
                                          configs[k]["torch_threads"] != script_threads,
                                          -median_rate(k)))
+    # Workers cost processes, memory and start-up: they must win by a clear margin.
+    no_workers = [k for k in measured if configs[k]["num_workers"] == 0 and median_rate(k) > 0]
+    if configs[best_key]["num_workers"] > 0 and no_workers:
+        plain_best = max(no_workers, key=median_rate)
+        if median_rate(plain_best) * WORKER_GAIN >= median_rate(best_key):
+            best_key = plain_best
     best_cfg = configs[best_key]
     best_rate = median_rate(best_key)
     base_rate = median_rate(config_key(own))
