@@ -143,8 +143,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"script not found: {script}", opts.output_format)
     from traindoctor.resume.runner import run_all
 
-    runs = run_all(script, rest, opts.resume_args, steps=steps, interrupt_at=interrupt_at,
-                   timeout=opts.timeout, workdir=opts.workdir)
+    from traindoctor.tune.progress import Progress
+
+    progress = Progress("traindoctor verify-resume", 3)
+    try:
+        runs = run_all(script, rest, opts.resume_args, steps=steps, interrupt_at=interrupt_at,
+                       timeout=opts.timeout, workdir=opts.workdir, progress=progress)
+    finally:
+        progress.close()
     try:
         return _judge(runs, script, steps, interrupt_at, opts)
     finally:

@@ -121,22 +121,44 @@ class Runs:
 
 
 def run_all(script: str, args: list[str], resume_args: str, *, steps: int, interrupt_at: int,
-            timeout: float, workdir: str | None = None) -> Runs:
-    """Run the three scenarios; ``resumed`` is None when no checkpoint was written."""
+            timeout: float, workdir: str | None = None, progress: Any = None) -> Runs:
+    """Run the three scenarios; ``resumed`` is None when no checkpoint was written.
+
+    ``progress`` (a :class:`traindoctor.tune.progress.Progress`) gets one tick per run."""
+    tick = progress if progress is not None else _Quiet()
     caller = os.getcwd()
     script = os.path.abspath(script)
     args = absolutize(args, caller)
     extra = absolutize(shlex.split(resume_args), caller)
     root = Path(workdir or tempfile.mkdtemp(prefix="traindoctor-resume-"))
+    tick.start(f"interrupted run (checkpoint at or after step {interrupt_at})")
     interrupted = Scenario("interrupted", "interrupt", script, args, root / "resume-cwd", steps,
                            interrupt_at=interrupt_at).start().wait(timeout)
     k = (interrupted.record or {}).get("checkpoint_step")
+    tick.done("no checkpoint" if k is None else f"checkpoint at step {k}")
     if k is None:
+        tick.remaining(1)
+        tick.start("reference run")
         reference = Scenario("reference", "reference", script, args, root / "reference-cwd",
                              steps).start().wait(timeout)
+        tick.done()
         return Runs(reference, interrupted, None, root)
+    tick.start("resumed and reference runs")
     resumed = Scenario("resumed", "resume", script, args + extra, root / "resume-cwd", steps,
                        offset=int(k), detail_step=int(k) + 1).start()
     reference = Scenario("reference", "reference", script, args, root / "reference-cwd", steps,
                          detail_step=int(k) + 1).start()
-    return Runs(reference.wait(timeout), interrupted, resumed.wait(timeout), root)
+    resumed_result = resumed.wait(timeout)
+    tick.done("resumed run")
+    tick.label = "reference run"
+    reference_result = reference.wait(timeout)
+    tick.done()
+    return Runs(reference_result, interrupted, resumed_result, root)
+
+
+class _Quiet:
+    label = ""
+
+    def start(self, label: str) -> None: ...
+    def done(self, result: str = "") -> None: ...
+    def remaining(self, units: int) -> None: ...

@@ -13,7 +13,6 @@ LoaderInfo`; this module turns them into the evidence the rules report, so every
 
 from __future__ import annotations
 
-import math
 import sys
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -70,20 +69,72 @@ def cores_per_rank(session: Any) -> int:
     return max(cores, 1)
 
 
-def recommended_workers(timing: LoaderTiming, current: int, session: Any) -> int:
-    """Workers needed so that batches arrive as fast as the loop consumes them, within budget.
+def main_threads() -> int:
+    """Intra-op threads of the training process (1 when torch is not imported)."""
+    torch = sys.modules.get("torch")
+    try:
+        return max(int(torch.get_num_threads()), 1) if torch is not None else 1
+    except Exception:  # pragma: no cover - a broken torch
+        return 1
 
-    With ``w`` workers each taking ``f`` per batch, batches arrive every ``f / w``; the loop needs
-    one every ``c`` (compute per batch). In the main process (``current == 0``) the wait *is* the
-    fetch; with ``current`` saturated workers, ``f`` is about ``current x (wait + c)``.
+
+def pipeline(timing: LoaderTiming, info: Any, session: Any) -> Any:
+    """The measured pipeline of one loader, for :mod:`traindoctor.tune.model`.
+
+    In the main process (``num_workers == 0``) the wait *is* the time to produce a batch, and the
+    training thread's CPU time inside ``next()`` is its CPU cost. With ``w`` saturated workers a
+    batch arrives every ``wait + compute``, so one worker needs about ``w x (wait + compute)``
+    per batch; its CPU cost is not seen from the training process.
     """
-    compute_ms = max(timing.compute_ms_per_batch, 0.5)
+    from traindoctor.tune.model import Pipeline
+
+    current = int(getattr(info, "num_workers", 0) or 0)
+    compute_s = timing.compute_ms_per_batch / 1000.0
     if current <= 0:
-        fetch_ms = timing.wait_ms_per_batch
+        fetch_s = timing.wait_ms_per_batch / 1000.0
+        batches = int(getattr(info, "batches", 0) or 0)
+        cpu = getattr(info, "wait_cpu_s", None)
+        fetch_cpu = min(cpu / batches, fetch_s) if cpu is not None and batches else None
     else:
-        fetch_ms = current * (timing.wait_ms_per_batch + timing.compute_ms_per_batch)
-    needed = math.ceil(fetch_ms / compute_ms)
-    return max(1, min(needed, worker_budget(session)))
+        fetch_s = current * (timing.wait_ms_per_batch + timing.compute_ms_per_batch) / 1000.0
+        fetch_cpu = None
+    return Pipeline(fetch_s=fetch_s, compute_s=compute_s, cores=cores_per_rank(session),
+                    threads=main_threads(), fetch_cpu_s=fetch_cpu)
+
+
+def worker_advice(timing: LoaderTiming, info: Any, session: Any) -> Any:
+    """The pipeline model's worker count (an :class:`~traindoctor.tune.model.Advice`)."""
+    from traindoctor.tune.model import recommend
+
+    current = int(getattr(info, "num_workers", 0) or 0)
+    return recommend(pipeline(timing, info, session), current)
+
+
+def recommended_workers(timing: LoaderTiming, current: int, session: Any, info: Any = None) -> int:
+    """Workers the pipeline model recommends (see :func:`worker_advice`)."""
+    if info is None:
+        from types import SimpleNamespace
+
+        info = SimpleNamespace(num_workers=current, batches=timing.batches, wait_cpu_s=None)
+    return worker_advice(timing, info, session).workers
+
+
+def script_name() -> str | None:
+    """The running script as the user typed it (``sys.argv[0]`` while the script runs)."""
+    import os
+
+    script = sys.argv[0] if sys.argv else ""
+    if not script.endswith(".py"):
+        return None
+    try:
+        return os.path.relpath(script)
+    except ValueError:  # pragma: no cover - another drive on Windows
+        return script
+
+
+def tune_command(script: str | None = None) -> str:
+    """``traindoctor tune SCRIPT`` for the script being run, as the user would type it."""
+    return f"traindoctor tune {script or script_name() or 'SCRIPT'}"
 
 
 def site(info: Any) -> dict[str, Any]:

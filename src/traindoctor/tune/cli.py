@@ -1,5 +1,9 @@
 """``traindoctor tune DATASET_SPEC --batch-size N [--max-workers K] [--batches B] [-o tuned.json]``
 
+(``traindoctor tune SCRIPT [ARGS]``, which tunes the whole training loop, is handled by
+:mod:`traindoctor.tune.script_cli`; a first argument with ``:`` that is not a file, or
+``--batch-size``, selects this mode.)
+
 Measures DataLoader configurations for a dataset on this machine (see
 :mod:`traindoctor.tune.measure`) and prints the table and the recommended kwargs; ``-o`` writes
 them in the format ``loader_kwargs(dataset, tuned=PATH)`` reads. Exit codes: 0 a recommendation
@@ -29,7 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
                "sys.path) or FILE.py:ATTRIBUTE, naming a Dataset or a zero-argument callable "
                "returning one, e.g. `traindoctor tune mypkg.data:train_set --batch-size 64 -o "
                "tuned.json`, then `DataLoader(ds, batch_size=64, **loader_kwargs(ds, "
-               "tuned=\"tuned.json\"))`.",
+               "tuned=\"tuned.json\"))`. To tune the whole training loop instead (loader "
+               "settings and torch threads, measured with your model in the loop): `traindoctor "
+               "tune [--budget SECONDS] [--output-format text|json] [--html FILE] [-o FILE] SCRIPT "
+               "[ARGS...]`.",
     )
     parser.add_argument("dataset", metavar="DATASET_SPEC", help="MODULE:ATTRIBUTE or FILE.py:ATTRIBUTE")
     parser.add_argument("--batch-size", type=int, required=True, help="batch size to measure with")
@@ -105,7 +112,12 @@ def render_text(result: Any, display: str, output: str | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from traindoctor.tune import script_cli
+
+    if script_cli.looks_like_script_mode(argv):  # `tune SCRIPT [ARGS]`: the whole training loop
+        return script_cli.main(argv)
+    args = build_parser().parse_args(argv)
     if args.batch_size < 1:
         return _error(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.max_workers is not None and args.max_workers < 0:

@@ -41,8 +41,14 @@ class LoaderInMainProcess(Rule):
       worker processes (inter-process copies), so they stay silent.
     - `TD102.min_batches` (default 5): batches seen before judging.
 
-    The recommended worker count is the number of workers that would deliver batches as fast as
-    the loop consumes them, capped at the cores this process may use minus one.
+    The recommended worker count comes from a model of the measured pipeline
+    (`traindoctor.tune.model`): the time and the CPU time the loop spent loading a batch, the time
+    it spent training on it, the cores this process may use (`os.sched_getaffinity`) and the
+    training process's intra-op threads (`torch.get_num_threads()`). It is the fewest workers
+    predicted within 5% of the fastest, up to the cores; a loader that sleeps or waits on I/O
+    needs little CPU per worker, a CPU-bound one competes with the training threads. When the
+    prediction is uncertain the message says so: `traindoctor tune SCRIPT` then measures it
+    with the model in the loop.
     """
 
     what_it_does = """
@@ -305,6 +311,14 @@ class LoaderInMainProcessMonitor(Monitor):
 
     rule = LoaderInMainProcess
 
+    _script: str | None = None
+
+    def on_loader_created(self, info: object) -> None:
+        if self._script is None:  # while the script runs, sys.argv[0] is its path
+            from traindoctor.runtime.loader_evidence import script_name
+
+            self._script = script_name()
+
     def on_run_end(self) -> None:
         from traindoctor.runtime import loader_evidence as ev
 
@@ -317,27 +331,53 @@ class LoaderInMainProcessMonitor(Monitor):
             timing = ev.loader_timing(info)
             if timing.wait_share <= min_share or timing.wait_ms_per_batch <= min_ms:
                 continue
-            workers = ev.recommended_workers(timing, 0, self.session)
+            advice = ev.worker_advice(timing, info, self.session)
+            workers = advice.workers
+            pipe = ev.pipeline(timing, info, self.session)
+            measured = (
+                f"{timing.wait_ms_per_batch:.1f} ms to load and {timing.compute_ms_per_batch:.1f} ms "
+                f"to train on a batch, {pipe.cores} usable core{'s' if pipe.cores != 1 else ''}"
+            )
+            if workers > 0:
+                advice_text = (
+                    f"pass `num_workers={workers}` so worker processes prepare batches while the "
+                    f"model trains (predicted {advice.speedup:.1f}x from {measured})"
+                )
+            else:
+                advice_text = (
+                    "worker processes are not predicted to help here "
+                    f"({measured}, loading needs the CPU): make loading cheaper"
+                )
+            settle = (
+                f" `{ev.tune_command(self._script)}` measures it with your model in the loop "
+                f"({advice.uncertain})." if advice.uncertain else ""
+            )
             self.report(
                 f"The loop waited for data {timing.wait_share:.0%} of the time "
                 f"({timing.wait_ms_per_batch:.1f} ms per batch) because this DataLoader loads "
-                f"batches in the main process; pass `num_workers={workers}` so worker processes "
-                "prepare batches while the model trains.",
+                f"batches in the main process; {advice_text}.{settle}",
                 evidence={
                     "data_wait_share": round(timing.wait_share, 4),
                     "wait_ms_per_batch": round(timing.wait_ms_per_batch, 3),
+                    "load_cpu_ms_per_batch": None if pipe.fetch_cpu_s is None
+                    else round(pipe.fetch_cpu_s * 1000.0, 3),
                     "compute_ms_per_batch": round(timing.compute_ms_per_batch, 3),
                     "batches": timing.batches,
                     "num_workers": 0,
                     "recommended_num_workers": workers,
+                    "predicted_speedup": round(advice.speedup, 2),
                     "cores_per_rank": ev.cores_per_rank(self.session),
+                    "torch_threads": pipe.threads,
                 },
                 step=self.session.step or None,
                 help=(
                     "An IterableDataset must shard its stream per worker "
                     "(torch.utils.data.get_worker_info())."
                     if info.iterable_dataset
-                    else f"Pass `num_workers={workers}` (and `persistent_workers=True`)."
+                    else f"Pass `num_workers={workers}` (and `persistent_workers=True`); "
+                    f"`{ev.tune_command(self._script)}` measures the best loader settings and torch threads."
+                    if workers > 0
+                    else f"`{ev.tune_command(self._script)}` measures the best loader settings and torch threads."
                 ),
                 **ev.site(info),
             )

@@ -24,8 +24,10 @@ class DataBound(Rule):
     to TD103) and reports the loader when the wait is a large share of the time the loader was
     being iterated and large per batch. The evidence gives the data-wait share, the wait and the
     compute time per batch, the estimated time one worker needs per batch
-    (`workers x (wait + compute)` when the workers are saturated) and, when the cores allow it,
-    a worker count that would keep up.
+    (`workers x (wait + compute)` when the workers are saturated) and, when the pipeline model
+    (`traindoctor.tune.model`: those times, the cores this process may use, the training
+    process's intra-op threads) predicts more workers would help, that worker count;
+    `traindoctor tune SCRIPT` measures it with the model in the loop.
     """
     why_bad = """
     With workers, loading overlaps with compute; a wait that remains means the workers together
@@ -68,6 +70,14 @@ class DataBoundMonitor(Monitor):
 
     rule = DataBound
 
+    _script: str | None = None
+
+    def on_loader_created(self, info: object) -> None:
+        if self._script is None:  # while the script runs, sys.argv[0] is its path
+            from traindoctor.runtime.loader_evidence import script_name
+
+            self._script = script_name()
+
     def on_run_end(self) -> None:
         from traindoctor.runtime import loader_evidence as ev
 
@@ -83,7 +93,8 @@ class DataBoundMonitor(Monitor):
             if timing.wait_share <= min_share or timing.wait_ms_per_batch <= min_ms:
                 continue
             fetch_ms = info.num_workers * (timing.wait_ms_per_batch + timing.compute_ms_per_batch)
-            workers = ev.recommended_workers(timing, info.num_workers, self.session)
+            advice = ev.worker_advice(timing, info, self.session)
+            workers = advice.workers
             evidence = {
                 "data_wait_share": round(timing.wait_share, 4),
                 "wait_ms_per_batch": round(timing.wait_ms_per_batch, 3),
@@ -92,12 +103,17 @@ class DataBoundMonitor(Monitor):
                 "batches": timing.batches,
                 "num_workers": info.num_workers,
                 "worker_budget": ev.worker_budget(self.session),
+                "torch_threads": ev.main_threads(),
             }
             if workers > info.num_workers:
                 evidence["recommended_num_workers"] = workers
-                advice = f"raise `num_workers` to {workers} or make per-sample loading cheaper"
+                evidence["predicted_speedup"] = round(advice.speedup, 2)
+                text = (
+                    f"raise `num_workers` to {workers} (predicted {advice.speedup:.1f}x; "
+                    f"`{ev.tune_command(self._script)}` measures it) or make per-sample loading cheaper"
+                )
             else:
-                advice = (
+                text = (
                     "the workers already use the cores this process has: make per-sample loading "
                     "cheaper (decode less, cache, move augmentation to the GPU)"
                 )
@@ -105,12 +121,12 @@ class DataBoundMonitor(Monitor):
                 f"With {info.num_workers} worker{'s' if info.num_workers != 1 else ''} the loop "
                 "still waited for data "
                 f"{timing.wait_share:.0%} of the time ({timing.wait_ms_per_batch:.1f} ms per batch): "
-                f"the input pipeline, not the model, sets the pace; {advice}.",
+                f"the input pipeline, not the model, sets the pace; {text}.",
                 evidence=evidence,
                 step=self.session.step or None,
                 help=(
-                    "`traindoctor tune module:dataset --batch-size N -o tuned.json` measures the "
-                    "best loader settings on this machine; use them with "
+                    f"`{ev.tune_command(self._script)} -o tuned.json` measures the best loader settings and "
+                    "torch threads on this machine with your model in the loop; use them with "
                     "`DataLoader(ds, batch_size=N, **loader_kwargs(ds, tuned=\"tuned.json\"))`."
                 ),
                 **ev.site(info),

@@ -7,7 +7,7 @@ Patches three attributes (restored on uninstall):
 * ``DataLoader.__iter__``: an epoch starts; notes whether worker processes are (re)spawned;
 * ``_BaseDataLoaderIter.__next__``: times each batch the loop asks for (the data wait).
 
-The per-batch path is two ``perf_counter`` calls, one dict lookup and a few additions. Nothing is
+The per-batch path is two ``perf_counter`` and two ``thread_time`` calls, one dict lookup and a few additions. Nothing is
 stored on the user's loader, dataset or iterator objects.
 """
 
@@ -49,6 +49,10 @@ class LoaderInfo:
     spawns: int = 0
     batches: int = 0
     wait_s: float = 0.0
+    #: CPU time of the training thread inside ``next()``: with ``num_workers=0`` that is the CPU
+    #: cost of loading (a dataset that sleeps or waits on I/O has little), read by the pipeline
+    #: model (:mod:`traindoctor.tune.model`) behind TD102's worker count.
+    wait_cpu_s: float = 0.0
     max_wait_s: float = 0.0
     first_batches: int = 0
     first_wait_s: float = 0.0
@@ -203,9 +207,11 @@ class DataLoaderProbe(Probe):
         probe = self
         iters = self._iters
         perf = time.perf_counter
+        cpu = time.thread_time
 
         @functools.wraps(orig)
         def __next__(iterator: Any) -> Any:
+            c0 = cpu()
             t0 = perf()
             try:
                 batch = orig(iterator)
@@ -213,10 +219,12 @@ class DataLoaderProbe(Probe):
                 probe._exhausted(iterator)
                 raise
             t1 = perf()
+            c1 = cpu()
             entry = iters.get(id(iterator))
             if entry is not None and entry[0]() is iterator:
                 try:
                     info = entry[1]
+                    info.wait_cpu_s += c1 - c0
                     info.add_batch(t1 - t0, t1)
                     probe.session.record_batch(info, batch, t1 - t0, t1)  # type: ignore[union-attr]
                 except Exception as exc:

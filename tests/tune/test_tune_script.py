@@ -1,0 +1,169 @@
+"""``traindoctor tune SCRIPT``: bounded trials of the user's own script.
+
+Each test runs real child processes on tiny scripts with tiny budgets (a few seconds each);
+speed claims live in ``benchmarks/tune_quality.py``, not here.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from traindoctor.cli import main as traindoctor_main
+from traindoctor.recipes import loader_kwargs
+from traindoctor.tune.progress import Progress
+from traindoctor.tune.script import Bounds, Runner, Settings, tune_script
+from traindoctor.tune.script_cli import looks_like_script_mode
+
+SCRIPTS = Path(__file__).parent / "scripts"
+TRIAL_KEYS = {"config", "phase", "samples_per_s", "data_wait_share", "verdict"}
+FAST = Settings(budget=1.0, seconds=0.15, max_steps=40)
+
+
+@pytest.fixture
+def sleepy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The sleepy script copied into a fresh folder that holds the user's checkpoint."""
+    shutil.copy(SCRIPTS / "sleepy_train.py", tmp_path / "train.py")
+    (tmp_path / "ckpt.pt").write_bytes(b"the user's checkpoint")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_trial_stops_after_its_bounded_steps_and_writes_nothing_of_the_users(
+    sleepy: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    before = _files(sleepy)
+    scratch = tmp_path_factory.mktemp("scratch")
+    runner = Runner("train.py", ["--epochs", "50"], Settings(budget=5, seconds=60, max_steps=4), scratch)
+    config = {"num_workers": 0, "torch_threads": 1}
+    out = runner.run({"mode": "trial", "config": config, "site": None})
+    assert out["status"] == "complete"
+    [segment] = out["segments"]
+    assert segment["phase"] == "search" and segment["config"] == config
+    assert segment["steps"] == 4  # max_steps, although `seconds` was far away
+    # 2 warm-up steps (num_workers=0: nothing buffered), the step that starts the clock, 4 timed
+    assert out["steps_seen"] == 2 + 1 + 4
+    log = Path(out["log"]).read_text()
+    assert "finished after" not in log  # the script was stopped, not run to its end
+    assert _files(sleepy) == before  # checkpoint untouched, no outputs/ folder, no log
+    redirected = [p.name for p in (scratch / "trial-01" / "redirected").rglob("*") if p.is_file()]
+    assert "ckpt.pt" in redirected and "train.log" in redirected
+
+
+def test_tune_script_json_is_complete_and_the_tuned_file_feeds_loader_kwargs(
+    sleepy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = _files(sleepy)
+    code = traindoctor_main(["tune", "--budget", "1", "--output-format", "json", "-o", "tuned.json",
+                             "train.py", "--delay-ms", "1"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    data = json.loads(captured.out)
+    for key in ("baseline", "recommended", "best", "speedup", "limit", "bottleneck_before",
+                "bottleneck_after", "trials"):
+        assert key in data, key
+    assert data["baseline"]["config"]["num_workers"] == 0
+    assert data["baseline"]["samples_per_s"] > 0
+    assert data["bottleneck_before"] == "data-bound (main process)"  # 8 x 1 ms of sleep per batch
+    assert set(data["limit"]) >= {"samples_per_s", "bound", "detail"}
+    assert data["limit"]["bound"] in ("loader", "compute")
+    phases = {t["phase"] for t in data["trials"]}
+    assert {"baseline", "bound-loader", "bound-compute", "search"} <= phases
+    for trial in data["trials"]:
+        assert set(trial) == TRIAL_KEYS
+        assert isinstance(trial["config"]["torch_threads"], int)
+    loader_bounds = [t["config"]["num_workers"] for t in data["trials"] if t["phase"] == "bound-loader"]
+    assert loader_bounds[:2] == [0, 1]
+    assert data["recommended"]["num_workers"] == data["best"]["config"]["num_workers"]
+    assert data["speedup"] == pytest.approx(
+        data["best"]["samples_per_s"] / data["baseline"]["samples_per_s"], rel=1e-2)
+    # the progress went to stderr as plain lines (not a terminal)
+    assert "traindoctor tune [1/" in captured.err and "\r" not in captured.err
+    tuned = json.loads((sleepy / "tuned.json").read_text())
+    assert "torch_threads" not in tuned["recommended"]
+    kwargs = loader_kwargs(None, tuned=sleepy / "tuned.json", device="cpu")
+    assert kwargs["num_workers"] == data["recommended"]["num_workers"]
+    after = _files(sleepy)
+    assert after.pop("tuned.json")
+    assert after == before  # the trials left the user's files as they were
+
+
+def test_fast_in_memory_batches_keep_num_workers_zero(tmp_path: Path) -> None:
+    tuned = tune_script(str(SCRIPTS / "in_memory_train.py"), settings=FAST)
+    assert tuned.recommended["num_workers"] == 0
+    assert tuned.bottleneck_before == "compute-bound"
+    assert tuned.speedup is not None and tuned.best["samples_per_s"] > 0
+
+
+def test_a_script_without_training_steps_is_a_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "nothing.py"
+    script.write_text("print('no training here')\n")
+    assert traindoctor_main(["tune", "--budget", "1", str(script)]) == 2
+    err = capsys.readouterr().err
+    assert "could not measure the script's training loop" in err and "Traceback" not in err
+
+
+def test_a_crashing_script_is_a_message_with_its_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "crash.py"
+    script.write_text("raise RuntimeError('bad config file')\n")
+    assert traindoctor_main(["tune", "--budget", "1", str(script)]) == 2
+    err = capsys.readouterr().err
+    assert "RuntimeError: bad config file" in err
+
+
+def test_html_without_the_report_module_is_a_clear_message(
+    sleepy: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "traindoctor.report.html", None)  # import fails
+    assert traindoctor_main(["tune", "--html", "r.html", "train.py"]) == 2
+    assert "pip install traindoctor[html]" in capsys.readouterr().err
+    assert not (sleepy / "r.html").exists()
+
+
+def test_script_mode_and_dataset_mode_are_told_apart(tmp_path: Path) -> None:
+    assert looks_like_script_mode(["train.py", "--epochs", "2"])
+    assert looks_like_script_mode(["--budget", "10", "train.py"])
+    assert not looks_like_script_mode(["mypkg.data:train_set", "--batch-size", "4"])
+    assert not looks_like_script_mode(["data.py:make", "--batch-size", "4"])
+    assert not looks_like_script_mode(["--help"])
+
+
+def test_the_bounds_predict_serial_loading_without_workers_and_the_minimum_with() -> None:
+    bounds = Bounds(loader={0: 100.0, 2: 180.0}, compute={1: 300.0}, loader_cpu=None,
+                    compute_cpu={}, cores=2)
+    assert bounds.predict(0, 1) == pytest.approx(75.0)  # 1 / (1/100 + 1/300)
+    assert bounds.predict(2, 1) == pytest.approx(180.0)
+    # loading and compute both need the CPU: 2 cores / (5 ms + 5 ms) per sample
+    cpu_bound = Bounds(loader={0: 200.0, 2: 400.0}, compute={1: 400.0}, loader_cpu=0.005,
+                       compute_cpu={1: 0.005}, cores=2)
+    assert cpu_bound.predict(2, 1) == pytest.approx(200.0)
+    limit = bounds.limit()
+    assert limit is not None and limit["bound"] == "loader" and limit["samples_per_s"] == 180.0
+
+
+def test_progress_is_plain_lines_when_not_a_terminal() -> None:
+    stream = io.StringIO()
+    progress = Progress("traindoctor tune", 2, stream=stream)
+    progress.start("baseline")
+    progress.done("12.0 samples/s")
+    progress.remaining(1)
+    progress.start("search num_workers=2")
+    progress.done()
+    progress.close()
+    assert stream.getvalue().splitlines() == [
+        "traindoctor tune [1/2] baseline: 12.0 samples/s",
+        "traindoctor tune [2/2] search num_workers=2",
+    ]
