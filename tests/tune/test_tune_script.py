@@ -133,6 +133,19 @@ def test_html_without_the_report_module_is_a_clear_message(
     assert not (sleepy / "r.html").exists()
 
 
+def test_html_without_plotly_stops_before_any_trial(
+    sleepy: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import traindoctor.report.html as html
+    import traindoctor.tune.script as script
+
+    monkeypatch.setattr(html, "missing_dependency", lambda: "the HTML report needs plotly")
+    monkeypatch.setattr(script, "tune_script", lambda *a, **k: pytest.fail("trials ran"))
+    assert traindoctor_main(["tune", "--html", "r.html", "train.py"]) == 2
+    assert "the HTML report needs plotly" in capsys.readouterr().err
+    assert not (sleepy / "r.html").exists()
+
+
 def test_script_mode_and_dataset_mode_are_told_apart(tmp_path: Path) -> None:
     assert looks_like_script_mode(["train.py", "--epochs", "2"])
     assert looks_like_script_mode(["--budget", "10", "train.py"])

@@ -189,9 +189,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     render_html = None
     if opts["html"]:
         try:
+            from traindoctor.report.html import missing_dependency
             from traindoctor.report.html import render_tune_html as render_html
         except ImportError as exc:
             return _error(f"--html needs the HTML report (`pip install traindoctor[html]`): {exc}")
+        missing = missing_dependency()  # before the trials, not after minutes of them
+        if missing:
+            return _error(missing)
     try:
         import torch  # noqa: F401 - fail here, with a message, when torch is missing
     except ImportError as exc:
