@@ -422,10 +422,11 @@ class _SafeLoadPlanner:
         return SafeLoadPlanner()
 
 
-def check_metadata(path: Path) -> None:
+def check_metadata(path: Path) -> set[str]:
     """Refuse a ``.metadata`` whose pickle names anything but DCP's metadata classes.
 
     DCP reads ``.metadata`` with ``pickle``; our reader walks it first without executing it.
+    Returns the names of the saved entries.
     """
     from traindoctor.checkpoint.pickle_reader import PickleError, read_pickle
 
@@ -439,6 +440,9 @@ def check_metadata(path: Path) -> None:
     if bad:
         raise ValueError(f"{path}: .metadata references {', '.join(bad)}: not DCP metadata; "
                          "refusing to unpickle it")
+    state = getattr(result.value, "state", None)
+    entries = state.get("state_dict_metadata") if isinstance(state, dict) else None
+    return {str(k) for k in entries} if isinstance(entries, dict) else set()
 
 
 def metadata_global_allowed(ref: Any) -> bool:
@@ -479,7 +483,7 @@ def load(path: str | os.PathLike[str], *, model: Any, optimizer: Any = None,
     dest = resolve(path)
     if not dest.is_dir():
         raise FileNotFoundError(f"{dest}: no sharded checkpoint here")
-    check_metadata(dest)
+    entries = check_metadata(dest)
     try:
         manifest = json.loads((dest / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -488,8 +492,7 @@ def load(path: str | os.PathLike[str], *, model: Any, optimizer: Any = None,
     rank, world = _dist()
     model = _single(model)
     optimizers = _optimizers(optimizer)
-    components = set(manifest.get("components") or [])
-    use_optim = bool(optimizers) and "optimizer" in components
+    use_optim = bool(optimizers) and any(k.startswith("optimizer.") for k in entries)
     state = _dcp_state(model, optimizers if use_optim else [])
     dcp.load(state, checkpoint_id=str(dest), planner=_SafeLoadPlanner())
     options = StateDictOptions(strict=strict)
