@@ -1,4 +1,4 @@
-"""DDP training on 2 CPU ranks where rank 1 fails at step 3: --fail raise|kill|hang|none."""
+"""DDP training on 2 CPU ranks where rank 1 fails at step 3: --fail raise|kill|hang|term."""
 
 import os
 import signal
@@ -27,6 +27,10 @@ def main():
                 os.kill(os.getpid(), signal.SIGKILL)
             if mode == "hang":
                 time.sleep(600)
+            if mode == "term":  # rank 0 is busy in Python when torchrun stops it
+                raise RuntimeError("rank 1 lost its data shard")
+        if step == 3 and rank == 0 and mode == "term":
+            time.sleep(60)
         loss = model(x).pow(2).mean()
         opt.zero_grad()
         loss.backward()  # DDP all-reduce: rank 0 waits here for rank 1

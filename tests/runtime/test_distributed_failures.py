@@ -1,4 +1,5 @@
-"""The doctor when a rank fails under torchrun (2 CPU ranks, gloo, DDP): raise, SIGKILL, hang.
+"""The doctor when a rank fails under torchrun (2 CPU ranks, gloo, DDP): raise, SIGKILL, hang,
+and SIGTERM from torchrun reaching a survivor.
 
 Rank 1 fails at step 3 while rank 0 waits for it in DDP's all-reduce. Every launch must end
 within its bound (stall 3 s, report wait 10 s, plus start-up) and rank 0 must write a merged
@@ -35,7 +36,7 @@ def run_failing(tmp_path: Path, mode: str) -> tuple[dict, subprocess.CompletedPr
     return json.loads(report.read_text()), proc, elapsed
 
 
-@pytest.mark.parametrize("mode", ["raise", "kill", "hang"])
+@pytest.mark.parametrize("mode", ["raise", "kill", "hang", "term"])
 def test_a_failing_rank_is_named_in_the_merged_partial_report(tmp_path, mode):
     report, proc, elapsed = run_failing(tmp_path, mode)
     env = report["environment"]
@@ -50,6 +51,12 @@ def test_a_failing_rank_is_named_in_the_merged_partial_report(tmp_path, mode):
         assert first["where"].startswith("rank_failure_train.py:25 ")
         assert env["ranks_merged"] == [0, 1]
         assert "rank 0" in " ".join(report["notes"][1:])  # the survivor's evidence is merged
+    elif mode == "term":  # rank 0 was busy in Python: torchrun's SIGTERM ends it with a report
+        assert first["how"] == "raised"
+        zero = env["ranks_failed"]["0"]
+        assert zero["how"] == "terminated" and zero["signal"] == "SIGTERM"
+        assert zero["where"].startswith("rank_failure_train.py:33 ")  # its time.sleep
+        assert env["ranks_merged"] == [0, 1]
     elif mode == "kill":
         assert first["how"] == "killed"
         assert "SIGKILL" in report["notes"][0]

@@ -18,7 +18,7 @@ report. A rank that raises writes its report with the exception. A rank that tor
 its main thread is blocked inside a collective. A rank killed by SIGKILL writes nothing; rank 0
 sees its process gone and does not wait for it. Rank 0 waits at most ``distributed.wait_s``
 (default 60 s) for reports after it finished. A rank that makes no progress (no optimizer step,
-no batch) for ``distributed.stall_s`` (default 600 s, counted from its first step; 0 disables)
+no batch) for ``distributed.stall_s`` (default 1800 s, counted from its first step; 0 disables)
 is hung: it reports where it is blocked and exits with code 124, and torchrun stops the rest.
 """
 
@@ -36,8 +36,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 #: Seconds rank 0 waits for the other ranks' reports.
 DEFAULT_WAIT_S = 60.0
-#: Seconds without progress (after the first step) after which a rank is declared hung.
-DEFAULT_STALL_S = 600.0
+#: Seconds without progress (after the first step) after which a rank is declared hung: torch's
+#: default process-group timeout, so a rank blocked in a collective is not stopped earlier than
+#: torch itself would give up.
+DEFAULT_STALL_S = 1800.0
 #: Seconds between heartbeats.
 HEARTBEAT_S = 1.0
 #: After SIGTERM, seconds the main thread gets to unwind before the guard reports for it.
@@ -451,6 +453,8 @@ class RankGuard:
                     return
                 self._beat()
                 now = time.monotonic()
+                if self._term_at is not None and not self._our_sigterm_handler():
+                    self._term_at = None  # the script handles SIGTERM itself (preemption save)
                 if self._term_at is not None and now - self._term_at > TERM_GRACE_S:
                     # SIGTERM arrived but the main thread did not unwind: it is blocked in C
                     # code (a collective). Report for it.
@@ -473,6 +477,12 @@ class RankGuard:
                 except Exception:
                     pass
                 return
+
+    def _our_sigterm_handler(self) -> bool:
+        try:
+            return signal.getsignal(signal.SIGTERM) == self._on_sigterm
+        except (ValueError, OSError):
+            return False
 
     def _emergency(self, exit_code: int) -> None:
         """Write this rank's report from the guard thread (main thread blocked), then exit."""
