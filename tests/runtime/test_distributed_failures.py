@@ -28,7 +28,8 @@ def run_failing(tmp_path: Path, mode: str) -> tuple[dict, subprocess.CompletedPr
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
          "-m", "traindoctor", "run", "--output-format", "json", "-o", str(report),
-         "--threshold", "distributed.stall_s=3", "--threshold", "distributed.wait_s=10",
+         "--threshold", f"distributed.stall_s={100 if mode == 'term' else 3}",
+         "--threshold", "distributed.wait_s=10",
          str(SCRIPT), "--fail", mode],
         capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
     elapsed = time.monotonic() - start

@@ -299,7 +299,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     session.start()
     guard = _start_rank_guard(session, opts)
     try:
-        _run_target(opts)
+        if guard is not None:
+            guard.run_script(_run_target, opts)
+        else:
+            _run_target(opts)
     except SystemExit as exc:
         code = _exit_code(exc)
     except KeyboardInterrupt as exc:

@@ -338,6 +338,7 @@ class RankGuard:
         self._lock = threading.Lock()
         self._reported = False
         self._finishing = False
+        self._in_script = False
         self._stop = threading.Event()
         self._term_at: float | None = None
         self._main_ident = threading.main_thread().ident
@@ -396,13 +397,21 @@ class RankGuard:
                         "where": _where(frame), "last_step": int(self.session.step),
                         "time": time.time()}
 
+    def run_script(self, run: Callable[..., Any], *args: Any) -> Any:
+        """Run the user's script; SIGTERM interrupts it (and only it) with ``SystemExit``."""
+        self._in_script = True
+        try:
+            return run(*args)
+        finally:
+            self._in_script = False
+
     def _on_sigterm(self, signum: int, frame: Any) -> None:
-        if self._finishing:
-            return  # the report exchange is bounded; let it finish
         if self.failure is None:
             self.failure = {"how": "terminated", "signal": "SIGTERM", "where": _where(frame),
                             "last_step": int(self.session.step), "time": time.time()}
-        raise SystemExit(128 + signal.SIGTERM)
+        if self._in_script and not self._finishing:
+            raise SystemExit(128 + signal.SIGTERM)
+        # Otherwise the report is being written (bounded by wait_s): let it finish.
 
     def finish(self, report: dict[str, Any], exit_code: int) -> dict[str, Any] | None:
         """Normal end (also after an exception or SIGTERM): exchange reports; rank 0 merges."""
