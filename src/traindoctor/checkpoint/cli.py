@@ -26,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Inspect checkpoints without executing them.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     insp = sub.add_parser("inspect", help="list contents, check safety and resumability")
-    insp.add_argument("file", metavar="FILE")
+    insp.add_argument("file", metavar="PATH",
+                      help="a torch checkpoint file or a torch.distributed.checkpoint directory")
     insp.add_argument("--output-format", choices=["text", "json"], default="text")
     insp.add_argument("--all", action="store_true", help=f"list every tensor (default: first "
                       f"{TENSORS_SHOWN})")
