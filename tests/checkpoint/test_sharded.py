@@ -157,7 +157,7 @@ def test_loader_position_moves_to_another_world_size(new_world):
     assert all(loader.epoch == 1 for loader in new)
 
 
-def test_save_refuses_a_file_standing_where_the_directory_goes(tmp_path):
+def test_plain_models_keep_the_single_file_path_and_async_needs_a_sharded_model(tmp_path):
     from traindoctor.checkpoint.sharded import ShardedStateError, wants_sharded
 
     model = torch.nn.Linear(2, 2)
@@ -167,3 +167,32 @@ def test_save_refuses_a_file_standing_where_the_directory_goes(tmp_path):
     with pytest.raises(ValueError, match="async_save=True is for sharded models"):
         checkpoint.save(tmp_path / "x.pt", model=model, async_save=True)
     assert ShardedStateError.__mro__[1] is ValueError
+
+
+def _fake_tmp(parent: Path, name: str, step: int) -> Path:
+    tmp = parent / f".{name}.tmp-1-{step}"
+    tmp.mkdir(parents=True)
+    (tmp / "rank_0.pt").write_text(str(step))
+    return tmp
+
+
+def test_commit_renames_into_place_and_keep_last_rotates_directories(tmp_path):
+    from traindoctor.checkpoint.sharded import MANIFEST, _commit, resolve
+
+    for step in (1, 2, 3):
+        _commit(_fake_tmp(tmp_path, "last", step), tmp_path / "last", {"step": step}, 3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last", "last.1", "last.2"]
+    assert [json.loads((tmp_path / n / MANIFEST).read_text())["step"]
+            for n in ("last", "last.1", "last.2")] == [3, 2, 1]
+    for step in (10, 20, 30):
+        dest = tmp_path / "run" / f"step_{step:06d}"
+        dest.parent.mkdir(exist_ok=True)
+        _commit(_fake_tmp(dest.parent, dest.name, step), dest, {"step": step}, 2)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["step_000020", "step_000030"]
+    # A crash between "move the old one aside" and "rename the new one in": load finds the old.
+    plain = tmp_path / "plain"
+    _commit(_fake_tmp(tmp_path, "plain", 1), plain, {"step": 1}, None)
+    aside = tmp_path / ".plain.old-dead"
+    plain.rename(aside)
+    with pytest.warns(UserWarning, match="interrupted between its two renames"):
+        assert resolve(plain) == aside

@@ -211,8 +211,10 @@ def _rotate(dest: Path, keep_last: int | None) -> Path | None:
 
 
 def _prune_numbered(dest: Path, keep_last: int | None) -> None:
-    from traindoctor.checkpoint.atomic import _LAST_DIGITS
+    """``keep_last`` for numbered names (``step_000120``): keep the highest-numbered ones."""
     import re
+
+    from traindoctor.checkpoint.atomic import _LAST_DIGITS
 
     if keep_last is None or not _LAST_DIGITS.search(dest.name):
         return
@@ -405,17 +407,15 @@ class _SafeLoadPlanner:
 
     def __new__(cls) -> Any:
         import torch
+        from torch.distributed.checkpoint._nested_dict import set_element
         from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-        from torch.distributed.checkpoint._nested_dict import set_element  # noqa: F401
 
         class SafeLoadPlanner(DefaultLoadPlanner):
             def load_bytes(self, read_item: Any, value: Any) -> None:
                 loaded = torch.load(value, weights_only=True)
                 if self.flatten_state_dict:
-                    from torch.distributed.checkpoint._nested_dict import set_element as put
-
-                    put(self.original_state_dict, self.mappings[read_item.dest_index.fqn],
-                        loaded)
+                    set_element(self.original_state_dict,
+                                self.mappings[read_item.dest_index.fqn], loaded)
                 else:
                     self.state_dict[read_item.dest_index.fqn] = loaded
 
