@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.utils.data import TensorDataset
 
 from traindoctor import checkpoint
 from traindoctor.checkpoint.data import ResumableLoader
@@ -196,3 +197,26 @@ def test_commit_renames_into_place_and_keep_last_rotates_directories(tmp_path):
     plain.rename(aside)
     with pytest.warns(UserWarning, match="interrupted between its two renames"):
         assert resolve(plain) == aside
+
+
+def test_a_position_that_cannot_move_to_another_world_size_is_named(tmp_path):
+    from torch.utils.data import DistributedSampler
+
+    from traindoctor.checkpoint.sharded import _load_resharded_position
+
+    data = TensorDataset(torch.arange(8.0))
+    sampler = DistributedSampler(data, num_replicas=1, rank=0)
+    plain = {"kind": "DistributedSampler", "position_known": False, "epoch": 3}
+    for rank in (0, 1):
+        torch.save({"sampler": plain}, tmp_path / f"rank_{rank}.pt")
+    message = _load_resharded_position(tmp_path, "sampler", sampler, 2, 1)
+    assert message.startswith("sampler (DistributedSampler): its position cannot be moved from "
+                              "2 to 1 rank(s)")
+    assert sampler.epoch == 3  # the epoch still carries over
+    loader = ResumableLoader(data, batch_size=2)
+    for rank, done in ((0, 4), (1, 6)):
+        torch.save({"loader": {"kind": "ResumableLoader", "epoch": 0, "global_samples_done": done,
+                               "world_size": 2, "samples_done": done // 2, "seed": 0,
+                               "batch_size": 2}}, tmp_path / f"rank_{rank}.pt")
+    message = _load_resharded_position(tmp_path, "loader", loader, 2, 1)
+    assert "the 2 ranks were at different positions" in message
