@@ -60,3 +60,54 @@ def test_our_options_are_split_from_the_scripts():
 def test_missing_script_is_a_clear_error(capsys, tmp_path):
     assert main([str(tmp_path / "nope.py"), "--resume-args", "--resume"]) == 2
     assert "script not found" in capsys.readouterr().err
+
+
+def test_resuming_the_saved_epoch_instead_of_the_next_is_named(capsys):
+    code, result = _verify(capsys, "epoch_off_by_one.py", steps=12, interrupt_at=5)
+    assert code == 1
+    assert result["checkpoint_step"] == 8  # saved at the end of epoch 1 (4 steps per epoch)
+    assert result["first_divergent_step"] == 9
+    assert result["cause"] == "epoch counter off by one"
+    assert result["explanation"] == ("at step 9 set_epoch(1) was called; the uninterrupted run "
+                                     "was in epoch 2")
+
+
+def test_a_gradscaler_left_out_of_the_checkpoint_is_named_loss_scale_reset(capsys):
+    code, result = _verify(capsys, "loss_scale_reset.py", steps=12, interrupt_at=5)
+    assert code == 1
+    assert result["checkpoint_step"] == 6
+    assert result["first_divergent_step"] == 7
+    assert result["cause"] == "loss scale reset"
+    assert result["explanation"] == ("at step 7 the GradScaler scale is 256, the uninterrupted "
+                                     "run had 2048")
+
+
+def _verify_ranks(capsys, kind: str, fmt: str = "json"):
+    code = main(["--nproc-per-node", "2", str(SCRIPTS / "dist_train.py"), "--kind", kind,
+                 "--resume-args", "--resume", "--steps", "12", "--interrupt-at", "5",
+                 "--output-format", fmt])
+    out = capsys.readouterr().out
+    return code, (json.loads(out) if fmt == "json" else out)
+
+
+def test_two_rank_fsdp2_run_with_traindoctor_checkpoints_resumes_exactly_on_each_rank(capsys):
+    code, out = _verify_ranks(capsys, "fsdp", fmt="text")
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[0].endswith("2 ranks (torchrun), 12 steps; interrupted after the checkpoint "
+                             "written at step 8, resumed for steps 9-12")
+    assert lines[1] == ("resume is exact on every rank (2): per-step losses and final "
+                        "model/optimizer state identical (bitwise)")
+    assert lines[2].startswith("rank 0: resume is exact") and lines[3].startswith("rank 1: ")
+
+
+def test_two_rank_ddp_run_saving_the_model_on_rank_0_only_loses_momentum_on_every_rank(capsys):
+    code, result = _verify_ranks(capsys, "ddp-model-only")
+    assert code == 1
+    assert result["checkpoint_step"] == 8  # rank 0 saved; rank 1 was stopped at the same step
+    assert result["first_divergent_step"] == 9 and result["first_divergent_rank"] == 0
+    assert result["cause"] == "optimizer state lost (momentum/moments zero after resume)"
+    for rank in ("0", "1"):
+        verdict = result["ranks"][rank]
+        assert verdict["exact"] is False and verdict["first_divergent_step"] == 9
+        assert verdict["cause"] == result["cause"]

@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
-    "ResumeInfo", "ResumableLoader", "ResumableSampler", "inspect_checkpoint", "load", "save",
+    "PendingCheckpoint", "ResumeInfo", "ResumableLoader", "ResumableSampler",
+    "inspect_checkpoint", "load", "save", "wait",
 ]
 
 _LAZY = {
@@ -24,6 +25,8 @@ _LAZY = {
     "ResumableLoader": "traindoctor.checkpoint.data",
     "ResumableSampler": "traindoctor.checkpoint.data",
     "inspect_checkpoint": "traindoctor.checkpoint.inspect",
+    "PendingCheckpoint": "traindoctor.checkpoint.sharded",
+    "wait": "traindoctor.checkpoint.sharded",
 }
 
 
@@ -31,5 +34,6 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        attr = "wait_pending" if name == "wait" else name
+        return getattr(importlib.import_module(_LAZY[name]), attr)
     raise AttributeError(name)

@@ -1,4 +1,6 @@
-"""``traindoctor ckpt inspect FILE``: list a checkpoint's contents without executing it.
+"""``traindoctor ckpt inspect PATH``: list a checkpoint's contents without executing it.
+
+PATH is a torch file or a ``torch.distributed.checkpoint`` directory.
 
 Exit codes: 0 safe and resumable, 1 findings (TD501-TD504) or unsafe globals, 2 unreadable file
 or usage error. Never imports torch.
@@ -24,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Inspect checkpoints without executing them.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     insp = sub.add_parser("inspect", help="list contents, check safety and resumability")
-    insp.add_argument("file", metavar="FILE")
+    insp.add_argument("file", metavar="PATH",
+                      help="a torch checkpoint file or a torch.distributed.checkpoint directory")
     insp.add_argument("--output-format", choices=["text", "json"], default="text")
     insp.add_argument("--all", action="store_true", help=f"list every tensor (default: first "
                       f"{TENSORS_SHOWN})")
@@ -72,6 +75,13 @@ def render_text(result: Inspection, show_all: bool = False) -> str:
         counters.append(f"epoch {result.epoch}")
     if counters:
         lines.append(", ".join(counters))
+    if result.imports:
+        lines.append("a whole pickled object: unpickling it imports (and runs code of) "
+                     + ", ".join(result.imports))
+    if result.ranks:
+        lines.append("")
+        lines.append("ranks")
+        lines.extend(f"  {line}" for line in result.ranks)
     lines.append("")
     lines.append("contents")
     if not result.components:
@@ -80,11 +90,12 @@ def render_text(result: Inspection, show_all: bool = False) -> str:
     for comp in result.components:
         lines.append(f"  {comp.path:<{width}}  {comp.summary}")
         lines.extend(f"  {'':<{width}}    {d}" for d in comp.details)
-    if result.format == "torch zip":
+    if result.format == "torch zip" or result.format.startswith("DCP"):
         lines.append(f"  RNG states: {rng_line(result)}")
     lines.append("")
     shown = result.tensors if show_all else result.tensors[:TENSORS_SHOWN]
-    lines.append(f"tensors ({len(result.tensors)})")
+    global_shapes = " (global shapes)" if result.format.startswith("DCP") else ""
+    lines.append(f"tensors ({len(result.tensors)}){global_shapes}")
     key_width = max([len(k) for k, _ in shown] + [10])
     for key, tensor in shown:
         shape = "[" + ", ".join(str(d) for d in tensor.shape) + "]"
@@ -106,7 +117,7 @@ def render_text(result: Inspection, show_all: bool = False) -> str:
         lines.append("")
     if not result.safe:
         verdict = "UNSAFE: do not load this file with pickle or torch.load(weights_only=False)"
-    elif result.format != "torch zip":
+    elif result.format != "torch zip" and not result.format.startswith("DCP"):
         verdict = "not a resumable torch checkpoint"
     elif result.findings:
         verdict = f"not fully resumable ({len(result.findings)} finding(s))"

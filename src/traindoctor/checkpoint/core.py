@@ -36,6 +36,8 @@ class ResumeInfo:
     extra: Any = None
     restored: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    #: Why something could not be restored exactly (e.g. a position across world sizes).
+    notes: list[str] = field(default_factory=list)
 
 
 def _dist() -> tuple[int, int]:
@@ -127,15 +129,30 @@ def _gather_rng(rng: dict[str, Any], world: int) -> list[dict[str, Any]]:
 def save(path: str | os.PathLike[str], *, model: Any, optimizer: Any = None,
          scheduler: Any = None, scaler: Any = None, sampler: Any = None, loader: Any = None,
          step: int | None = None, epoch: int | None = None, extra: Any = None,
-         keep_last: int | None = None) -> Path | None:
+         keep_last: int | None = None, async_save: bool = False) -> Any:
     """Atomically write a full training checkpoint to ``path``; returns the path (rank 0).
 
     ``extra`` must be plain data (numbers, strings, tensors, dicts/lists of them).
     ``keep_last=N`` keeps the N newest files of ``path``'s naming pattern (``step_000120.pt``
     -> ``step_*.pt`` by number; a name without digits keeps ``last.pt.1`` .. ``last.pt.N-1``).
+
+    A sharded model (FSDP2/DTensor parameters, DDP) is saved through
+    ``torch.distributed.checkpoint`` into the directory ``path`` instead (every rank calls
+    ``save``; see :mod:`traindoctor.checkpoint.sharded`); ``async_save=True`` writes it in the
+    background and returns a handle whose ``wait()`` returns the committed path.
     """
     import torch
 
+    from traindoctor.checkpoint import sharded
+
+    if sharded.wants_sharded(model):
+        return sharded.save(path, model=model, optimizer=optimizer, scheduler=scheduler,
+                            scaler=scaler, sampler=sampler, loader=loader, step=step,
+                            epoch=epoch, extra=extra, keep_last=keep_last,
+                            async_save=async_save)
+    if async_save:
+        raise ValueError("async_save=True is for sharded models (FSDP2/DTensor, DDP) under "
+                         "torch.distributed; a single-file checkpoint is written synchronously")
     rank, world = _dist()
     rng = capture_rng()
     per_rank = _gather_rng(rng, world) if world > 1 else None
@@ -181,6 +198,16 @@ def load(path: str | os.PathLike[str], *, model: Any, optimizer: Any = None,
     """
     import torch
 
+    from traindoctor.checkpoint import sharded
+
+    if sharded.is_sharded_checkpoint(sharded.resolve(path)):
+        return sharded.load(path, model=model, optimizer=optimizer, scheduler=scheduler,
+                            scaler=scaler, sampler=sampler, loader=loader, strict=strict,
+                            rng=rng)
+    if sharded.wants_sharded(model):
+        raise ValueError(f"{path}: not a sharded checkpoint directory, but the model is sharded "
+                         "(FSDP2/DTensor or DDP): it was written by a single process or by an "
+                         "older traindoctor; load it into the unwrapped model before sharding")
     payload = torch.load(path, map_location=map_location, weights_only=True)
     if not isinstance(payload, dict) or "model" not in payload:
         raise ValueError(f"{path}: not a traindoctor checkpoint (no 'model' entry)")

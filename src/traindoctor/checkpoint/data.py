@@ -61,27 +61,49 @@ class ResumableSampler(Sampler[int]):
         self.epoch = int(epoch)
 
     def skip(self, samples: int) -> None:
-        self._skip = max(0, int(samples))
+        """Start the next pass ``samples`` into this rank's share (same world size)."""
+        self._skip = max(0, int(samples)) * self.num_replicas
 
-    def order(self, epoch: int | None = None) -> list[int]:
-        """This rank's indices for ``epoch`` (default: the current one), without skipping."""
+    def skip_global(self, positions: int) -> None:
+        """Start the next pass after the first ``positions`` entries of the epoch's global order.
+
+        This is what makes a position portable across world sizes: N ranks that each consumed
+        ``s`` samples consumed global positions ``0 .. s*N-1``; on M ranks the rest of the order
+        is dealt out again, so every sample the interrupted epoch had not seen is seen once.
+        """
+        self._skip = max(0, int(positions))
+
+    def global_order(self, epoch: int | None = None) -> list[int]:
+        """The epoch's order over all samples, before it is dealt out to the ranks."""
         epoch = self.epoch if epoch is None else epoch
         n = self.num_samples_total
         if self.shuffle:
             gen = torch.Generator().manual_seed(epoch_seed(self.seed, epoch))
-            indices = torch.randperm(n, generator=gen).tolist()
-        else:
-            indices = list(range(n))
+            return torch.randperm(n, generator=gen).tolist()
+        return list(range(n))
+
+    def order(self, epoch: int | None = None, skip_global: int = 0) -> list[int]:
+        """This rank's indices for ``epoch`` (default: the current one).
+
+        ``skip_global`` drops the first positions of the global order; the rest is padded (with
+        the epoch's first indices, like ``DistributedSampler``) to a multiple of the world size
+        and dealt out round-robin. With the same world size this equals skipping ``skip_global /
+        world`` samples of this rank's share.
+        """
+        indices = self.global_order(epoch)
+        n = len(indices)
+        rest = indices[min(skip_global, n):]
         if self.num_replicas > 1:
-            total = len(self) * self.num_replicas
-            indices += indices[: total - n] if total - n <= n else (indices * total)[: total - n]
-            indices = indices[self.rank:total:self.num_replicas]
-        return indices
+            total = -(-len(rest) // self.num_replicas) * self.num_replicas
+            pad = total - len(rest)
+            if pad and indices:
+                rest += (indices * (pad // n + 1))[:pad]
+            rest = rest[self.rank:total:self.num_replicas]
+        return rest
 
     def __iter__(self) -> Iterator[int]:
-        indices = self.order()
         start, self._skip = self._skip, 0
-        return iter(indices[start:])
+        return iter(self.order(skip_global=start))
 
     def state_dict(self) -> dict[str, Any]:
         return {"kind": "ResumableSampler", "epoch": self.epoch, "seed": self.seed,
@@ -123,17 +145,20 @@ class ResumableLoader(DataLoader):
         self.seed = int(seed)
         self.epoch = 0
         self.batches_done = 0
+        #: Global positions of the epoch consumed before a resume on a different world size.
+        self.resumed_global = 0
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch of the next pass; the saved position is kept if it is the same one."""
         if int(epoch) != self.epoch:
             self.epoch = int(epoch)
             self.batches_done = 0
+            self.resumed_global = 0
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         sampler: ResumableSampler = self.sampler  # type: ignore[assignment]
         sampler.set_epoch(self.epoch)
-        sampler.skip(self.batches_done * int(self.batch_size))  # type: ignore[arg-type]
+        sampler.skip_global(self.global_samples_done)
         if self._owns_generator:
             self.generator.manual_seed(epoch_seed(self.seed, self.epoch, salt=1))
         for batch in super().__iter__():
@@ -141,11 +166,20 @@ class ResumableLoader(DataLoader):
             yield batch
         self.epoch += 1
         self.batches_done = 0
+        self.resumed_global = 0
+
+    @property
+    def global_samples_done(self) -> int:
+        """Positions of this epoch's global order consumed by all ranks together."""
+        world = int(self.sampler.num_replicas)  # type: ignore[attr-defined]
+        return self.resumed_global + self.batches_done * int(self.batch_size) * world  # type: ignore[arg-type]
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "kind": "ResumableLoader", "epoch": self.epoch, "batches_done": self.batches_done,
             "samples_done": self.batches_done * int(self.batch_size),  # type: ignore[arg-type]
+            "world_size": int(self.sampler.num_replicas),  # type: ignore[attr-defined]
+            "global_samples_done": self.global_samples_done,
             "seed": self.seed, "batch_size": int(self.batch_size),  # type: ignore[arg-type]
             "shuffle": bool(self.sampler.shuffle),  # type: ignore[attr-defined]
             "num_samples": int(self.sampler.num_samples_total),  # type: ignore[attr-defined]
@@ -157,6 +191,12 @@ class ResumableLoader(DataLoader):
                           f"{self.seed}; using the checkpoint's", stacklevel=2)
             self.seed = int(state["seed"])
         self.sampler.seed = self.seed  # type: ignore[attr-defined]
+        world = int(self.sampler.num_replicas)  # type: ignore[attr-defined]
+        saved_world = int(state.get("world_size", world))
+        if saved_world != world:
+            self._load_resharded(state, saved_world)
+            return
+        self.resumed_global = 0
         samples = int(state.get("samples_done", 0))
         batch = int(self.batch_size)  # type: ignore[arg-type]
         if samples % batch:
@@ -168,3 +208,24 @@ class ResumableLoader(DataLoader):
             # Saved after the last batch of an epoch: the next pass is the next epoch.
             self.epoch += 1
             self.batches_done = 0
+
+    def _load_resharded(self, state: dict[str, Any], saved_world: int) -> None:
+        """A position saved by ``saved_world`` ranks, continued on this run's world size.
+
+        The consumed prefix of the epoch's global order is the same for every world size, so
+        the rest is dealt out to the new ranks: each sample the interrupted epoch had not seen is
+        seen once (the padding that makes shares equal may repeat a few, as
+        ``DistributedSampler`` does).
+        """
+        batch = int(self.batch_size)  # type: ignore[arg-type]
+        consumed = int(state.get("global_samples_done",
+                                 int(state.get("samples_done", 0)) * saved_world))
+        if int(state.get("batch_size", batch)) != batch:
+            warnings.warn("ResumableLoader: batch size changed; the global position is kept",
+                          stacklevel=3)
+        self.epoch = int(state["epoch"])
+        self.batches_done = 0
+        self.resumed_global = consumed
+        if consumed >= int(self.sampler.num_samples_total):  # type: ignore[attr-defined]
+            self.epoch += 1
+            self.resumed_global = 0

@@ -60,6 +60,12 @@ class Inspection:
     step: int | None = None
     epoch: int | None = None
     missing_storages: list[str] = field(default_factory=list)
+    #: DCP directories: who wrote what (one line each).
+    ranks: list[str] = field(default_factory=list)
+    #: DCP directories: non-tensor entries (optimizer hyperparameters ...).
+    scalars: list[str] = field(default_factory=list)
+    #: Whole pickled objects (``torch.save(model)``): the classes unpickling would import.
+    imports: list[str] = field(default_factory=list)
 
     @property
     def safe(self) -> bool:
@@ -81,6 +87,7 @@ class Inspection:
                             "details": c.details} for c in self.components],
             "step": self.step, "epoch": self.epoch,
             "findings": [f.to_dict() for f in self.findings],
+            "ranks": self.ranks, "imports": self.imports,
         }
 
 
@@ -132,12 +139,45 @@ def walk(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
     while stack:
         here, item = stack.pop()
         yield here, item
-        if not isinstance(item, (dict, list, tuple)) or id(item) in seen:
+        if id(item) in seen:
+            continue
+        if isinstance(item, Call):
+            pairs = _object_children(item)
+        elif isinstance(item, (dict, list, tuple)):
+            pairs = list(item.items()) if isinstance(item, dict) else list(enumerate(item))
+        else:
             continue
         seen.add(id(item))
-        pairs = list(item.items()) if isinstance(item, dict) else list(enumerate(item))
         for key, child in reversed(pairs):
             stack.append((f"{here}.{key}" if here else str(key), child))
+
+
+_MODULE_SLOTS = ("_parameters", "_buffers", "_modules")
+
+
+def _object_children(call: Call) -> list[tuple[Any, Any]]:
+    """The attributes a pickled object would get (its BUILD state), never the object itself.
+
+    For an ``nn.Module`` the ``_parameters``/``_buffers``/``_modules`` levels are folded, so
+    keys read like ``state_dict`` keys (``encoder.0.weight``).
+    """
+    state = call.state
+    if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):
+        state = {**(state[0] if isinstance(state[0], dict) else {}), **state[1]}
+    if not isinstance(state, dict):
+        return []
+    pairs: list[tuple[Any, Any]] = []
+    for key, value in state.items():
+        if key in _MODULE_SLOTS and isinstance(value, dict):
+            pairs.extend((k, v) for k, v in value.items() if v is not None)
+        elif not (isinstance(key, str) and key.startswith("_")):
+            pairs.append((key, value))
+    return pairs
+
+
+def _is_module(value: Any) -> bool:
+    return (isinstance(value, Call) and isinstance(value.state, dict)
+            and "_parameters" in value.state and "_modules" in value.state)
 
 
 def _is_state_dict(value: Any) -> bool:
@@ -234,7 +274,7 @@ def _components(root: Any) -> tuple[list[Component], dict[str, Any]]:
     claimed: list[str] = []
 
     def inside_claimed(path: str) -> bool:
-        return any(path == c or path.startswith(c + ".") for c in claimed)
+        return any(path == c or c == "" or path.startswith(c + ".") for c in claimed)
 
     for path, value in walk(root):
         label = path or "<root>"
@@ -243,7 +283,15 @@ def _components(root: Any) -> tuple[list[Component], dict[str, Any]]:
         if inside_claimed(path):
             continue
         leaf = path.rsplit(".", 1)[-1].lower()
-        if _is_state_dict(value):
+        if _is_module(value):
+            inner = [t for p, t in walk(value) if isinstance(t, TensorInfo)]
+            params = sum(t.numel for t in inner)
+            comps.append(Component("model", label, f"whole pickled module {value.label}: "
+                                   f"{len(inner)} tensors, {params:,} values "
+                                   f"({_fmt_bytes(sum(t.nbytes for t in inner))}); loading it "
+                                   "imports and runs its classes' code"))
+            claimed.append(path)
+        elif _is_state_dict(value):
             params = sum(t.numel for t in value.values())
             nbytes = sum(t.nbytes for t in value.values())
             comps.append(Component("model", label, f"model weights: {len(value)} tensors, "
@@ -346,6 +394,13 @@ def inspect_checkpoint(path: str | os.PathLike[str]) -> Inspection:
     the globals outside the weights_only allowlist.
     """
     name = os.fspath(path)
+    if os.path.isdir(name):
+        from traindoctor.checkpoint.dcp_inspect import inspect_dcp, is_dcp_dir
+
+        if not is_dcp_dir(name):
+            raise CheckpointReadError("a directory, but not a torch.distributed.checkpoint "
+                                      "one (no .metadata, no .distcp files)")
+        return inspect_dcp(name)
     try:
         size = os.path.getsize(name)
         with open(name, "rb") as fh:
@@ -377,11 +432,13 @@ def inspect_checkpoint(path: str | os.PathLike[str]) -> Inspection:
             f"{', '.join(missing[:5])})")
     comps, facts = _components(result.value)
     findings = _resume_findings(name, comps, facts) if fmt == "torch zip" else []
+    imports = sorted({u.ref.dotted for u in unsafe if u.called})
     return Inspection(
         path=name, format=fmt, size_bytes=size, root=result.value, unsafe=unsafe,
         globals=sorted({u.ref.dotted for u in result.globals}), tensors=tensors,
         components=comps, findings=findings, step=facts["step"], epoch=facts["epoch"],
-        missing_storages=missing)
+        missing_storages=missing,
+        imports=imports if any(_is_module(v) for _, v in walk(result.value)) else [])
 
 
 __all__ = ["CheckpointReadError", "Component", "Inspection", "inspect_checkpoint", "Call",

@@ -374,12 +374,42 @@ def read_pickle(data: bytes) -> ReadResult:
     raise PickleError("pickle stream ends without STOP (truncated)")
 
 
-def _key(key: Any) -> Any:
+@dataclass(frozen=True)
+class CallKey:
+    """A dict key built by a call (DCP's ``MetadataIndex``): hashable, its state kept readable."""
+
+    label: str
+    state: tuple[tuple[Any, Any], ...]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return dict(self.state).get(name, default)
+
+
+def _key(key: Any, _depth: int = 0) -> Any:
     try:
         hash(key)
         return key
     except TypeError:
-        return repr(key)[:60]
+        pass
+    if isinstance(key, Call) and _depth < 4:
+        state = key.state
+        if isinstance(state, dict):
+            items = tuple((str(k), _key(v, _depth + 1)) for k, v in state.items())
+        else:
+            items = (("args", _key(key.args, _depth + 1)),)
+        try:
+            hash(items)
+            return CallKey(key.label, items)
+        except TypeError:
+            pass
+    if isinstance(key, (list, tuple)) and _depth < 4:
+        items = tuple(_key(v, _depth + 1) for v in key)
+        try:
+            hash(items)
+            return items
+        except TypeError:
+            pass
+    return repr(key)[:60]
 
 
 def _append(target: Any, items: list[Any]) -> None:

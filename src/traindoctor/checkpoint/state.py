@@ -90,6 +90,11 @@ def check_plain(obj: Any, where: str = "checkpoint") -> None:
     stack: list[tuple[str, Any]] = [(where, obj)]
     while stack:
         path, value = stack.pop()
+        if type(value).__name__ in ("DTensor", "ShardedTensor"):
+            raise NotPlainError(
+                f"{path} is a {type(value).__name__} (one rank's shard of a sharded tensor): a "
+                "single file would hold this rank's piece only; save sharded models with "
+                "traindoctor.checkpoint.save on every rank (it uses torch.distributed.checkpoint)")
         if isinstance(value, _PRIMITIVES) or isinstance(value, (torch.Tensor, torch.dtype,
                                                                 torch.device, torch.Size)):
             continue

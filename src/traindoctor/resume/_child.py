@@ -28,9 +28,13 @@ def main() -> int:
 
     from traindoctor.resume.recorder import Recorder, install
 
+    out, shared = opts.out, None
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun: one record per rank
+        shared, out = out, os.path.join(out, f"rank{int(os.environ.get('RANK', '0'))}")
+        os.makedirs(out, exist_ok=True)
     recorder = Recorder(mode=opts.mode, target=opts.target, offset=opts.offset,
                         interrupt_at=opts.interrupt_at, detail_step=opts.detail_step,
-                        out_dir=opts.out)
+                        out_dir=out, shared_dir=shared)
     install(recorder)
     sys.argv = [opts.script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(opts.script)))

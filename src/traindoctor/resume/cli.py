@@ -20,7 +20,7 @@ from traindoctor.resume.recorder import INTERRUPT_EXIT
 EXIT_EXACT, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
 DEFAULT_GPU_TOLERANCE = 1e-5
 _VALUED = {"--resume-args", "--steps", "--interrupt-at", "--timeout", "--tolerance",
-           "--output-format", "--workdir", "--html"}
+           "--output-format", "--workdir", "--html", "--nproc-per-node"}
 _FLAGS = {"--keep", "-h", "--help"}
 
 
@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     parser.add_argument("--html", metavar="FILE",
                         help="also write a self-contained HTML report (needs traindoctor[html])")
+    parser.add_argument("--nproc-per-node", type=int, default=1, metavar="N",
+                        help="run each of the three runs with torchrun on N processes (ranks) "
+                             "and compare rank by rank")
     return parser
 
 
@@ -143,15 +146,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"script not found: {script}", opts.output_format)
     from traindoctor.resume.runner import run_all
 
+    if opts.nproc_per_node < 1:
+        return _fail("--nproc-per-node must be >= 1", opts.output_format)
     from traindoctor.tune.progress import Progress
 
     progress = Progress("traindoctor verify-resume", 3)
     try:
         runs = run_all(script, rest, opts.resume_args, steps=steps, interrupt_at=interrupt_at,
-                       timeout=opts.timeout, workdir=opts.workdir, progress=progress)
+                       timeout=opts.timeout, workdir=opts.workdir, progress=progress,
+                       nproc=opts.nproc_per_node)
     finally:
         progress.close()
     try:
+        if opts.nproc_per_node > 1:
+            return _judge_ranks(runs, script, steps, interrupt_at, opts)
         return _judge(runs, script, steps, interrupt_at, opts)
     finally:
         if not (opts.keep or opts.workdir):
@@ -208,3 +216,84 @@ def _judge(runs: Any, script: str, steps: int, interrupt_at: int, opts: Any) -> 
     else:
         sys.stdout.write(render(verdict, script, steps, k))
     return EXIT_EXACT if verdict.exact else EXIT_DIVERGED
+
+
+def _judge_ranks(runs: Any, script: str, steps: int, interrupt_at: int, opts: Any) -> int:
+    """Multi-rank verdict: each rank's three records compared like a single run's."""
+    import torch
+
+    from traindoctor.resume.compare import compare_states
+
+    fmt = opts.output_format
+    ref, intr, res = runs.reference, runs.interrupted, runs.resumed
+    n = int(opts.nproc_per_node)
+    for rank, run in enumerate(ref.ranks or []):
+        done = (run.record or {}).get("last_step", 0)
+        if ref.timed_out or run.record is None or done < steps:
+            why = "timed out" if ref.timed_out else f"stopped after {done} optimizer steps"
+            return _fail(f"the uninterrupted run's rank {rank} {why}; it must run at least "
+                         f"--steps {steps} steps", fmt, ref.log_tail())
+    if res is None:
+        saves = (intr.record or {}).get("saves", [])
+        where = (f"checkpoints were saved at steps {sorted({s['step'] for s in saves})}"
+                 if saves else "no save was seen on rank 0")
+        return _fail(f"the interrupted run wrote no checkpoint at or after step {interrupt_at} "
+                     f"({where})", fmt, intr.log_tail())
+    stopped = [(r.record or {}).get("status") for r in intr.ranks or []]
+    if any(s != "interrupted" for s in stopped):
+        return _fail(f"the interrupted run's ranks ended as {stopped} instead of all being "
+                     "interrupted after the checkpoint", fmt, intr.log_tail())
+    k = int(intr.record["checkpoint_step"])  # type: ignore[index]
+    tol = opts.tolerance
+    if tol is None:
+        cuda = any(r.record and r.record.get("cuda_used") for r in (ref.ranks or []))
+        tol = DEFAULT_GPU_TOLERANCE if cuda else 0.0
+    verdicts: list[Verdict] = []
+    for rank in range(n):
+        ref_r, intr_r, res_r = ref.ranks[rank], intr.ranks[rank], res.ranks[rank]
+        if res_r.record is None or res.timed_out:
+            return _fail(f"the resumed run's rank {rank} " + (
+                "timed out" if res.timed_out else "left no record"), fmt, res.log_tail())
+        final_diff = None
+        if ref_r.final is not None and res_r.final is not None:
+            final_diff = compare_states(torch.load(ref_r.final, weights_only=True),
+                                        torch.load(res_r.final, weights_only=True), tol)
+        verdict = compare_runs(ref_r.record, intr_r.record, res_r.record, final_diff, steps, tol)
+        if res_r.record.get("status") == "crashed" and not verdict.exact:
+            verdict.cause = "the resumed run crashed"
+        verdicts.append(verdict)
+    diverged = [(v.first_step if v.first_step is not None else steps + 1, r)
+                for r, v in enumerate(verdicts) if not v.exact]
+    first_rank = min(diverged)[1] if diverged else None
+    if fmt == "json":
+        data: dict[str, Any] = {
+            "exact": not diverged, "script": script, "steps": steps, "nproc_per_node": n,
+            "interrupt_at": interrupt_at, "checkpoint_step": k, "tolerance": tol,
+            "ranks": {str(r): v.to_dict() for r, v in enumerate(verdicts)},
+            "first_divergent_rank": first_rank,
+        }
+        if first_rank is not None:
+            lead = verdicts[first_rank]
+            data.update(first_divergent_step=lead.first_step, cause=lead.cause,
+                        explanation=lead.explanation)
+        print(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        lines = [f"verify-resume {script}: {n} ranks (torchrun), {steps} steps; interrupted "
+                 f"after the checkpoint written at step {k}, resumed for steps {k + 1}-{steps}"]
+        if first_rank is None:
+            lines.append(f"resume is exact on every rank ({n}): per-step losses and final "
+                         "model/optimizer state identical" + (" (bitwise)" if tol == 0 else ""))
+        else:
+            lead = verdicts[first_rank]
+            lines.append(f"resume is NOT exact: first divergent step {lead.first_step} on rank "
+                         f"{first_rank}; cause: {lead.cause}")
+        for rank, verdict in enumerate(verdicts):
+            lines.append(f"rank {rank}: {verdict.summary}")
+            if verdict.cause:
+                lines.append(f"  cause: {verdict.cause}")
+                if verdict.explanation:
+                    lines.append(f"    {verdict.explanation}")
+            for other in verdict.also:
+                lines.append(f"  also: {other}")
+        sys.stdout.write("\n".join(lines) + "\n")
+    return EXIT_EXACT if not diverged else EXIT_DIVERGED

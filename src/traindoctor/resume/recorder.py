@@ -25,10 +25,16 @@ from typing import Any, Callable
 INTERRUPT_EXIT = 75  # the interrupted run's exit status (EX_TEMPFAIL)
 
 
+def local(tensor: Any) -> Any:
+    """This rank's shard of a DTensor (reading a whole DTensor would need a collective)."""
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if callable(to_local) else tensor
+
+
 def _bytes_of(tensor: Any) -> bytes:
     import torch
 
-    t = tensor.detach().cpu().contiguous().reshape(-1)
+    t = local(tensor).detach().cpu().contiguous().reshape(-1)
     if t.dtype == torch.bool:
         t = t.to(torch.uint8)
     try:
@@ -87,7 +93,7 @@ def optimizer_summary(optimizer: Any) -> dict[str, Any]:
     for key in sorted(kinds):
         values = kinds[key]
         tensors = [v for v in values if isinstance(v, torch.Tensor)]
-        zero = bool(tensors) and all(not bool(t.detach().ne(0).any()) for t in tensors)
+        zero = bool(tensors) and all(not bool(local(t).detach().ne(0).any()) for t in tensors)
         summary["kinds"][key] = {"count": len(values), "digest": digest_tensors(values),
                                  "all_zero": zero}
     return summary
@@ -97,13 +103,16 @@ class Recorder:
     """Hooks installed in the child process before the user's script runs."""
 
     def __init__(self, *, mode: str, target: int, offset: int, interrupt_at: int | None,
-                 detail_step: int | None, out_dir: str) -> None:
+                 detail_step: int | None, out_dir: str, shared_dir: str | None = None) -> None:
         self.mode = mode
         self.target = target
         self.offset = offset
         self.interrupt_at = interrupt_at
         self.detail_step = detail_step
         self.out_dir = out_dir
+        #: Under torchrun: where the rank that saw the checkpoint tells the others (a rank-0-only
+        #: ``torch.save`` must stop every rank at the same step).
+        self.shared_dir = shared_dir
         self.local_steps = 0
         self.losses: dict[int, list[str]] = {}
         self.steps: dict[int, dict[str, Any]] = {}
@@ -117,6 +126,9 @@ class Recorder:
         self.depth = 0
         self.pending_exit = False
         self.checkpoint_step: int | None = None
+        #: > 0 while torch.distributed.checkpoint takes its zero-learning-rate optimizer step
+        #: that creates optimizer state to load into: not a training step.
+        self.paused = 0
         self.finished = False
         self.written = False
 
@@ -153,7 +165,7 @@ class Recorder:
                        if len(m.state_dict()) > 0},
             "optimizers": [opt.state_dict() for opt in self.optimizers],
         }
-        save(state, os.path.join(self.out_dir, "final.pt"))
+        save(_locals(state), os.path.join(self.out_dir, "final.pt"))
 
     def hard_exit(self, status: str, code: int) -> None:
         self.write_record(status)
@@ -191,6 +203,10 @@ class Recorder:
         self.depth = max(0, self.depth - 1)
 
     def on_step_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.paused:
+            return
+        if not self.pending_exit and self.shared_dir and self.mode == "interrupt":
+            self._checkpoint_seen_elsewhere()
         if self.pending_exit:
             self.hard_exit("interrupted", INTERRUPT_EXIT)
         if not self.optimizers or all(o is not optimizer for o in self.optimizers):
@@ -213,7 +229,7 @@ class Recorder:
             entry.setdefault("optimizer", {})[str(index)] = optimizer_summary(optimizer)
 
     def on_step_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if optimizer is not self.optimizers[0]:
+        if self.paused or not self.optimizers or optimizer is not self.optimizers[0]:
             return
         self.local_steps += 1
         if self.offset + self.local_steps >= self.target:
@@ -231,6 +247,21 @@ class Recorder:
                 is not None and done >= self.interrupt_at:
             self.checkpoint_step = done
             self.pending_exit = True
+            if self.shared_dir:
+                path = os.path.join(self.shared_dir, "checkpoint_step")
+                with open(path + f".tmp{os.getpid()}", "w") as fh:
+                    fh.write(str(done))
+                os.replace(path + f".tmp{os.getpid()}", path)
+
+    def _checkpoint_seen_elsewhere(self) -> None:
+        try:
+            with open(os.path.join(self.shared_dir or "", "checkpoint_step")) as fh:
+                step = int(fh.read().strip())
+        except (OSError, ValueError):
+            return
+        if step <= self.offset + self.local_steps:
+            self.checkpoint_step = step
+            self.pending_exit = True
 
     def on_set_epoch(self, epoch: int) -> None:
         self._entry()["epoch"] = int(epoch)
@@ -240,6 +271,35 @@ class Recorder:
             self.loader_lengths.append(len(loader))
         except TypeError:
             pass
+
+
+def _pause_during_dcp_state_init(recorder: Recorder) -> None:
+    """DCP's ``get_state_dict`` steps a state-less optimizer once (lr 0) to create its state."""
+    try:
+        import torch.distributed.checkpoint.state_dict as dsd
+    except Exception:  # noqa: BLE001 - torch without distributed
+        return
+    original = getattr(dsd, "_init_optim_state", None)
+    if original is None:
+        return
+
+    def init_optim_state(*args: Any, **kwargs: Any) -> Any:
+        recorder.paused += 1
+        try:
+            return original(*args, **kwargs)
+        finally:
+            recorder.paused -= 1
+
+    dsd._init_optim_state = init_optim_state
+
+
+def _locals(value: Any) -> Any:
+    """A state with every DTensor replaced by this rank's shard (loads with weights_only)."""
+    if isinstance(value, dict):
+        return {k: _locals(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_locals(v) for v in value)
+    return local(value)
 
 
 def _cuda_used() -> bool:
@@ -312,4 +372,5 @@ def install(recorder: Recorder) -> None:
         return loader_iter(self)
 
     torch.utils.data.DataLoader.__iter__ = iterate  # type: ignore[method-assign]
+    _pause_during_dcp_state_init(recorder)
     atexit.register(lambda: recorder.write_record("finished" if recorder.finished else "ended"))

@@ -7,6 +7,9 @@
    arguments, stopped when the global step count reaches N.
 3. *reference*: uninterrupted, N steps, in its own working directory.
 
+With ``nproc > 1`` each run is a ``torchrun --standalone --nproc-per-node nproc`` launch; every
+rank records into ``<run>-record/rank<r>/`` and the verdict is made per rank.
+
 Runs 2 and 3 are independent and run at the same time. Each scenario gets a fresh temporary
 working directory, so checkpoints written to relative paths never leak between scenarios;
 arguments that name existing files relative to the caller's directory are made absolute.
@@ -35,6 +38,8 @@ class RunResult:
     final: Path | None
     log: Path
     timed_out: bool = False
+    #: Under torchrun: one result per rank (rank 0's record is also ``record``).
+    ranks: list["RunResult"] | None = None
 
     def log_tail(self, lines: int = 15) -> str:
         try:
@@ -70,12 +75,17 @@ class Scenario:
 
     def __init__(self, name: str, mode: str, script: str, args: list[str], cwd: Path,
                  target: int, *, offset: int = 0, interrupt_at: int | None = None,
-                 detail_step: int | None = None) -> None:
+                 detail_step: int | None = None, nproc: int = 1) -> None:
         self.name = name
+        self.nproc = nproc
         self.out = cwd.parent / f"{name}-record"
         self.out.mkdir(parents=True, exist_ok=True)
         self.log = self.out / "output.log"
-        cmd = [sys.executable, "-m", "traindoctor.resume._child", "--mode", mode,
+        launcher = [sys.executable]
+        if nproc > 1:
+            launcher += ["-m", "torch.distributed.run", "--standalone",
+                         "--nproc-per-node", str(nproc)]
+        cmd = [*launcher, "-m", "traindoctor.resume._child", "--mode", mode,
                "--target", str(target), "--offset", str(offset), "--out", str(self.out)]
         if interrupt_at is not None:
             cmd += ["--interrupt-at", str(interrupt_at)]
@@ -103,11 +113,20 @@ class Scenario:
             self.proc.kill()
             self.proc.wait()
             code, timed_out = None, True
+        if self.nproc > 1:
+            ranks = [self._result(self.out / f"rank{r}", code, timed_out)
+                     for r in range(self.nproc)]
+            first = ranks[0]
+            return RunResult(self.name, code, first.record, first.final, self.log, timed_out,
+                             ranks)
+        return self._result(self.out, code, timed_out)
+
+    def _result(self, out: Path, code: int | None, timed_out: bool) -> RunResult:
         record = None
-        record_path = self.out / "record.json"
+        record_path = out / "record.json"
         if record_path.exists():
             record = json.loads(record_path.read_text())
-        final = self.out / "final.pt"
+        final = out / "final.pt"
         return RunResult(self.name, code, record, final if final.exists() else None, self.log,
                          timed_out)
 
@@ -121,7 +140,7 @@ class Runs:
 
 
 def run_all(script: str, args: list[str], resume_args: str, *, steps: int, interrupt_at: int,
-            timeout: float, workdir: str | None = None, progress: Any = None) -> Runs:
+            timeout: float, workdir: str | None = None, progress: Any = None, nproc: int = 1) -> Runs:
     """Run the three scenarios; ``resumed`` is None when no checkpoint was written.
 
     ``progress`` (a :class:`traindoctor.tune.progress.Progress`) gets one tick per run."""
@@ -133,21 +152,21 @@ def run_all(script: str, args: list[str], resume_args: str, *, steps: int, inter
     root = Path(workdir or tempfile.mkdtemp(prefix="traindoctor-resume-"))
     tick.start(f"interrupted run (checkpoint at or after step {interrupt_at})")
     interrupted = Scenario("interrupted", "interrupt", script, args, root / "resume-cwd", steps,
-                           interrupt_at=interrupt_at).start().wait(timeout)
+                           interrupt_at=interrupt_at, nproc=nproc).start().wait(timeout)
     k = (interrupted.record or {}).get("checkpoint_step")
     tick.done("no checkpoint" if k is None else f"checkpoint at step {k}")
     if k is None:
         tick.remaining(1)
         tick.start("reference run")
         reference = Scenario("reference", "reference", script, args, root / "reference-cwd",
-                             steps).start().wait(timeout)
+                             steps, nproc=nproc).start().wait(timeout)
         tick.done()
         return Runs(reference, interrupted, None, root)
     tick.start("resumed and reference runs")
     resumed = Scenario("resumed", "resume", script, args + extra, root / "resume-cwd", steps,
-                       offset=int(k), detail_step=int(k) + 1).start()
+                       offset=int(k), detail_step=int(k) + 1, nproc=nproc).start()
     reference = Scenario("reference", "reference", script, args, root / "reference-cwd", steps,
-                         detail_step=int(k) + 1).start()
+                         detail_step=int(k) + 1, nproc=nproc).start()
     resumed_result = resumed.wait(timeout)
     tick.done("resumed run")
     tick.label = "reference run"

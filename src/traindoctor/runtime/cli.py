@@ -306,8 +306,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     code = 0
     exc_type: type[BaseException] | None = None
     session.start()
+    guard = _start_rank_guard(session, opts)
     try:
-        _run_target(opts)
+        if guard is not None:
+            guard.run_script(_run_target, opts)
+        else:
+            _run_target(opts)
     except SystemExit as exc:
         code = _exit_code(exc)
     except KeyboardInterrupt as exc:
@@ -315,6 +319,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_user_traceback(exc)
         code = EXIT_INTERRUPTED
     except BaseException as exc:  # the script's own error: print it as Python would
+        if guard is not None:
+            guard.note_exception(exc)
         _print_user_traceback(exc)
         code = 1
     finally:
@@ -322,21 +328,55 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.path[:] = saved_path
         sys.stdout.flush()
         session.stop(exc_type)
-    return _report(session, opts, code)
+    return _report(session, opts, code, guard)
 
 
-def _report(session: Any, opts: RunOptions, code: int) -> int:
+def _start_rank_guard(session: Any, opts: RunOptions) -> Any:
+    """Under torchrun: the guard that gets this rank's evidence to rank 0 however it ends."""
+    try:
+        from traindoctor.runtime import distributed
+
+        if not distributed.is_distributed():
+            return None
+        return distributed.RankGuard(
+            session, lambda merged: _write_report(merged, opts),
+            base_report=lambda: _base_report(session, opts, 0)).start()
+    except Exception as exc:  # fail-open
+        session.notes.append(f"rank guard not started: {type(exc).__name__}: {exc}")
+        return None
+
+
+def _base_report(session: Any, opts: RunOptions, code: int) -> dict[str, Any]:
+    report: dict[str, Any] = session.report_dict()
+    report["environment"]["command"] = (
+        ["-m", opts.module] if opts.module else [opts.script]
+    ) + list(opts.args)
+    report["environment"]["exit_code"] = code
+    return report
+
+
+def _write_report(report: dict[str, Any], opts: RunOptions) -> None:
+    from traindoctor.runtime.report import render_json, render_text
+
+    text = render_json(report) if opts.output_format == "json" else render_text(report)
+    _write(text, opts.output_file)
+
+
+def _report(session: Any, opts: RunOptions, code: int, guard: Any = None) -> int:
     """Write the report (rank 0 only under torchrun, merged over the ranks); fail-open."""
     try:
         from traindoctor.runtime import distributed
-        from traindoctor.runtime.report import render_json, render_text
 
-        report = session.report_dict()
-        report["environment"]["command"] = (
-            ["-m", opts.module] if opts.module else [opts.script]
-        ) + list(opts.args)
-        report["environment"]["exit_code"] = code
-        if distributed.is_distributed():
+        report = _base_report(session, opts, code)
+        if guard is not None:
+            try:
+                merged = guard.finish(report, code)
+                if merged is not None:
+                    _write_report(merged, opts)
+            finally:
+                guard.close()
+            return code
+        elif distributed.is_distributed():
             merged = distributed.gather(
                 report,
                 rank=session.rank,
@@ -347,8 +387,7 @@ def _report(session: Any, opts: RunOptions, code: int) -> int:
             if merged is None:
                 return code
             report = merged
-        text = render_json(report) if opts.output_format == "json" else render_text(report)
-        _write(text, opts.output_file)
+        _write_report(report, opts)
     except Exception as exc:  # the report must never change the script's exit code
         sys.stderr.write(f"traindoctor run: could not write the report: {type(exc).__name__}: {exc}\n")
         return code

@@ -47,6 +47,17 @@ LOAD_FUNCS = ("torch.load",)
 #: Saves that write a complete, atomic training checkpoint by construction.
 COMPLETE_SAVES = ("traindoctor.checkpoint.save",)
 COMPLETE_LOADS = ("traindoctor.checkpoint.load",)
+#: ``torch.distributed.checkpoint`` saves and loads: ``(state_dict, *, checkpoint_id=...)``; a load
+#: fills only the keys of the dict it is given.
+DCP_SAVES = ("torch.distributed.checkpoint.save", "torch.distributed.checkpoint.async_save",
+             "torch.distributed.checkpoint.save_state_dict",
+             "torch.distributed.checkpoint.state_dict_saver.save",
+             "torch.distributed.checkpoint.state_dict_saver.async_save")
+DCP_LOADS = ("torch.distributed.checkpoint.load", "torch.distributed.checkpoint.load_state_dict",
+             "torch.distributed.checkpoint.state_dict_loader.load")
+#: DCP's state-dict helpers (torch.distributed.checkpoint.state_dict) and what they return.
+_DCP_GETTERS = {"get_model_state_dict": (MODEL,), "get_optimizer_state_dict": (OPTIMIZER,),
+                "get_state_dict": (MODEL, OPTIMIZER)}
 #: Methods that save the whole training state of a framework object (``accelerator.save_state``).
 _COMPLETE_METHODS = {"save_state": ("accelerator",), "save_checkpoint": ("trainer", "engine", "deepspeed")}
 #: Unresolved wrappers with torch.save's (obj, f) signature, by receiver-or-function name.
@@ -241,7 +252,9 @@ class CheckpointIndex:
         self.opaque_saves: list[ast.AST] = []
         self._save_calls = self._find_save_calls()
         self._load_calls = list(ctx.calls_to(*LOAD_FUNCS))
-        if not self._save_calls and not self._load_calls and not self.complete_saves:
+        self._dcp_loads = list(ctx.calls_to(*DCP_LOADS))
+        if not self._save_calls and not self._load_calls and not self.complete_saves \
+                and not self._dcp_loads:
             return
         self._find_objects()
         self._find_other_saves()
@@ -254,6 +267,8 @@ class CheckpointIndex:
         out: list[tuple[ast.Call, ast.AST | None, ast.AST | None]] = []
         for call in ctx.calls_to(*SAVE_FUNCS):
             out.append((call, _arg(ctx, call, "obj", 0), _arg(ctx, call, "f", 1)))
+        for call in ctx.calls_to(*DCP_SAVES):
+            out.append((call, _arg(ctx, call, "state_dict", 0), _arg(ctx, call, "checkpoint_id", 1)))
         for call in ctx.method_calls("save"):
             recv = dotted(call.func.value) or ""  # type: ignore[attr-defined]
             last = recv.rsplit(".", 1)[-1].lower()
@@ -571,6 +586,13 @@ class CheckpointIndex:
                 add(Piece(RNG_ANY, key, node))
                 return
         name = _callee_name(node) or ""
+        if name in _DCP_GETTERS and (qn or "").startswith("torch.distributed.checkpoint"):
+            kinds = _DCP_GETTERS[name]
+            if name == "get_state_dict" and len(node.args) < 2 and not node.keywords:
+                kinds = (MODEL,)
+            for kind in kinds:
+                add(Piece(kind, key, node))
+            return
         if name == "dict" and not node.args:
             for kw in node.keywords:
                 if kw.arg is None:
@@ -617,9 +639,30 @@ class CheckpointIndex:
                 self._named_object(node.id, node, key, out, top)
             self._mutations(node, key, out, subst, depth, top, since)
             return
-        self._named_object(node.id, node, key, out, top)
+        unpacked = self._dcp_unpacked.get((id(ctx.scope_of(node)), node.id))
+        if unpacked is not None and bound and all(b is None for b in bound):
+            out.pieces.append(Piece(unpacked, key, node))
+        else:
+            self._named_object(node.id, node, key, out, top)
         if bound:
             self._mutations(node, key, out, subst, depth, top, since)
+
+    @cached_property
+    def _dcp_unpacked(self) -> dict[tuple[int, str], str]:
+        """``model_sd, optim_sd = get_state_dict(model, optimizer)``: what each name holds."""
+        ctx = self.ctx
+        out: dict[tuple[int, str], str] = {}
+        for node in ctx.of(ast.Assign):
+            value = node.value  # type: ignore[attr-defined]
+            if not (isinstance(value, ast.Call) and _callee_name(value) == "get_state_dict"
+                    and (ctx.qualname(value.func) or "").startswith("torch.distributed.checkpoint")):
+                continue
+            for target in node.targets:  # type: ignore[attr-defined]
+                if isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2:
+                    for elt, kind in zip(target.elts, (MODEL, OPTIMIZER)):
+                        if isinstance(elt, ast.Name):
+                            out[(id(ctx.scope_of(node)), elt.id)] = kind
+        return out
 
     def reaching(self, name: ast.Name) -> tuple[list[ast.expr | None] | None, tuple[int, int] | None]:
         """The bindings of ``name`` that may reach this use, and where the dominating one starts.
@@ -862,8 +905,11 @@ class CheckpointIndex:
         so only a resume that plainly ignores the saved state is reported.
         """
         ctx = self.ctx
-        if not self._load_calls or self.complete_saves or ctx.calls_to(*COMPLETE_LOADS):
+        if self.complete_saves or ctx.calls_to(*COMPLETE_LOADS):
             return []
+        dcp_gaps = self._dcp_resume_gaps()
+        if not self._load_calls:
+            return dcp_gaps
         loads = ctx.method_calls("load_state_dict")
         restored = {self.classify(c.func.value) for c in loads}  # type: ignore[attr-defined]
         read_keys: set[str] = set()
@@ -894,7 +940,54 @@ class CheckpointIndex:
                     gaps.update((kind, k) for k in site.saved.keys_of(kind) if k not in read_keys)
             if gaps:
                 out.append((call, sorted(gaps)))
+        return out + dcp_gaps
+
+    def _dcp_resume_gaps(self) -> list[tuple[ast.Call, list[tuple[str, str]]]]:
+        """``dcp.load({"model": ...})`` where a DCP save of this file also holds optimizer state.
+
+        DCP fills only the keys of the dict it is given, so a load dict without the saved
+        optimizer/scheduler/scaler keys restores the model alone. Silent when the load dict
+        cannot be read or the state is restored some other way.
+        """
+        ctx = self.ctx
+        out: list[tuple[ast.Call, list[tuple[str, str]]]] = []
+        dcp_sites = [s for s in self.sites if ctx.qualname(s.call.func) in DCP_SAVES
+                     and not s.saved.is_opaque]
+        if not dcp_sites:
+            return out
+        restored = {self.classify(c.func.value) for c in ctx.method_calls("load_state_dict")}  # type: ignore[attr-defined]
+        for call in ctx.calls_to("torch.distributed.checkpoint.state_dict.set_optimizer_state_dict"):
+            restored.add(OPTIMIZER)
+        for call in ctx.calls_to("torch.distributed.checkpoint.state_dict.set_state_dict"):
+            optim = ctx.arg(call, "optim_state_dict")
+            if not (isinstance(optim, ast.Dict) and not optim.keys):
+                restored.add(OPTIMIZER)
+        for call in self._dcp_loads:
+            loaded = self._dict_keys(_arg(ctx, call, "state_dict", 0))
+            if loaded is None:
+                continue
+            gaps: set[tuple[str, str]] = set()
+            for site in dcp_sites:
+                if not set(site.saved.keys_of(MODEL)) & loaded:
+                    continue
+                for kind in (OPTIMIZER, SCHEDULER, SCALER):
+                    if kind not in restored:
+                        gaps.update((kind, k) for k in site.saved.keys_of(kind) if k not in loaded)
+            if gaps:
+                out.append((call, sorted(gaps)))
         return out
+
+    def _dict_keys(self, expr: ast.AST | None) -> set[str] | None:
+        """The string keys of a dict literal (followed through one plain name), else None."""
+        if isinstance(expr, ast.Name):
+            bound = self.ctx.bindings_of(expr)
+            if not bound or len(bound) != 1 or bound[0] is None:
+                return None
+            expr = bound[0]
+        if not isinstance(expr, ast.Dict) or any(k is None for k in expr.keys):
+            return None
+        keys = {k.value for k in expr.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+        return keys if len(keys) == len(expr.keys) else None
 
     def _loaded_key(self, arg: ast.AST) -> str | None:
         """``"model"`` for ``ckpt["model"]`` / ``ckpt.get("model")`` where ``ckpt = torch.load(...)``."""

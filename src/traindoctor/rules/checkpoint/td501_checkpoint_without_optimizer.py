@@ -163,6 +163,23 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
                 torch.save(model.state_dict(), f"weights_{epoch}.pt")
             """
         ),
+        # torch.distributed.checkpoint: model and optimizer through get_state_dict.
+        Valid(
+            """
+            import torch
+            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.state_dict import get_state_dict
+
+            optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+            for epoch in range(10):
+                for x, y in loader:
+                    loss_fn(model(x), y).backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+                msd, osd = get_state_dict(model, optimizer)
+                dcp.save({"model": msd, "optim": osd}, checkpoint_id=f"ckpt/{epoch}")
+            """
+        ),
         # Inference script: no optimizer, no training.
         Valid(
             """
@@ -257,6 +274,24 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
     )
     Trainer(model=model, args=args, train_dataset=train_ds).train(resume_from_checkpoint=True)
     """),
+        # A model-only torch.distributed.checkpoint save of an FSDP2 model.
+        Invalid(
+            """
+            import torch
+            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.state_dict import get_model_state_dict
+            from torch.distributed.fsdp import fully_shard
+
+            model = fully_shard(Net())
+            optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+            for step, (x, y) in enumerate(loader):
+                loss_fn(model(x), y).backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                if step % 1000 == 0:
+                    dcp.save({"model": get_model_state_dict(model)}, checkpoint_id=f"ckpt/{step}")  # TD501
+            """
+        ),
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
@@ -265,13 +300,19 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
         if idx.optimizers_are_stateless():
             return  # plain SGD keeps no state that a resumed run could miss
         opt = idx.first_name(OPTIMIZER, "optimizer")
+        from traindoctor.static.checkpoints import DCP_SAVES
+
         for site in idx.model_only_in_loop():
+            save = f"{opt}.state_dict()"
+            if ctx.qualname(site.call.func) in DCP_SAVES:
+                # Sharded (FSDP/DTensor) optimizer state needs DCP's own getter.
+                save = f"get_optimizer_state_dict(model, {opt})"
             yield ctx.report(
                 self,
                 site.report,
                 f"This checkpoint saves model weights without the optimizer state, so a resumed "
-                f"run restarts momentum/Adam moments; save `{opt}.state_dict()` with them.",
-                help=f"Save `{opt}.state_dict()` in the checkpoint",
+                f"run restarts momentum/Adam moments; save `{save}` with them.",
+                help=f"Save `{save}` in the checkpoint",
             )
 
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
-from traindoctor.static.checkpoints import OPTIMIZER, SCALER, SCHEDULER, checkpoint_index
+from traindoctor.static.checkpoints import DCP_LOADS, OPTIMIZER, SCALER, SCHEDULER, checkpoint_index
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -165,16 +165,46 @@ start_epoch = ckpt["epoch"] + 1
                                      "scaler": scaler.state_dict(), "epoch": epoch}, "ckpt.pt")
             """
         ),
+        # torch.distributed.checkpoint: the load dict asks for the model only.
+        Invalid(
+            """
+            import torch
+            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+            optimizer = torch.optim.AdamW(model.parameters())
+            if args.resume:
+                msd, osd = get_state_dict(model, optimizer)
+                state = {"model": msd}
+                dcp.load(state, checkpoint_id=args.resume)  # TD505
+                set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict={})
+            for epoch in range(10):
+                train(model, loader, optimizer)
+                msd, osd = get_state_dict(model, optimizer)
+                dcp.save({"model": msd, "optimizer": osd}, checkpoint_id=f"ckpt/{epoch}")
+            """
+        ),
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
-        if not ctx.method_calls("load_state_dict"):
+        if not ctx.method_calls("load_state_dict") and not ctx.calls_to(*DCP_LOADS):
             return
         idx = checkpoint_index(ctx)
         for call, gaps in idx.resume_gaps():
             what = ", ".join(f"{_WHAT[kind]} (saved as \"{key}\")" for kind, key in gaps)
             kind, key = gaps[0]
             owner = idx.first_name(kind, _DEFAULT[kind])
+            if ctx.qualname(call.func) in DCP_LOADS:
+                yield ctx.report(
+                    self,
+                    call,
+                    f"This `torch.distributed.checkpoint` load restores the model but not the "
+                    f"{what} that this file saves: DCP fills only the keys of the dict it is "
+                    "given; add them (`get_state_dict(model, optimizer)`) and apply them with "
+                    "`set_state_dict`.",
+                    help="Load the saved optimizer/scheduler/scaler state on resume",
+                )
+                continue
             yield ctx.report(
                 self,
                 call,
