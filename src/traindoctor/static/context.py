@@ -15,13 +15,14 @@ import io
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
-from traindoctor.finding import Edit, Finding, Fix, Location, Origin
+from traindoctor.finding import Edit, Finding, Fix, Location, Origin, Related
 from traindoctor.static import values as _values
 from traindoctor.static.args import MISSING, SIGNATURES, UNKNOWN, ArgResult, find_arg, last_arg_end
 from traindoctor.static.names import ImportMap, dotted
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.config import Settings
+    from traindoctor.static.project import ProjectView
     from traindoctor.rules.base import Rule
 
 T = TypeVar("T")
@@ -179,6 +180,27 @@ class FileContext:
         if key not in store:
             store[key] = build(self)
         return store[key]
+
+    # ------------------------------------------------------------------ the project around the file
+    @cached_property
+    def project(self) -> "ProjectView | None":
+        """The file's view of its project (other modules it imports), or None for in-memory code.
+
+        Built on first use: files whose rules never ask about another module never resolve an
+        import. See :mod:`traindoctor.static.project`.
+        """
+        from traindoctor.static.project import view_for
+
+        return view_for(self)
+
+    @property
+    def project_dependencies(self) -> tuple[str, ...]:
+        """Absolute paths of the other files (project modules, config files) whose content went
+        into this file's findings, sorted: a cache keyed on this file must also key on them."""
+        view = self.__dict__.get("project")
+        if view is None:
+            return ()
+        return tuple(sorted(view.dependencies))
 
     # ------------------------------------------------------------------ node queries
     def of(self, *types: type) -> list[Any]:
@@ -627,8 +649,11 @@ class FileContext:
         fix: Fix | None = None,
         help: str | None = None,
         end_node: ast.AST | None = None,
+        related: tuple["Related", ...] = (),
     ) -> Finding:
-        """A finding of ``rule`` at ``node`` (message defaults to the rule's summary)."""
+        """A finding of ``rule`` at ``node`` (message defaults to the rule's summary).
+
+        ``related`` cites other places (usually other project files) that hold the evidence."""
         loc = self.location(node)
         return Finding(
             code=rule.code,
@@ -642,6 +667,7 @@ class FileContext:
             fix=fix,
             help=help,
             source_line=self.line_text(loc.row),
+            related=tuple(related),
         )
 
     def fix_add_keyword(

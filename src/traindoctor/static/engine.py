@@ -145,9 +145,14 @@ def check_source(
     def findings_of(source: str, lines: list[str], tree: ast.Module) -> list[Finding]:
         # Rules whose trigger words do not occur cannot fire: skip them, and the index too.
         active = [r for r in rules if not r.triggers or any(t in source for t in r.triggers)]
-        if not active:
+        cross = [r for r in rules if r.project_aware and r not in active]
+        if not active and not cross:
             return []
         ctx = FileContext(filename, source, tree, settings, lines)
+        if cross and "import" in source and ctx.project is not None and ctx.project.imports_project:
+            active = [r for r in rules if r in active or r in cross]
+        if not active:
+            return []
         found = [f for f in run_rules(ctx, active, errors) if _noqa_allows(f, lines)]
         return sort_findings(_dedupe(found))
 

@@ -28,6 +28,7 @@ class LoaderInMainProcess(Rule):
     static = True
     runtime = True
     triggers = ("DataLoader",)
+    project_aware = True
     fixable = "never"
     options = """
     Runtime thresholds (`thresholds` in `[tool.traindoctor]`, `--threshold KEY=VALUE` or
@@ -211,7 +212,7 @@ class LoaderInMainProcess(Rule):
             if loader.in_memory or loader.iterable:
                 continue
             call = loader.call
-            node = ctx.arg(call, "num_workers")
+            node = loader.arg(ctx, "num_workers")
             if node is UNKNOWN:
                 continue
             if node is MISSING:
@@ -229,7 +230,7 @@ class LoaderInMainProcess(Rule):
                     "in the main process; use `num_workers` > 0 so worker processes prepare "
                     "batches while the model trains."
                 )
-            yield ctx.report(self, call, message, help=_HELP)
+            yield ctx.report(self, call, message, help=_HELP, related=loader.related)
 
 
 def _origin(node: ast.AST) -> str:
