@@ -486,7 +486,22 @@ def model_of(ctx: "FileContext", expr: ast.AST | None, depth: int = 0, _seen: fr
             fns = functions(ctx).get(func.id)
             if fns and len(fns) == 1:
                 return _function_returns(ctx, fns[0], depth)
+        return project_model(ctx, func)
+    return _model_of_value(ctx, expr, depth, _seen)
+
+
+def project_model(ctx: "FileContext", func: ast.AST) -> ModelInfo:
+    """What a model class or factory of another project module builds (``from unet import UNet``)."""
+    view = ctx.project
+    if view is None or not isinstance(func, (ast.Name, ast.Attribute)) or not view.imports_project:
         return UNKNOWN_MODEL
+    resolved = view.resolve(func)
+    if resolved is None or resolved.model is None:
+        return UNKNOWN_MODEL
+    return resolved.model
+
+
+def _model_of_value(ctx: "FileContext", expr: ast.AST, depth: int, _seen: frozenset[int]) -> ModelInfo:
     if isinstance(expr, ast.Name):
         if id(expr) in _seen:
             return UNKNOWN_MODEL
@@ -550,6 +565,13 @@ def file_has_batchnorm(ctx: "FileContext") -> ast.AST | None:
             if qn.startswith("torchvision.models."):
                 tv = torchvision_model(qn.rsplit(".", 1)[-1])
                 if tv is not None and tv.has_batchnorm:
+                    found = call
+                    break
+        view = ctx.project
+        if found is None and view is not None and view.imports_project:
+            # a model of another project module that contains BatchNorm (``from unet import UNet``)
+            for call, resolved in view.calls():
+                if resolved.model is not None and resolved.model.has_batchnorm:
                     found = call
                     break
         cache["bn"] = found

@@ -220,7 +220,9 @@ class DeprecatedAmpApi(Rule):
                 continue
             used = sorted((q for q in facts.calls if q in _DEPRECATED), key=lambda q: (facts.calls[q].line, q))
             used = [q for q in used if not ctx.settings.torch_below(_DEPRECATED[q][2])]
-            if not used:
+            if not used or any(q in _MODERN for q in facts.calls):
+                # calling the new API too: a compatibility shim whose old call is the fallback
+                continue
                 continue
             done.add(key)
             qn = used[0]

@@ -58,6 +58,12 @@ def convolution_evidence(ctx: "FileContext") -> ast.Call | None:
     for call in ctx.calls_to("timm.create_model"):
         if _literal_cnn_name(ctx, call):
             found.append(call)
+    view = ctx.project
+    if not found and view is not None and view.imports_project:
+        # a model class or factory of another project module (``from unet import UNet``)
+        for call, resolved in view.calls():
+            if resolved.model is not None and any(k in _CONV_LAYERS for k in resolved.model.kinds):
+                found.append(call)
     found.sort(key=lambda c: (c.lineno, c.col_offset))
     return found[0] if found else None
 
@@ -113,6 +119,7 @@ class CudnnBenchmarkOff(Rule):
     static = True
     runtime = True
     triggers = ("cuda", "nccl")
+    project_aware = True
     fixable = "never"
 
     what_it_does = """
