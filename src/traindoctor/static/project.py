@@ -141,8 +141,12 @@ class ModuleSummary:
     defined: frozenset[str]
     #: Models (nn.Module classes and factory functions) -> what they build.
     models: Mapping[str, "ModelInfo"] = field(default_factory=dict)
-    #: Other project files whose content went into this summary.
-    dependencies: frozenset[str] = frozenset()
+    #: (path, content digest) of the other project files whose content went into this summary.
+    dependency_digests: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def dependencies(self) -> frozenset[str]:
+        return frozenset(p for p, _ in self.dependency_digests)
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,8 @@ class Project:
         self._summaries: dict[str, ModuleSummary | None] = {}
         self._in_progress: set[str] = set()
         self._modules: dict[tuple[str, str], str | None] = {}
+        self._digests: dict[str, str | None] = {}
+        self._data: dict[str, bytes] = {}
 
     # ------------------------------------------------------------------ resolution
     def search_roots(self, importer: Path) -> tuple[Path, ...]:
@@ -204,45 +210,41 @@ class Project:
         return found
 
     # ------------------------------------------------------------------ summaries
+    def digest(self, path: str) -> str | None:
+        """Content hash of a project file (read once per project)."""
+        if path not in self._digests:
+            try:
+                data = Path(path).read_bytes()
+            except OSError:
+                self._digests[path] = None
+                return None
+            self._data[path] = data
+            self._digests[path] = hashlib.blake2b(data, digest_size=16).hexdigest()
+        return self._digests[path]
+
     def summary(self, path: str) -> ModuleSummary | None:
         """The summary of a project module (None: unreadable, unparsable or in an import cycle)."""
         if path in self._summaries:
             return self._summaries[path]
         if path in self._in_progress:
             return None
-        try:
-            data = Path(path).read_bytes()
-        except OSError:
+        digest = self.digest(path)
+        if digest is None or len(self._data.get(path, b"")) > _MAX_FILE_BYTES:
             self._summaries[path] = None
             return None
-        if len(data) > _MAX_FILE_BYTES:
-            self._summaries[path] = None
-            return None
-        digest = hashlib.blake2b(data, digest_size=16).hexdigest()
         cached = _BY_CONTENT.get((path, digest))
-        if cached is not None and all(self._unchanged(d) for d in cached.dependencies):
+        if cached is not None and all(self.digest(p) == d for p, d in cached.dependency_digests):
             self._summaries[path] = cached
             return cached
         self._in_progress.add(path)
         try:
-            result = _summarize(self, path, data, digest)
+            result = _summarize(self, path, self._data[path], digest)
         finally:
             self._in_progress.discard(path)
         self._summaries[path] = result
         if result is not None:
             _BY_CONTENT[(path, digest)] = result
         return result
-
-    def _unchanged(self, path: str) -> bool:
-        """Whether a dependency of a cached summary still has the content it was built from."""
-        dep = self.summary(path)
-        if dep is None:
-            return False
-        try:
-            data = Path(path).read_bytes()
-        except OSError:
-            return False
-        return hashlib.blake2b(data, digest_size=16).hexdigest() == dep.digest
 
     def lookup(self, path: str, name: str, seen: frozenset[str] = frozenset()) -> Resolved | None:
         """``name`` as defined by (or re-exported from) the module at ``path``."""
@@ -277,13 +279,20 @@ class Project:
         return _file_of(p.parent, [name])
 
 
-#: (path, content digest) -> summary; shared by all projects of the process.
+#: (path, content digest) -> summary; shared by all projects of the process, so a module imported by
+#: many checked files is summarised once. Entries are reused only while the files they depend on
+#: still have the content they were built from.
 _BY_CONTENT: dict[tuple[str, str], ModuleSummary] = {}
-_PROJECTS: dict[str, Project] = {}
+_ROOTS: dict[str, Path] = {}
 
 
 def project_for(filename: str) -> Project | None:
-    """The project of a file on disk (None for in-memory sources with no file behind them)."""
+    """The project of a file on disk (None for in-memory sources with no file behind them).
+
+    A fresh :class:`Project` per checked file: file contents are re-validated (by hash) on every
+    check, so a long-lived process never answers from a stale summary; the summaries themselves
+    come from the content-keyed cache.
+    """
     path = Path(filename)
     try:
         if not path.is_file():
@@ -291,12 +300,11 @@ def project_for(filename: str) -> Project | None:
         path = path.resolve()
     except OSError:
         return None
-    root = project_root(path)
-    key = str(root)
-    project = _PROJECTS.get(key)
-    if project is None:
-        project = _PROJECTS[key] = Project(root)
-    return project
+    folder = str(path.parent)
+    root = _ROOTS.get(folder)
+    if root is None:
+        root = _ROOTS[folder] = project_root(path)
+    return Project(root)
 
 
 def _file_of(base: Path, parts: list[str]) -> str | None:
@@ -556,7 +564,9 @@ def _summarize(project: Project, path: str, data: bytes, digest: str) -> ModuleS
         star_imports=tuple(stars),
         defined=frozenset(defined),
         models=models,
-        dependencies=frozenset(view.dependencies - {path}),
+        dependency_digests=tuple(sorted(
+            (p, d) for p in view.dependencies - {path} if (d := project.digest(p)) is not None
+        )),
     )
 
 

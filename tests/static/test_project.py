@@ -1,0 +1,389 @@
+"""Project context: findings whose evidence lives in another module of the checked file's project.
+
+Each test writes a tiny project tree (the shapes real repositories use: ``utils.get_*_dataloader``,
+``engine.train_one_epoch``, ``util/misc.py`` scalers, ``models/`` packages with star imports) and
+checks only the script, as a user runs ``traindoctor check train.py``: the finding lands in the
+script, at the call, and cites the other file as a related location.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+from traindoctor.config import Settings
+from traindoctor.finding import Location
+from traindoctor.report import get_reporter
+from traindoctor.report import text as text_report
+from traindoctor.static.engine import check_source, instantiate
+from traindoctor.static.project import Project, project_for, project_root
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"))
+
+
+def check(root: Path, files: dict[str, str], target: str, codes: list[str]):
+    write(root, files)
+    path = root / target
+    result = check_source(path.read_bytes(), str(path), Settings(min_torch_version="2.13"), instantiate(codes))
+    assert not result.internal_errors, result.internal_errors
+    return result
+
+
+def rows(result) -> list[tuple[str, int]]:
+    return [(f.code, f.location.row) for f in result.findings]
+
+
+UTILS_FACTORY = """
+import torchvision
+from torch.utils.data import DataLoader
+
+
+def get_training_dataloader(mean, std, batch_size=16, num_workers=2, shuffle=True):
+    transform = torchvision.transforms.Normalize(mean, std)
+    training = torchvision.datasets.CIFAR100(root="./data", train=True, transform=transform)
+    loader = DataLoader(training, shuffle=shuffle, num_workers=num_workers, batch_size=batch_size)
+    return loader
+
+
+def get_test_dataloader(mean, std, batch_size=16, num_workers=2):
+    test = torchvision.datasets.CIFAR100(root="./data", train=False)
+    return DataLoader(test, num_workers=num_workers, batch_size=batch_size)
+"""
+
+TRAIN_WITH_FACTORY = """
+import torch
+from utils import get_training_dataloader, get_test_dataloader
+
+
+def train(epoch):
+    net.train()
+    for images, labels in training_loader:
+        images, labels = images.cuda(), labels.cuda()
+        optimizer.zero_grad()
+        loss_function(net(images), labels).backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    net = torch.nn.Linear(3, 100).cuda()
+    loss_function = torch.nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    training_loader = get_training_dataloader(
+        (0.5,), (0.2,),
+        num_workers=4,
+        batch_size=128,
+    )
+    test_loader = get_test_dataloader((0.5,), (0.2,), num_workers=4)
+    for epoch in range(1, 200):
+        train(epoch)
+"""
+
+
+def test_loader_built_by_a_project_factory_is_reported_at_the_call_with_the_factory_cited(tmp_path):
+    result = check(tmp_path, {"utils.py": UTILS_FACTORY, "train.py": TRAIN_WITH_FACTORY}, "train.py",
+                   ["TD101", "TD102", "TD103"])
+    assert rows(result) == [("TD101", 18), ("TD103", 18)]
+    td101, td103 = result.findings
+    assert td101.location == Location(18, 23)
+    assert "4 worker processes" in td103.message and "line 24" in td103.message
+    for f in (td101, td103):
+        assert f.fix is None  # the keyword belongs in utils.py, not in the factory call
+        assert [(Path(r.filename).name, r.location.row) for r in f.related] == [("utils.py", 8)]
+        assert "get_training_dataloader" in f.related[0].message
+
+
+def test_factory_keyword_defaults_and_call_site_values_decide(tmp_path):
+    # num_workers not passed: the factory's default (0) applies -> TD102, no TD103.
+    train = TRAIN_WITH_FACTORY.replace("num_workers=4,\n", "")
+    utils = UTILS_FACTORY.replace("num_workers=2, shuffle=True", "num_workers=0, shuffle=True")
+    result = check(tmp_path, {"utils.py": utils, "train.py": train}, "train.py", ["TD102", "TD103"])
+    assert rows(result) == [("TD102", 18)]
+    assert result.findings[0].related
+
+
+def test_factory_that_pins_and_persists_is_silent(tmp_path):
+    utils = UTILS_FACTORY.replace(
+        "batch_size=batch_size)\n    return loader",
+        "batch_size=batch_size,\n                        pin_memory=True, persistent_workers=num_workers > 0)\n    return loader",
+    )
+    result = check(tmp_path, {"utils.py": utils, "train.py": TRAIN_WITH_FACTORY}, "train.py",
+                   ["TD101", "TD102", "TD103"])
+    assert rows(result) == []
+
+
+def test_unknown_factory_keyword_stays_unknown(tmp_path):
+    utils = UTILS_FACTORY.replace("num_workers=num_workers, batch_size", "num_workers=os.cpu_count(), batch_size")
+    result = check(tmp_path, {"utils.py": "import os\n" + utils, "train.py": TRAIN_WITH_FACTORY}, "train.py",
+                   ["TD102", "TD103"])
+    assert rows(result) == []
+
+
+ENGINE = """
+import torch
+
+
+def train_one_epoch(model, criterion, data_loader, optimizer, device, epoch):
+    model.train()
+    for samples, targets in metric_logger.log_every(data_loader, 10, header):
+        loss = criterion(model(samples.to(device)), targets.to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+@torch.no_grad()
+def evaluate(data_loader, model, device):
+    model.eval()
+    for images, target in data_loader:
+        model(images.to(device))
+"""
+
+MAIN_WITH_ENGINE = """
+import torch
+from engine import train_one_epoch, evaluate
+
+
+def main(args):
+    model = torch.nn.Linear(3, 3).to("cuda")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    criterion = torch.nn.CrossEntropyLoss()
+    data_loader_train = torch.utils.data.DataLoader(
+        dataset_train, batch_size=64, num_workers=10, pin_memory=True, drop_last=True,
+    )
+    data_loader_val = torch.utils.data.DataLoader(dataset_val, batch_size=64, num_workers=10, pin_memory=True)
+    for epoch in range(args.start_epoch, args.epochs):
+        train_one_epoch(model, criterion, data_loader_train, optimizer, "cuda", epoch)
+        evaluate(data_loader_val, model, "cuda")
+"""
+
+
+def test_loader_iterated_by_an_engine_function_in_an_epoch_loop_respawns_workers(tmp_path):
+    result = check(tmp_path, {"engine.py": ENGINE, "main.py": MAIN_WITH_ENGINE}, "main.py", ["TD103"])
+    assert rows(result) == [("TD103", 9)]
+    f = result.findings[0]
+    assert "10 worker processes" in f.message and "line 13" in f.message
+    assert [(Path(r.filename).name, r.location.row) for r in f.related] == [("engine.py", 6)]
+    assert "`train_one_epoch` iterates its `data_loader` argument" in f.related[0].message
+    assert f.fix is not None  # the DataLoader is in this file: the fix edits it here
+
+
+def test_engine_function_that_does_not_iterate_its_argument_gives_nothing(tmp_path):
+    engine = ENGINE.replace("metric_logger.log_every(data_loader, 10, header)", "other_batches")
+    result = check(tmp_path, {"engine.py": engine, "main.py": MAIN_WITH_ENGINE}, "main.py", ["TD103"])
+    assert rows(result) == []
+
+
+def test_loader_only_evaluated_by_a_no_grad_engine_function_is_an_evaluation_loader(tmp_path):
+    main = MAIN_WITH_ENGINE.replace(
+        "train_one_epoch(model, criterion, data_loader_train, optimizer, \"cuda\", epoch)", "pass"
+    )
+    result = check(tmp_path, {"engine.py": ENGINE, "main.py": main}, "main.py", ["TD103"])
+    assert rows(result) == []
+
+
+def test_relative_imports_inside_a_package_resolve_from_the_importing_file(tmp_path):
+    files = {
+        "pyproject.toml": "[project]\nname = 'proj'\n",
+        "proj/__init__.py": "",
+        "proj/engine.py": ENGINE,
+        "proj/main.py": MAIN_WITH_ENGINE.replace("from engine import", "from .engine import"),
+    }
+    result = check(tmp_path, files, "proj/main.py", ["TD103"])
+    assert rows(result) == [("TD103", 9)]
+    # ``from . import engine`` + ``engine.train_one_epoch(...)``: the same function
+    files["proj/main.py"] = (
+        MAIN_WITH_ENGINE.replace("from engine import train_one_epoch, evaluate", "from . import engine")
+        .replace("        train_one_epoch(", "        engine.train_one_epoch(")
+        .replace("        evaluate(", "        engine.evaluate(")
+    )
+    result = check(tmp_path, files, "proj/main.py", ["TD103"])
+    assert rows(result) == [("TD103", 9)]
+
+
+def test_a_parameter_that_shadows_an_imported_module_is_not_resolved(tmp_path):
+    main = MAIN_WITH_ENGINE.replace("def main(args):", "def main(args, train_one_epoch):")
+    result = check(tmp_path, {"engine.py": ENGINE, "main.py": main}, "main.py", ["TD103"])
+    assert rows(result) == []
+
+
+MISC = """
+import torch
+
+
+class NativeScalerWithGradNormCount:
+    state_dict_key = "amp_scaler"
+
+    def __init__(self):
+        self._scaler = torch.cuda.amp.GradScaler()
+
+    def __call__(self, loss, optimizer):
+        self._scaler.scale(loss).backward()
+        self._scaler.step(optimizer)
+        self._scaler.update()
+"""
+
+
+def test_deprecated_amp_in_a_project_class_is_reported_at_its_construction(tmp_path):
+    main = """
+    import torch
+    import util.misc as misc
+    from util.misc import NativeScalerWithGradNormCount as NativeScaler
+
+    loss_scaler = NativeScaler()
+    other = misc.NativeScalerWithGradNormCount()
+    """
+    result = check(tmp_path, {"util/__init__.py": "", "util/misc.py": MISC, "main.py": main}, "main.py", ["TD304"])
+    assert rows(result) == [("TD304", 5)]  # one finding per project definition, at its first use
+    f = result.findings[0]
+    assert "torch.cuda.amp.GradScaler" in f.message and f.fix is None
+    assert [(Path(r.filename).as_posix().endswith("util/misc.py"), r.location.row) for r in f.related] == [(True, 8)]
+
+
+def test_pkg_module_attr_access_and_compat_shims(tmp_path):
+    main = """
+    import util.misc
+
+    scaler = util.misc.NativeScalerWithGradNormCount()
+    """
+    files = {"util/__init__.py": "", "util/misc.py": MISC, "main.py": main}
+    assert rows(check(tmp_path, files, "main.py", ["TD304"])) == [("TD304", 3)]
+    # the old API only as the fallback of the new one: a compatibility shim, not a finding
+    files["util/misc.py"] = MISC.replace(
+        "        self._scaler = torch.cuda.amp.GradScaler()",
+        "        try:\n            self._scaler = torch.amp.GradScaler('cuda')\n"
+        "        except AttributeError:\n            self._scaler = torch.cuda.amp.GradScaler()",
+    )
+    assert rows(check(tmp_path, files, "main.py", ["TD304"])) == []
+
+
+MODELS_PARTS = """
+import torch.nn as nn
+
+
+class DoubleConv(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.block = nn.Sequential(nn.Conv2d(cin, cout, 3), nn.BatchNorm2d(cout), nn.ReLU())
+"""
+
+MODELS_NET = """
+from .parts import *
+
+
+class UNet(nn.Module):
+    def __init__(self, n_channels, n_classes):
+        super().__init__()
+        self.inc = DoubleConv(n_channels, 64)
+        self.out = DoubleConv(64, n_classes)
+"""
+
+TRAIN_UNET = """
+import torch
+import torchvision
+from models import UNet
+
+model = UNet(n_channels=3, n_classes=2).cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+data = torchvision.datasets.CIFAR10("data", transform=torchvision.transforms.RandomCrop(32))
+loader = torch.utils.data.DataLoader(data, batch_size=8, num_workers=4, pin_memory=True, persistent_workers=True)
+for epoch in range(10):
+    for x, y in loader:
+        loss = torch.nn.functional.cross_entropy(model(x.cuda()), y.cuda())
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_model_layers_are_read_through_package_reexports_and_star_imports(tmp_path):
+    files = {
+        "models/__init__.py": "from .unet import UNet\n",
+        "models/parts.py": MODELS_PARTS,
+        "models/unet.py": MODELS_NET,
+        "train.py": TRAIN_UNET,
+    }
+    result = check(tmp_path, files, "train.py", ["TD401"])
+    assert rows(result) == [("TD401", 5)]
+    # the same model without convolutions: no cuDNN advice
+    files["models/parts.py"] = MODELS_PARTS.replace("nn.Conv2d(cin, cout, 3), ", "nn.Linear(cin, cout), ")
+    assert rows(check(tmp_path, files, "train.py", ["TD401"])) == []
+
+
+def test_batchnorm_in_a_project_model_counts_for_td202(tmp_path):
+    files = {
+        "models/__init__.py": "from .unet import UNet\n",
+        "models/parts.py": MODELS_PARTS,
+        "models/unet.py": MODELS_NET,
+        "train.py": TRAIN_UNET.replace("batch_size=8", "batch_size=4").replace(
+            "        optimizer.step()", "        if step % 8 == 0:\n            optimizer.step()"
+        ),
+    }
+    result = check(tmp_path, files, "train.py", ["TD202"])
+    assert rows(result) == [("TD202", 8)]
+
+
+def test_import_cycles_are_cut_and_unknown_stays_silent(tmp_path):
+    files = {
+        "a.py": "from b import helper\n\ndef build():\n    return helper()\n",
+        "b.py": "from a import build\n\ndef helper():\n    return build()\n",
+        "train.py": "import torch\nfrom a import build\n\nloader = build()\nfor epoch in range(3):\n"
+                    "    for x in loader:\n        x.cuda().sum().backward()\n",
+    }
+    result = check(tmp_path, files, "train.py", ["TD101", "TD102", "TD103", "TD304", "TD401"])
+    assert rows(result) == []
+
+
+def test_project_dependencies_name_the_files_that_influenced_the_findings(tmp_path):
+    from traindoctor.static.context import FileContext
+    from traindoctor.static.engine import parse
+    from traindoctor.static.loaders import iter_training_loaders
+
+    write(tmp_path, {"utils.py": UTILS_FACTORY, "train.py": TRAIN_WITH_FACTORY, "unrelated.py": "x = 1\n"})
+    path = tmp_path / "train.py"
+    source, lines, tree = parse(str(path), path.read_bytes())
+    ctx = FileContext(str(path), source, tree, Settings(), lines)
+    assert ctx.project_dependencies == ()  # nothing asked yet: nothing read
+    list(iter_training_loaders(ctx))
+    assert ctx.project_dependencies == (str((tmp_path / "utils.py").resolve()),)
+    # in-memory source with no file behind it: no project
+    memory = FileContext("<stdin>", source, tree, Settings(), lines)
+    assert memory.project is None and memory.project_dependencies == ()
+
+
+def test_summaries_are_computed_once_per_content_and_redone_when_it_changes(tmp_path):
+    write(tmp_path, {"pyproject.toml": "", "utils.py": UTILS_FACTORY, "train.py": TRAIN_WITH_FACTORY})
+    assert project_root(tmp_path / "train.py") == tmp_path
+    utils = str(tmp_path / "utils.py")
+    first = Project(tmp_path).summary(utils)
+    again = Project(tmp_path).summary(utils)  # a fresh project (another run, same process)
+    assert first is again
+    assert first.functions["get_training_dataloader"].loader.keywords["num_workers"] == ("param", "num_workers")
+    (tmp_path / "utils.py").write_text(UTILS_FACTORY.replace("num_workers=num_workers,", "num_workers=3,"))
+    changed = Project(tmp_path).summary(utils)
+    assert changed is not first
+    assert changed.functions["get_training_dataloader"].loader.keywords["num_workers"] == ("value", 3)
+
+
+def test_modules_outside_the_project_are_the_outside_world(tmp_path):
+    write(tmp_path, {"outside/utils.py": UTILS_FACTORY, "proj/pyproject.toml": "", "proj/train.py": TRAIN_WITH_FACTORY})
+    project = project_for(str(tmp_path / "proj" / "train.py"))
+    assert project is not None and project.root == (tmp_path / "proj").resolve()
+    assert project.module_file("utils", (tmp_path / "proj" / "train.py").resolve()) is None
+
+
+def test_reporters_show_related_locations(tmp_path):
+    result = check(tmp_path, {"utils.py": UTILS_FACTORY, "train.py": TRAIN_WITH_FACTORY}, "train.py", ["TD101"])
+    text = text_report.render(result.findings)
+    assert "related: " in text and "utils.py:8:14: the DataLoader is built here" in text
+    data = json.loads(get_reporter("json")(result.findings))
+    assert data[0]["related"][0]["location"] == {"row": 8, "column": 14}
+    assert data[0]["related"][0]["filename"].endswith("utils.py")
+    sarif = json.loads(get_reporter("sarif")(result.findings))
+    related = sarif["runs"][0]["results"][0]["relatedLocations"][0]
+    assert related["physicalLocation"]["region"] == {"startLine": 8, "startColumn": 14}
+    assert related["message"]["text"].startswith("the DataLoader is built here")
