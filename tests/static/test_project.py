@@ -387,3 +387,103 @@ def test_reporters_show_related_locations(tmp_path):
     related = sarif["runs"][0]["results"][0]["relatedLocations"][0]
     assert related["physicalLocation"]["region"] == {"startLine": 8, "startColumn": 14}
     assert related["message"]["text"].startswith("the DataLoader is built here")
+
+
+# ---------------------------------------------------------------------------------------- config files
+
+TRAIN_WITH_CONFIG = """
+import argparse
+import torch
+import yaml
+from easydict import EasyDict
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--config", default="configs/train.yaml")
+args = parser.parse_args()
+with open(args.config) as f:
+    cfg = EasyDict(yaml.safe_load(f))
+model = torch.nn.Conv2d(3, 8, 3).cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = torch.utils.data.DataLoader(ds, batch_size=cfg.train.batch_size, num_workers=cfg["num_workers"],
+                                     pin_memory=True)
+for epoch in range(cfg.train.epochs):
+    for x, y in loader:
+        loss = torch.nn.functional.cross_entropy(model(x.cuda()), y.cuda())
+        loss.backward()
+        optimizer.step()
+"""
+
+CONFIG_YAML = """
+# training settings
+num_workers: 6   # per GPU
+train:
+  batch_size: 100
+  epochs: 90
+  lr: 1e-4
+  milestones:
+    - 30
+    - 60
+"""
+
+
+def test_values_read_from_a_yaml_config_loaded_by_an_argparse_default_path(tmp_path):
+    files = {"configs/train.yaml": CONFIG_YAML, "train.py": TRAIN_WITH_CONFIG}
+    result = check(tmp_path, files, "train.py", ["TD103", "TD201"])
+    assert rows(result) == [("TD103", 13), ("TD201", 13)]
+    td103, td201 = result.findings
+    assert "6 worker processes" in td103.message
+    assert "100" in td201.message
+
+
+def test_config_changed_in_place_or_missing_stays_unknown(tmp_path):
+    changed = TRAIN_WITH_CONFIG.replace("model = torch", "cfg.num_workers = args.workers\nmodel = torch")
+    assert rows(check(tmp_path, {"configs/train.yaml": CONFIG_YAML, "train.py": changed}, "train.py",
+                      ["TD103"])) == []
+    # the config file is not in the project: nothing is known
+    assert rows(check(tmp_path / "other", {"train.py": TRAIN_WITH_CONFIG}, "train.py", ["TD103", "TD201"])) == []
+
+
+def test_json_config_read_through_a_string_and_attrdict(tmp_path):
+    src = """
+    import json
+    import torch
+
+    with open("config_v1.json") as f:
+        data = f.read()
+    h = AttrDict(json.loads(data))
+    model = torch.nn.Conv1d(80, 512, 7).cuda()
+    optim_g = torch.optim.AdamW(model.parameters(), h.learning_rate)
+    train_loader = torch.utils.data.DataLoader(trainset, num_workers=h.num_workers, shuffle=True,
+                                               batch_size=h.batch_size, pin_memory=True)
+    for epoch in range(h.training_epochs):
+        for x in train_loader:
+            model(x.cuda()).sum().backward()
+            optim_g.step()
+    """
+    config = '{"batch_size": 16, "num_workers": 4, "learning_rate": 0.0002, "training_epochs": 3100}'
+    result = check(tmp_path, {"config_v1.json": config, "train.py": src}, "train.py", ["TD103"])
+    assert rows(result) == [("TD103", 9)]
+    # project_dependencies name the config file read
+    from traindoctor.static.context import FileContext
+    from traindoctor.static.engine import parse
+    from traindoctor.static.loaders import loader_index
+
+    path = tmp_path / "train.py"
+    source, lines, tree = parse(str(path), path.read_bytes())
+    ctx = FileContext(str(path), source, tree, Settings(), lines)
+    call = loader_index(ctx).loaders[0].call
+    assert ctx.arg_value(call, "num_workers") == 4
+    assert ctx.project_dependencies == (str((tmp_path / "config_v1.json").resolve()),)
+
+
+def test_simple_yaml_reads_the_training_config_subset_and_refuses_the_rest():
+    from traindoctor.static.args import UNKNOWN
+    from traindoctor.static.config_files import simple_yaml
+
+    data = simple_yaml(textwrap.dedent(CONFIG_YAML))
+    assert data["num_workers"] == 6 and data["train"]["batch_size"] == 100 and data["train"]["epochs"] == 90
+    assert data["train"]["lr"] is UNKNOWN  # a string to PyYAML, a float to other readers: never guessed
+    assert data["train"]["milestones"] is UNKNOWN
+    flow = simple_yaml("a: [1, 2]\nb: &x 3\nc: 'text'\nd: 0.5\ne: yes\nf: null\n")
+    assert flow == {"a": UNKNOWN, "b": UNKNOWN, "c": "text", "d": 0.5, "e": UNKNOWN, "f": None}
+    assert simple_yaml("- 1\n- 2\n") is None

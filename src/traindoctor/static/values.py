@@ -105,7 +105,13 @@ def evaluate(ctx: "FileContext", node: ast.AST | None, depth: int = 0) -> Any:
             return first
         return UNKNOWN
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        return ctx.argparse_default(node)
+        value = ctx.argparse_default(node)
+        if value is not UNKNOWN:
+            return value
+    if isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        from traindoctor.static.config_files import config_value
+
+        return config_value(ctx, node)
     return UNKNOWN
 
 
