@@ -592,7 +592,8 @@ class FileContext:
     def targets_cuda(self) -> bool:
         """Whether the script places work on a CUDA device (GPU-only rules need this)."""
         for name in self.called_names:
-            if name.startswith("torch.cuda."):
+            # ``torch.accelerator.current_accelerator()``: the device-generic API picks the GPU
+            if name.startswith(("torch.cuda.", "torch.accelerator.")):
                 return True
         if self.method_calls("cuda"):
             return True

@@ -542,10 +542,14 @@ def _summarize(project: Project, path: str, data: bytes, digest: str) -> ModuleS
     defined: set[str] = set()
     functions: dict[str, FunctionFacts] = {}
     classes: dict[str, ClassFacts] = {}
+    local_calls: dict[str, set[str]] = {}
     for stmt in tree.body:
         if isinstance(stmt, _FUNCS):
             defined.add(stmt.name)
             functions[stmt.name] = _function_facts(ctx, stmt)
+            local_calls[stmt.name] = {
+                c.func.id for c in ast.walk(stmt) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+            }
         elif isinstance(stmt, ast.ClassDef):
             defined.add(stmt.name)
             classes[stmt.name] = ClassFacts(stmt.name, _place(ctx, stmt), _calls_in(ctx, stmt))
@@ -553,6 +557,7 @@ def _summarize(project: Project, path: str, data: bytes, digest: str) -> ModuleS
             for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
                 if isinstance(target, ast.Name):
                     defined.add(target.id)
+    functions = _close_over_local_calls(functions, local_calls)
     models = _models(ctx, tree)
     view = ctx.__dict__["project"]
     return ModuleSummary(
@@ -568,6 +573,30 @@ def _summarize(project: Project, path: str, data: bytes, digest: str) -> ModuleS
             (p, d) for p in view.dependencies - {path} if (d := project.digest(p)) is not None
         )),
     )
+
+
+def _close_over_local_calls(
+    functions: dict[str, FunctionFacts], local_calls: dict[str, set[str]]
+) -> dict[str, FunctionFacts]:
+    """A function's ``calls`` include those of the same module's functions it calls (transitively):
+    ``get_training_set()`` calls ``input_transform()``, which builds the ``CenterCrop``."""
+    from dataclasses import replace
+
+    out = {}
+    for name, facts in functions.items():
+        seen = {name}
+        todo = [n for n in local_calls.get(name, ()) if n in functions]
+        calls = dict(facts.calls)
+        while todo:
+            callee = todo.pop()
+            if callee in seen:
+                continue
+            seen.add(callee)
+            for q, place in functions[callee].calls.items():
+                calls.setdefault(q, place)
+            todo.extend(n for n in local_calls.get(callee, ()) if n in functions and n not in seen)
+        out[name] = replace(facts, calls=calls) if len(calls) != len(facts.calls) else facts
+    return out
 
 
 class _ModuleView(ProjectView):

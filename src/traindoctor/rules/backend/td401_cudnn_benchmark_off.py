@@ -78,10 +78,24 @@ def _leaf(qualname: str) -> str:
     return qualname.rsplit(".", 1)[-1]
 
 
+def _project_torchvision_calls(ctx: "FileContext") -> list[tuple[str, ast.Call | None]]:
+    """torchvision calls made by the project functions this file calls (``get_training_set()``
+    in ``data.py`` builds the crops): the data pipeline often lives in another module."""
+    view = ctx.project
+    if view is None or not view.imports_project:
+        return []
+    out: list[tuple[str, ast.Call | None]] = []
+    for _, resolved in view.calls():
+        facts = resolved.function or resolved.cls
+        if facts is not None:
+            out.extend((q, None) for q in facts.calls if q.startswith("torchvision."))
+    return out
+
+
 def shape_evidence(ctx: "FileContext") -> tuple[bool, bool]:
     """(fixed, variable): whether the file shows inputs of one size, and of changing sizes."""
     fixed = variable = False
-    for qn, call in ctx.calls_to_prefix("torchvision."):
+    for qn, call in [*ctx.calls_to_prefix("torchvision."), *_project_torchvision_calls(ctx)]:
         leaf = _leaf(qn)
         if qn.startswith("torchvision.models.detection") or qn.startswith("torchvision.models.segmentation"):
             variable = True
@@ -90,7 +104,7 @@ def shape_evidence(ctx: "FileContext") -> tuple[bool, bool]:
                 variable = True
             elif leaf in _FIXED_TRANSFORMS:
                 fixed = True
-            elif leaf == "Resize":
+            elif leaf == "Resize" and call is not None:
                 size = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "size"), None)
                 if isinstance(size, (ast.Tuple, ast.List)) and len(size.elts) == 2:
                     fixed = True
