@@ -449,7 +449,7 @@ class FileContext:
         for _ in range(4):
             if isinstance(node, ast.Name):
                 if node.id in self._mutated_names:
-                    return None
+                    return self._updated_dict(node)
                 bound = self.binding(node)
                 if bound is None:
                     return None
@@ -483,6 +483,60 @@ class FileContext:
                     out[kw.arg] = kw.value
             return out
         return None
+
+    def _updated_dict(self, name: ast.Name) -> dict[str, ast.expr] | None:
+        """A dict the file spells out and then only extends with spelled-out entries:
+        ``kw = {"batch_size": b}; if use_cuda: kw.update({"num_workers": 1, "pin_memory": True})``.
+
+        The result holds every entry any path adds (the GPU path of the pytorch/examples idiom);
+        any other in-place change (``pop``, ``setdefault``, ``|=``, an opaque update) makes it
+        unknown (None)."""
+        if self.__dict__.get("_updating") == name.id:
+            return None
+        bound = self.binding(name)
+        if bound is None:
+            return None
+        self.__dict__["_updating"] = name.id
+        try:
+            base = self.dict_literal(bound) if not isinstance(bound, ast.Name) else None
+            if base is None:
+                return None
+            merged = dict(base)
+            scope = self.scope_of(bound)
+            for attr in _MUTATING_METHODS:
+                for call in self.method_calls(attr):
+                    target = call.func.value  # type: ignore[attr-defined]
+                    if not (isinstance(target, ast.Name) and target.id == name.id):
+                        continue
+                    if attr != "update" or len(call.args) > 1 or self.scope_of(call) is not scope:
+                        return None
+                    if call.args:
+                        extra = self.dict_literal(call.args[0])
+                        if extra is None:
+                            return None
+                        merged.update(extra)
+                    for kw in call.keywords:
+                        if kw.arg is None:
+                            return None
+                        merged[kw.arg] = kw.value
+            for sub in self.of(ast.Subscript):
+                if isinstance(sub.value, ast.Name) and sub.value.id == name.id and not isinstance(sub.ctx, ast.Load):
+                    key = sub.slice
+                    parent = self.parent(sub)
+                    if (
+                        isinstance(sub.ctx, ast.Store) and isinstance(key, ast.Constant) and isinstance(key.value, str)
+                        and isinstance(parent, ast.Assign) and len(parent.targets) == 1
+                        and self.scope_of(sub) is scope
+                    ):
+                        merged[key.value] = parent.value
+                    else:
+                        return None
+            for aug in self.of(ast.AugAssign):
+                if isinstance(aug.target, ast.Name) and aug.target.id == name.id:
+                    return None
+            return merged
+        finally:
+            self.__dict__.pop("_updating", None)
 
     def arg(self, call: ast.Call, name: str, qualname: str | None = None) -> ArgResult:
         """The expression passed for ``name`` (keyword, positional or literal ``**kwargs``).
