@@ -237,6 +237,8 @@ def test_deprecated_amp_in_a_project_class_is_reported_at_its_construction(tmp_p
 
     loss_scaler = NativeScaler()
     other = misc.NativeScalerWithGradNormCount()
+    for epoch in range(args.epochs):
+        train_one_epoch(model, loader, optimizer, loss_scaler)
     """
     result = check(tmp_path, {"util/__init__.py": "", "util/misc.py": MISC, "main.py": main}, "main.py", ["TD304"])
     assert rows(result) == [("TD304", 5)]  # one finding per project definition, at its first use
@@ -245,11 +247,34 @@ def test_deprecated_amp_in_a_project_class_is_reported_at_its_construction(tmp_p
     assert [(Path(r.filename).as_posix().endswith("util/misc.py"), r.location.row) for r in f.related] == [(True, 8)]
 
 
+def test_library_code_that_does_not_drive_training_never_reads_other_modules(tmp_path):
+    main = """
+    from util.misc import NativeScalerWithGradNormCount
+
+    def make_scaler():
+        return NativeScalerWithGradNormCount()
+    """
+    write(tmp_path, {"util/__init__.py": "", "util/misc.py": MISC, "lib.py": main})
+    from traindoctor.static.context import FileContext
+    from traindoctor.static.engine import parse
+
+    path = tmp_path / "lib.py"
+    result = check_source(path.read_bytes(), str(path), Settings(), instantiate(["TD304", "TD101", "TD401"]))
+    assert result.findings == []
+    source, lines, tree = parse(str(path), path.read_bytes())
+    ctx = FileContext(str(path), source, tree, Settings(), lines)
+    for rule in instantiate(["TD304", "TD101", "TD103", "TD401", "TD202"]):
+        list(rule.check(ctx))
+    assert ctx.project_dependencies == ()
+
+
 def test_pkg_module_attr_access_and_compat_shims(tmp_path):
     main = """
     import util.misc
 
     scaler = util.misc.NativeScalerWithGradNormCount()
+    for epoch in range(10):
+        train_one_epoch(model, loader, optimizer, scaler)
     """
     files = {"util/__init__.py": "", "util/misc.py": MISC, "main.py": main}
     assert rows(check(tmp_path, files, "main.py", ["TD304"])) == [("TD304", 3)]

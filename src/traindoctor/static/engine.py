@@ -21,6 +21,7 @@ from traindoctor.registry import all_rules
 from traindoctor.rules.base import Rule
 from traindoctor.static.context import FileContext, split_lines
 from traindoctor.static.fix import apply_edits, select_fixes
+from traindoctor.static.loaders import drives_training
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]*(?:[\s,]+[A-Za-z]+[0-9]*)*))?", re.IGNORECASE)
 _MAX_FIX_PASSES = 10
@@ -149,7 +150,7 @@ def check_source(
         if not active and not cross:
             return []
         ctx = FileContext(filename, source, tree, settings, lines)
-        if cross and "import" in source and ctx.project is not None and ctx.project.imports_project:
+        if cross and "import" in source and drives_training(ctx) and ctx.project is not None and ctx.project.imports_project:
             active = [r for r in rules if r in active or r in cross]
         if not active:
             return []

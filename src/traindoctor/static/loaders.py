@@ -632,7 +632,7 @@ class LoaderIndex:
     def _project_function(self, call: ast.Call) -> "Resolved | None":
         """The project function (in another module) that ``call`` invokes, if any."""
         view = self.ctx.project
-        if view is None or not view.imports_project:
+        if view is None or not view.imports_project or not drives_training(self.ctx):
             return None
         resolved = view.resolve(call.func)
         return resolved if resolved is not None and resolved.function is not None else None
@@ -640,7 +640,7 @@ class LoaderIndex:
     def _factory_loaders(self) -> list[Loader]:
         """Calls of project functions in other modules that build and return a DataLoader."""
         view = self.ctx.project
-        if view is None or not view.imports_project:
+        if view is None or not view.imports_project or not drives_training(self.ctx):
             return []
         out = []
         for call, resolved in view.calls():
@@ -962,12 +962,28 @@ def known(value: object) -> bool:
     return value is not UNKNOWN and value is not MISSING
 
 
+def drives_training(ctx: "FileContext") -> bool:
+    """Whether the file trains (:func:`file_trains`) or drives training done elsewhere: an epoch
+    loop (``for epoch in range(...)``) around calls such as ``engine.train_one_epoch(...)``.
+
+    Questions about other project modules are only asked in such files, so library code that
+    merely imports its siblings never pays for reading them."""
+    if file_trains(ctx):
+        return True
+    for loop in ctx.of(ast.For):
+        target = loop.target
+        if isinstance(target, ast.Name) and "epoch" in target.id.lower():
+            return True
+    return False
+
+
 def may_build_loaders(ctx: "FileContext") -> bool:
-    """Whether the file constructs a DataLoader, or imports project modules that may build one."""
+    """Whether the file constructs a DataLoader, or drives training and imports project modules
+    that may build one."""
     if ctx.calls_to(DATALOADER):
         return True
     view = ctx.project
-    return view is not None and view.imports_project
+    return view is not None and view.imports_project and drives_training(ctx)
 
 
 def iter_training_loaders(ctx: "FileContext") -> Iterable[Loader]:
@@ -975,7 +991,7 @@ def iter_training_loaders(ctx: "FileContext") -> Iterable[Loader]:
 
     Test files (:func:`is_test_file`) have none: performance advice on test loaders is noise.
     """
-    if is_test_file(ctx.filename) or not may_build_loaders(ctx) or not file_trains(ctx):
+    if is_test_file(ctx.filename) or not may_build_loaders(ctx) or not drives_training(ctx):
         return []
     index = loader_index(ctx)
     return index.training_loaders()

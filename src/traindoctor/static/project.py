@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -139,14 +139,48 @@ class ModuleSummary:
     star_imports: tuple[str, ...]
     #: Top-level names the module defines itself (functions, classes, assignments).
     defined: frozenset[str]
-    #: Models (nn.Module classes and factory functions) -> what they build.
-    models: Mapping[str, "ModelInfo"] = field(default_factory=dict)
+    #: Top-level classes and functions that may be models (nn.Module classes, factories); what
+    #: each builds is computed on first use (:meth:`model`), as a memoised query.
+    model_names: frozenset[str] = frozenset()
     #: (path, content digest) of the other project files whose content went into this summary.
     dependency_digests: tuple[tuple[str, str], ...] = ()
+
+    #: The module's parsed context, kept for the on-demand queries.
+    context: Any = field(default=None, compare=False, repr=False)
+    _memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def dependencies(self) -> frozenset[str]:
         return frozenset(p for p, _ in self.dependency_digests)
+
+    def model(self, name: str, project: "Project") -> tuple["ModelInfo | None", frozenset[str]]:
+        """(what model ``name`` builds or None, the other files that answer depends on).
+
+        Memoised per name and validated against the current content of those files, so a
+        changed dependency recomputes only this answer (the Salsa shape)."""
+        if name not in self.model_names or self.context is None:
+            return None, frozenset()
+        entry = self._memo.get(name)
+        if entry is not None and all(project.digest(p) == d for p, d in entry[1]):
+            return entry[0], frozenset(p for p, _ in entry[1])
+        key = (self.path, name)
+        if key in project.models_in_progress:
+            return None, frozenset()  # a cycle between models: unknown
+        project.models_in_progress.add(key)
+        ctx = self.context
+        saved = ctx.__dict__.get("project")
+        view = _ModuleView(ctx, project, Path(self.path))
+        ctx.__dict__["project"] = view
+        if not project.models_in_progress - {key}:
+            ctx._shared.pop("models", None)  # answers computed against another project state
+        try:
+            info = _model_of_definition(ctx, name)
+        finally:
+            ctx.__dict__["project"] = saved
+            project.models_in_progress.discard(key)
+        deps = tuple(sorted((p, d) for p in view.dependencies - {self.path} if (d := project.digest(p)) is not None))
+        self._memo[name] = (info, deps)
+        return info, frozenset(p for p, _ in deps)
 
 
 @dataclass(frozen=True)
@@ -157,7 +191,20 @@ class Resolved:
     name: str
     function: FunctionFacts | None = None
     cls: ClassFacts | None = None
-    model: "ModelInfo | None" = None
+    summary: "ModuleSummary | None" = field(default=None, compare=False, repr=False)
+    project: "Project | None" = field(default=None, compare=False, repr=False)
+    #: Where the files read to answer :attr:`model` are recorded (the asking view's dependencies).
+    sink: "set[str] | None" = field(default=None, compare=False, repr=False)
+
+    @property
+    def model(self) -> "ModelInfo | None":
+        """What the definition builds when it is a model class or factory (computed on first use)."""
+        if self.summary is None or self.project is None:
+            return None
+        info, deps = self.summary.model(self.name, self.project)
+        if self.sink is not None:
+            self.sink.update(deps)
+        return info
 
     @property
     def place(self) -> Place | None:
@@ -181,6 +228,7 @@ class Project:
         self._modules: dict[tuple[str, str], str | None] = {}
         self._digests: dict[str, str | None] = {}
         self._data: dict[str, bytes] = {}
+        self.models_in_progress: set[tuple[str, str]] = set()
 
     # ------------------------------------------------------------------ resolution
     def search_roots(self, importer: Path) -> tuple[Path, ...]:
@@ -255,9 +303,8 @@ class Project:
             return None
         fn = summary.functions.get(name)
         cls = summary.classes.get(name)
-        model = summary.models.get(name)
-        if fn is not None or cls is not None or model is not None:
-            return Resolved(path, name, fn, cls, model)
+        if fn is not None or cls is not None or name in summary.model_names:
+            return Resolved(path, name, fn, cls, summary, self)
         if name in summary.defined:
             return None
         seen = seen | {path}
@@ -431,6 +478,7 @@ class ProjectView:
             return None
         found = self.project.lookup(path, names[0])
         if found is not None:
+            found = replace(found, sink=self.dependencies)
             self.dependencies.add(found.path)
             dep = self.project.summary(found.path)
             if dep is not None:
@@ -558,7 +606,7 @@ def _summarize(project: Project, path: str, data: bytes, digest: str) -> ModuleS
                 if isinstance(target, ast.Name):
                     defined.add(target.id)
     functions = _close_over_local_calls(functions, local_calls)
-    models = _models(ctx, tree)
+    model_names = _model_candidates(ctx, tree)
     view = ctx.__dict__["project"]
     return ModuleSummary(
         path=path,
@@ -568,7 +616,8 @@ def _summarize(project: Project, path: str, data: bytes, digest: str) -> ModuleS
         imports=imports,
         star_imports=tuple(stars),
         defined=frozenset(defined),
-        models=models,
+        model_names=model_names,
+        context=ctx,
         dependency_digests=tuple(sorted(
             (p, d) for p in view.dependencies - {path} if (d := project.digest(p)) is not None
         )),
@@ -632,23 +681,35 @@ def _function_facts(ctx: "FileContext", fn: ast.FunctionDef | ast.AsyncFunctionD
             defaults[p.arg] = ctx.value(d)
     params = set(positional) | set(keyword_only)
     iterates: dict[str, Place] = {}
-    for sub in ast.walk(fn):
+    stored: set[str] = set()
+    calls: dict[str, Place] = {}
+    trains = has_backward = False
+    qualname = ctx.qualname
+    for sub in ast.walk(fn):  # one walk collects every fact
+        kind = sub.__class__
         it: ast.AST | None = None
-        if isinstance(sub, (ast.For, ast.AsyncFor, ast.comprehension)):
-            it = sub.iter
-        elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id in ("iter", "cycle") and sub.args:
-            it = sub.args[0]
-        name = _iterated_name(it)
-        if name in params and name not in iterates and not _rebound(fn, name):
-            iterates[name] = _place(ctx, sub if not isinstance(sub, ast.comprehension) else sub.iter)
-    trains = any(
-        isinstance(s, ast.Call) and isinstance(s.func, ast.Attribute) and s.func.attr in ("backward", "step")
-        for s in ast.walk(fn)
-    )
-    has_backward = any(
-        isinstance(s, ast.Call) and isinstance(s.func, ast.Attribute) and s.func.attr == "backward"
-        for s in ast.walk(fn)
-    )
+        if kind is ast.Call:
+            func = sub.func  # type: ignore[attr-defined]
+            if func.__class__ is ast.Attribute:
+                if func.attr == "backward":
+                    trains = has_backward = True
+                elif func.attr == "step":
+                    trains = True
+            elif func.__class__ is ast.Name and func.id in ("iter", "cycle") and sub.args:  # type: ignore[attr-defined]
+                it = sub.args[0]  # type: ignore[attr-defined]
+            qn = qualname(func)
+            if qn is not None and qn not in calls:
+                calls[qn] = _place(ctx, sub)
+        elif kind in (ast.For, ast.AsyncFor, ast.comprehension):
+            it = sub.iter  # type: ignore[attr-defined]
+        elif kind is ast.Name and sub.ctx.__class__ is ast.Store:  # type: ignore[attr-defined]
+            stored.add(sub.id)  # type: ignore[attr-defined]
+        if it is not None:
+            name = _iterated_name(it)
+            if name in params and name not in iterates:
+                iterates[name] = _place(ctx, sub if kind is not ast.comprehension else it)
+    for name in stored & set(iterates):
+        del iterates[name]  # the parameter is rebound: the loop may iterate something else
     no_grad = under_no_grad(ctx, fn.body[0]) if fn.body else False
     evaluation = not has_backward and (no_grad or is_evaluation_name(fn.name))
     return FunctionFacts(
@@ -661,7 +722,7 @@ def _function_facts(ctx: "FileContext", fn: ast.FunctionDef | ast.AsyncFunctionD
         evaluation=evaluation,
         trains=trains,
         loader=_returned_loader(ctx, fn, params),
-        calls=_calls_in(ctx, fn),
+        calls=calls,
     )
 
 
@@ -677,14 +738,6 @@ def _iterated_name(it: ast.AST | None) -> str | None:
                 continue
         return None
     return None
-
-
-def _rebound(fn: ast.AST, name: str) -> bool:
-    """Whether the function assigns the parameter a new value (then the loop may iterate that)."""
-    for sub in ast.walk(fn):
-        if isinstance(sub, ast.Name) and sub.id == name and isinstance(sub.ctx, ast.Store):
-            return True
-    return False
 
 
 def _returned_loader(ctx: "FileContext", fn: ast.AST, params: set[str]) -> LoaderFacts | None:
@@ -729,24 +782,68 @@ def _returned_loader(ctx: "FileContext", fn: ast.AST, params: set[str]) -> Loade
     )
 
 
-def _models(ctx: "FileContext", tree: ast.Module) -> dict[str, "ModelInfo"]:
-    """What each top-level nn.Module class and model factory function of the module builds."""
+def _model_candidates(ctx: "FileContext", tree: ast.Module) -> frozenset[str]:
+    """Top-level classes and functions that may build a model (cheap syntactic filters)."""
+    out: set[str] = set()
+    local_classes = {s.name for s in tree.body if isinstance(s, ast.ClassDef)}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ClassDef) and _may_be_module(stmt, local_classes, ctx):
+            out.add(stmt.name)
+        elif isinstance(stmt, ast.FunctionDef) and _may_build_model(stmt, local_classes, ctx):
+            out.add(stmt.name)
+    return frozenset(out)
+
+
+def _model_of_definition(ctx: "FileContext", name: str) -> "ModelInfo | None":
+    """What the top-level class or factory function ``name`` of the module builds."""
     from traindoctor.static.models import _function_returns, class_info
 
-    out: dict[str, "ModelInfo"] = {}
-    for stmt in tree.body:
+    for stmt in ctx.tree.body:
+        if getattr(stmt, "name", None) != name:
+            continue
         try:
             if isinstance(stmt, ast.ClassDef):
                 info = class_info(ctx, stmt)
             elif isinstance(stmt, ast.FunctionDef):
                 info = _function_returns(ctx, stmt, 0)
             else:
-                continue
+                return None
         except RecursionError:
-            continue
-        if info.kinds or info.known:
-            out[stmt.name] = info
-    return out
+            return None
+        return info if info.kinds or info.known else None
+    return None
+
+
+def _may_be_module(cls: ast.ClassDef, local_classes: set[str], ctx: "FileContext") -> bool:
+    """A class that may be an ``nn.Module``: a base named ``...Module``, another local class, or a
+    name from elsewhere in the project (a cheap filter before the model analysis)."""
+    view = ctx.project
+    for base in cls.bases:
+        text = dotted(base) or ""
+        head = text.split(".", 1)[0]
+        if text.endswith("Module") or text in local_classes or (head and head not in ctx.imports.names):
+            return True
+        if view is not None and head in view.bindings:
+            return True
+    return False
+
+
+def _may_build_model(fn: ast.FunctionDef, local_classes: set[str], ctx: "FileContext") -> bool:
+    """A function whose ``return`` may hand back a model: it returns a call of a local class, an
+    ``nn``/``torchvision.models`` constructor, a project name or a capitalised (star-imported)
+    name, directly or through a variable (a cheap filter before the model analysis)."""
+    view = ctx.project
+    for sub in ast.walk(fn):
+        if isinstance(sub, ast.Call):
+            text = dotted(sub.func) or ""
+            head = text.split(".", 1)[0]
+            if text in local_classes or "nn." in text or text.startswith("torchvision.models"):
+                return True
+            if view is not None and head in view.bindings:
+                return True
+            if head and head not in ctx.imports.names and head[:1].isupper():
+                return True
+    return False
 
 
 def loader_keyword(resolved: Resolved, call: ast.Call, ctx: "FileContext", name: str) -> Any:

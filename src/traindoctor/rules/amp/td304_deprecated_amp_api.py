@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Iterator
 from traindoctor.finding import Edit, Finding, Fix, Location, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.amp import AUTOCAST_SIGNATURES, pos
+from traindoctor.static.loaders import drives_training
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -210,7 +211,7 @@ class DeprecatedAmpApi(Rule):
         ``misc.NativeScaler()``) uses the deprecated API in its own module: report the call here
         and cite the use there. Each definition once, at its first call."""
         view = ctx.project
-        if view is None or not view.imports_project:
+        if view is None or not view.imports_project or not drives_training(ctx):
             return
         done: set[tuple[str, str]] = set()
         for call, resolved in view.calls():

@@ -284,8 +284,10 @@ class CudnnBenchmarkOff(Rule):
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
         if not ctx.targets_cuda or is_test_file(ctx.filename):
             return
+        if not file_trains(ctx):
+            return
         conv = convolution_evidence(ctx)
-        if conv is None or not file_trains(ctx):
+        if conv is None:
             return
         settings = cudnn_settings(ctx)
         if any(s.flag == BENCHMARK for s in settings):

@@ -255,6 +255,8 @@ class WorkersRespawned(Rule):
                 # ``args.workers = ceil(args.workers / gpus)``: the declared default still says the
                 # loader uses workers, but not how many.
                 count, exact = ctx.argparse_default(workers, declared=True), False
+            if count is UNKNOWN and _is_cpu_count(ctx, workers):
+                count, exact = 1, False  # one worker per core: at least one, how many unknown
             if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
                 continue
             counted = f"{count} " if exact else ""
@@ -297,6 +299,19 @@ class WorkersRespawned(Rule):
         if isinstance(persistent, ast.AST) and literal_false(persistent) and _in_call(ctx, persistent, call):
             return ctx.fix_replace(persistent, text, _HELP, applicability)
         return None
+
+
+_CPU_COUNTS = frozenset({"os.cpu_count", "multiprocessing.cpu_count", "psutil.cpu_count"})
+
+
+def _is_cpu_count(ctx: "FileContext", node: object) -> bool:
+    """``os.cpu_count()`` (through a name bound once): as many workers as cores, so at least one."""
+    for _ in range(3):
+        if isinstance(node, ast.Name):
+            node = ctx.binding(node)
+            continue
+        break
+    return isinstance(node, ast.Call) and not node.args and ctx.qualname(node.func) in _CPU_COUNTS
 
 
 def _in_call(ctx: "FileContext", node: ast.AST, call: ast.Call) -> bool:
