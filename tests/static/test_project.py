@@ -512,3 +512,160 @@ def test_simple_yaml_reads_the_training_config_subset_and_refuses_the_rest():
     flow = simple_yaml("a: [1, 2]\nb: &x 3\nc: 'text'\nd: 0.5\ne: yes\nf: null\n")
     assert flow == {"a": UNKNOWN, "b": UNKNOWN, "c": "text", "d": 0.5, "e": UNKNOWN, "f": None}
     assert simple_yaml("- 1\n- 2\n") is None
+
+
+# ---------------------------------------------------------------------------------------- classes of real code
+
+
+IMAGENET_STYLE = """
+import argparse
+import torch
+import torch.backends.cudnn as cudnn
+import torchvision.models as models
+import torchvision.transforms as transforms
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--arch", default="resnet18")
+parser.add_argument("--seed", default=None, type=int)
+
+
+def main():
+    args = parser.parse_args()
+    if args.seed is not None:
+        torch.manual_seed(args.seed)
+        cudnn.deterministic = True
+        cudnn.benchmark = False
+    model = models.__dict__[args.arch]().cuda()
+    optimizer = torch.optim.SGD(model.parameters(), 0.1)
+    train_tf = transforms.Compose([transforms.RandomResizedCrop(224), transforms.ToTensor()])
+    for epoch in range(90):
+        for images, target in train_loader:
+            loss = criterion(model(images.cuda()), target.cuda())
+            loss.backward()
+            optimizer.step()
+"""
+
+
+def test_registry_model_and_benchmark_only_disabled_for_seeded_runs(tmp_path):
+    result = check(tmp_path, {"main.py": IMAGENET_STYLE}, "main.py", ["TD401"])
+    assert rows(result) == [("TD401", 18)]
+    # a script that turns benchmarking on for its default runs is fine
+    on = IMAGENET_STYLE.replace("    model = models", "    cudnn.benchmark = args.seed is None\n    model = models")
+    assert rows(check(tmp_path, {"main.py": on}, "main.py", ["TD401"])) == []
+    # deterministic everywhere (not only for seeded runs): the user chose reproducibility
+    always = IMAGENET_STYLE.replace("    model = models", "    cudnn.deterministic = True\n    model = models")
+    assert rows(check(tmp_path, {"main.py": always}, "main.py", ["TD401"])) == []
+    # a non-CNN architecture named by the default: no conv evidence
+    vit = IMAGENET_STYLE.replace('default="resnet18"', 'default="vit_b_16"')
+    assert rows(check(tmp_path, {"main.py": vit}, "main.py", ["TD401"])) == []
+
+
+def test_project_registry_names_a_local_model(tmp_path):
+    files = {
+        "models/__init__.py": "from .nets import *\n",
+        "models/nets.py": MODELS_PARTS + "\n\ndef tiny():\n    return DoubleConv(3, 8)\n",
+        "main.py": IMAGENET_STYLE.replace("import torchvision.models as models\n", "import models\n")
+        .replace('default="resnet18"', 'default="tiny"'),
+    }
+    assert rows(check(tmp_path, files, "main.py", ["TD401"])) == [("TD401", 18)]
+
+
+ACCEL_SCRIPT = """
+import argparse
+import torch
+from data import get_training_set
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--accel", action="store_true")
+parser.add_argument("--threads", type=int, default=4)
+opt = parser.parse_args()
+device = torch.accelerator.current_accelerator() if opt.accel else torch.device("cpu")
+train_loader = torch.utils.data.DataLoader(get_training_set(3), num_workers=opt.threads, batch_size=64)
+model = torch.nn.Conv2d(1, 1, 3).to(device)
+optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+for epoch in range(30):
+    for x, y in train_loader:
+        loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+        loss.backward()
+        optimizer.step()
+"""
+
+DATA_MODULE = """
+from torchvision.transforms import CenterCrop, Compose, ToTensor
+
+
+def input_transform(crop_size):
+    return Compose([CenterCrop(crop_size), ToTensor()])
+
+
+def get_training_set(upscale_factor):
+    return DatasetFromFolder("images/train", input_transform=input_transform(256 // upscale_factor))
+"""
+
+
+def test_accelerator_scripts_and_a_data_pipeline_in_another_module(tmp_path):
+    files = {"data.py": DATA_MODULE, "main.py": ACCEL_SCRIPT}
+    result = check(tmp_path, files, "main.py", ["TD101", "TD103", "TD401"])
+    assert rows(result) == [("TD101", 10), ("TD103", 10), ("TD401", 11)]
+    # the images are resized at random in the helper module: no fixed shape, no TD401
+    files["data.py"] = DATA_MODULE.replace("CenterCrop(crop_size)", "RandomResize(crop_size, 2 * crop_size)").replace(
+        "import CenterCrop", "import RandomResize")
+    assert rows(check(tmp_path, files, "main.py", ["TD401"])) == []
+
+
+def test_cpu_count_workers_are_workers(tmp_path):
+    src = """
+    import os
+    import torch
+
+    workers = os.cpu_count()
+    loader = torch.utils.data.DataLoader(ds, batch_size=128, shuffle=True, num_workers=workers, pin_memory=True)
+    for epoch in range(5):
+        for x in loader:
+            model(x.cuda()).sum().backward()
+    """
+    result = check(tmp_path, {"train.py": src}, "train.py", ["TD103"])
+    assert rows(result) == [("TD103", 5)]
+    assert "its worker processes" in result.findings[0].message  # how many is not known
+
+
+NANOGPT_STYLE = """
+import torch
+
+init_from = "resume"
+model = GPT(conf)
+optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4)
+scaler = torch.cuda.amp.GradScaler(enabled=(dtype == "float16"))
+if init_from == "resume":
+    checkpoint = torch.load("out/ckpt.pt", map_location="cuda")
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    iter_num = checkpoint["iter_num"]
+    best_val_loss = checkpoint["best_val_loss"]
+checkpoint = None
+while True:
+    if iter_num % 2000 == 0:
+        checkpoint = {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "iter_num": iter_num,
+            "best_val_loss": best_val_loss,
+        }
+        torch.save(checkpoint, "out/ckpt.pt")
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(x)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    iter_num += 1
+"""
+
+
+def test_a_resume_path_makes_a_missing_scaler_more_certain_not_less(tmp_path):
+    result = check(tmp_path, {"train.py": NANOGPT_STYLE}, "train.py", ["TD503"])
+    assert rows(result) == [("TD503", 22)]
+    # the same script restoring the scaler on resume (and so saving it) is fine
+    fixed = NANOGPT_STYLE.replace(
+        '    iter_num = checkpoint["iter_num"]', '    scaler.load_state_dict(checkpoint["scaler"])\n    iter_num = checkpoint["iter_num"]'
+    ).replace('"iter_num": iter_num,', '"iter_num": iter_num, "scaler": scaler.state_dict(),')
+    assert rows(check(tmp_path, {"train.py": fixed}, "train.py", ["TD503"])) == []

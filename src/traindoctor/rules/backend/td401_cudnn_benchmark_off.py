@@ -14,6 +14,7 @@ from traindoctor.rules.backend.td403_benchmark_with_deterministic import (
 )
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.loaders import DATALOADER, file_trains, is_test_file
+from traindoctor.static.models import registry_entry, registry_model
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -58,6 +59,12 @@ def convolution_evidence(ctx: "FileContext") -> ast.Call | None:
     for call in ctx.calls_to("timm.create_model"):
         if _literal_cnn_name(ctx, call):
             found.append(call)
+    for call in ctx.of(ast.Call):
+        entry = registry_entry(ctx, call.func)  # ``models.__dict__[args.arch]()``
+        if entry is not None and (ctx.qualname(entry[0]) or "") == "torchvision.models" and _CNN_FAMILIES.match(entry[1]):
+            found.append(call)
+        elif entry is not None and any(k in _CONV_LAYERS for k in registry_model(ctx, call.func).kinds):
+            found.append(call)
     view = ctx.project
     if not found and view is not None and view.imports_project:
         # a model class or factory of another project module (``from unet import UNet``)
@@ -90,6 +97,26 @@ def _project_torchvision_calls(ctx: "FileContext") -> list[tuple[str, ast.Call |
         if facts is not None:
             out.extend((q, None) for q in facts.calls if q.startswith("torchvision."))
     return out
+
+
+_SEED_WORDS = ("seed", "determinis", "reproduc")
+
+
+def _seeded_branch_only(ctx: "FileContext", setting: object) -> bool:
+    """``if args.seed is not None: cudnn.deterministic = True; cudnn.benchmark = False``: the
+    reproducible runs turn benchmarking off on purpose, the default runs never turn it on."""
+    flag, value, node = setting.flag, setting.value, setting.node  # type: ignore[attr-defined]
+    if not ((flag == BENCHMARK and value is False) or (flag == DETERMINISTIC and value is True)):
+        return False
+    for anc in ctx.ancestors(node):
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False
+        if isinstance(anc, ast.If) and any(ctx.within(node, b) for b in anc.body):
+            words = " ".join(n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(anc.test)
+                             if isinstance(n, (ast.Name, ast.Attribute))).lower()
+            if any(w in words for w in _SEED_WORDS):
+                return True
+    return False
 
 
 def shape_evidence(ctx: "FileContext") -> tuple[bool, bool]:
@@ -289,7 +316,7 @@ class CudnnBenchmarkOff(Rule):
         conv = convolution_evidence(ctx)
         if conv is None:
             return
-        settings = cudnn_settings(ctx)
+        settings = [s for s in cudnn_settings(ctx) if not _seeded_branch_only(ctx, s)]
         if any(s.flag == BENCHMARK for s in settings):
             return
         if any(s.flag == DETERMINISTIC and s.value is not False for s in settings):
