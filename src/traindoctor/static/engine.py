@@ -22,6 +22,7 @@ from traindoctor.rules.base import Rule
 from traindoctor.static.context import FileContext, split_lines
 from traindoctor.static.fix import apply_edits, select_fixes
 from traindoctor.static.loaders import drives_training
+from traindoctor.static.project import ProjectView, view_for
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]*(?:[\s,]+[A-Za-z]+[0-9]*)*))?", re.IGNORECASE)
 _MAX_FIX_PASSES = 10
@@ -149,7 +150,7 @@ def check_source(
         cross = [r for r in rules if r.project_aware and r not in active]
         if not active and not cross:
             return []
-        ctx = FileContext(filename, source, tree, settings, lines)
+        ctx = FileContext(filename, source, tree, settings, lines, project=_project_view)
         if cross and "import" in source and drives_training(ctx) and ctx.project is not None and ctx.project.imports_project:
             active = [r for r in rules if r in active or r in cross]
         if not active:
@@ -177,6 +178,11 @@ def check_source(
         result.fixed_source = source
         result.original_source = original
     return result
+
+
+def _project_view(ctx: FileContext) -> ProjectView | None:
+    """The checked file's view of its project; project modules are parsed like checked files."""
+    return view_for(ctx, parse)
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:

@@ -23,7 +23,7 @@ import ast
 import hashlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.names import dotted
@@ -221,8 +221,11 @@ class Resolved:
 class Project:
     """All modules of one project root seen in this process; summaries memoised by content."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, parse: "Callable[[str, bytes], Any] | None" = None) -> None:
         self.root = root
+        #: How project modules are parsed: the engine's own ``parse`` (same decoding, same TD000
+        #: rules as checked files), handed down so this layer never imports the engine.
+        self.parse = parse
         self._summaries: dict[str, ModuleSummary | None] = {}
         self._in_progress: set[str] = set()
         self._modules: dict[tuple[str, str], str | None] = {}
@@ -333,7 +336,7 @@ _BY_CONTENT: dict[tuple[str, str], ModuleSummary] = {}
 _ROOTS: dict[str, Path] = {}
 
 
-def project_for(filename: str) -> Project | None:
+def project_for(filename: str, parse: "Callable[[str, bytes], Any] | None" = None) -> Project | None:
     """The project of a file on disk (None for in-memory sources with no file behind them).
 
     A fresh :class:`Project` per checked file: file contents are re-validated (by hash) on every
@@ -351,7 +354,7 @@ def project_for(filename: str) -> Project | None:
     root = _ROOTS.get(folder)
     if root is None:
         root = _ROOTS[folder] = project_root(path)
-    return Project(root)
+    return Project(root, parse)
 
 
 def _file_of(base: Path, parts: list[str]) -> str | None:
@@ -504,6 +507,12 @@ class ProjectView:
         bound = self.ctx.bindings_of(node)
         return not bound
 
+    def config_value(self, node: ast.AST) -> Any:
+        """What ``node`` reads from a config file the script loads (see :mod:`.config_files`)."""
+        from traindoctor.static.config_files import config_value
+
+        return config_value(self.ctx, node)
+
     def related(self, place: Place | None, message: str) -> tuple:
         from traindoctor.finding import Location, Related
 
@@ -512,9 +521,9 @@ class ProjectView:
         return (Related(_display(place.path), Location(place.line, place.column), message),)
 
 
-def view_for(ctx: "FileContext") -> ProjectView | None:
+def view_for(ctx: "FileContext", parse: "Callable[[str, bytes], Any] | None" = None) -> ProjectView | None:
     """The project view of a checked file on disk (None for sources with no file behind them)."""
-    project = project_for(ctx.filename)
+    project = project_for(ctx.filename, parse)
     if project is None:
         return None
     return ProjectView(ctx, project, Path(ctx.filename).resolve())
@@ -564,16 +573,16 @@ def import_bindings(nodes: list[Any], project: Project, path: Path) -> dict[str,
 
 
 def _summarize(project: Project, path: str, data: bytes, digest: str) -> ModuleSummary | None:
-    from traindoctor.config import Settings
     from traindoctor.static.context import FileContext
-    from traindoctor.static.engine import parse
 
-    parsed = parse(path, data)
+    if project.parse is None:
+        return None  # no parser handed down: the project stays unknown
+    parsed = project.parse(path, data)
     if not isinstance(parsed, tuple):
         return None
     source, lines, tree = parsed
-    ctx = FileContext(path, source, tree, Settings(), lines)
-    ctx.__dict__["project"] = _ModuleView(ctx, project, Path(path))
+    ctx = FileContext(path, source, tree, _SummarySettings(), lines)
+    ctx.__dict__["project"] = _ModuleView(ctx, project, Path(path))  # the summary's own view
     me = Path(path)
     imports: dict[str, tuple[str, str | None]] = {}
     stars: list[str] = []
@@ -646,6 +655,13 @@ def _close_over_local_calls(
             todo.extend(n for n in local_calls.get(callee, ()) if n in functions and n not in seen)
         out[name] = replace(facts, calls=calls) if len(calls) != len(facts.calls) else facts
     return out
+
+
+class _SummarySettings:
+    """Settings of a project module's own context: summaries hold facts, never version advice."""
+
+    def torch_below(self, version: str) -> bool:
+        return False
 
 
 class _ModuleView(ProjectView):
