@@ -667,3 +667,36 @@ def test_a_resume_path_makes_a_missing_scaler_more_certain_not_less(tmp_path):
         '    iter_num = checkpoint["iter_num"]', '    scaler.load_state_dict(checkpoint["scaler"])\n    iter_num = checkpoint["iter_num"]'
     ).replace('"iter_num": iter_num,', '"iter_num": iter_num, "scaler": scaler.state_dict(),')
     assert rows(check(tmp_path, {"train.py": fixed}, "train.py", ["TD503"])) == []
+
+
+def test_factory_batch_size_feeds_td201_and_a_local_cycle_generator_repeats_the_loader(tmp_path):
+    utils = UTILS_FACTORY.replace("batch_size=16, num_workers=2", "batch_size=100, num_workers=2")
+    train = TRAIN_WITH_FACTORY.replace("        batch_size=128,\n", "")
+    result = check(tmp_path, {"utils.py": utils, "train.py": train}, "train.py", ["TD201"])
+    assert rows(result) == [("TD201", 18)]
+    assert "Batch size 100" in result.findings[0].message and result.findings[0].related
+    src = """
+    import torch
+    from multiprocessing import cpu_count
+
+    def cycle(dl):
+        while True:
+            for data in dl:
+                yield data
+
+    class Trainer:
+        def __init__(self, ds):
+            dl = torch.utils.data.DataLoader(ds, batch_size=32, shuffle=True, pin_memory=True, num_workers=cpu_count())
+            self.dl = cycle(dl)
+
+        def train(self):
+            while self.step < self.train_num_steps:
+                data = next(self.dl).cuda()
+                self.model(data).sum().backward()
+    """
+    src = textwrap.dedent(src).lstrip("\n")
+    assert rows(check(tmp_path, {"ddpm.py": src}, "ddpm.py", ["TD103"])) == [("TD103", 11)]
+    # itertools.cycle caches the first pass: the loader is iterated once
+    cached = src.replace("def cycle(dl):\n    while True:\n        for data in dl:\n            yield data\n", "").replace(
+        "from multiprocessing import cpu_count", "from multiprocessing import cpu_count\nfrom itertools import cycle")
+    assert rows(check(tmp_path, {"ddpm.py": cached}, "ddpm.py", ["TD103"])) == []

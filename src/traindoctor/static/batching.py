@@ -53,7 +53,7 @@ def training_batches(ctx: "FileContext") -> list[LoaderBatch]:
     """
     out = []
     for loader in iter_training_loaders(ctx):
-        node = ctx.arg(loader.call, "batch_size")
+        node = loader.arg(ctx, "batch_size")
         if node is MISSING or node is UNKNOWN:
             continue
         out.append(LoaderBatch(loader.call, node, ctx.value(node)))  # type: ignore[arg-type]

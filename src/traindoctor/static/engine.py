@@ -26,6 +26,12 @@ from traindoctor.static.project import ProjectView, view_for
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]*(?:[\s,]+[A-Za-z]+[0-9]*)*))?", re.IGNORECASE)
 _MAX_FIX_PASSES = 10
+#: Text without which a file cannot drive training (see ``loaders.drives_training``): a cheap
+#: test that spares library files the context a project question would need.
+_TRAINING_TEXT = re.compile(
+    r"\.backward\(|\bfor\s+\w*epoch\w*\s+in\b|training_step|\b(?:SGD|Adam|AdamW|RMSprop|Adagrad|"
+    r"Adadelta|Adamax|NAdam|RAdam|LBFGS|Rprop|ASGD|SparseAdam|Adafactor|Muon)\b"
+)
 
 
 @dataclass
@@ -148,10 +154,12 @@ def check_source(
         # Rules whose trigger words do not occur cannot fire: skip them, and the index too.
         active = [r for r in rules if not r.triggers or any(t in source for t in r.triggers)]
         cross = [r for r in rules if r.project_aware and r not in active]
+        if cross and not ("import" in source and _TRAINING_TEXT.search(source)):
+            cross = []  # cannot drive training: no question about other modules will be asked
         if not active and not cross:
             return []
         ctx = FileContext(filename, source, tree, settings, lines, project=_project_view)
-        if cross and "import" in source and drives_training(ctx) and ctx.project is not None and ctx.project.imports_project:
+        if cross and drives_training(ctx) and ctx.project is not None and ctx.project.imports_project:
             active = [r for r in rules if r in active or r in cross]
         if not active:
             return []

@@ -142,8 +142,9 @@ class Loader:
         value = loader_keyword(self.factory, self.call, ctx, name)
         if value is MISSING or value is UNKNOWN:
             return value
-        node = ast.Constant(value)
+        node = ast.Constant(value)  # stands at the factory call: that is where the value enters
         node.lineno, node.col_offset = self.call.lineno, self.call.col_offset
+        node.end_lineno, node.end_col_offset = self.call.lineno, self.call.col_offset
         return node
 
     @property
@@ -552,7 +553,10 @@ class LoaderIndex:
             site = Site(comp if comp is not None else parent, "for", via)
         else:
             call, _ = self._call_of_arg(node)
-            if call is not None and _callee(call) in ("iter", "cycle", "aiter") and call.args and call.args[0] is node:
+            if (
+                call is not None and _callee(call) in ("iter", "cycle", "aiter") and call.args and call.args[0] is node
+                and not self._defs_called_by(call)[0]  # a local ``def cycle(dl)`` is followed instead
+            ):
                 site = Site(call, "iter", via)
         if site is None:
             return None
