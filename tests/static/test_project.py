@@ -700,3 +700,53 @@ def test_factory_batch_size_feeds_td201_and_a_local_cycle_generator_repeats_the_
     cached = src.replace("def cycle(dl):\n    while True:\n        for data in dl:\n            yield data\n", "").replace(
         "from multiprocessing import cpu_count", "from multiprocessing import cpu_count\nfrom itertools import cycle")
     assert rows(check(tmp_path, {"ddpm.py": cached}, "ddpm.py", ["TD103"])) == []
+
+
+PER_NODE = """
+import argparse
+import torch
+import torch.multiprocessing as mp
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--lr", default=0.1, type=float)
+parser.add_argument("--batch-size", default=256, type=int, help="total batch size of all GPUs on the node")
+parser.add_argument("--world-size", default=1, type=int, help="number of nodes")
+
+
+def main():
+    args = parser.parse_args()
+    ngpus_per_node = torch.cuda.device_count()
+    args.world_size = ngpus_per_node * args.world_size
+    mp.spawn(main_worker, nprocs=ngpus_per_node, args=(ngpus_per_node, args))
+
+
+def main_worker(gpu, ngpus_per_node, args):
+    torch.distributed.init_process_group("nccl", world_size=args.world_size, rank=gpu)
+    model = torch.nn.parallel.DistributedDataParallel(Net().cuda(gpu), device_ids=[gpu])
+    args.batch_size = int(args.batch_size / ngpus_per_node)
+    optimizer = torch.optim.SGD(model.parameters(), args.lr, momentum=0.9)
+    for epoch in range(90):
+        adjust_learning_rate(optimizer, epoch, args)
+        for x, y in loader:
+            loss = criterion(model(x.cuda()), y.cuda())
+            loss.backward()
+            optimizer.step()
+
+
+def adjust_learning_rate(optimizer, epoch, args):
+    lr = args.lr * (0.1 ** (epoch // 30))
+    for param_group in optimizer.param_groups:
+        param_group["lr"] = lr
+"""
+
+
+def test_batch_split_per_node_grows_with_the_nodes_and_a_schedule_is_no_scaling(tmp_path):
+    result = check(tmp_path, {"main.py": PER_NODE}, "main.py", ["TD203"])
+    assert rows(result) == [("TD203", 22)]
+    assert "one node's GPUs only (line 21)" in result.findings[0].message
+    # divided by the whole world size: the global batch is what the user asked for
+    world = PER_NODE.replace("args.batch_size / ngpus_per_node", "args.batch_size / args.world_size")
+    assert rows(check(tmp_path, {"main.py": world}, "main.py", ["TD203"])) == []
+    # the schedule scales the LR with the batch: the author thought about it
+    scaled = PER_NODE.replace("lr = args.lr * (0.1", "lr = args.lr * args.batch_size / 256 * (0.1")
+    assert rows(check(tmp_path, {"main.py": scaled}, "main.py", ["TD203"])) == []
