@@ -750,3 +750,30 @@ def test_batch_split_per_node_grows_with_the_nodes_and_a_schedule_is_no_scaling(
     # the schedule scales the LR with the batch: the author thought about it
     scaled = PER_NODE.replace("lr = args.lr * (0.1", "lr = args.lr * args.batch_size / 256 * (0.1")
     assert rows(check(tmp_path, {"main.py": scaled}, "main.py", ["TD203"])) == []
+
+
+def test_whole_model_saved_every_epoch_without_optimizer_is_a_model_only_checkpoint(tmp_path):
+    files = {
+        "model.py": "import torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n"
+                    "        super().__init__()\n        self.conv = nn.Conv2d(1, 8, 3)\n",
+        "main.py": """
+        import torch
+        from model import Net
+
+        device = torch.device("cuda")
+        model = Net().to(device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+
+        def checkpoint(epoch):
+            torch.save(model, f"model_epoch_{epoch}.pth")
+
+        for epoch in range(1, 30):
+            for x, y in loader:
+                loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+                loss.backward()
+                optimizer.step()
+            checkpoint(epoch)
+        """,
+    }
+    result = check(tmp_path, files, "main.py", ["TD501"])
+    assert rows(result) == [("TD501", 9)]

@@ -119,6 +119,8 @@ _HARMLESS_CALLS = {"int", "float", "str", "len", "vars", "bool", "round", "repr"
                    "isoformat", "strftime", "getcwd", "gethostname", "uuid4", "hex"}
 _PASS_THROUGH_CALLS = {"deepcopy", "copy", "cpu", "to", "clone", "detach", "OrderedDict", "dict",
                        "half", "float", "contiguous"}
+#: Pass-through methods whose value is their receiver (``x.to(device)``, ``x.cpu()``).
+_RECEIVER_METHODS = frozenset({"to", "cpu", "clone", "detach", "half", "float", "contiguous"})
 #: Callee names that say the call reads a checkpoint back (load/restore/resume): no save.
 _RX_READS_CHECKPOINT = re.compile(r"load|restore|resume|restart")
 _RX_CKPT_FILE = re.compile(r"^[\w\-.]*[A-Za-z0-9_\-]\.(pt|pth|ckpt|tar|bin|pkl)$")
@@ -138,6 +140,14 @@ def kind_from_name(name: str) -> str | None:
     if _RX_DATA.search(last):
         return DATA
     return None
+
+
+def _builds_model(ctx: "FileContext", call: ast.Call) -> bool:
+    """Whether a call builds an ``nn.Module`` the file (or its project) spells out."""
+    from traindoctor.static.models import model_of
+
+    info = model_of(ctx, call)
+    return bool(info.kinds) or info.known
 
 
 def key_rules_out(key: str | None, kind: str) -> bool:
@@ -579,7 +589,10 @@ class CheckpointIndex:
                     self._value(kw.value, kw.arg if top else key, out, subst, depth + 1)
             return
         if name in _PASS_THROUGH_CALLS:
-            inner = node.args[0] if node.args else (func.value if isinstance(func, ast.Attribute) else None)
+            if isinstance(func, ast.Attribute) and name in _RECEIVER_METHODS:
+                inner = func.value  # ``model.to(device)`` is the model, not the device
+            else:
+                inner = node.args[0] if node.args else (func.value if isinstance(func, ast.Attribute) else None)
             if inner is not None:
                 self._value(inner, key, out, subst, depth + 1, top=top)
                 return
@@ -588,6 +601,9 @@ class CheckpointIndex:
             return
         if re.search(r"get_state_dict|unwrap|de_?parallel", name) and node.args:
             add(Piece(self.classify(node), key, node))
+            return
+        if top and _builds_model(ctx, node):
+            add(Piece(MODEL, key, node))  # ``torch.save(model, path)``: the whole module, pickled
             return
         # An unknown call: state_dict() calls inside still tell us something; the rest is opaque.
         for sub in ast.walk(node):
