@@ -374,6 +374,9 @@ def test_project_dependencies_name_the_files_that_influenced_the_findings(tmp_pa
     assert ctx.project_dependencies == ()  # nothing asked yet: nothing read
     list(iter_training_loaders(ctx))
     assert ctx.project_dependencies == (str((tmp_path / "utils.py").resolve()),)
+    # the engine hands them on with the file's result
+    result = check_source(path.read_bytes(), str(path), Settings(), instantiate(["TD101", "TD103"]))
+    assert result.project_dependencies == (str((tmp_path / "utils.py").resolve()),)
     # in-memory source with no file behind it: no project
     memory = FileContext("<stdin>", source, tree, Settings(), lines, project=project_view)
     assert memory.project is None and memory.project_dependencies == ()

@@ -41,6 +41,9 @@ class FileResult:
     original_source: str | None = None
     fixes_applied: int = 0
     internal_errors: list[str] = field(default_factory=list)
+    #: Other files (project modules, config files) whose content went into the findings: a
+    #: content-keyed cache of this file's result must be invalidated when one of them changes.
+    project_dependencies: tuple[str, ...] = ()
 
 
 def instantiate(codes: Iterable[str]) -> list[Rule]:
@@ -147,6 +150,7 @@ def check_source(
     source, lines, tree = parsed
     errors: list[str] = []
     original = source
+    dependencies: set[str] = set()
 
     def findings_of(source: str, lines: list[str], tree: ast.Module) -> list[Finding]:
         # Rules whose trigger words do not occur cannot fire: skip them, and the index too.
@@ -162,6 +166,7 @@ def check_source(
         if not active:
             return []
         found = [f for f in run_rules(ctx, active, errors) if _noqa_allows(f, lines)]
+        dependencies.update(ctx.project_dependencies)
         return sort_findings(_dedupe(found))
 
     findings = findings_of(source, lines, tree)
@@ -179,7 +184,8 @@ def check_source(
         applied += len(fixed)
         source, lines, tree = reparsed
         findings = findings_of(source, lines, tree)
-    result = FileResult(filename, findings, internal_errors=errors, fixes_applied=applied)
+    result = FileResult(filename, findings, internal_errors=errors, fixes_applied=applied,
+                        project_dependencies=tuple(sorted(dependencies)))
     if fix and source != original:
         result.fixed_source = source
         result.original_source = original
