@@ -28,8 +28,8 @@ _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]*(?:[\s,]+[A-Za-z]+[
 _MAX_FIX_PASSES = 10
 #: Words without which a file cannot drive training (see ``loaders.drives_training``): a cheap
 #: substring test that spares library files the context a project question would need.
-_TRAINING_WORDS = ("backward", "epoch", "training_step", "SGD", "Adam", "RMSprop", "Adagrad", "Adadelta",
-                   "LBFGS", "Rprop", "ASGD", "Adafactor", "Muon")
+_TRAINING_WORDS = (".backward(", "for epoch", "epoch in ", "training_step", "SGD(", "Adam(", "AdamW(",
+                   "Adamax(", "RMSprop(", "Adagrad(", "Adadelta(", "LBFGS(", "Rprop(", "Adafactor(", "Muon(")
 
 
 @dataclass

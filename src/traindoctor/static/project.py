@@ -145,8 +145,6 @@ class ModuleSummary:
     #: (path, content digest) of the other project files whose content went into this summary.
     dependency_digests: tuple[tuple[str, str], ...] = ()
 
-    #: The module's parsed context, kept for the on-demand queries.
-    context: Any = field(default=None, compare=False, repr=False)
     _memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -158,7 +156,7 @@ class ModuleSummary:
 
         Memoised per name and validated against the current content of those files, so a
         changed dependency recomputes only this answer (the Salsa shape)."""
-        if name not in self.model_names or self.context is None:
+        if name not in self.model_names:
             return None, frozenset()
         entry = self._memo.get(name)
         if entry is not None and all(project.digest(p) == d for p, d in entry[1]):
@@ -166,8 +164,10 @@ class ModuleSummary:
         key = (self.path, name)
         if key in project.models_in_progress:
             return None, frozenset()  # a cycle between models: unknown
+        ctx = project.module_context(self)
+        if ctx is None:
+            return None, frozenset()
         project.models_in_progress.add(key)
-        ctx = self.context
         saved = ctx.__dict__.get("project")
         view = _ModuleView(ctx, project, Path(self.path))
         ctx.__dict__["project"] = view
@@ -232,6 +232,7 @@ class Project:
         self._digests: dict[str, str | None] = {}
         self._data: dict[str, bytes] = {}
         self.models_in_progress: set[tuple[str, str]] = set()
+        self._contexts: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ resolution
     def search_roots(self, importer: Path) -> tuple[Path, ...]:
@@ -296,6 +297,21 @@ class Project:
         if result is not None:
             _BY_CONTENT[(path, digest)] = result
         return result
+
+    def module_context(self, summary: ModuleSummary) -> "FileContext | None":
+        """The parsed context of a summarised module, for on-demand queries.
+
+        Kept only as long as this project (one checked file): retaining every module's tree for
+        the whole run would make each garbage collection walk them all."""
+        ctx = self._contexts.get(summary.path)
+        if ctx is None:
+            if self.digest(summary.path) != summary.digest or self.parse is None:
+                return None
+            parsed = self.parse(summary.path, self._data[summary.path])
+            if not isinstance(parsed, tuple):
+                return None
+            ctx = self._contexts[summary.path] = _module_context(self, summary.path, parsed)
+        return ctx
 
     def lookup(self, path: str, name: str, seen: frozenset[str] = frozenset()) -> Resolved | None:
         """``name`` as defined by (or re-exported from) the module at ``path``."""
@@ -573,16 +589,13 @@ def import_bindings(nodes: list[Any], project: Project, path: Path) -> dict[str,
 
 
 def _summarize(project: Project, path: str, data: bytes, digest: str) -> ModuleSummary | None:
-    from traindoctor.static.context import FileContext
-
     if project.parse is None:
         return None  # no parser handed down: the project stays unknown
     parsed = project.parse(path, data)
     if not isinstance(parsed, tuple):
         return None
-    source, lines, tree = parsed
-    ctx = FileContext(path, source, tree, _SummarySettings(), lines)
-    ctx.__dict__["project"] = _ModuleView(ctx, project, Path(path))  # the summary's own view
+    ctx = project._contexts[path] = _module_context(project, path, parsed)
+    tree = ctx.tree
     me = Path(path)
     imports: dict[str, tuple[str, str | None]] = {}
     stars: list[str] = []
@@ -626,7 +639,6 @@ def _summarize(project: Project, path: str, data: bytes, digest: str) -> ModuleS
         star_imports=tuple(stars),
         defined=frozenset(defined),
         model_names=model_names,
-        context=ctx,
         dependency_digests=tuple(sorted(
             (p, d) for p in view.dependencies - {path} if (d := project.digest(p)) is not None
         )),
@@ -655,6 +667,16 @@ def _close_over_local_calls(
             todo.extend(n for n in local_calls.get(callee, ()) if n in functions and n not in seen)
         out[name] = replace(facts, calls=calls) if len(calls) != len(facts.calls) else facts
     return out
+
+
+def _module_context(project: Project, path: str, parsed: tuple) -> "FileContext":
+    """A project module's own FileContext, seeing the rest of the project through ``project``."""
+    from traindoctor.static.context import FileContext
+
+    source, lines, tree = parsed
+    ctx = FileContext(path, source, tree, _SummarySettings(), lines)
+    ctx.__dict__["project"] = _ModuleView(ctx, project, Path(path))  # the module's own view
+    return ctx
 
 
 class _SummarySettings:
