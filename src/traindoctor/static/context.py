@@ -508,8 +508,24 @@ class FileContext:
         return Location(lineno, self._char_col(lineno, col) + 1)
 
     def segment(self, node: ast.AST) -> str:
-        """The exact source text of ``node``."""
-        return ast.get_source_segment(self.source, node) or ""
+        """The exact source text of ``node`` (as ``ast.get_source_segment``, without re-splitting
+        the whole source on every call: rules ask for segments of many nodes)."""
+        try:
+            lineno, end_lineno = node.lineno, node.end_lineno  # type: ignore[attr-defined]
+            col, end_col = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+        except AttributeError:
+            return ""
+        lines = self.lines
+        if end_lineno is None or end_col is None or lineno < 1 or end_lineno > len(lines):
+            return ""
+        if lineno == end_lineno:
+            line = lines[lineno - 1]
+            if line.isascii():
+                return line[col:end_col]
+            return line.encode("utf-8")[col:end_col].decode("utf-8", errors="replace")
+        first = lines[lineno - 1].encode("utf-8")[col:].decode("utf-8", errors="replace")
+        last = lines[end_lineno - 1].encode("utf-8")[:end_col].decode("utf-8", errors="replace")
+        return "".join([first, *lines[lineno:end_lineno - 1], last])
 
     def line_text(self, row: int) -> str:
         if 1 <= row <= len(self.lines):
