@@ -44,6 +44,24 @@ class Location:
 
 
 @dataclass(frozen=True)
+class Related:
+    """Another place that explains a finding: the project module where the evidence lives
+    (``utils.py:12`` builds the loader that ``train.py:40`` trains with). Same shape as a
+    finding's own location, so reporters print it without knowing where it came from."""
+
+    filename: str
+    location: Location | None
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "filename": self.filename,
+            "location": self.location.to_dict() if self.location else None,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
 class Edit:
     """Replace the text between ``location`` and ``end_location`` with ``content``."""
 
@@ -103,6 +121,8 @@ class Finding:
     #: rows within that cell. None for plain files.
     cell: int | None = None
     source_line: str | None = field(default=None, compare=False)
+    #: Other places (usually other project files) that hold the evidence for this finding.
+    related: tuple[Related, ...] = ()
 
     @property
     def url(self) -> str:
@@ -131,6 +151,8 @@ class Finding:
             "help": self.help,
             "url": self.url,
         }
+        if self.related:
+            data["related"] = [r.to_dict() for r in self.related]
         if self.origin is Origin.RUNTIME or self.evidence is not None:
             data["evidence"] = dict(self.evidence) if self.evidence else {}
             data["step"] = self.step

@@ -458,7 +458,8 @@ def test_kwargs_dict_updated_in_place_is_opaque():
     assert _rows(src, ["TD101", "TD102"]) == []
 
 
-def test_kwargs_dict_with_item_assignment_is_opaque():
+def test_kwargs_dict_with_item_assignment_is_read():
+    # every change to ``kw`` is spelled out: it holds batch_size and num_workers, no pin_memory
     src = """
     import torch
     from torch.utils.data import DataLoader
@@ -469,7 +470,38 @@ def test_kwargs_dict_with_item_assignment_is_opaque():
         for x in loader:
             model(x.cuda()).sum().backward()
     """
-    assert _rows(src, ["TD101", "TD102"]) == []
+    assert _rows(src, ["TD101", "TD102", "TD103"]) == [("TD101", 6), ("TD103", 6)]
+
+
+def test_kwargs_dict_changed_opaquely_or_elsewhere_stays_opaque():
+    for change in ('kw.update(extra)', 'kw.pop("pin_memory")', 'kw |= extra', 'kw[key] = 8'):
+        src = f"""
+        import torch
+        from torch.utils.data import DataLoader
+        kw = {{"batch_size": 64, "num_workers": 0}}
+        {change}
+        loader = DataLoader(train_set, **kw)
+        for epoch in range(10):
+            for x in loader:
+                model(x.cuda()).sum().backward()
+        """
+        assert _rows(src, ["TD101", "TD102"]) == [], change
+    # the same name changed in another function: not this dict's change
+    src = """
+    import torch
+    from torch.utils.data import DataLoader
+
+    def other():
+        kw = {}
+        kw["num_workers"] = 0
+
+    kw = {"batch_size": 64, "num_workers": 4}
+    loader = DataLoader(train_set, **kw)
+    for epoch in range(10):
+        for x in loader:
+            model(x.cuda()).sum().backward()
+    """
+    assert _rows(src, ["TD102"]) == []
 
 
 def test_unmutated_kwargs_dict_is_still_read():

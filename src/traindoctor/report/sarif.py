@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from traindoctor import __version__
-from traindoctor.finding import Finding, Severity
+from traindoctor.finding import Finding, Related, Severity
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
@@ -44,6 +44,13 @@ def rule_descriptors() -> list[dict]:
     return out
 
 
+def _related(index: int, rel: Related) -> dict:
+    physical: dict = {"artifactLocation": {"uri": _uri(rel.filename)}}
+    if rel.location is not None:
+        physical["region"] = {"startLine": rel.location.row, "startColumn": rel.location.column}
+    return {"id": index, "physicalLocation": physical, "message": {"text": rel.message}}
+
+
 def _result(f: Finding, index: dict[str, int]) -> dict:
     notebook = f.cell is not None
     text = f.message
@@ -74,6 +81,8 @@ def _result(f: Finding, index: dict[str, int]) -> dict:
                 region["endColumn"] = f.end_location.column
             physical["region"] = region
         result["locations"] = [{"physicalLocation": physical}]
+    if f.related:
+        result["relatedLocations"] = [_related(i, r) for i, r in enumerate(f.related)]
     if f.evidence:
         result["properties"]["evidence"] = dict(f.evidence)
     if f.step is not None:

@@ -23,6 +23,9 @@ def render_finding(f: Finding, show_source: bool = True) -> str:
             width = max(len(line.rstrip()) - start, 1)
         out.append(f" {row} | {line}")
         out.append(f" {pad} | {' ' * start}{'^' * width}")
+    for rel in f.related:
+        at = f"{rel.filename}:{rel.location.row}:{rel.location.column}" if rel.location else rel.filename
+        out.append(f"  related: {at}: {rel.message}")
     if f.evidence:
         shown = ", ".join(f"{k}={_fmt(v)}" for k, v in f.evidence.items())
         out.append(f"  evidence: {shown}")

@@ -84,6 +84,10 @@ class Rule:
     #: building anything; empty means "always run". Must be sound: an alias still spells the
     #: imported name somewhere in the file.
     triggers: ClassVar[tuple[str, ...]] = ()
+    #: The rule may also fire on evidence that lives in another project module (a loader built
+    #: in ``utils.py``, deprecated AMP in ``engine.py``): it runs on files whose trigger words are
+    #: missing when the file imports a project module.
+    project_aware: ClassVar[bool] = False
 
     what_it_does: ClassVar[str] = ""
     why_bad: ClassVar[str] = ""

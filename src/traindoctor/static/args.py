@@ -8,10 +8,9 @@ in ``*args`` or in an unknown ``**kwargs``, the answer is :data:`UNKNOWN` and ru
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Union
+from typing import Union
 
-if TYPE_CHECKING:  # pragma: no cover
-    from traindoctor.static.context import FileContext
+from traindoctor.static.protocols import DictSource
 
 
 class _Sentinel:
@@ -73,7 +72,7 @@ def find_arg(
     call: ast.Call,
     name: str,
     signature: tuple[str, ...] | None = None,
-    ctx: "FileContext | None" = None,
+    ctx: DictSource | None = None,
 ) -> ArgResult:
     """The expression passed for parameter ``name``, or MISSING / UNKNOWN.
 

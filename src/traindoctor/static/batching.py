@@ -54,7 +54,7 @@ def training_batches(ctx: "FileContext") -> list[LoaderBatch]:
     """
     out = []
     for loader in iter_training_loaders(ctx):
-        node = ctx.arg(loader.call, "batch_size")
+        node = loader.arg(ctx, "batch_size")
         if node is MISSING or node is UNKNOWN:
             continue
         out.append(LoaderBatch(loader.call, node, ctx.value(node)))  # type: ignore[arg-type]
@@ -171,15 +171,59 @@ def distributed(ctx: "FileContext") -> ast.Call | None:
     return None
 
 
+def _per_node_divisor(ctx: "FileContext", node: ast.AST) -> bool:
+    """``ngpus_per_node`` / ``local_world_size`` / ``torch.cuda.device_count()``: GPUs of one node."""
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.Name, ast.Attribute)):
+            text = (sub.id if isinstance(sub, ast.Name) else sub.attr).lower()
+            if "per_node" in text or text.startswith("local_world") or text == "nproc_per_node":
+                return True
+        if isinstance(sub, ast.Call) and (ctx.qualname(sub.func) or "").endswith(".device_count"):
+            return True
+    return False
+
+
+def per_node_split(ctx: "FileContext") -> ast.AST | None:
+    """The ImageNet-example shape: ``batch_size = batch_size / ngpus_per_node`` while
+    ``world_size = ngpus_per_node * world_size`` (nodes): the batch is total *per node*, so on
+    several nodes the global batch grows with the node count. The assignment, or None."""
+    multiplies_nodes = False
+    for node in ctx.of(ast.Assign):
+        if any("world_size" in ctx.segment(t).lower() for t in node.targets) and any(
+            isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult) and _per_node_divisor(ctx, n)
+            for n in ast.walk(node.value)
+        ):
+            multiplies_nodes = True
+            break
+    if not multiplies_nodes:
+        return None
+    for node in ctx.of(ast.Assign, ast.AugAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if not any("batch" in ctx.segment(t).lower() for t in targets):
+            continue
+        divisions = [n for n in ast.walk(node.value) if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.FloorDiv))]
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Div, ast.FloorDiv)):
+            divisions.append(node.value)  # type: ignore[arg-type]
+            divisors = [node.value]
+        else:
+            divisors = [d.right for d in divisions]
+        if divisors and all(_per_node_divisor(ctx, d) for d in divisors):
+            return node
+    return None
+
+
 def splits_global_batch(ctx: "FileContext") -> bool:
     """The per-process batch is derived by dividing a global batch (``batch // world_size``).
 
     Then the effective batch stays what the user asked for and nothing grows implicitly.
     """
+    per_node = per_node_split(ctx)
     for node in ctx.of(ast.Assign, ast.AnnAssign, ast.AugAssign):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         if not any("batch" in ctx.segment(t).lower() for t in targets):
             continue
+        if node is per_node:
+            continue  # divided among this node's GPUs only: the global batch grows with the nodes
         if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Div, ast.FloorDiv)):
             return True
         if node.value is not None and any(
@@ -236,7 +280,11 @@ def lr_related_to_batch(ctx: "FileContext") -> bool:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         target_ids = [i for t in targets for i in _identifiers(t)]
         if any(isinstance(t, ast.Subscript) and any(lr_named(i) for i in _identifiers(t.slice)) for t in targets):
-            return True
+            # ``group["lr"] = lr``: an edit; it relates the LR to the batch when the value does
+            # (``lr = args.lr * cos(...)`` in a schedule function is no scaling)
+            if node.value is None or _scaled_value(ctx, node.value):
+                return True
+            continue
         ids = target_ids + (_identifiers(node.value) if node.value is not None else [])
         if any(lr_named(i) for i in ids) and any(_scale_named(i) for i in ids):
             return True
@@ -249,6 +297,25 @@ def lr_related_to_batch(ctx: "FileContext") -> bool:
                if isinstance(a, ast.Constant) and isinstance(a.value, str)):
             help_text = " ".join(ctx.segment(k.value) for k in call.keywords if k.arg == "help").lower()
             if any(w in help_text for w in ("scaled", "per 256", "batch size", "world size")):
+                return True
+    return False
+
+
+def _scaled_value(ctx: "FileContext", value: ast.AST) -> bool:
+    """Whether a value, or a local name it reads (one hop), mentions batch/world/accumulation."""
+    ids = _identifiers(value)
+    if any(_scale_named(i) for i in ids):
+        return True
+    fn = ctx.function_of(value)
+    for name in (n for n in ast.walk(value) if isinstance(n, ast.Name)):
+        for bound in ctx.bindings_of(name) or ():
+            if bound is None:
+                continue
+            if ctx.function_of(bound) is fn and any(_scale_named(i) for i in _identifiers(bound)):
+                return True
+    for aug in ctx.of(ast.AugAssign):
+        if isinstance(aug.target, ast.Name) and aug.target.id in ids and ctx.function_of(aug) is fn:
+            if any(_scale_named(i) for i in _identifiers(aug.value)):
                 return True
     return False
 

@@ -130,6 +130,8 @@ _HARMLESS_CALLS = {"int", "float", "str", "len", "vars", "bool", "round", "repr"
                    "isoformat", "strftime", "getcwd", "gethostname", "uuid4", "hex"}
 _PASS_THROUGH_CALLS = {"deepcopy", "copy", "cpu", "to", "clone", "detach", "OrderedDict", "dict",
                        "half", "float", "contiguous"}
+#: Pass-through methods whose value is their receiver (``x.to(device)``, ``x.cpu()``).
+_RECEIVER_METHODS = frozenset({"to", "cpu", "clone", "detach", "half", "float", "contiguous"})
 #: Callee names that say the call reads a checkpoint back (load/restore/resume): no save.
 _RX_READS_CHECKPOINT = re.compile(r"load|restore|resume|restart")
 _RX_CKPT_FILE = re.compile(r"^[\w\-.]*[A-Za-z0-9_\-]\.(pt|pth|ckpt|tar|bin|pkl)$")
@@ -149,6 +151,14 @@ def kind_from_name(name: str) -> str | None:
     if _RX_DATA.search(last):
         return DATA
     return None
+
+
+def _builds_model(ctx: "FileContext", call: ast.Call) -> bool:
+    """Whether a call builds an ``nn.Module`` the file (or its project) spells out."""
+    from traindoctor.static.models import model_of
+
+    info = model_of(ctx, call)
+    return bool(info.kinds) or info.known
 
 
 def key_rules_out(key: str | None, kind: str) -> bool:
@@ -601,7 +611,10 @@ class CheckpointIndex:
                     self._value(kw.value, kw.arg if top else key, out, subst, depth + 1)
             return
         if name in _PASS_THROUGH_CALLS:
-            inner = node.args[0] if node.args else (func.value if isinstance(func, ast.Attribute) else None)
+            if isinstance(func, ast.Attribute) and name in _RECEIVER_METHODS:
+                inner = func.value  # ``model.to(device)`` is the model, not the device
+            else:
+                inner = node.args[0] if node.args else (func.value if isinstance(func, ast.Attribute) else None)
             if inner is not None:
                 self._value(inner, key, out, subst, depth + 1, top=top)
                 return
@@ -610,6 +623,9 @@ class CheckpointIndex:
             return
         if re.search(r"get_state_dict|unwrap|de_?parallel", name) and node.args:
             add(Piece(self.classify(node), key, node))
+            return
+        if top and _builds_model(ctx, node):
+            add(Piece(MODEL, key, node))  # ``torch.save(model, path)``: the whole module, pickled
             return
         # An unknown call: state_dict() calls inside still tell us something; the rest is opaque.
         for sub in ast.walk(node):
@@ -895,7 +911,76 @@ class CheckpointIndex:
     def load_calls(self) -> list[ast.Call]:
         return self._load_calls
 
-    # -------------------------------------------------------------- resume (TD505)
+    # -------------------------------------------------------------- resume (TD503, TD504, TD505)
+    def kept_on_resume(self, kind: str) -> bool:
+        """Whether a resumed run can get ``kind`` back: some save may hold it, and the resume
+        path, when the file has one, restores it.
+
+        A resume path makes a missing state *more* certain: ``iter_num = ckpt["iter_num"]`` puts
+        opaque values into the next save (so the save "may hold" anything), but the resume code
+        says exactly what comes back, and a state it never restores is lost whatever is saved.
+        """
+        if not self.may_hold_anywhere(kind):
+            return False
+        if self.complete_saves or self.opaque_saves or any(s.saved.has(kind) for s in self.sites):
+            return True  # saved for sure, or nothing is known: whether resume restores it is TD505's
+        return not self.resume_misses(kind)
+
+    def resume_misses(self, kind: str) -> bool:
+        """Whether the file resumes (restores its model or optimizer from a checkpoint it loads)
+        and never restores ``kind``: no ``<kind>.load_state_dict``, no read of a key that names
+        it, and for RNG kinds no ``set_rng_state``/``setstate``/``set_state`` anywhere."""
+        ctx = self.ctx
+        if not self._load_calls or self.complete_saves or ctx.calls_to(*COMPLETE_LOADS):
+            return False
+        loads = ctx.method_calls("load_state_dict")
+        if any(self.classify(c.func.value) == kind for c in loads):  # type: ignore[attr-defined]
+            return False
+        resumes = False
+        for call in loads:
+            if self.classify(call.func.value) in (MODEL, OPTIMIZER):  # type: ignore[attr-defined]
+                arg = _arg(ctx, call, "state_dict", 0)
+                if arg is not None and self._reads_loaded_checkpoint(arg):
+                    resumes = True
+                    break
+        if not resumes:
+            return False
+        if kind in RNG_KINDS or kind == RNG_ANY:
+            for attr in ("set_rng_state", "set_rng_state_all", "setstate", "set_state"):
+                if ctx.method_calls(attr) or any(q.endswith("." + attr) for q in ctx.called_names):
+                    return False
+            return True
+        for sub in ctx.of(ast.Subscript):
+            if isinstance(sub.slice, ast.Constant) and isinstance(sub.slice.value, str):
+                if not key_rules_out(sub.slice.value, kind) and kind_from_name(sub.slice.value.lower()) == kind:
+                    return False
+        for attr in ("get", "pop"):
+            for call in ctx.method_calls(attr):
+                if call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
+                    if kind_from_name(call.args[0].value.lower()) == kind:
+                        return False
+        return True
+
+    def _reads_loaded_checkpoint(self, arg: ast.AST) -> bool:
+        """``ckpt["model"]`` / ``ckpt.get("model")`` (or a name bound to it) where some binding of
+        ``ckpt`` is a ``torch.load(...)``: the state comes from a checkpoint the file loads."""
+        ctx = self.ctx
+        for _ in range(4):
+            if isinstance(arg, ast.Name):
+                bound = [b for b in ctx.bindings_of(arg) or () if b is not None]
+                if not bound:
+                    return False
+                arg = bound[0]
+            elif isinstance(arg, ast.Subscript):
+                arg = arg.value
+            elif isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr == "get":
+                arg = arg.func.value
+            else:
+                break
+            if isinstance(arg, ast.Call) and ctx.qualname(arg.func) in LOAD_FUNCS:
+                return True
+        return False
+
     def resume_gaps(self) -> list[tuple[ast.Call, list[tuple[str, str]]]]:
         """Model restores from a loaded checkpoint that skip state the file saves beside the model.
 

@@ -13,16 +13,16 @@ from __future__ import annotations
 import ast
 import io
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
-from traindoctor.finding import Edit, Finding, Fix, Location, Origin
+from traindoctor.finding import Edit, Finding, Fix, Location, Origin, Related
 from traindoctor.static import values as _values
 from traindoctor.static.args import MISSING, SIGNATURES, UNKNOWN, ArgResult, find_arg, last_arg_end
 from traindoctor.static.names import ImportMap, dotted
 
-if TYPE_CHECKING:  # pragma: no cover
-    from traindoctor.config import Settings
-    from traindoctor.rules.base import Rule
+from traindoctor.static.argparse_facts import ArgparseFacts
+from traindoctor.static.dicts import SpelledDicts
+from traindoctor.static.protocols import CheckSettings, ProjectLink, RuleInfo
 
 T = TypeVar("T")
 
@@ -124,8 +124,6 @@ def build_parents(tree: ast.AST) -> dict[ast.AST, ast.AST]:
     return table
 
 
-#: Methods that change a dict in place (see ``FileContext._mutated_names``).
-_MUTATING_METHODS = ("update", "setdefault", "pop", "popitem", "clear")
 
 
 def _position(node: ast.AST) -> tuple[int, int]:
@@ -140,13 +138,17 @@ class FileContext:
         filename: str,
         source: str,
         tree: ast.Module,
-        settings: "Settings",
+        settings: CheckSettings,
         lines: list[str] | None = None,
+        project: "Callable[[FileContext], ProjectView | None] | None" = None,
     ) -> None:
         self.filename = filename
         self.source = source
         self.tree = tree
         self.settings = settings
+        #: Builds the file's view of its project on first use (the engine passes
+        #: :func:`traindoctor.static.project.view_for`); None: the file is checked alone.
+        self._project_factory = project
         self.lines = lines if lines is not None else split_lines(source)
         self.nodes = build_index(tree)
         self._ordered: set[type] = set()
@@ -179,6 +181,25 @@ class FileContext:
         if key not in store:
             store[key] = build(self)
         return store[key]
+
+    # ------------------------------------------------------------------ the project around the file
+    @cached_property
+    def project(self) -> Any:
+        """The file's view of its project (other modules it imports), or None for in-memory code.
+
+        Built on first use: files whose rules never ask about another module never resolve an
+        import. See :mod:`traindoctor.static.project`.
+        """
+        return self._project_factory(self) if self._project_factory is not None else None
+
+    @property
+    def project_dependencies(self) -> tuple[str, ...]:
+        """Absolute paths of the other files (project modules, config files) whose content went
+        into this file's findings, sorted: a cache keyed on this file must also key on them."""
+        view = self.__dict__.get("project")
+        if view is None:
+            return ()
+        return tuple(sorted(view.dependencies))
 
     # ------------------------------------------------------------------ node queries
     def of(self, *types: type) -> list[Any]:
@@ -397,70 +418,24 @@ class FileContext:
             return UNKNOWN
         return _values.evaluate(self, node)
 
-    @cached_property
-    def _mutated_names(self) -> frozenset[str]:
-        """Names of containers changed in place somewhere in the file.
+    def outside_value(self, node: ast.AST) -> Any:
+        """A value the file reads from elsewhere in its project (``cfg.train.batch_size`` from a
+        YAML file the script loads), else UNKNOWN. See :mod:`traindoctor.static.config_files`."""
+        view = self.project
+        return view.config_value(node) if view is not None else UNKNOWN
 
-        ``kw = {...}; kw.update(cuda_kwargs)`` or ``kw["num_workers"] = 4``: the literal no longer
-        says what the container holds, so :meth:`dict_literal` treats such a name as opaque.
-        Matching by name alone (not scope) errs on the side of silence.
-        """
-        out: set[str] = set()
-        for attr in _MUTATING_METHODS:
-            for call in self.method_calls(attr):
-                target = call.func.value  # type: ignore[attr-defined]
-                if isinstance(target, ast.Name):
-                    out.add(target.id)
-        for sub in self.of(ast.Subscript):
-            if isinstance(sub.ctx, (ast.Store, ast.Del)) and isinstance(sub.value, ast.Name):
-                out.add(sub.value.id)
-        for aug in self.of(ast.AugAssign):
-            if isinstance(aug.target, ast.Name) and isinstance(aug.op, ast.BitOr):
-                out.add(aug.target.id)
-        return frozenset(out)
+    @cached_property
+    def _dicts(self) -> SpelledDicts:
+        return SpelledDicts(self)
+
+    @property
+    def _mutated_names(self) -> frozenset[str]:
+        """Names of containers changed in place somewhere in the file (see :mod:`.dicts`)."""
+        return self._dicts._mutated_names
 
     def dict_literal(self, node: ast.AST) -> dict[str, ast.expr] | None:
-        """Keys -> value nodes of a dict the file spells out (``{...}``, ``dict(k=v)``), else None.
-
-        A name whose dict is changed in place (``.update``, item assignment) is not spelled out.
-        """
-        for _ in range(4):
-            if isinstance(node, ast.Name):
-                if node.id in self._mutated_names:
-                    return None
-                bound = self.binding(node)
-                if bound is None:
-                    return None
-                node = bound
-                continue
-            break
-        if isinstance(node, ast.Dict):
-            out: dict[str, ast.expr] = {}
-            for k, v in zip(node.keys, node.values):
-                if k is None:
-                    inner = self.dict_literal(v)
-                    if inner is None:
-                        return None
-                    out.update(inner)
-                elif isinstance(k, ast.Constant) and isinstance(k.value, str):
-                    out[k.value] = v
-                else:
-                    return None
-            return out
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict":
-            if node.args:
-                return None
-            out = {}
-            for kw in node.keywords:
-                if kw.arg is None:
-                    inner = self.dict_literal(kw.value)
-                    if inner is None:
-                        return None
-                    out.update(inner)
-                else:
-                    out[kw.arg] = kw.value
-            return out
-        return None
+        """Keys -> value nodes of a dict the file spells out (``{...}``, ``dict(k=v)``), else None."""
+        return self._dicts.dict_literal(node)
 
     def arg(self, call: ast.Call, name: str, qualname: str | None = None) -> ArgResult:
         """The expression passed for ``name`` (keyword, positional or literal ``**kwargs``).
@@ -484,93 +459,25 @@ class FileContext:
         return self.value(node)
 
     @cached_property
-    def _argparse(self) -> dict[str, list[Any]]:
-        """argparse dest -> defaults given in this file (``add_argument`` and ``set_defaults``)."""
-        out: dict[str, list[Any]] = {}
-        # While this table is being built, an ``args.x`` inside an add_argument call (e.g.
-        # ``action=argparse.BooleanOptionalAction``) must not ask for the table again.
-        self.__dict__["_argparse_building"] = True
-        for call in self.method_calls("add_argument"):
-            dest = _values.option_dest(call)
-            if dest is not None:
-                out.setdefault(dest, []).append(_values.option_default(self, call))
-        for call in self.method_calls("set_defaults"):
-            for kw in call.keywords:
-                if kw.arg:
-                    out[kw.arg] = [self.value(kw.value)]
-        return out
+    def _argparse_facts(self) -> ArgparseFacts:
+        return ArgparseFacts(self)
 
-    @cached_property
+    @property
     def _parsed_args_names(self) -> frozenset[str]:
-        """Names bound to the result of ``parse_args()`` / ``parse_known_args()``."""
-        names: set[str] = set()
-        for attr in ("parse_args", "parse_known_args"):
-            for call in self.method_calls(attr):
-                parent = self.parent(call)
-                if isinstance(parent, ast.Subscript):
-                    parent = self.parent(parent)
-                if isinstance(parent, (ast.Assign, ast.AnnAssign)):
-                    targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
-                    for t in targets:
-                        if isinstance(t, ast.Name):
-                            names.add(t.id)
-                        elif isinstance(t, ast.Tuple) and t.elts and isinstance(t.elts[0], ast.Name):
-                            names.add(t.elts[0].id)
-        return frozenset(names)
-
-    @cached_property
-    def _reassigned_namespace_attrs(self) -> frozenset[str]:
-        """Attributes the file stores on a plain name (``args.workers = ...``, ``args.lr *= k``,
-        ``setattr(args, "lr", v)``): such an option's argparse default is not its value."""
-        out = {
-            n.attr for n in self.of(ast.Attribute)
-            if isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name) and n.value.id not in ("self", "cls")
-        }
-        for call in self.of(ast.Call):
-            if (
-                isinstance(call.func, ast.Name) and call.func.id == "setattr" and len(call.args) >= 2
-                and isinstance(call.args[0], ast.Name) and isinstance(call.args[1], ast.Constant)
-                and isinstance(call.args[1].value, str)
-            ):
-                out.add(call.args[1].value)
-        return frozenset(out)
+        """Names bound to the result of ``parse_args()`` (see :mod:`.argparse_facts`)."""
+        return self._argparse_facts._parsed_args_names
 
     def argparse_default(self, node: ast.Attribute, *, declared: bool = False) -> Any:
-        """Value of ``args.x`` from this file's argparse default for ``x`` (else UNKNOWN).
-
-        ``args`` must be bound from ``parse_args()`` or be a function parameter (the common
-        ``def main(args)`` shape) and ``x`` must be an option this file declares. An option the
-        file reassigns (``args.x = ...``) is UNKNOWN unless ``declared`` asks for the default the
-        parser declares, whatever happens to it later.
-        """
-        if not isinstance(node.value, ast.Name):
-            return UNKNOWN
-        if self.__dict__.get("_argparse_building") and "_argparse" not in self.__dict__:
-            return UNKNOWN
-        defaults = self._argparse.get(node.attr)
-        if not defaults or (not declared and node.attr in self._reassigned_namespace_attrs):
-            return UNKNOWN  # ``args.workers = ...`` anywhere: the default no longer tells the value
-        base = node.value
-        if base.id not in self._parsed_args_names:
-            fn = self.function_of(node)
-            params = set()
-            while fn is not None:
-                a = fn.args  # type: ignore[attr-defined]
-                params |= {x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
-                fn = self.function_of(fn)
-            if base.id not in params:
-                return UNKNOWN
-        first = defaults[0]
-        if first is UNKNOWN or any(d != first for d in defaults[1:]):
-            return UNKNOWN
-        return first
+        """Value of ``args.x`` from this file's argparse default for ``x`` (else UNKNOWN)."""
+        return self._argparse_facts.argparse_default(node, declared=declared)
 
     # ------------------------------------------------------------------ file-level facts
     @cached_property
     def targets_cuda(self) -> bool:
         """Whether the script places work on a CUDA device (GPU-only rules need this)."""
         for name in self.called_names:
-            if name.startswith("torch.cuda."):
+            # ``torch.accelerator.current_accelerator()``: the device-generic API picks the GPU
+            if name.startswith(("torch.cuda.", "torch.accelerator.")):
                 return True
         if self.method_calls("cuda"):
             return True
@@ -603,8 +510,24 @@ class FileContext:
         return Location(lineno, self._char_col(lineno, col) + 1)
 
     def segment(self, node: ast.AST) -> str:
-        """The exact source text of ``node``."""
-        return ast.get_source_segment(self.source, node) or ""
+        """The exact source text of ``node`` (as ``ast.get_source_segment``, without re-splitting
+        the whole source on every call: rules ask for segments of many nodes)."""
+        try:
+            lineno, end_lineno = node.lineno, node.end_lineno  # type: ignore[attr-defined]
+            col, end_col = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+        except AttributeError:
+            return ""
+        lines = self.lines
+        if end_lineno is None or end_col is None or lineno < 1 or end_lineno > len(lines):
+            return ""
+        if lineno == end_lineno:
+            line = lines[lineno - 1]
+            if line.isascii():
+                return line[col:end_col]
+            return line.encode("utf-8")[col:end_col].decode("utf-8", errors="replace")
+        first = lines[lineno - 1].encode("utf-8")[col:].decode("utf-8", errors="replace")
+        last = lines[end_lineno - 1].encode("utf-8")[:end_col].decode("utf-8", errors="replace")
+        return "".join([first, *lines[lineno:end_lineno - 1], last])
 
     def line_text(self, row: int) -> str:
         if 1 <= row <= len(self.lines):
@@ -622,15 +545,18 @@ class FileContext:
     # ------------------------------------------------------------------ findings and fixes
     def report(
         self,
-        rule: "Rule | type[Rule]",
+        rule: RuleInfo | type,
         node: ast.AST,
         message: str | None = None,
         *,
         fix: Fix | None = None,
         help: str | None = None,
         end_node: ast.AST | None = None,
+        related: tuple["Related", ...] = (),
     ) -> Finding:
-        """A finding of ``rule`` at ``node`` (message defaults to the rule's summary)."""
+        """A finding of ``rule`` at ``node`` (message defaults to the rule's summary).
+
+        ``related`` cites other places (usually other project files) that hold the evidence."""
         loc = self.location(node)
         return Finding(
             code=rule.code,
@@ -644,6 +570,7 @@ class FileContext:
             fix=fix,
             help=help,
             source_line=self.line_text(loc.row),
+            related=tuple(related),
         )
 
     def fix_add_keyword(

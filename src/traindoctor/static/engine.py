@@ -22,6 +22,8 @@ from traindoctor.rules.base import Rule
 from traindoctor.static.context import FileContext, split_lines
 from traindoctor.static.fix import apply_edits, select_fixes
 from traindoctor.static.grammar import newer_python_needed, running_python
+from traindoctor.static.loaders import drives_training
+from traindoctor.static.project import ProjectView, view_for
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]*(?:[\s,]+[A-Za-z]+[0-9]*)*))?", re.IGNORECASE)
 #: ``# traindoctor: noqa`` (every code) or ``# traindoctor: noqa: TD102, TD3`` on a line of its own.
@@ -30,6 +32,10 @@ _FILE_NOQA = re.compile(
     re.IGNORECASE | re.MULTILINE,
 )
 _MAX_FIX_PASSES = 10
+#: Words without which a file cannot drive training (see ``loaders.drives_training``): a cheap
+#: substring test that spares library files the context a project question would need.
+_TRAINING_WORDS = (".backward(", "for epoch", "epoch in ", "training_step", "SGD(", "Adam(", "AdamW(",
+                   "Adamax(", "RMSprop(", "Adagrad(", "Adadelta(", "LBFGS(", "Rprop(", "Adafactor(", "Muon(")
 
 
 @dataclass
@@ -41,8 +47,14 @@ class FileResult:
     original_source: str | None = None
     fixes_applied: int = 0
     internal_errors: list[str] = field(default_factory=list)
-    #: Other files whose content influenced the findings (project context), sorted absolute paths.
-    dependencies: tuple[str, ...] = ()
+    #: Other files (project modules, config files) whose content went into the findings: a
+    #: content-keyed cache of this file's result must be invalidated when one of them changes.
+    project_dependencies: tuple[str, ...] = ()
+
+    @property
+    def dependencies(self) -> tuple[str, ...]:
+        """The name the check cache reads (same as ``project_dependencies``)."""
+        return self.project_dependencies
 
 
 def instantiate(codes: Iterable[str]) -> list[Rule]:
@@ -187,13 +199,20 @@ def check_source(
     def findings_of(source: str, lines: list[str], tree: ast.Module) -> list[Finding]:
         # Rules whose trigger words do not occur cannot fire: skip them, and the index too.
         active = [r for r in rules if not r.triggers or any(t in source for t in r.triggers)]
+        cross = [r for r in rules if r.project_aware and r not in active]
+        if cross and not ("import" in source and any(w in source for w in _TRAINING_WORDS)):
+            cross = []  # cannot drive training: no question about other modules will be asked
+        if not active and not cross:
+            return []
+        ctx = FileContext(filename, source, tree, settings, lines, project=_project_view)
+        if cross and drives_training(ctx) and ctx.project is not None and ctx.project.imports_project:
+            active = [r for r in rules if r in active or r in cross]
         if not active:
             return []
-        ctx = FileContext(filename, source, tree, settings, lines)
         found = [
             f for f in run_rules(ctx, active, errors) if _noqa_allows(f, lines) and _file_noqa_allows(f, off)
         ]
-        dependencies.update(getattr(ctx, "project_dependencies", ()))
+        dependencies.update(ctx.project_dependencies)
         return sort_findings(_dedupe(found))
 
     findings = findings_of(source, lines, tree)
@@ -212,11 +231,16 @@ def check_source(
         source, lines, tree = reparsed
         findings = findings_of(source, lines, tree)
     result = FileResult(filename, findings, internal_errors=errors, fixes_applied=applied,
-                        dependencies=tuple(sorted(dependencies)))
+                        project_dependencies=tuple(sorted(dependencies)))
     if fix and source != original:
         result.fixed_source = source
         result.original_source = original
     return result
+
+
+def _project_view(ctx: FileContext) -> ProjectView | None:
+    """The checked file's view of its project; project modules are parsed like checked files."""
+    return view_for(ctx, parse)
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:

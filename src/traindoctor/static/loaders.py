@@ -23,9 +23,11 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 
 from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.names import OPTIMIZERS, dotted
+from traindoctor.static.project import loader_keyword
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
+    from traindoctor.static.project import Resolved
 
 DATALOADER = "torch.utils.data.DataLoader"
 DISTRIBUTED_SAMPLER = "torch.utils.data.DistributedSampler"
@@ -88,6 +90,8 @@ class Site:
     repeated_by: ast.AST | None = None
     #: Under ``no_grad``/``inference_mode`` (or in an evaluation function) with no backward.
     evaluation: bool = False
+    #: Where in another project module the pass happens (``engine.train_one_epoch``'s loop).
+    related: tuple = ()
 
 
 @dataclass
@@ -124,6 +128,24 @@ class Loader:
     on_device: bool = False
     #: Built inside a function whose name says evaluation (``def val_dataloader(self)``).
     built_for_evaluation: bool = False
+    #: Built by a project function in another module (``utils.get_training_dataloader(...)``):
+    #: ``call`` is then the factory call in this file and the keywords come from its summary.
+    factory: "Resolved | None" = None
+    #: Where the DataLoader is really constructed, when that is another file.
+    related: tuple = ()
+
+    def arg(self, ctx: "FileContext", name: str) -> object:
+        """The DataLoader's ``name`` argument: a node (for a factory, a constant node holding the
+        value it passes), MISSING when not passed, UNKNOWN when it cannot be told."""
+        if self.factory is None:
+            return ctx.arg(self.call, name)
+        value = loader_keyword(self.factory, self.call, ctx, name)
+        if value is MISSING or value is UNKNOWN:
+            return value
+        node = ast.Constant(value)  # stands at the factory call: that is where the value enters
+        node.lineno, node.col_offset = self.call.lineno, self.call.col_offset
+        node.end_lineno, node.end_col_offset = self.call.lineno, self.call.col_offset
+        return node
 
     @property
     def evaluation_only(self) -> bool:
@@ -173,6 +195,7 @@ class LoaderIndex:
         self._name_calls: dict[str, list[ast.Call]] = {}
         self._build()
         self.loaders: list[Loader] = [self._loader(c) for c in ctx.calls_to(DATALOADER)]
+        self.loaders += self._factory_loaders()
         self._by_call = {id(l.call): l for l in self.loaders}
 
     # ------------------------------------------------------------------ public queries
@@ -392,6 +415,10 @@ class LoaderIndex:
         call, arg_node = self._call_of_arg(node)
         if call is not None:
             fns, method = self._defs_called_by(call)
+            if not fns:
+                site = self._project_site(call, arg_node, via, origin)
+                if site is not None:
+                    return [Use(names, [site], refs)]
             uses = []
             for fn in fns:
                 param = self._param_for(fn, call, arg_node, method)
@@ -526,12 +553,33 @@ class LoaderIndex:
             site = Site(comp if comp is not None else parent, "for", via)
         else:
             call, _ = self._call_of_arg(node)
-            if call is not None and _callee(call) in ("iter", "cycle", "aiter") and call.args and call.args[0] is node:
+            if (
+                call is not None and _callee(call) in ("iter", "cycle", "aiter") and call.args and call.args[0] is node
+                and not self._defs_called_by(call)[0]  # a local ``def cycle(dl)`` is followed instead
+            ):
                 site = Site(call, "iter", via)
         if site is None:
             return None
         site.repeated_by = self._repeating_loop(site.node, via, origin, 0, frozenset())
         site.evaluation = self._evaluation_site(site)
+        return site
+
+    def _project_site(self, call: ast.Call, arg: ast.AST, via: tuple[ast.Call, ...], origin: ast.AST) -> Site | None:
+        """``train_one_epoch(model, loader, ...)`` where the project function iterates that
+        parameter: the call is a pass over the loader, repeated by the loops around the call."""
+        resolved = self._project_function(call)
+        if resolved is None:
+            return None
+        fn = resolved.function
+        param = fn.param_for(call, arg)  # type: ignore[union-attr]
+        if param is None or param not in fn.iterates:  # type: ignore[union-attr]
+            return None
+        site = Site(call, "for", via)
+        site.repeated_by = self._repeating_loop(call, via, origin, 0, frozenset())
+        site.evaluation = fn.evaluation or self._evaluation_site(site)  # type: ignore[union-attr]
+        site.related = self.ctx.project.related(  # type: ignore[union-attr]
+            fn.iterates[param], f"`{resolved.name}` iterates its `{param}` argument here"  # type: ignore[union-attr]
+        )
         return site
 
     def _loop_counts(self, loop: ast.AST) -> bool:
@@ -585,6 +633,30 @@ class LoaderIndex:
         return False
 
     # ------------------------------------------------------------------ loaders
+    def _project_function(self, call: ast.Call) -> "Resolved | None":
+        """The project function (in another module) that ``call`` invokes, if any."""
+        view = self.ctx.project
+        if view is None or not view.imports_project or not drives_training(self.ctx):
+            return None
+        resolved = view.resolve(call.func)
+        return resolved if resolved is not None and resolved.function is not None else None
+
+    def _factory_loaders(self) -> list[Loader]:
+        """Calls of project functions in other modules that build and return a DataLoader."""
+        view = self.ctx.project
+        if view is None or not view.imports_project or not drives_training(self.ctx):
+            return []
+        out = []
+        for call, resolved in view.calls():
+            if resolved.function is None or resolved.function.loader is None:
+                continue
+            facts = resolved.function.loader  # type: ignore[union-attr]
+            loader = Loader(call, self.trace(call), evaluation_dataset=facts.evaluation, in_memory=facts.in_memory,
+                            iterable=facts.iterable, on_device=facts.on_device, factory=resolved)
+            loader.related = view.related(facts.place, f"the DataLoader is built here, in `{resolved.name}`")
+            out.append(loader)
+        return out
+
     def _loader(self, call: ast.Call) -> Loader:
         ctx = self.ctx
         loader = Loader(call, self.trace(call))
@@ -894,12 +966,36 @@ def known(value: object) -> bool:
     return value is not UNKNOWN and value is not MISSING
 
 
+def drives_training(ctx: "FileContext") -> bool:
+    """Whether the file trains (:func:`file_trains`) or drives training done elsewhere: an epoch
+    loop (``for epoch in range(...)``) around calls such as ``engine.train_one_epoch(...)``.
+
+    Questions about other project modules are only asked in such files, so library code that
+    merely imports its siblings never pays for reading them."""
+    if file_trains(ctx):
+        return True
+    for loop in ctx.of(ast.For):
+        target = loop.target
+        if isinstance(target, ast.Name) and "epoch" in target.id.lower():
+            return True
+    return False
+
+
+def may_build_loaders(ctx: "FileContext") -> bool:
+    """Whether the file constructs a DataLoader, or drives training and imports project modules
+    that may build one."""
+    if ctx.calls_to(DATALOADER):
+        return True
+    view = ctx.project
+    return view is not None and view.imports_project and drives_training(ctx)
+
+
 def iter_training_loaders(ctx: "FileContext") -> Iterable[Loader]:
     """Training loaders of a file that trains (see :func:`file_trains`), in source order.
 
     Test files (:func:`is_test_file`) have none: performance advice on test loaders is noise.
     """
-    if is_test_file(ctx.filename) or not ctx.calls_to(DATALOADER) or not file_trains(ctx):
+    if is_test_file(ctx.filename) or not may_build_loaders(ctx) or not drives_training(ctx):
         return []
     index = loader_index(ctx)
     return index.training_loaders()

@@ -486,7 +486,55 @@ def model_of(ctx: "FileContext", expr: ast.AST | None, depth: int = 0, _seen: fr
             fns = functions(ctx).get(func.id)
             if fns and len(fns) == 1:
                 return _function_returns(ctx, fns[0], depth)
+        if isinstance(func, ast.Subscript):
+            return registry_model(ctx, func)
+        return project_model(ctx, func)
+    return _model_of_value(ctx, expr, depth, _seen)
+
+
+def registry_entry(ctx: "FileContext", func: ast.AST) -> tuple[ast.AST, str] | None:
+    """``models.__dict__[args.arch]`` -> (the ``models`` node, ``"resnet18"``) when the key's value
+    is known (a literal or an argparse default); the registry idiom of ImageNet-style scripts."""
+    if not isinstance(func, ast.Subscript):
+        return None
+    holder = func.value
+    if not (isinstance(holder, ast.Attribute) and holder.attr == "__dict__"):
+        return None
+    key = ctx.value(func.slice)
+    if not isinstance(key, str) or not key.isidentifier():
+        return None
+    return holder.value, key
+
+
+def registry_model(ctx: "FileContext", func: ast.AST) -> ModelInfo:
+    """What ``models.__dict__[args.arch](...)`` builds: a torchvision constructor or a model of
+    the project's own ``models`` package, named by the key's known value."""
+    entry = registry_entry(ctx, func)
+    if entry is None:
         return UNKNOWN_MODEL
+    base, key = entry
+    qn = ctx.qualname(base) or ""
+    if qn == "torchvision.models":
+        return torchvision_model(key) or UNKNOWN_MODEL
+    view = ctx.project
+    if view is None or not view.imports_project:
+        return UNKNOWN_MODEL
+    resolved = view.resolve(ast.Attribute(value=base, attr=key, ctx=ast.Load()))
+    return resolved.model or UNKNOWN_MODEL if resolved is not None else UNKNOWN_MODEL
+
+
+def project_model(ctx: "FileContext", func: ast.AST) -> ModelInfo:
+    """What a model class or factory of another project module builds (``from unet import UNet``)."""
+    view = ctx.project
+    if view is None or not isinstance(func, (ast.Name, ast.Attribute)) or not view.imports_project:
+        return UNKNOWN_MODEL
+    resolved = view.resolve(func)
+    if resolved is None or resolved.model is None:
+        return UNKNOWN_MODEL
+    return resolved.model
+
+
+def _model_of_value(ctx: "FileContext", expr: ast.AST, depth: int, _seen: frozenset[int]) -> ModelInfo:
     if isinstance(expr, ast.Name):
         if id(expr) in _seen:
             return UNKNOWN_MODEL
@@ -550,6 +598,13 @@ def file_has_batchnorm(ctx: "FileContext") -> ast.AST | None:
             if qn.startswith("torchvision.models."):
                 tv = torchvision_model(qn.rsplit(".", 1)[-1])
                 if tv is not None and tv.has_batchnorm:
+                    found = call
+                    break
+        view = ctx.project
+        if found is None and view is not None and view.imports_project:
+            # a model of another project module that contains BatchNorm (``from unet import UNet``)
+            for call, resolved in view.calls():
+                if resolved.model is not None and resolved.model.has_batchnorm:
                     found = call
                     break
         cache["bn"] = found

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import ast
 import operator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from traindoctor.static.args import UNKNOWN
-
-if TYPE_CHECKING:  # pragma: no cover
-    from traindoctor.static.context import FileContext
+from traindoctor.static.protocols import ValueSource
 
 _BINOPS = {
     ast.Add: operator.add,
@@ -32,7 +30,7 @@ _SAFE_CALLS = {"int": int, "float": float, "min": min, "max": max, "abs": abs, "
 _MAX_DEPTH = 12
 
 
-def evaluate(ctx: "FileContext", node: ast.AST | None, depth: int = 0) -> Any:
+def evaluate(ctx: ValueSource, node: ast.AST | None, depth: int = 0) -> Any:
     """The value of ``node`` if the file alone determines it, else UNKNOWN."""
     if node is None or depth > _MAX_DEPTH:
         return UNKNOWN
@@ -112,7 +110,10 @@ def evaluate(ctx: "FileContext", node: ast.AST | None, depth: int = 0) -> Any:
             from traindoctor.static.frameworks import lightning_hparam
 
             value = lightning_hparam(ctx, node)
-        return value
+        if value is not UNKNOWN:
+            return value
+    if isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        return ctx.outside_value(node)  # e.g. ``cfg.train.batch_size`` read from a config file
     return UNKNOWN
 
 
@@ -133,7 +134,7 @@ def option_dest(call: ast.Call) -> str | None:
     return names[0]
 
 
-def option_default(ctx: "FileContext", call: ast.Call) -> Any:
+def option_default(ctx: ValueSource, call: ast.Call) -> Any:
     """The default an ``add_argument`` call gives its option, after argparse's type conversion."""
     kws = {kw.arg: kw.value for kw in call.keywords if kw.arg}
     action = evaluate(ctx, kws["action"]) if "action" in kws else None

@@ -9,6 +9,7 @@ from traindoctor.finding import Edit, Finding, Fix, Location, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.amp import AUTOCAST_SIGNATURES, pos
 from traindoctor.static.frameworks import FABRICS, LIGHTNING_PRECISION_ALIASES, apex_amp_calls, fabrics, lightning_trainers
+from traindoctor.static.loaders import drives_training
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -34,6 +35,7 @@ class DeprecatedAmpApi(Rule):
     gpu_only = False
     static = True
     triggers = ("cuda.amp", "cpu.amp", "cuda import amp", "cpu import amp", "apex", "precision")
+    project_aware = True
     runtime = False
     fixable = "sometimes"
 
@@ -256,6 +258,43 @@ class DeprecatedAmpApi(Rule):
 
     def check(self, ctx: "FileContext") -> Iterator[Finding]:
         yield from self._check_frameworks(ctx)
+        yield from self._check_file(ctx)
+        yield from self._check_project(ctx)
+
+    def _check_project(self, ctx: "FileContext") -> Iterator[Finding]:
+        """A project function or class this file calls (``engine.train_one_epoch``,
+        ``misc.NativeScaler()``) uses the deprecated API in its own module: report the call here
+        and cite the use there. Each definition once, at its first call."""
+        view = ctx.project
+        if view is None or not view.imports_project or not drives_training(ctx):
+            return
+        done: set[tuple[str, str]] = set()
+        for call, resolved in view.calls():
+            facts = resolved.function or resolved.cls
+            key = (resolved.path, resolved.name)
+            if facts is None or key in done:
+                continue
+            used = sorted((q for q in facts.calls if q in _DEPRECATED), key=lambda q: (facts.calls[q].line, q))
+            used = [q for q in used if not ctx.settings.torch_below(_DEPRECATED[q][2])]
+            if not used or any(q in _MODERN for q in facts.calls):
+                # calling the new API too: a compatibility shim whose old call is the fallback
+                continue
+            done.add(key)
+            qn = used[0]
+            replacement, device, _ = _DEPRECATED[qn]
+            old = "torch." + ("cuda" if device == "cuda" else "cpu") + ".amp." + replacement.rsplit(".", 1)[-1]
+            new = f'torch.{replacement}("{device}", ...)'
+            yield ctx.report(
+                self,
+                call,
+                f"`{resolved.name}` (defined in another module) calls the deprecated `{old}(...)`; "
+                f"use `{new}` there instead.",
+                help=f"Use `{new}`",
+                end_node=call.func,
+                related=view.related(facts.calls[qn], f"`{old}(...)` is called here"),
+            )
+
+    def _check_file(self, ctx: "FileContext") -> Iterator[Finding]:
         names = ctx.called_names
         wanted = [q for q in sorted(_DEPRECATED) if q in names]
         if not wanted:

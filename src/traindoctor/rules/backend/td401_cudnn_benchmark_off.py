@@ -15,6 +15,7 @@ from traindoctor.rules.backend.td403_benchmark_with_deterministic import (
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.frameworks import HF_TRIGGERS, lightning_flag
 from traindoctor.static.loaders import DATALOADER, file_trains, is_test_file
+from traindoctor.static.models import registry_entry, registry_model
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -59,6 +60,18 @@ def convolution_evidence(ctx: "FileContext") -> ast.Call | None:
     for call in ctx.calls_to("timm.create_model"):
         if _literal_cnn_name(ctx, call):
             found.append(call)
+    for call in ctx.of(ast.Call):
+        entry = registry_entry(ctx, call.func)  # ``models.__dict__[args.arch]()``
+        if entry is not None and (ctx.qualname(entry[0]) or "") == "torchvision.models" and _CNN_FAMILIES.match(entry[1]):
+            found.append(call)
+        elif entry is not None and any(k in _CONV_LAYERS for k in registry_model(ctx, call.func).kinds):
+            found.append(call)
+    view = ctx.project
+    if not found and view is not None and view.imports_project:
+        # a model class or factory of another project module (``from unet import UNet``)
+        for call, resolved in view.calls():
+            if resolved.model is not None and any(k in _CONV_LAYERS for k in resolved.model.kinds):
+                found.append(call)
     found.sort(key=lambda c: (c.lineno, c.col_offset))
     return found[0] if found else None
 
@@ -73,10 +86,44 @@ def _leaf(qualname: str) -> str:
     return qualname.rsplit(".", 1)[-1]
 
 
+def _project_torchvision_calls(ctx: "FileContext") -> list[tuple[str, ast.Call | None]]:
+    """torchvision calls made by the project functions this file calls (``get_training_set()``
+    in ``data.py`` builds the crops): the data pipeline often lives in another module."""
+    view = ctx.project
+    if view is None or not view.imports_project:
+        return []
+    out: list[tuple[str, ast.Call | None]] = []
+    for _, resolved in view.calls():
+        facts = resolved.function or resolved.cls
+        if facts is not None:
+            out.extend((q, None) for q in facts.calls if q.startswith("torchvision."))
+    return out
+
+
+_SEED_WORDS = ("seed", "determinis", "reproduc")
+
+
+def _seeded_branch_only(ctx: "FileContext", setting: object) -> bool:
+    """``if args.seed is not None: cudnn.deterministic = True; cudnn.benchmark = False``: the
+    reproducible runs turn benchmarking off on purpose, the default runs never turn it on."""
+    flag, value, node = setting.flag, setting.value, setting.node  # type: ignore[attr-defined]
+    if not ((flag == BENCHMARK and value is False) or (flag == DETERMINISTIC and value is True)):
+        return False
+    for anc in ctx.ancestors(node):
+        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False
+        if isinstance(anc, ast.If) and any(ctx.within(node, b) for b in anc.body):
+            words = " ".join(n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(anc.test)
+                             if isinstance(n, (ast.Name, ast.Attribute))).lower()
+            if any(w in words for w in _SEED_WORDS):
+                return True
+    return False
+
+
 def shape_evidence(ctx: "FileContext") -> tuple[bool, bool]:
     """(fixed, variable): whether the file shows inputs of one size, and of changing sizes."""
     fixed = variable = False
-    for qn, call in ctx.calls_to_prefix("torchvision."):
+    for qn, call in [*ctx.calls_to_prefix("torchvision."), *_project_torchvision_calls(ctx)]:
         leaf = _leaf(qn)
         if qn.startswith("torchvision.models.detection") or qn.startswith("torchvision.models.segmentation"):
             variable = True
@@ -85,7 +132,7 @@ def shape_evidence(ctx: "FileContext") -> tuple[bool, bool]:
                 variable = True
             elif leaf in _FIXED_TRANSFORMS:
                 fixed = True
-            elif leaf == "Resize":
+            elif leaf == "Resize" and call is not None:
                 size = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "size"), None)
                 if isinstance(size, (ast.Tuple, ast.List)) and len(size.elts) == 2:
                     fixed = True
@@ -114,6 +161,7 @@ class CudnnBenchmarkOff(Rule):
     static = True
     runtime = True
     triggers = ("cuda", "nccl", "Trainer", "Fabric", "Accelerator", *HF_TRIGGERS)
+    project_aware = True
     fixable = "never"
 
     what_it_does = """
@@ -285,10 +333,12 @@ class CudnnBenchmarkOff(Rule):
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
         if not ctx.targets_cuda or is_test_file(ctx.filename):
             return
-        conv = convolution_evidence(ctx)
-        if conv is None or not file_trains(ctx):
+        if not file_trains(ctx):
             return
-        settings = cudnn_settings(ctx)
+        conv = convolution_evidence(ctx)
+        if conv is None:
+            return
+        settings = [s for s in cudnn_settings(ctx) if not _seeded_branch_only(ctx, s)]
         if any(s.flag == BENCHMARK for s in settings):
             return
         if any(s.flag == DETERMINISTIC and s.value is not False for s in settings):

@@ -185,7 +185,7 @@ torch.save(
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
         idx = checkpoint_index(ctx)
-        if not idx.exists(SCALER) or idx.may_hold_anywhere(SCALER):
+        if not idx.exists(SCALER) or idx.kept_on_resume(SCALER):
             return
         name = idx.first_name(SCALER, "scaler")
         for site in idx.training_checkpoints():

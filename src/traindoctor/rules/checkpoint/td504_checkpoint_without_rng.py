@@ -237,9 +237,9 @@ torch.save(
         if not sites:
             return
         draws = file_draws(ctx)
-        missing_rng = [k for k in RNG_KINDS if k in draws and not idx.may_hold_anywhere(k)]
+        missing_rng = [k for k in RNG_KINDS if k in draws and not idx.kept_on_resume(k)]
         has_position = idx.may_hold_anywhere(DATA)
-        any_rng = any(idx.may_hold_anywhere(k) for k in RNG_KINDS)
+        any_rng = any(idx.kept_on_resume(k) for k in RNG_KINDS)
         for site in sites:
             missing = list(missing_rng)
             if site.mid_epoch and not has_position:

@@ -31,6 +31,7 @@ class PinMemoryOff(Rule):
     static = True
     runtime = True
     triggers = ("DataLoader", *HF_TRIGGERS)
+    project_aware = True
     fixable = "sometimes"
     options = """
     Runtime thresholds (`thresholds` in `[tool.traindoctor]`, `--threshold KEY=VALUE` or
@@ -315,11 +316,11 @@ class PinMemoryOff(Rule):
             if loader.on_device:
                 continue
             call = loader.call
-            node = ctx.arg(call, "pin_memory")
+            node = loader.arg(ctx, "pin_memory")
             if node is UNKNOWN:
                 continue
             if node is MISSING:
-                fix = ctx.fix_add_keyword(call, "pin_memory=True", _HELP)
+                fix = ctx.fix_add_keyword(call, "pin_memory=True", _HELP) if loader.factory is None else None
                 message = (
                     "This training loader feeds a CUDA model from pageable memory; pass "
                     "`pin_memory=True` (and copy with `non_blocking=True`)."
@@ -329,13 +330,13 @@ class PinMemoryOff(Rule):
                 if value is UNKNOWN or value:
                     continue
                 fix = None
-                if literal_false(node) and _written_in_call(ctx, node, call):
+                if loader.factory is None and literal_false(node) and _written_in_call(ctx, node, call):
                     fix = ctx.fix_replace(node, "True", _HELP)
                 message = (
                     "`pin_memory` is off for a training loader that feeds a CUDA model; set it to "
                     "`True` (and copy with `non_blocking=True`)."
                 )
-            yield ctx.report(self, call, message, fix=fix, help=_HELP)
+            yield ctx.report(self, call, message, fix=fix, help=_HELP, related=loader.related)
         for args in hf_training_args(ctx):
             if args.value(ctx, "dataloader_pin_memory") is not False or not args.on_gpu(ctx):
                 continue

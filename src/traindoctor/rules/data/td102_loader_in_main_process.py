@@ -29,6 +29,7 @@ class LoaderInMainProcess(Rule):
     static = True
     runtime = True
     triggers = ("DataLoader", *HF_TRIGGERS)
+    project_aware = True
     fixable = "never"
     options = """
     Runtime thresholds (`thresholds` in `[tool.traindoctor]`, `--threshold KEY=VALUE` or
@@ -260,7 +261,7 @@ class LoaderInMainProcess(Rule):
             if loader.in_memory or loader.iterable:
                 continue
             call = loader.call
-            node = ctx.arg(call, "num_workers")
+            node = loader.arg(ctx, "num_workers")
             if node is UNKNOWN:
                 continue
             if node is MISSING:
@@ -278,7 +279,7 @@ class LoaderInMainProcess(Rule):
                     "in the main process; use `num_workers` > 0 so worker processes prepare "
                     "batches while the model trains."
                 )
-            yield ctx.report(self, call, message, help=_HELP)
+            yield ctx.report(self, call, message, help=_HELP, related=loader.related)
         for args in hf_training_args(ctx):
             workers = args.value(ctx, "dataloader_num_workers")
             if workers != 0 or isinstance(workers, bool):

@@ -9,7 +9,7 @@ from traindoctor.finding import Finding, Fix, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.frameworks import HF_TRIGGERS, hf_training_args, lightning_hparam
-from traindoctor.static.loaders import DATALOADER, Loader, is_test_file, literal_false, loader_index
+from traindoctor.static.loaders import Loader, is_test_file, literal_false, loader_index, may_build_loaders
 from traindoctor.static.names import dotted
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -32,6 +32,7 @@ class WorkersRespawned(Rule):
     static = True
     runtime = True
     triggers = ("DataLoader", *HF_TRIGGERS)
+    project_aware = True
     fixable = "sometimes"
     options = """
     Runtime thresholds (`thresholds` in `[tool.traindoctor]`, `--threshold KEY=VALUE` or
@@ -292,12 +293,12 @@ class WorkersRespawned(Rule):
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
         if is_test_file(ctx.filename):
             return
-        if not ctx.calls_to(DATALOADER):
+        if not may_build_loaders(ctx):
             yield from self._check_hf(ctx)
             return
         for loader in loader_index(ctx).training_loaders():
             call = loader.call
-            workers = ctx.arg(call, "num_workers")
+            workers = loader.arg(ctx, "num_workers")
             if workers is MISSING or workers is UNKNOWN:
                 continue
             count = ctx.value(workers)
@@ -313,7 +314,7 @@ class WorkersRespawned(Rule):
             if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
                 continue
             counted = f"{count} " if exact else ""
-            persistent = ctx.arg(call, "persistent_workers")
+            persistent = loader.arg(ctx, "persistent_workers")
             if persistent is UNKNOWN:
                 continue
             if persistent is not MISSING:
@@ -335,7 +336,8 @@ class WorkersRespawned(Rule):
                     f"This loader is iterated again on every pass of the loop at {where} and its "
                     f"{counted}worker processes are restarted each time; pass `persistent_workers=True`."
                 )
-            yield ctx.report(self, call, message, fix=self._fix(ctx, loader, workers, persistent), help=_HELP)
+            fix = self._fix(ctx, loader, workers, persistent) if loader.factory is None else None
+            yield ctx.report(self, call, message, fix=fix, help=_HELP, related=(*loader.related, *site.related))
 
         yield from self._check_hf(ctx)
 

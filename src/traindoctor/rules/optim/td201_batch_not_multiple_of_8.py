@@ -29,6 +29,7 @@ class BatchNotMultipleOf8(Rule):
     static = True
     runtime = True
     triggers = ("DataLoader",)
+    project_aware = True
     fixable = "never"
 
     what_it_does = """
@@ -164,7 +165,7 @@ class BatchNotMultipleOf8(Rule):
         if not ctx.targets_cuda:
             return
         for loader in iter_training_loaders(ctx):
-            node = ctx.arg(loader.call, "batch_size")
+            node = loader.arg(ctx, "batch_size")
             if node is MISSING or node is UNKNOWN:
                 continue
             size = ctx.value(node)
@@ -178,7 +179,8 @@ class BatchNotMultipleOf8(Rule):
                 f"Batch size {size}{origin} is not a multiple of 8; use {lower} or {lower + 8} so "
                 "fp16/bf16 matrix multiplies that include the batch fill whole Tensor Core tiles."
             )
-            yield ctx.report(self, loader.call, message, help=f"Use a batch size of {lower} or {lower + 8}")
+            yield ctx.report(self, loader.call, message, help=f"Use a batch size of {lower} or {lower + 8}",
+                             related=loader.related)
 
 
 # ---------------------------------------------------------------- runtime half (R2)

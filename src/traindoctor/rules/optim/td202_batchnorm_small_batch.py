@@ -243,7 +243,7 @@ class BatchnormSmallBatch(Rule):
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
         yield from self._check_hf(ctx)
-        if file_has_batchnorm(ctx) is None or uses_syncbatchnorm(ctx) or not trains(ctx):
+        if not trains(ctx) or file_has_batchnorm(ctx) is None or uses_syncbatchnorm(ctx):
             return
         acc = accumulation(ctx)
         dist = distributed(ctx)

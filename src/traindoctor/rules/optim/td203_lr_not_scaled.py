@@ -12,6 +12,7 @@ from traindoctor.static.batching import (
     data_parallel_names,
     distributed,
     lr_related_to_batch,
+    per_node_split,
     optimizer_is_data_parallel,
     plain_lr,
     splits_global_batch,
@@ -214,7 +215,13 @@ class LrNotScaled(Rule):
             return
         if splits_global_batch(ctx) or lr_related_to_batch(ctx):
             return
-        if dist is not None:
+        per_node = per_node_split(ctx)
+        if dist is not None and per_node is not None:
+            grows = (
+                f"the batch is divided among one node's GPUs only (line {per_node.lineno}), so the "
+                "global batch grows with the number of nodes"
+            )
+        elif dist is not None:
             grows = "the per-process batch is multiplied by the world size"
             if acc is not None:
                 grows += " and by gradient accumulation"

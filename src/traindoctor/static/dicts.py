@@ -1,0 +1,144 @@
+"""Dicts a file spells out, read as keyword arguments (``DataLoader(ds, **loader_kwargs)``).
+
+Rules ask ``ctx.dict_literal(node)`` through :class:`~traindoctor.static.context.FileContext`; the
+answers live here, one :class:`SpelledDicts` per file, built on first use.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.static.context import FileContext  # the file these facts belong to
+
+#: Methods that change a dict in place.
+MUTATING_METHODS = ("update", "setdefault", "pop", "popitem", "clear")
+
+
+class SpelledDicts:
+    """Which dicts of one file are spelled out, and what they hold."""
+
+    def __init__(self, ctx: "FileContext") -> None:
+        self.ctx = ctx
+
+    @cached_property
+    def _mutated_names(self) -> frozenset[str]:
+        """Names of containers changed in place somewhere in the file.
+
+        ``kw = {...}; kw.update(cuda_kwargs)`` or ``kw["num_workers"] = 4``: the literal no longer
+        says what the container holds, so :meth:`dict_literal` treats such a name as opaque.
+        Matching by name alone (not scope) errs on the side of silence.
+        """
+        out: set[str] = set()
+        for attr in MUTATING_METHODS:
+            for call in self.ctx.method_calls(attr):
+                target = call.func.value  # type: ignore[attr-defined]
+                if isinstance(target, ast.Name):
+                    out.add(target.id)
+        for sub in self.ctx.of(ast.Subscript):
+            if isinstance(sub.ctx, (ast.Store, ast.Del)) and isinstance(sub.value, ast.Name):
+                out.add(sub.value.id)
+        for aug in self.ctx.of(ast.AugAssign):
+            if isinstance(aug.target, ast.Name) and isinstance(aug.op, ast.BitOr):
+                out.add(aug.target.id)
+        return frozenset(out)
+
+    def dict_literal(self, node: ast.AST) -> dict[str, ast.expr] | None:
+        """Keys -> value nodes of a dict the file spells out (``{...}``, ``dict(k=v)``), else None.
+
+        A name whose dict is changed in place (``.update``, item assignment) is not spelled out.
+        """
+        for _ in range(4):
+            if isinstance(node, ast.Name):
+                if node.id in self._mutated_names:
+                    return self._updated_dict(node)
+                bound = self.ctx.binding(node)
+                if bound is None:
+                    return None
+                node = bound
+                continue
+            break
+        if isinstance(node, ast.Dict):
+            out: dict[str, ast.expr] = {}
+            for k, v in zip(node.keys, node.values):
+                if k is None:
+                    inner = self.dict_literal(v)
+                    if inner is None:
+                        return None
+                    out.update(inner)
+                elif isinstance(k, ast.Constant) and isinstance(k.value, str):
+                    out[k.value] = v
+                else:
+                    return None
+            return out
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict":
+            if node.args:
+                return None
+            out = {}
+            for kw in node.keywords:
+                if kw.arg is None:
+                    inner = self.dict_literal(kw.value)
+                    if inner is None:
+                        return None
+                    out.update(inner)
+                else:
+                    out[kw.arg] = kw.value
+            return out
+        return None
+
+    def _updated_dict(self, name: ast.Name) -> dict[str, ast.expr] | None:
+        """A dict the file spells out and then only extends with spelled-out entries:
+        ``kw = {"batch_size": b}; if use_cuda: kw.update({"num_workers": 1, "pin_memory": True})``.
+
+        The result holds every entry any path adds (the GPU path of the pytorch/examples idiom);
+        any other in-place change (``pop``, ``setdefault``, ``|=``, an opaque update) makes it
+        unknown (None)."""
+        if self.__dict__.get("_updating") == name.id:
+            return None
+        bound = self.ctx.binding(name)
+        if bound is None:
+            return None
+        self.__dict__["_updating"] = name.id
+        try:
+            base = self.dict_literal(bound) if not isinstance(bound, ast.Name) else None
+            if base is None:
+                return None
+            merged = dict(base)
+            scope = self.ctx.scope_of(bound)
+            for attr in MUTATING_METHODS:
+                for call in self.ctx.method_calls(attr):
+                    target = call.func.value  # type: ignore[attr-defined]
+                    if not (isinstance(target, ast.Name) and target.id == name.id):
+                        continue
+                    if attr != "update" or len(call.args) > 1 or self.ctx.scope_of(call) is not scope:
+                        return None
+                    if call.args:
+                        extra = self.dict_literal(call.args[0])
+                        if extra is None:
+                            return None
+                        merged.update(extra)
+                    for kw in call.keywords:
+                        if kw.arg is None:
+                            return None
+                        merged[kw.arg] = kw.value
+            for sub in self.ctx.of(ast.Subscript):
+                if isinstance(sub.value, ast.Name) and sub.value.id == name.id and not isinstance(sub.ctx, ast.Load):
+                    key = sub.slice
+                    parent = self.ctx.parent(sub)
+                    if (
+                        isinstance(sub.ctx, ast.Store) and isinstance(key, ast.Constant) and isinstance(key.value, str)
+                        and isinstance(parent, ast.Assign) and len(parent.targets) == 1
+                        and self.ctx.scope_of(sub) is scope
+                    ):
+                        merged[key.value] = parent.value
+                    else:
+                        return None
+            for aug in self.ctx.of(ast.AugAssign):
+                if isinstance(aug.target, ast.Name) and aug.target.id == name.id:
+                    return None
+            return merged
+        finally:
+            self.__dict__.pop("_updating", None)
+

@@ -1,0 +1,56 @@
+"""What the bottom layers of the static engine need from a file, as protocols.
+
+The static engine reads bottom-up: ``args``/``names`` (argument lookup, qualified names) ->
+``values`` (constant propagation) -> ``dicts``/``argparse_facts`` -> ``context`` (one file, one
+walk) -> the shared analyses (``loaders``, ``models``, ``checkpoints``, ``project``, ...) -> rules
+-> ``engine``. A lower layer never imports a higher one, not even for type hints: where it needs
+to ask the file something, it names the question here and ``FileContext`` answers it.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any, Protocol
+
+
+class DictSource(Protocol):
+    """Reads a dict the file spells out (for ``**kwargs`` arguments)."""
+
+    def dict_literal(self, node: ast.AST) -> "dict[str, ast.expr] | None": ...
+
+
+class ValueSource(DictSource, Protocol):
+    """What constant propagation asks about names: their bindings and where else values come from."""
+
+    imports: Any
+
+    def bindings_of(self, name: ast.Name) -> "list[ast.expr | None] | None": ...
+
+    def argparse_default(self, node: ast.Attribute, *, declared: bool = False) -> Any: ...
+
+    def outside_value(self, node: ast.AST) -> Any: ...
+
+    def value(self, node: Any) -> Any: ...
+
+
+class CheckSettings(Protocol):
+    """The settings a file's rules read (``traindoctor.config.Settings`` provides them)."""
+
+    def torch_below(self, version: str) -> bool: ...
+
+
+class RuleInfo(Protocol):
+    """What a finding needs from its rule (``traindoctor.rules.base.Rule`` provides it)."""
+
+    code: str
+    name: str
+    severity: Any
+    summary: str
+
+
+class ProjectLink(Protocol):
+    """A file's view of its project (``traindoctor.static.project.ProjectView`` provides it)."""
+
+    dependencies: set[str]
+
+    def config_value(self, node: ast.AST) -> Any: ...
