@@ -88,7 +88,10 @@ def recommended_workers(timing: LoaderTiming, current: int, session: Any) -> int
 
 def site(info: Any) -> dict[str, Any]:
     """``filename``/``row`` keyword arguments for ``Monitor.report`` pointing at the loader."""
-    return {"filename": info.filename or "", "row": info.row}
+    out = {"filename": info.filename or "", "row": info.row}
+    if getattr(info, "column", None):
+        out["column"] = info.column
+    return out
 
 
 @dataclass(frozen=True)
