@@ -205,7 +205,13 @@ def render_text(report: Mapping[str, Any]) -> str:
     else:
         out.append("No runtime findings.")
     out.append("")
-    out.extend(_profile_lines(report.get("profile") or {}))
+    profile = report.get("profile") or {}
+    lines = _profile_lines(profile)
+    if not lines and profile:
+        code = (report.get("environment") or {}).get("exit_code")
+        ended = f" (the script ended with exit code {code} first)" if code not in (None, 0) else ""
+        lines = [f"No training step ran{ended}: nothing to profile."]
+    out.extend(lines)
     env = report.get("environment") or {}
     if env.get("world_size", 1) and env.get("world_size", 1) > 1:
         merged = env.get("ranks_merged")
