@@ -338,8 +338,13 @@ class CheckpointWithoutRngMonitor(Monitor):
         from traindoctor.runtime.checkpoint_audit import contents_for, mid_epoch_position
 
         contents = contents_for(self.session, obj)
-        if not contents.is_training_checkpoint:
+        if not contents.has_model:
             return
+        from traindoctor.checkpoint_kinds import EXPORT
+        from traindoctor.runtime.checkpoint_audit import save_kind_of
+
+        if save_kind_of(self.session, contents, path, site) == EXPORT:
+            return  # the checker's definition: periodic or read back is a checkpoint
         used = self.rng.used()
         missing = [name for name in used if name not in contents.rng]
         position = mid_epoch_position(self.session)
