@@ -69,7 +69,7 @@ LOOP = textwrap.dedent(
                 done += 1
                 if done >= steps:
                     break
-        return float(loss)
+        return loss.item()
 
 
     if __name__ == "__main__":
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=8, help="interleaved process pairs")
     parser.add_argument("--steps", type=int, default=200, help="training steps per process")
-    parser.add_argument("--width", type=int, default=512, help="MLP width (~15 ms steps at 512)")
+    parser.add_argument("--width", type=int, default=896, help="MLP width (~15 ms CPU steps at 896)")
     parser.add_argument("--step-rounds", type=int, default=8, help="in-process rounds for per-step")
     parser.add_argument("--quick", action="store_true", help="3 pairs, 60 steps (a smoke run)")
     args = parser.parse_args(argv)

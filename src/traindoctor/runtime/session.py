@@ -61,6 +61,14 @@ def _env_int(name: str, default: int) -> int:
 
 def batch_samples(batch: Any, _depth: int = 0) -> int:
     """Samples in a batch: the leading dimension of its first tensor/array (0 when unknown)."""
+    if type(batch) in (list, tuple) and batch and _depth == 0:  # the common (x, y) batch
+        first = batch[0]
+        shape = getattr(first, "shape", None)
+        if shape is not None and type(shape) is not tuple:
+            try:
+                return int(shape[0]) if len(shape) else 1
+            except Exception:
+                return 0
     shape = getattr(batch, "shape", None)
     if shape is not None:
         try:
@@ -165,6 +173,7 @@ class Session:
         self.loaders: list[Any] = []
         self.models: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._optimizers: list[weakref.ReferenceType[Any]] = []
+        self._optimizer_ids: dict[int, weakref.ReferenceType[Any]] = {}
         self.findings: list[Finding] = []
         self.profile: Profile = Profile()
         self.partial = False
@@ -395,8 +404,11 @@ class Session:
             self.emit("on_model_found", module)
 
     def record_optimizer_pre(self, optimizer: Any) -> None:
-        if not any(ref() is optimizer for ref in self._optimizers):
-            self._optimizers.append(weakref.ref(optimizer))
+        known = self._optimizer_ids.get(id(optimizer))
+        if known is None or known() is not optimizer:  # first step of this optimizer
+            ref = weakref.ref(optimizer)
+            self._optimizer_ids[id(optimizer)] = ref
+            self._optimizers.append(ref)
             if self._primary_opt is None or self._primary_opt() is None:
                 self._primary_opt = weakref.ref(optimizer)
             self._note_param_device(optimizer)
