@@ -440,7 +440,8 @@ class Session:
         self.emit("on_after_optimizer_step", optimizer)
         if record is not None:
             self.step = record.index
-            if self._sampler is None and record.index >= 3:
+            if self._sampler is None and record.index >= 3 and (
+                    record.index <= 50 or record.index % 50 == 0):
                 self._maybe_sample_host_work(record)
             for listener in self._step_listeners:
                 try:
