@@ -479,8 +479,12 @@ class Session:
 
     def _maybe_sample_host_work(self, record: StepRecord) -> None:
         """Start the host-work sampler when the loop's own host work dominates a step."""
-        other = record.other_s
-        if other is None or record.wall_s < 0.002 or other < 0.3 * record.wall_s:
+        recent = self.records[-3:]  # three steps in a row: one slow step (a load spike) is not enough
+        others = [r.other_s for r in recent]
+        if len(recent) < 3 or any(o is None for o in others):
+            return
+        wall = sum(r.wall_s for r in recent)
+        if wall < 0.006 or sum(others) < 0.3 * wall:  # type: ignore[arg-type]
             return
         if not self.thresholds.get("profile.sample_host_work", True):
             return
