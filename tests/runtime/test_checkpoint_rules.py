@@ -26,14 +26,29 @@ def _rng() -> dict:
 # ---------------------------------------------------------------- TD501
 def test_td501_weights_only_checkpoint(tmp_path: Path) -> None:
     model, opt = _setup()
+    loss_fn = nn.CrossEntropyLoss()
     with traindoctor.watch(select=["TD501"]) as doctor:
-        train_steps(model, opt, steps=2)
-        torch.save(model.state_dict(), tmp_path / "last.pt")  # weights-only save
+        for step in range(2):
+            x, y = images(8, seed=step)
+            loss_fn(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+            torch.save(model.state_dict(), tmp_path / "last.pt")  # weights-only save
     f = finding(doctor, "TD501")
     assert f.filename == __file__ and f.location.row == line_of("# weights-only save")
     assert f.evidence == {"path": str(tmp_path / "last.pt"), "missing_optimizers": ["SGD"],
                           "optimizer_states_saved": 0}
-    assert f.step == 2
+    assert f.step == 1
+
+
+def test_td501_weights_export_after_training_is_not_a_checkpoint(tmp_path: Path) -> None:
+    """The shared definition (traindoctor.checkpoint_kinds): weights saved after the training
+    loop, never read back, are an export; the checker is silent on the same code."""
+    model, opt = _setup()
+    with traindoctor.watch(select=["TD501", "TD504"]) as doctor:
+        train_steps(model, opt, steps=2)
+        torch.save(model.state_dict(), tmp_path / "model_final.pt")
+    assert codes(doctor) == []
 
 
 def test_td501_silent_with_optimizer_state_or_in_memory_copy(tmp_path: Path) -> None:

@@ -63,8 +63,9 @@ def test_runs_script_as_main_with_its_argv_and_path(tmp_path: Path, capsys) -> N
                     "name": "__main__"}
     assert (list(sys.argv), list(sys.path)) == saved  # restored for the caller
     out = capsys.readouterr().out
-    row = next(i for i, line in enumerate(LOOP.splitlines(), 1) if "in DataLoader(" in line)
-    assert f"{script}:{row}:1: TD102" in out
+    row, col = next((i, line.index("DataLoader(") + 1)
+                    for i, line in enumerate(LOOP.splitlines(), 1) if "in DataLoader(" in line)
+    assert f"{script}:{row}:{col}: TD102" in out  # the call's column, as the checker reports it
     assert "data_wait_share:" in out and "Profile:" in out
 
 

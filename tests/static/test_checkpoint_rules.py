@@ -184,8 +184,26 @@ for epoch in range(20):
 """
 
 
+def test_best_model_export_without_a_resume_path_is_an_export():
+    """Issue 9: one definition of checkpoint vs export (``traindoctor.checkpoint_kinds``): a
+    weights-only save under a best-so-far test, never read back, is an export (silent)."""
+    assert run(BEST_ONLY_TUTORIAL).findings == []
+
+
+def test_best_model_save_read_back_by_a_resume_path_is_a_checkpoint():
+    resumed = BEST_ONLY_TUTORIAL.replace(
+        "best_acc = 0.0\n",
+        "best_acc = 0.0\nif args.resume:\n    net.load_state_dict(torch.load(\"best.pth\"))\n",
+    )
+    result = run(resumed)
+    codes = [(f.code, f.location.row) for f in result.findings if f.code in ("TD501", "TD504")]
+    assert codes == [("TD501", 20), ("TD504", 20)]
+
+
 def test_lone_weights_only_save_in_the_loop_fires():
-    result = run(BEST_ONLY_TUTORIAL)
+    periodic = BEST_ONLY_TUTORIAL.replace("    if acc > best_acc:\n        best_acc = acc\n", "    if True:\n        pass\n")
+    periodic = periodic.replace('"best.pth"', '"ckpt.pth"')
+    result = run(periodic)
     assert [(f.code, f.location.row) for f in result.findings] == [("TD501", 18), ("TD504", 18)]
     td501 = result.findings[0]
     assert td501.message.endswith("save `optimizer.state_dict()` with them.")

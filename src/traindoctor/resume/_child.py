@@ -36,6 +36,13 @@ def main() -> int:
                         interrupt_at=opts.interrupt_at, detail_step=opts.detail_step,
                         out_dir=out, shared_dir=shared)
     install(recorder)
+    if os.environ.get("TRAINDOCTOR_MIRROR") == "1":
+        import torch
+
+        from traindoctor.resume.sandbox import guard_torch_save, install_write_guard
+
+        install_write_guard()
+        torch.save = guard_torch_save(torch.save)
     sys.argv = [opts.script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(opts.script)))
     try:

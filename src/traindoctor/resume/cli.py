@@ -28,7 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="traindoctor verify-resume",
         description="Run SCRIPT uninterrupted, then interrupted after a checkpoint and resumed, "
-                    "and compare per-step losses and final model/optimizer state.")
+                    "and compare per-step losses and final model/optimizer state. The runs start "
+                    "in a mirror of the current folder: relative paths the script reads "
+                    "(configurator.py, data/) work as when you run it; what the runs write stays "
+                    "in the mirror (your files are never changed).")
     parser.add_argument("--resume-args", required=True,
                         help="arguments added to the script's own to make it resume (quoted)")
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps to run (N)")
@@ -95,10 +98,17 @@ def _write_html(result: dict[str, Any]) -> None:
 
 def _fail(message: str, fmt: str, tail: str = "") -> int:
     _write_html({"exact": False, "error": message, "log_tail": tail})
+    import os
+
+    where = (f"the runs started in a mirror of {os.getcwd()} (relative paths resolve there; "
+             "run verify-resume from the folder you run the script from)")
     if fmt == "json":
-        print(json.dumps({"exact": False, "error": message, "log_tail": tail}, indent=2))
+        print(json.dumps({"exact": False, "error": message, "log_tail": tail, "cwd": os.getcwd()},
+                         indent=2))
     else:
         print(f"traindoctor verify-resume: {message}", file=sys.stderr)
+        if tail:
+            print(f"  {where}", file=sys.stderr)
         if tail:
             print("  last lines of its output:\n" + "\n".join(f"    {line}" for line in
                                                          tail.splitlines()), file=sys.stderr)

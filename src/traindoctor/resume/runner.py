@@ -7,12 +7,15 @@
    arguments, stopped when the global step count reaches N.
 3. *reference*: uninterrupted, N steps, in its own working directory.
 
+Runs 2 and 3 are independent and run at the same time. They run where the user runs the script:
+each scenario's working directory is a mirror of the caller's (see
+:mod:`traindoctor.resume.sandbox`: the user's files are readable at the same relative paths, so
+``configurator.py`` and ``data/`` are found; what a run writes stays in its own mirror and never
+changes the user's files). Arguments that name existing files relative to the caller's directory
+are also made absolute.
+
 With ``nproc > 1`` each run is a ``torchrun --standalone --nproc-per-node nproc`` launch; every
 rank records into ``<run>-record/rank<r>/`` and the verdict is made per rank.
-
-Runs 2 and 3 are independent and run at the same time. Each scenario gets a fresh temporary
-working directory, so checkpoints written to relative paths never leak between scenarios;
-arguments that name existing files relative to the caller's directory are made absolute.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import traindoctor
+from traindoctor.resume.sandbox import mirror
 
 
 @dataclass
@@ -67,6 +71,7 @@ def _env(name: str) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     env.setdefault("PYTHONHASHSEED", "0")
     env["TRAINDOCTOR_VERIFY_RESUME"] = name
+    env["TRAINDOCTOR_MIRROR"] = "1"
     return env
 
 
@@ -150,6 +155,8 @@ def run_all(script: str, args: list[str], resume_args: str, *, steps: int, inter
     args = absolutize(args, caller)
     extra = absolutize(shlex.split(resume_args), caller)
     root = Path(workdir or tempfile.mkdtemp(prefix="traindoctor-resume-"))
+    for name in ("resume-cwd", "reference-cwd"):
+        mirror(caller, root / name, skip=(str(root),))
     tick.start(f"interrupted run (checkpoint at or after step {interrupt_at})")
     interrupted = Scenario("interrupted", "interrupt", script, args, root / "resume-cwd", steps,
                            interrupt_at=interrupt_at, nproc=nproc).start().wait(timeout)

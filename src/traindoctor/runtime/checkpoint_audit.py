@@ -412,3 +412,64 @@ def _numpy_state(np: Any) -> tuple[Any, tuple]:
     """NumPy's legacy global state: (key array copy, (position, has_gauss, cached_gaussian))."""
     state = np.random.get_state(legacy=True)
     return state[1].copy(), tuple(state[2:])
+
+
+# ---------------------------------------------------------------- checkpoint or export
+_STATIC_FACTS: dict[tuple[str, int, float], list[Any]] = {}
+
+
+def static_save_facts(filename: str, row: int) -> list[Any] | None:
+    """The checker's :class:`~traindoctor.checkpoint_kinds.SaveFacts` for the save(s) at
+    ``filename:row`` (the ``torch.save`` line the doctor saw), or None when the source cannot be
+    read or holds no save there. Parsed once per file version."""
+    import os
+
+    try:
+        mtime = os.stat(filename).st_mtime
+    except (OSError, ValueError, TypeError):
+        return None
+    key = (filename, row, mtime)
+    if key in _STATIC_FACTS:
+        return _STATIC_FACTS[key] or None
+    facts: list[Any] = []
+    try:
+        from traindoctor.config import Settings
+        from traindoctor.static.checkpoints import checkpoint_index
+        from traindoctor.static.context import FileContext
+        from traindoctor.static.engine import parse
+
+        with open(filename, "rb") as fh:
+            parsed = parse(filename, fh.read())
+        if isinstance(parsed, tuple):
+            source, lines, tree = parsed
+            idx = checkpoint_index(FileContext(filename, source, tree, Settings(), lines))
+            for site in idx.sites:
+                call = site.call
+                if call.lineno <= row <= (getattr(call, "end_lineno", None) or call.lineno):
+                    facts.append(idx.save_facts(site))
+    except Exception:  # fail-open: fall back to what the run observed
+        facts = []
+    if len(_STATIC_FACTS) > 256:
+        _STATIC_FACTS.clear()
+    _STATIC_FACTS[key] = facts
+    return facts or None
+
+
+def save_kind_of(session: Any, contents: Contents, path: str | None, site: Any) -> str:
+    """``"checkpoint"`` or ``"export"`` for a save the doctor saw, by the shared definition
+    (``traindoctor.checkpoint_kinds``): the checker's facts for that source line, with the
+    contents the run actually wrote; without readable source, the contents and the file name."""
+    from dataclasses import replace
+
+    from traindoctor.checkpoint_kinds import CHECKPOINT, EXPORT, SaveFacts, export_name, save_kind
+
+    holds = contents.is_training_checkpoint
+    found = static_save_facts(site[0], site[1]) if site and site[0] and site[1] else None
+    if found:
+        kinds = {
+            save_kind(replace(f, holds_resume_state=holds or f.holds_resume_state,
+                              export_name=f.export_name or export_name(path)))
+            for f in found
+        }
+        return CHECKPOINT if CHECKPOINT in kinds else EXPORT
+    return save_kind(SaveFacts(holds_resume_state=holds, export_name=export_name(path)))

@@ -3,14 +3,21 @@
 Like ``coverage run``, the script runs in this process: ``sys.argv`` is ``[SCRIPT, *ARGS]``,
 ``sys.path[0]`` is the script's folder (the current folder for ``-m``), and the script's exit code
 is the command's exit code. ``sys.exit``, an uncaught exception (its traceback printed as Python
-prints it) and Ctrl-C (the report is marked partial, exit code 130) all still produce the report.
-Under ``torchrun`` every rank watches itself and rank 0 writes the merged report.
+prints it; the report is marked partial), Ctrl-C (partial, exit code 130) and SIGTERM (partial,
+exit code 143) all still produce the report. Under ``torchrun`` every rank watches itself and
+rank 0 writes the merged report.
+
+``--output-format json`` without ``-o`` keeps stdout for the JSON report alone: while the script
+runs, its standard output (file descriptor 1, so child processes and C extensions too) goes to
+standard error, and the report is written to stdout at the end, so
+``traindoctor run --output-format json train.py > report.json`` is always parseable.
 """
 
 from __future__ import annotations
 
 import os
 import runpy
+import signal
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -25,7 +32,8 @@ Run a training script under the runtime doctor and report findings with measured
 plus a short pipeline profile.
 
 options:
-  --output-format {text,json}  report format (default: text)
+  --output-format {text,json}  report format (default: text); json without -o: stdout holds only
+                               the report, the script's own stdout goes to stderr
   -o, --output-file FILE       write the report to FILE instead of stdout
   --select CODES               comma-separated codes or prefixes to enable (TD1 = all TD1xx)
   --ignore CODES               comma-separated codes or prefixes to disable
@@ -42,6 +50,12 @@ options:
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 128 + 15
+
+
+class Terminated(BaseException):
+    """Raised in the script's main thread when SIGTERM arrives (like KeyboardInterrupt for
+    SIGINT): ``finally`` blocks run, the doctor writes its partial report, the exit code is 143."""
 
 
 #: Options that are shorthands for ``--threshold KEY=VALUE`` (read by the TD2xx monitors).
@@ -264,6 +278,9 @@ def _check_target(opts: RunOptions) -> str | None:
     script = opts.script or ""
     if not os.path.exists(script):
         return f"can't open file {os.path.abspath(script)!r}: [Errno 2] No such file or directory"
+    if os.path.isdir(script) and not os.path.isfile(os.path.join(script, "__main__.py")):
+        return (f"{script!r} is a directory without a __main__.py; pass the training script "
+                f"(e.g. {os.path.join(script, 'train.py')})")
     return None
 
 
@@ -305,6 +322,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     saved_argv, saved_path = list(sys.argv), list(sys.path)
     code = 0
     exc_type: type[BaseException] | None = None
+    json_stdout = opts.output_format == "json" and not opts.output_file
+    stdout_fd = _stdout_to_stderr() if json_stdout else None
+    real_stdout = sys.stdout
+    if json_stdout:
+        sys.stdout = sys.stderr  # also for a stdout that is not file descriptor 1
+    old_term = _catch_sigterm()
     session.start()
     guard = _start_rank_guard(session, opts)
     try:
@@ -318,9 +341,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         exc_type = KeyboardInterrupt
         _print_user_traceback(exc)
         code = EXIT_INTERRUPTED
+    except Terminated:
+        exc_type = Terminated
+        session.mark_partial("the run was terminated (SIGTERM)")
+        code = EXIT_TERMINATED
     except BaseException as exc:  # the script's own error: print it as Python would
         if guard is not None:
             guard.note_exception(exc)
+        exc_type = type(exc)
         _print_user_traceback(exc)
         code = 1
     finally:
@@ -328,7 +356,64 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.path[:] = saved_path
         sys.stdout.flush()
         session.stop(exc_type)
+        _restore_sigterm(old_term)
+        if json_stdout:
+            sys.stdout = real_stdout
+        if stdout_fd is not None:
+            _restore_stdout(stdout_fd)
     return _report(session, opts, code, guard)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+def _catch_sigterm() -> Any:
+    """Turn SIGTERM into :class:`Terminated` while the script runs (only where SIGTERM still has
+    its default action and we are the main thread; a script may install its own handler)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return None
+        return signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - no SIGTERM here
+        return None
+
+
+def _restore_sigterm(previous: Any) -> None:
+    if previous is None:
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM, previous)
+    except (ValueError, OSError):  # pragma: no cover
+        pass
+
+
+def _stdout_to_stderr() -> int | None:
+    """Send file descriptor 1 to stderr; returns a copy of the real stdout to restore."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+        os.dup2(2, 1)
+        return saved
+    except (OSError, ValueError, AttributeError):  # no real file descriptors (embedded, tests)
+        return None
+
+
+def _restore_stdout(saved: int) -> None:
+    try:
+        sys.stdout.flush()
+    except Exception:  # pragma: no cover - the script closed stdout
+        pass
+    try:
+        os.dup2(saved, 1)
+        os.close(saved)
+    except OSError:  # pragma: no cover
+        pass
 
 
 def _start_rank_guard(session: Any, opts: RunOptions) -> Any:

@@ -43,6 +43,7 @@ class Monitor:
         step: int | None = None,
         filename: str = "",
         row: int | None = None,
+        column: int | None = None,
         help: str | None = None,
     ) -> Finding:
         finding = Finding(
@@ -51,7 +52,7 @@ class Monitor:
             severity=self.rule.severity,
             message=message,
             filename=filename,
-            location=Location(row, 1) if row else None,
+            location=Location(row, column or 1) if row else None,
             origin=Origin.RUNTIME,
             help=help,
             evidence=dict(evidence or {}),

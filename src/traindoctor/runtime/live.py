@@ -19,35 +19,143 @@ import sys
 from types import FrameType
 from typing import Any, Callable, TypeVar
 
-#: A call site: (filename, row). ``None`` when only library code is on the stack.
-Site = tuple[str, int]
-
 T = TypeVar("T")
 
-_SKIP_PARTS = (
-    os.sep + "torch" + os.sep,
-    os.sep + "traindoctor" + os.sep,
-    os.sep + "contextlib.py",
-    os.sep + "functools.py",
-    os.sep + "runpy.py",
-    os.sep + "typing.py",
-)
+
+class Site(tuple):  # type: ignore[type-arg]
+    """A call site: ``(filename, row)``, plus ``.column`` (1-based, in characters) when known.
+
+    A 2-tuple, so ``filename, row = site`` and comparisons work as before; the column rides along
+    as an attribute.
+    """
+
+    column: int | None
+
+    def __new__(cls, filename: str, row: int, column: int | None = None) -> "Site":
+        site = super().__new__(cls, (filename, row))
+        site.column = column
+        return site
 
 
-def _is_library(filename: str) -> bool:
-    if filename.startswith("<frozen"):
-        return True
-    return any(part in filename for part in _SKIP_PARTS)
+def _library_roots() -> tuple[str, ...]:
+    """Real folders whose files are library code: installed packages, the standard library,
+    traindoctor itself and torch. Decided by where modules live, never by words in a path."""
+    import site
+    import sysconfig
+
+    roots: list[str] = []
+    paths = sysconfig.get_paths()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib", "scripts"):
+        if paths.get(key):
+            roots.append(paths[key])
+    try:
+        roots.extend(site.getsitepackages())
+    except Exception:  # pragma: no cover - embedded interpreters
+        pass
+    try:
+        roots.append(site.getusersitepackages())
+    except Exception:  # pragma: no cover
+        pass
+    for entry in sys.path:
+        if os.path.basename(entry.rstrip(os.sep)) in ("site-packages", "dist-packages"):
+            roots.append(entry)
+    import traindoctor
+
+    roots.append(os.path.dirname(os.path.abspath(traindoctor.__file__)))
+    torch_mod = sys.modules.get("torch")
+    if torch_mod is not None and getattr(torch_mod, "__file__", None):
+        roots.append(os.path.dirname(os.path.abspath(torch_mod.__file__)))
+    out = []
+    for root in roots:
+        try:
+            real = os.path.realpath(root)
+        except (OSError, ValueError):  # pragma: no cover
+            continue
+        out.append(real.rstrip(os.sep) + os.sep)
+    return tuple(sorted(set(out), key=len, reverse=True))
+
+
+_ROOTS: tuple[str, ...] | None = None
+_KIND: dict[str, bool] = {}
+
+
+def is_library_file(filename: str) -> bool:
+    """Whether code from ``filename`` is library code (not the user's), cached per filename.
+
+    Library code is what lives under an installed-packages folder (``site-packages``), the
+    standard library, the interpreter's scripts folder (console scripts such as the
+    ``traindoctor`` executable), or the real folders of the ``traindoctor`` and ``torch``
+    packages, plus generated code (``<frozen ...>``, ``<string>``...). A user's script in a folder that happens
+    to be called ``torch`` or ``traindoctor`` stays user code.
+    """
+    known = _KIND.get(filename)
+    if known is not None:
+        return known
+    global _ROOTS
+    if filename.startswith("<"):
+        result = filename != "<stdin>"
+    else:
+        if _ROOTS is None:
+            _ROOTS = _library_roots()
+        try:
+            real = os.path.realpath(filename)
+        except (OSError, ValueError):  # pragma: no cover
+            real = filename
+        result = real.startswith(_ROOTS)
+    if len(_KIND) < 65536:
+        _KIND[filename] = result
+    return result
+
+
+def reset_library_roots() -> None:
+    """Forget the cached classification (tests that move files or change ``sys.path``)."""
+    global _ROOTS
+    _ROOTS = None
+    _KIND.clear()
+
+
+def _column(frame: FrameType) -> tuple[int, int | None]:
+    """(row, 1-based character column) of the expression ``frame`` is executing."""
+    row = frame.f_lineno
+    try:
+        import itertools
+
+        pos = next(itertools.islice(frame.f_code.co_positions(), frame.f_lasti // 2, None))
+    except Exception:  # pragma: no cover - no position info
+        return row, None
+    start_row, _end_row, col, _end_col = pos
+    if start_row is None or col is None:
+        return row, None
+    import linecache
+
+    line = linecache.getline(frame.f_code.co_filename, start_row)
+    if line:
+        try:
+            col = len(line.encode("utf-8")[:col].decode("utf-8", errors="replace"))
+        except Exception:  # pragma: no cover
+            pass
+    return start_row, col + 1
+
+
+def frame_site(frame: FrameType) -> Site:
+    """The :class:`Site` (with column) of the expression ``frame`` is executing."""
+    row, column = _column(frame)
+    return Site(frame.f_code.co_filename, row, column)
+
+
+def first_user_frame(frame: FrameType | None) -> FrameType | None:
+    """``frame`` or the nearest caller whose code is user code (see :func:`is_library_file`)."""
+    while frame is not None:
+        if not is_library_file(frame.f_code.co_filename):
+            return frame
+        frame = frame.f_back
+    return None
 
 
 def _first_user_frame(frame: FrameType | None) -> Site | None:
-    """(filename, row) of ``frame`` or the nearest caller outside torch and traindoctor."""
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not _is_library(filename):
-            return (filename, frame.f_lineno)
-        frame = frame.f_back
-    return None
+    """Site of ``frame`` or the nearest caller outside library code."""
+    user = first_user_frame(frame)
+    return frame_site(user) if user is not None else None
 
 
 def user_site(skip: int = 1) -> Site | None:
@@ -58,6 +166,11 @@ def user_site(skip: int = 1) -> Site | None:
 _MODULE_CALL = {"_call_impl", "_wrapped_call_impl"}
 
 
+def _torch_module_file() -> str | None:
+    mod = sys.modules.get("torch.nn.modules.module")
+    return getattr(mod, "__file__", None)
+
+
 def forward_call_site(skip: int = 1) -> Site | None:
     """(filename, row) of the user line that called the outermost ``nn.Module``.
 
@@ -66,12 +179,11 @@ def forward_call_site(skip: int = 1) -> Site | None:
     Falls back to :func:`user_site` when no module call is on the stack.
     """
     frame: FrameType | None = sys._getframe(skip)
+    module_file = _torch_module_file()
     outer: FrameType | None = None
     while frame is not None:
         code = frame.f_code
-        if code.co_name in _MODULE_CALL and code.co_filename.endswith(
-            os.path.join("nn", "modules", "module.py")
-        ):
+        if code.co_name in _MODULE_CALL and code.co_filename == module_file:
             outer = frame
         frame = frame.f_back
     if outer is None:
@@ -83,7 +195,11 @@ def site_kwargs(site: Site | None) -> dict[str, Any]:
     """``filename``/``row`` keyword arguments for :meth:`Monitor.report`."""
     if not site:
         return {}
-    return {"filename": site[0], "row": site[1]}
+    out: dict[str, Any] = {"filename": site[0], "row": site[1]}
+    column = getattr(site, "column", None)
+    if column:
+        out["column"] = column
+    return out
 
 
 def session_state(session: Any, key: str, factory: Callable[[], T]) -> T:

@@ -139,7 +139,10 @@ def tune_command(script: str | None = None) -> str:
 
 def site(info: Any) -> dict[str, Any]:
     """``filename``/``row`` keyword arguments for ``Monitor.report`` pointing at the loader."""
-    return {"filename": info.filename or "", "row": info.row}
+    out = {"filename": info.filename or "", "row": info.row}
+    if getattr(info, "column", None):
+        out["column"] = info.column
+    return out
 
 
 @dataclass(frozen=True)

@@ -13,16 +13,35 @@ from traindoctor.runtime.events import Monitor
 
 
 class LrStepMonitor(Monitor):
-    """Records ``self.lrs`` (an ``LrTrace``) and ``self.steps`` (a ``StepFacts``) for subclasses."""
+    """Records ``self.lrs`` (an ``LrTrace``) and ``self.steps`` (a ``StepFacts``) for subclasses.
+
+    The recordings are shared by every such monitor of a session (one update per optimizer step,
+    however many rules read them): the hot path pays once.
+    """
 
     def __init__(self, session: Any) -> None:
         super().__init__(session)
+        from traindoctor.runtime.live import session_state
+
+        self._shared = session_state(session, "lr_step_facts", _SharedLrFacts)
+        self.steps = self._shared.steps
+        self.lrs = self._shared.lrs
+
+    def on_before_optimizer_step(self, optimizer: object) -> None:
+        shared = self._shared
+        mark = (id(optimizer), self.session.step, self.session.backward_calls_this_step)
+        if shared.mark == mark:
+            return  # another LR monitor recorded this step already
+        shared.mark = mark
+        self.lrs.add(optimizer)
+        if self.lrs.optimizer_ref is not None and self.lrs.optimizer_ref() is optimizer:
+            self.steps.add(self.session)
+
+
+class _SharedLrFacts:
+    def __init__(self) -> None:
         from traindoctor.runtime.train_facts import LrTrace, StepFacts
 
         self.steps = StepFacts()
         self.lrs = LrTrace()
-
-    def on_before_optimizer_step(self, optimizer: object) -> None:
-        self.lrs.add(optimizer)
-        if self.lrs.optimizer_ref is not None and self.lrs.optimizer_ref() is optimizer:
-            self.steps.add(self.session)
+        self.mark: Any = None

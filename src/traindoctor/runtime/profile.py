@@ -1,17 +1,29 @@
 """The pipeline profile: where each training step's time goes, and what bounds the run.
 
-A *step* is one step of the primary optimizer (the first one that stepped). Between two step ends
-the session adds up: time the loop waited for the next batch (``data``), host-to-device copies
-(``transfer``), time inside ``optimizer.step()`` (``optimizer``); the rest of the step's wall time is
-``compute`` (forward, backward, loss, logging: everything the loop did itself). Wall clock
-(``time.perf_counter``) is used throughout; on CUDA the CPU blocks at sync points (``.item()``,
-unpinned copies, a full launch queue), so steady-state wall time still reflects GPU work, and
-device time per step is added from CUDA events when CUDA is used.
+A *step* is one step of the primary optimizer (the first one that stepped): from the end of one
+``optimizer.step()`` to the end of the next. The session measures, inside that span:
+
+* ``data``: time the loop waited in ``DataLoader`` ``next()``;
+* ``transfer``: host-to-device copies (CUDA runs);
+* ``forward``: time inside the outermost call of a model (the root ``nn.Module``'s ``__call__``);
+* ``backward``: time inside ``backward()``;
+* ``optimizer``: time inside ``optimizer.step()``, *without* the forward and backward that a
+  closure (LBFGS ``step(closure)``) runs inside it;
+* ``other``: the remainder, i.e. host work the loop does itself between those calls (data
+  preparation such as a ``get_batch`` from a memory map, the loss outside the model, logging).
+
+A component that could not be measured is ``None``, never 0: no model forward was seen (a
+functional model), so forward, backward and the rest cannot be separated, or no DataLoader was
+used, so the data path is part of ``other``. Wall clock (``time.perf_counter``) is used
+throughout; on CUDA the CPU blocks at sync points (``.item()``, unpinned copies, a full launch
+queue), so device time per step is added from CUDA events when CUDA is used.
 
 The first steps (warm-up: worker start-up, allocator growth, cuDNN autotuning, lazy init) are
 excluded from the steady-state numbers. The verdict names the largest share of steady-state step
-time (``data-bound``, ``transfer-bound``, ``compute-bound``), unless peak memory is close to the
-device's capacity (``memory-bound``): then the next speed-up cannot come from a larger batch.
+time: ``data-bound`` (DataLoader wait, or the loop's own host work between the training calls,
+which on a CPU loop without a DataLoader is its data path), ``transfer-bound``, ``compute-bound``
+(forward, backward, optimizer), unless peak memory is close to the device's capacity
+(``memory-bound``): then the next speed-up cannot come from a larger batch.
 """
 
 from __future__ import annotations
@@ -29,7 +41,11 @@ MEMORY_BOUND_SHARE = 0.9
 
 @dataclass(slots=True)
 class StepRecord:
-    """Timings of one training step (seconds, wall clock)."""
+    """Timings of one training step (seconds, wall clock).
+
+    ``forward_s``/``backward_s`` are ``None`` when they were not measured in this step (no model
+    forward seen yet); then ``other_s`` is ``None`` too and ``compute_s`` is the whole remainder.
+    """
 
     index: int
     start: float
@@ -41,14 +57,31 @@ class StepRecord:
     samples: int
     backward_calls: int
     device_s: float | None = None
+    forward_s: float | None = None
+    backward_s: float | None = None
 
     @property
     def wall_s(self) -> float:
         return max(self.end - self.start, 0.0)
 
     @property
-    def compute_s(self) -> float:
+    def remainder_s(self) -> float:
+        """Wall time outside data wait, copies and the optimizer step."""
         return max(self.wall_s - self.data_s - self.transfer_s - self.optimizer_s, 0.0)
+
+    @property
+    def compute_s(self) -> float:
+        """Forward + backward when measured, else the whole remainder (the old meaning)."""
+        if self.forward_s is None or self.backward_s is None:
+            return self.remainder_s
+        return min(self.forward_s + self.backward_s, self.remainder_s)
+
+    @property
+    def other_s(self) -> float | None:
+        """Host work between the measured calls; None when forward/backward were not measured."""
+        if self.forward_s is None or self.backward_s is None:
+            return None
+        return max(self.remainder_s - self.forward_s - self.backward_s, 0.0)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -56,8 +89,11 @@ class StepRecord:
             "wall_s": self.wall_s,
             "data_s": self.data_s,
             "transfer_s": self.transfer_s,
+            "forward_s": self.forward_s,
+            "backward_s": self.backward_s,
             "compute_s": self.compute_s,
             "optimizer_s": self.optimizer_s,
+            "other_s": self.other_s,
             "batches": self.batches,
             "samples": self.samples,
             "backward_calls": self.backward_calls,
@@ -65,10 +101,16 @@ class StepRecord:
         }
 
 
+#: What the training thread is doing, for the host-work sampler (see ``Session``).
+PHASE_OTHER, PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_OPTIMIZER = range(5)
+
+
 class StepTimer:
     """Accumulates the current step's timings; closes a :class:`StepRecord` at each step end.
 
     Called by the session from the probes' wrappers, so every method is a few additions.
+    ``forward_total``/``backward_total`` are running totals over the run (the optimizer step
+    subtracts what a closure ran inside it); ``forward_seen`` says forward timing is active.
     """
 
     def __init__(self) -> None:
@@ -81,6 +123,14 @@ class StepTimer:
         self._samples = 0
         self._backward = 0
         self._opt_pre: float | None = None
+        self.forward_total = 0.0
+        self.backward_total = 0.0
+        self.forward_seen = False
+        self.phase = PHASE_OTHER
+        self._step_fwd0 = 0.0
+        self._step_bwd0 = 0.0
+        self._step_fwd_seen = False
+        self._opt_inner0 = 0.0
 
     @property
     def backward_calls(self) -> int:
@@ -98,21 +148,28 @@ class StepTimer:
             self._start = t_end - seconds
         self._transfer += seconds
 
-    def add_backward(self) -> None:
+    def add_backward(self, seconds: float = 0.0) -> None:
         self._backward += 1
+        self.backward_total += seconds
+
+    def add_forward(self, seconds: float) -> None:
+        self.forward_total += seconds
 
     def optimizer_pre(self, t: float) -> None:
         if self._start is None:
             self._start = t
         self._opt_pre = t
+        self._opt_inner0 = self.forward_total + self.backward_total
 
     def optimizer_post(self, t: float, closes_step: bool) -> StepRecord | None:
         if self._opt_pre is not None:
-            self._optimizer += max(t - self._opt_pre, 0.0)
+            inner = self.forward_total + self.backward_total - self._opt_inner0  # a closure's
+            self._optimizer += max(t - self._opt_pre - inner, 0.0)
             self._opt_pre = None
         if not closes_step:
             return None
         start = self._start if self._start is not None else t
+        measured = self._step_fwd_seen
         record = StepRecord(
             index=len(self.records) + 1,
             start=start,
@@ -123,11 +180,15 @@ class StepTimer:
             batches=self._batches,
             samples=self._samples,
             backward_calls=self._backward,
+            forward_s=self.forward_total - self._step_fwd0 if measured else None,
+            backward_s=self.backward_total - self._step_bwd0 if measured else None,
         )
         self.records.append(record)
         self._start = t
         self._data = self._transfer = self._optimizer = 0.0
         self._batches = self._samples = self._backward = 0
+        self._step_fwd0, self._step_bwd0 = self.forward_total, self.backward_total
+        self._step_fwd_seen = self.forward_seen  # timing active for the whole next step
         return record
 
 
@@ -187,7 +248,11 @@ def measure_memory(uses_cuda: bool) -> dict[str, Any]:
 
 @dataclass
 class Profile:
-    """The run's profile. ``to_dict()`` is what the JSON report's ``"profile"`` holds."""
+    """The run's profile. ``to_dict()`` is what the JSON report's ``"profile"`` holds.
+
+    Per-step components that were not measured are ``None`` (and listed as such in
+    ``measured``); the report prints "not measured" for them instead of a 0.
+    """
 
     steps: int = 0
     warmup_steps: int = 0
@@ -201,11 +266,19 @@ class Profile:
     transfer_s: float = 0.0
     compute_s: float = 0.0
     optimizer_s: float = 0.0
+    forward_s: float | None = None
+    backward_s: float | None = None
+    other_s: float | None = None
+    #: Whether the steady steps read their batches through a ``DataLoader``.
+    loader_seen: bool = False
     median_step_s: float = 0.0
     device_step_s: float | None = None
     samples_per_s: float | None = None
     backward_per_step: float | None = None
     memory: dict[str, Any] = field(default_factory=dict)
+    #: Where the loop's own host work goes (sampled), when it was large: see ``Session``.
+    host_work: list[dict[str, Any]] = field(default_factory=list)
+    host_work_samples: int = 0
     verdict: str = "unknown"
     reason: str = ""
     partial: bool = False
@@ -214,15 +287,34 @@ class Profile:
     def shares(self) -> dict[str, float]:
         """Share of steady-state step time per component (compute includes the optimizer)."""
         if self.step_s <= 0:
-            return {"data": 0.0, "transfer": 0.0, "compute": 0.0}
-        return {
+            out = {"data": 0.0, "transfer": 0.0, "compute": 0.0}
+            if self.other_s is not None:
+                out["other"] = 0.0
+            return out
+        out = {
             "data": self.data_s / self.step_s,
             "transfer": self.transfer_s / self.step_s,
             "compute": (self.compute_s + self.optimizer_s) / self.step_s,
         }
+        if self.other_s is not None:
+            out["other"] = self.other_s / self.step_s
+        return out
+
+    @property
+    def measured(self) -> dict[str, bool]:
+        return {
+            "data_wait": self.loader_seen,
+            "forward": self.forward_s is not None,
+            "backward": self.backward_s is not None,
+            "other": self.other_s is not None,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         shares = self.shares
+
+        def ms(value: float | None) -> float | None:
+            return None if value is None else _ms(value)
+
         return {
             "verdict": self.verdict,
             "reason": self.reason,
@@ -237,13 +329,19 @@ class Profile:
             "per_step_ms": {
                 "step": _ms(self.step_s),
                 "median_step": _ms(self.median_step_s),
-                "data_wait": _ms(self.data_s),
+                "data_wait": _ms(self.data_s) if self.loader_seen else None,
                 "transfer": _ms(self.transfer_s),
+                "forward": ms(self.forward_s),
+                "backward": ms(self.backward_s),
                 "compute": _ms(self.compute_s),
                 "optimizer": _ms(self.optimizer_s),
-                "device": None if self.device_step_s is None else _ms(self.device_step_s),
+                "other": ms(self.other_s),
+                "device": ms(self.device_step_s),
             },
+            "measured": self.measured,
             "shares": {k: round(v, 4) for k, v in shares.items()},
+            "host_work": [dict(h) for h in self.host_work],
+            "host_work_samples": self.host_work_samples,
             "memory": dict(self.memory),
             "partial": self.partial,
         }
@@ -259,6 +357,26 @@ def _memory_share(memory: Mapping[str, Any]) -> tuple[float | None, str]:
     return None, ""
 
 
+def _mean_or_none(values: Sequence[float | None]) -> float | None:
+    if not values or any(v is None for v in values):
+        return None
+    return sum(v for v in values if v is not None) / len(values)
+
+
+def host_work_text(host_work: Sequence[Mapping[str, Any]], limit: int = 2) -> str:
+    """``"train.py:14 in get_batch (called at train.py:40) 92%"``-style summary of hot lines."""
+    parts = []
+    for item in list(host_work)[:limit]:
+        where = f"{os.path.basename(str(item.get('file', '')))}:{item.get('line')}"
+        func = item.get("function")
+        text = f"{where} in {func}" if func and func != "<module>" else where
+        loop = item.get("loop_line")
+        if loop and loop != item.get("line"):
+            text += f" (called at line {loop})"
+        parts.append(f"{text} {item.get('share', 0):.0%}")
+    return ", ".join(parts)
+
+
 def build_profile(
     records: Sequence[StepRecord],
     *,
@@ -269,15 +387,20 @@ def build_profile(
     memory: Mapping[str, Any] | None = None,
     thresholds: Mapping[str, Any] | None = None,
     partial: bool = False,
+    host_work: Sequence[Mapping[str, Any]] | None = None,
+    host_work_samples: int = 0,
 ) -> Profile:
     """Summarise step records into a :class:`Profile` with a verdict.
 
     ``loose_*`` are batches fetched outside any step (a loop with no optimizer, or the tail after
     the last step); they count in the totals, and give the verdict when there are no steps.
+    ``host_work`` are the sampled lines of the loop's own host work (evidence for the verdict).
     """
     cfg = thresholds or {}
     memory = dict(memory or {})
     prof = Profile(run_s=run_s, memory=memory, partial=partial)
+    prof.host_work = [dict(h) for h in host_work or []]
+    prof.host_work_samples = host_work_samples
     prof.steps = len(records)
     prof.batches = sum(r.batches for r in records) + loose_batches
     prof.samples = sum(r.samples for r in records) + loose_samples
@@ -293,6 +416,13 @@ def build_profile(
         prof.transfer_s = sum(r.transfer_s for r in steady) / n
         prof.optimizer_s = sum(r.optimizer_s for r in steady) / n
         prof.compute_s = sum(r.compute_s for r in steady) / n
+        prof.forward_s = _mean_or_none([r.forward_s for r in steady])
+        prof.backward_s = _mean_or_none([r.backward_s for r in steady])
+        prof.other_s = _mean_or_none([r.other_s for r in steady])
+        if prof.forward_s is None or prof.backward_s is None or prof.other_s is None:
+            prof.forward_s = prof.backward_s = prof.other_s = None
+            prof.compute_s = sum(r.remainder_s for r in steady) / n
+        prof.loader_seen = any(r.batches for r in steady)
         prof.median_step_s = _median([r.wall_s for r in steady])
         devs = [r.device_s for r in steady if r.device_s is not None]
         prof.device_step_s = sum(devs) / len(devs) if devs else None
@@ -306,18 +436,7 @@ def build_profile(
         prof.reason = f"peak {mem_what} is {mem_share:.0%} of capacity (limit {mem_limit:.0%})"
         return prof
     if steady and prof.step_s > 0:
-        shares = prof.shares
-        order = ["compute", "data", "transfer"]  # ties go to compute (the common, benign case)
-        top = max(order, key=lambda k: (shares[k], -order.index(k)))
-        prof.verdict = f"{top}-bound"
-        part = {"data": prof.data_s, "transfer": prof.transfer_s,
-                "compute": prof.compute_s + prof.optimizer_s}[top]
-        label = {"data": "waiting for data", "transfer": "host-to-device copies",
-                 "compute": "compute and optimizer step"}[top]
-        prof.reason = (
-            f"{label} takes {shares[top]:.0%} of step time "
-            f"({_ms(part):g} ms of {_ms(prof.step_s):g} ms per step, {prof.steady_steps} steady steps)"
-        )
+        _verdict(prof)
     elif loose_batches and run_s > 0:
         share = loose_wait_s / run_s
         prof.verdict = "data-bound" if share >= 0.5 else "compute-bound"
@@ -327,3 +446,38 @@ def build_profile(
     if math.isnan(prof.step_s):  # pragma: no cover - defensive
         prof.step_s = 0.0
     return prof
+
+
+def _verdict(prof: Profile) -> None:
+    """The largest measured share of steady-state step time names the verdict."""
+    compute = prof.compute_s + prof.optimizer_s
+    other = prof.other_s
+    if other is not None and prof.device_step_s is not None:
+        # On CUDA the host waits for the device at sync points outside the timed calls: the
+        # device time not covered by forward/backward/optimizer is compute, not host work.
+        hidden = max(prof.device_step_s - compute, 0.0)
+        moved = min(hidden, other)
+        other, compute = other - moved, compute + moved
+    parts = {"compute": compute, "data": prof.data_s, "transfer": prof.transfer_s}
+    if other is not None:
+        parts["other"] = other
+    order = ["compute", "data", "transfer", "other"]  # ties go to compute (the benign case)
+    top = max(parts, key=lambda k: (parts[k], -order.index(k)))
+    share = parts[top] / prof.step_s
+    numbers = (f"({_ms(parts[top]):g} ms of {_ms(prof.step_s):g} ms per step, "
+               f"{prof.steady_steps} steady steps)")
+    if top == "other":
+        prof.verdict = "host-bound" if prof.loader_seen else "data-bound"
+        what = ("the loop's own host work between forward, backward and optimizer.step() "
+                "(data preparation, logging, ...)")
+        prof.reason = f"{what} takes {share:.0%} of step time {numbers}"
+        if not prof.loader_seen:
+            prof.reason += "; no DataLoader is used, so this is where the data path runs"
+        if prof.host_work:
+            prof.reason += f"; sampled there: {host_work_text(prof.host_work)}"
+        return
+    prof.verdict = f"{top}-bound"
+    label = {"data": "waiting for the DataLoader", "transfer": "host-to-device copies",
+             "compute": ("forward, backward and optimizer step" if prof.forward_s is not None
+                         else "compute and optimizer step")}[top]
+    prof.reason = f"{label} takes {share:.0%} of step time {numbers}"

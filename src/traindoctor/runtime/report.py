@@ -13,14 +13,16 @@ import linecache
 import os
 from typing import Any, Mapping
 
-#: Short labels for the profile table, in display order.
+#: The profile table's rows in display order: (per_step_ms key, label).
 _ROWS = (
-    ("data_wait", "data wait", "data"),
-    ("transfer", "host-to-device", "transfer"),
-    ("compute", "compute", None),
-    ("optimizer", "optimizer step", None),
+    ("data_wait", "data wait (DataLoader next())"),
+    ("transfer", "host-to-device copies"),
+    ("forward", "forward"),
+    ("backward", "backward"),
+    ("optimizer", "optimizer step"),
+    ("other", "other host work (data preparation, logging, ...)"),
 )
-
+_LABEL_WIDTH = 50
 
 def render_json(report: Mapping[str, Any]) -> str:
     """The report as indented JSON (keys in a fixed order, findings sorted)."""
@@ -92,10 +94,40 @@ def _bytes(n: Any) -> str:
     return f"{value:.1f} TiB"  # pragma: no cover
 
 
+def _table_rows(per: Mapping[str, Any], measured: Mapping[str, Any]) -> list[tuple[str, Any, str]]:
+    """(label, ms or None, note) per row; None prints the note instead of a number."""
+    rows: list[tuple[str, Any, str]] = []
+    split = measured.get("forward", per.get("forward") is not None)
+    for key, label in _ROWS:
+        if key == "data_wait":
+            if measured.get("data_wait", per.get("data_wait") is not None):
+                rows.append((label, per.get("data_wait") or 0.0, ""))
+            else:
+                rows.append((label, None, "no DataLoader read: the data path is in other host work"
+                             if split else "no DataLoader read"))
+        elif key == "transfer":
+            if per.get("transfer"):
+                rows.append((label, per["transfer"], ""))
+        elif key in ("forward", "backward"):
+            if split:
+                rows.append((label, per.get(key) or 0.0, ""))
+            elif key == "forward":
+                rows.append(("forward + backward + other host work", per.get("compute") or 0.0,
+                             "(not separated: no nn.Module forward was seen)"))
+        elif key == "other":
+            if split:
+                rows.append((label, per.get("other") or 0.0, ""))
+        else:
+            rows.append((label, per.get(key) or 0.0, ""))
+    return rows
+
+
 def _profile_lines(profile: Mapping[str, Any]) -> list[str]:
     if not profile:
         return []
     steps = profile.get("steps", 0)
+    if not steps and not profile.get("batches"):
+        return []  # nothing ran (the script exited before training): no empty profile
     lines = [
         f"Profile: {profile.get('verdict', 'unknown')} "
         f"({profile.get('steady_steps', 0)} steady steps of {steps}, "
@@ -104,19 +136,32 @@ def _profile_lines(profile: Mapping[str, Any]) -> list[str]:
     if profile.get("reason"):
         lines.append(f"  {profile['reason']}")
     per = profile.get("per_step_ms") or {}
-    shares = profile.get("shares") or {}
+    measured = profile.get("measured") or {}
     if profile.get("steady_steps"):
-        lines.append(f"  {'per step':<16}{'ms':>10}{'share':>8}")
+        width = _LABEL_WIDTH
+        lines.append(f"  {'per step':<{width}}{'ms':>10}{'share':>8}")
         step = per.get("step") or 0.0
-        for key, label, _share_key in _ROWS:
-            ms = per.get(key) or 0.0
-            if key == "transfer" and not ms:
-                continue  # no host-to-device copy was seen (a CPU run): nothing to show
+        for label, ms, note in _table_rows(per, measured):
+            if ms is None:
+                lines.append(f"  {label:<{width}}{'-':>10}{'':>8}  not measured: {note}")
+                continue
             share = f"{ms / step:.0%}" if step else "-"
-            lines.append(f"  {label:<16}{ms:>10.3f}{share:>8}")
-        lines.append(f"  {'step (mean)':<16}{step:>10.3f}{'100%':>8}")
+            suffix = f"  {note}" if note else ""
+            lines.append(f"  {label:<{width}}{ms:>10.3f}{share:>8}{suffix}")
+        lines.append(f"  {'step (mean)':<{width}}{step:>10.3f}{'100%':>8}")
         if per.get("device") is not None:
-            lines.append(f"  {'device (CUDA)':<16}{per['device']:>10.3f}")
+            lines.append(f"  {'device (CUDA)':<{width}}{per['device']:>10.3f}")
+    host = profile.get("host_work") or []
+    if host:
+        lines.append(f"  other host work, sampled ({profile.get('host_work_samples', 0)} samples "
+                     "of the training thread between the timed calls):")
+        for item in host[:3]:
+            where = f"{_relpath(str(item.get('file', '')))}:{item.get('line')}"
+            func = item.get("function")
+            text = f"{where} in {func}()" if func and func != "<module>" else where
+            if item.get("loop_line") and item.get("loop_line") != item.get("line"):
+                text += f", called from the training loop at line {item['loop_line']}"
+            lines.append(f"    {item.get('share', 0):>4.0%}  {text}")
     extras = []
     if profile.get("samples_per_s"):
         extras.append(f"throughput {profile['samples_per_s']:.1f} samples/s")
@@ -142,7 +187,9 @@ def render_text(report: Mapping[str, Any]) -> str:
     findings = report.get("findings") or []
     out: list[str] = []
     if report.get("partial"):
-        out.append("traindoctor: partial report (the run was interrupted)")
+        env = report.get("environment") or {}
+        why = env.get("partial_reason") or "the run was interrupted"
+        out.append(f"traindoctor: partial report ({why})")
     for finding in findings:
         out.extend(_finding_lines(finding))
     if findings:
@@ -158,7 +205,13 @@ def render_text(report: Mapping[str, Any]) -> str:
     else:
         out.append("No runtime findings.")
     out.append("")
-    out.extend(_profile_lines(report.get("profile") or {}))
+    profile = report.get("profile") or {}
+    lines = _profile_lines(profile)
+    if not lines and profile:
+        code = (report.get("environment") or {}).get("exit_code")
+        ended = f" (the script ended with exit code {code} first)" if code not in (None, 0) else ""
+        lines = [f"No training step ran{ended}: nothing to profile."]
+    out.extend(lines)
     env = report.get("environment") or {}
     if env.get("world_size", 1) and env.get("world_size", 1) > 1:
         merged = env.get("ranks_merged")

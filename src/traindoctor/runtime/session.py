@@ -31,7 +31,15 @@ from traindoctor.finding import Finding, sort_findings
 from traindoctor.runtime.device import DeviceInfo, usable_cores
 from traindoctor.runtime.device import machine_cores as _machine_cores
 from traindoctor.runtime.events import Monitor
-from traindoctor.runtime.profile import Profile, StepRecord, StepTimer, build_profile, measure_memory
+from traindoctor.runtime.profile import (
+    PHASE_OPTIMIZER,
+    PHASE_OTHER,
+    Profile,
+    StepRecord,
+    StepTimer,
+    build_profile,
+    measure_memory,
+)
 from traindoctor.runtime.timeline import session_timeline
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -54,6 +62,14 @@ def _env_int(name: str, default: int) -> int:
 
 def batch_samples(batch: Any, _depth: int = 0) -> int:
     """Samples in a batch: the leading dimension of its first tensor/array (0 when unknown)."""
+    if type(batch) in (list, tuple) and batch and _depth == 0:  # the common (x, y) batch
+        first = batch[0]
+        shape = getattr(first, "shape", None)
+        if shape is not None and type(shape) is not tuple:
+            try:
+                return int(shape[0]) if len(shape) else 1
+            except Exception:
+                return 0
     shape = getattr(batch, "shape", None)
     if shape is not None:
         try:
@@ -158,9 +174,12 @@ class Session:
         self.loaders: list[Any] = []
         self.models: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._optimizers: list[weakref.ReferenceType[Any]] = []
+        self._optimizer_ids: dict[int, weakref.ReferenceType[Any]] = {}
         self.findings: list[Finding] = []
         self.profile: Profile = Profile()
         self.partial = False
+        #: Why the report is partial ("interrupted (Ctrl-C)", "the script raised ValueError", ...).
+        self.partial_reason = ""
         self.active = False
         self.inert = False  # a nested watch does nothing
         self.step = 0
@@ -176,6 +195,11 @@ class Session:
         self._loose_samples = 0
         self._loose_wait = 0.0
         self._cuda_clock: Any = None
+        self._optimizer_sites: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+        self._loop_code: Any = None
+        self._loop_code_looked = False
+        self._sampler: Any = None
+        self._phase_before_step = PHASE_OTHER
 
     # ---------------------------------------------------------------- public views
     @property
@@ -228,14 +252,19 @@ class Session:
         global _ACTIVE
         if self.inert or not self.active:
             return
-        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
-            self.partial = True
+        if exc_type is not None and not issubclass(exc_type, SystemExit):
+            self.mark_partial(
+                "the run was interrupted" if issubclass(exc_type, KeyboardInterrupt)
+                else f"the script raised {exc_type.__name__}"
+            )
         self.ended_at = time.perf_counter()
         try:
             self._finish_loaders()
             self._update_distributed()
             self.emit("on_run_end")
         finally:
+            if self._sampler is not None:
+                self._sampler.stop()
             for probe in reversed(self.probes):
                 try:
                     probe.uninstall()
@@ -247,6 +276,12 @@ class Session:
                     _ACTIVE = None
         self._collect_findings()
         self._build_profile()
+
+    def mark_partial(self, reason: str) -> None:
+        """The run did not end normally (first reason wins): the report says so."""
+        self.partial = True
+        if not self.partial_reason:
+            self.partial_reason = reason
 
     def _create_monitors(self) -> None:
         classes = self._monitor_classes
@@ -360,8 +395,8 @@ class Session:
         self.timer.add_transfer(seconds, time.perf_counter() if t_end is None else t_end)
         self.emit("on_transfer", nbytes, seconds, pinned, device_type, loader_info)
 
-    def record_backward(self) -> None:
-        self.timer.add_backward()
+    def record_backward(self, seconds: float = 0.0) -> None:
+        self.timer.add_backward(seconds)
         self.emit("on_backward")
 
     def record_model(self, module: Any) -> None:
@@ -370,13 +405,20 @@ class Session:
             self.emit("on_model_found", module)
 
     def record_optimizer_pre(self, optimizer: Any) -> None:
-        if not any(ref() is optimizer for ref in self._optimizers):
-            self._optimizers.append(weakref.ref(optimizer))
+        known = self._optimizer_ids.get(id(optimizer))
+        if known is None or known() is not optimizer:  # first step of this optimizer
+            ref = weakref.ref(optimizer)
+            self._optimizer_ids[id(optimizer)] = ref
+            self._optimizers.append(ref)
             if self._primary_opt is None or self._primary_opt() is None:
                 self._primary_opt = weakref.ref(optimizer)
             self._note_param_device(optimizer)
             self.emit("on_optimizer_found", optimizer)
         self.emit("on_before_optimizer_step", optimizer)
+        if not self._loop_code_looked:
+            self._find_loop_code()
+        self._phase_before_step = self.timer.phase
+        self.timer.phase = PHASE_OPTIMIZER
         self.timer.optimizer_pre(time.perf_counter())
 
     def record_optimizer_post(self, optimizer: Any) -> None:
@@ -394,16 +436,69 @@ class Session:
                 closes = True
         else:
             self._other_opt_steps.clear()
+        self.timer.phase = self._phase_before_step
         record = self.timer.optimizer_post(t, closes)
         self.emit("on_after_optimizer_step", optimizer)
         if record is not None:
             self.step = record.index
+            if self._sampler is None and record.index >= 3 and (
+                    record.index <= 50 or record.index % 50 == 0):
+                self._maybe_sample_host_work(record)
             for listener in self._step_listeners:
                 try:
                     listener(record)
                 except Exception as exc:  # fail-open: one listener must not lose the step
                     self.internal_error("step listener", exc)
             self.emit("on_step_end", record)
+
+    def note_optimizer_site(self, optimizer: Any, site: Any) -> None:
+        """Remember where the user constructed ``optimizer`` (the optimizer probe calls this)."""
+        try:
+            if site and site[0]:
+                self._optimizer_sites[optimizer] = site
+        except TypeError:  # pragma: no cover - an optimizer that refuses weak references
+            pass
+
+    def optimizer_site(self, optimizer: Any) -> Any:
+        """The user's ``(filename, row)`` site (with ``.column``) of ``optimizer``'s construction."""
+        try:
+            return self._optimizer_sites.get(optimizer)
+        except TypeError:  # pragma: no cover
+            return None
+
+    def _find_loop_code(self) -> None:
+        """The code object of the user's training loop: the user frame calling ``step()``."""
+        self._loop_code_looked = True
+        try:
+            from traindoctor.runtime.live import first_user_frame
+
+            frame = first_user_frame(sys._getframe(2))
+            self._loop_code = frame.f_code if frame is not None else None
+            del frame
+        except Exception as exc:  # pragma: no cover - defensive
+            self.internal_error("training loop frame", exc)
+
+    def _maybe_sample_host_work(self, record: StepRecord) -> None:
+        """Start the host-work sampler when the loop's own host work dominates a step."""
+        recent = self.records[-3:]  # three steps in a row: one slow step (a load spike) is not enough
+        others = [r.other_s for r in recent]
+        if len(recent) < 3 or any(o is None for o in others):
+            return
+        wall = sum(r.wall_s for r in recent)
+        if wall < 0.006 or sum(others) < 0.3 * wall:  # type: ignore[arg-type]
+            return
+        if not self.thresholds.get("profile.sample_host_work", True):
+            return
+        try:
+            from traindoctor.runtime.host_sampler import HostWorkSampler
+
+            self._sampler = HostWorkSampler(
+                self.timer, threading.get_ident(), self._loop_code, interval_s=record.wall_s / 10
+            )
+            self._sampler.start()
+        except Exception as exc:  # fail-open
+            self.internal_error("host-work sampler", exc)
+            self._sampler = False
 
     def _note_param_device(self, optimizer: Any) -> None:
         try:
@@ -465,6 +560,8 @@ class Session:
                 memory=memory,
                 thresholds=self.thresholds,
                 partial=self.partial,
+                host_work=self._sampler.summary() if self._sampler else None,
+                host_work_samples=self._sampler.samples if self._sampler else 0,
             )
         except Exception as exc:  # pragma: no cover - defensive
             self.internal_error("profile", exc)
@@ -493,6 +590,7 @@ class Session:
             "world_size": self.world_size,
             "local_rank": self.local_rank,
             "local_world_size": self.local_world_size,
+            "partial_reason": self.partial_reason or None,
         }
 
     def report_dict(self) -> dict[str, Any]:

@@ -11,11 +11,17 @@ No torch import at module level.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
 from traindoctor.runtime.probes.modules import LayerStats, module_stats
+
+
+def _median_low(values: Any) -> int:
+    """``statistics.median_low`` without importing ``statistics`` (and ``fractions``,
+    ``decimal``) into every watched process at start-up."""
+    ordered = sorted(values)
+    return int(ordered[(len(ordered) - 1) // 2])
 
 
 def most_common(counts: dict[int, int]) -> int | None:
@@ -73,7 +79,7 @@ class StepFacts:
 
     def accumulation(self) -> int:
         calls = [c for c in self.backward_calls if c > 0]
-        return int(statistics.median_low(calls)) if calls else 1
+        return _median_low(calls) if calls else 1
 
 
 def samples_per_step(session: Any) -> int | None:
@@ -84,7 +90,7 @@ def samples_per_step(session: Any) -> int | None:
         samples = []
     if not samples:
         return None
-    return int(statistics.median_low(samples))
+    return _median_low(samples)
 
 
 @dataclass

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING
 from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.names import OPTIMIZERS, dotted
 
-if TYPE_CHECKING:  # pragma: no cover
+if TYPE_CHECKING:
+    from traindoctor.checkpoint_kinds import SaveFacts  # pragma: no cover
     from traindoctor.static.context import FileContext
 
 # ---------------------------------------------------------------------------------- vocabulary
@@ -116,6 +117,8 @@ _RX_META_KEY = re.compile(
     r"world_size|\w*count\w*|updates)$"
 )
 #: Dict keys that record where in the data the run is (enough to restore the data position).
+#: Keys of a step/epoch counter saved beside the weights: the save is meant to be resumed from.
+_RX_COUNTER_KEY = re.compile(r"^(epochs?|steps?|global_steps?|iters?|iterations?|iter_num|it)$")
 _RX_DATA_KEY = re.compile(r"step|iter|batch|sampler|loader|data_?state|position|offset|consumed|samples_seen")
 #: Names of saved objects that are data, not training state (features, caches, predictions...).
 _RX_DATAISH = re.compile(
@@ -859,13 +862,92 @@ class CheckpointIndex:
         return True
 
     def model_only_in_loop(self) -> list[SaveSite]:
-        """Model-weight saves in the training loop of a training file with no optimizer state saved anywhere."""
+        """Model-weight saves in the training loop of a training file with no optimizer state
+        saved anywhere, that are checkpoints rather than exports (see ``traindoctor.checkpoint_kinds``)."""
         if not self.trains or self.may_hold_anywhere(OPTIMIZER):
             return []
+        from traindoctor.checkpoint_kinds import CHECKPOINT
+
         return self._first_of_repeats([
             s for s in self.sites
             if s.in_training_loop and s.saved.has(MODEL) and not s.saved.may_hold(OPTIMIZER)
+            and self.save_kind(s) == CHECKPOINT
         ])
+
+    # -------------------------------------------------------------- checkpoint or export
+    def save_kind(self, site: SaveSite) -> str:
+        """``"checkpoint"`` or ``"export"`` (the shared definition in ``traindoctor.checkpoint_kinds``)."""
+        from traindoctor.checkpoint_kinds import save_kind
+
+        return save_kind(self.save_facts(site))
+
+    def save_facts(self, site: SaveSite) -> "SaveFacts":
+        from traindoctor.checkpoint_kinds import SaveFacts, export_name, quality_guard
+
+        saved = site.saved
+        resume_kinds = (OPTIMIZER, SCHEDULER, SCALER, DATA, RNG_ANY, *RNG_KINDS)
+        holds = any(saved.has(k) for k in resume_kinds) or any(
+            p.key is not None and _RX_COUNTER_KEY.match(p.key.lower()) for p in saved.pieces
+        )
+        guard_names: list[str] = []
+        for node in site.contexts:
+            guard_names.extend(self._guard_names(node))
+        return SaveFacts(
+            holds_resume_state=holds,
+            read_back=self._read_back(site),
+            quality_guarded=quality_guard(guard_names),
+            export_name=export_name(self._path_words(site.path)),
+            in_training_loop=site.in_training_loop,
+        )
+
+    def _guard_names(self, node: ast.AST) -> list[str]:
+        """Names read by the tests of the ``if`` statements whose body holds ``node``."""
+        ctx = self.ctx
+        names: list[str] = []
+        child = node
+        for anc in ctx.ancestors(node):
+            if isinstance(anc, _FUNCS):
+                break
+            if isinstance(anc, ast.If) and any(child is b for b in anc.body):
+                for sub in ast.walk(anc.test):
+                    if isinstance(sub, ast.Name):
+                        names.append(sub.id)
+                    elif isinstance(sub, ast.Attribute):
+                        names.append(sub.attr)
+            child = anc
+        return names
+
+    def _path_words(self, path: ast.AST | None) -> list[str]:
+        if path is None or path is MISSING or path is UNKNOWN:
+            return []
+        words: list[str] = []
+        value = self.ctx.value(path)
+        if isinstance(value, str):
+            words.append(value)
+        for sub in ast.walk(path):
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                words.append(sub.value)
+            elif isinstance(sub, ast.Name):
+                words.append(sub.id)
+            elif isinstance(sub, ast.Attribute):
+                words.append(sub.attr)
+        return words
+
+    def _read_back(self, site: SaveSite) -> bool:
+        """A resume path reads this save back: a ``torch.load`` of the same file that is not a
+        read of the finished result after the training loop."""
+        if not self._load_calls:
+            return False
+        ctx = self.ctx
+        saved_keys = self.path_keys(site.path, site.call)
+        if not saved_keys:
+            return False
+        for call in self._load_calls:
+            if self._after_training_loop(call, site):
+                continue
+            if saved_keys & self.path_keys(_arg(ctx, call, "f", 0), call):
+                return True
+        return False
 
     def training_checkpoints(self) -> list[SaveSite]:
         """Saves that are training checkpoints: with optimizer state, or TD501's model-only ones."""

@@ -357,6 +357,11 @@ class CheckpointWithoutOptimizerMonitor(Monitor):
         missing = missing_optimizers(self.session, contents)
         if not missing:
             return
+        from traindoctor.checkpoint_kinds import EXPORT
+        from traindoctor.runtime.checkpoint_audit import save_kind_of
+
+        if save_kind_of(self.session, contents, path, site) == EXPORT:
+            return  # a weights export (best/final model, never read back): not a checkpoint
         from traindoctor.runtime.live import site_kwargs
 
         self.sites.add(site)

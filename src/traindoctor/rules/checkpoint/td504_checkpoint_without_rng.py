@@ -178,6 +178,21 @@ torch.save(
                                 "rng_states": collect_rng_states(), "step": step}, "ckpt.pt")
             """
         ),
+        # Random batches (nanoGPT's get_batch) in a `while` loop: no DataLoader, no data position.
+        Valid(
+            """
+            import torch
+
+            optimizer = torch.optim.AdamW(model.parameters())
+            while True:
+                X, Y = get_batch("train")
+                model(X, Y).backward()
+                optimizer.step()
+                if should_checkpoint():
+                    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                "rng": torch.get_rng_state()}, "ckpt.pt")
+            """
+        ),
     )
     invalid = (
         Invalid(
@@ -242,7 +257,7 @@ torch.save(
         any_rng = any(idx.kept_on_resume(k) for k in RNG_KINDS)
         for site in sites:
             missing = list(missing_rng)
-            if site.mid_epoch and not has_position:
+            if site.mid_epoch and not has_position and _iterates_data(ctx, idx, site):
                 missing.append(DATA)
             if not missing:
                 continue
@@ -256,6 +271,38 @@ torch.save(
                 what = ", ".join(_LABEL[k] for k in missing)
                 message = f"This checkpoint misses {what}, so a resumed run diverges; save {remedy} with it."
             yield ctx.report(self, site.report, message, help="Save the missing RNG state in the checkpoint")
+
+
+def _is_counter(expr: object) -> bool:
+    """``range(n)``, ``itertools.count()``, ``tqdm(range(n))``, ``enumerate(range(n))``: a step
+    counter, not a data stream with a position."""
+    import ast
+
+    while isinstance(expr, ast.Call):
+        func = expr.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name in ("range", "trange", "count"):
+            return True
+        if name in ("enumerate", "tqdm") and expr.args:
+            expr = expr.args[0]
+            continue
+        return False
+    return False
+
+
+def _iterates_data(ctx: "FileContext", idx: object, site: object) -> bool:
+    """The save sits in a ``for`` loop over a data iterable (a loader): only then is there a data
+    position to lose. A ``while True``/``range`` loop that samples batches (nanoGPT's
+    ``get_batch``) has none, and the runtime half agrees (it asks only for a DataLoader that is
+    part-way through its epoch)."""
+    import ast
+
+    _, batch = idx._loops  # type: ignore[attr-defined]
+    for node in site.contexts:  # type: ignore[attr-defined]
+        for loop in ctx.enclosing_loops(node):
+            if id(loop) in batch and isinstance(loop, ast.For) and not _is_counter(loop.iter):
+                return True
+    return False
 
 
 # ---------------------------------------------------------------- runtime half (R2)
@@ -290,8 +337,13 @@ class CheckpointWithoutRngMonitor(Monitor):
         from traindoctor.runtime.checkpoint_audit import contents_for, mid_epoch_position
 
         contents = contents_for(self.session, obj)
-        if not contents.is_training_checkpoint:
+        if not contents.has_model:
             return
+        from traindoctor.checkpoint_kinds import EXPORT
+        from traindoctor.runtime.checkpoint_audit import save_kind_of
+
+        if save_kind_of(self.session, contents, path, site) == EXPORT:
+            return  # the checker's definition: periodic or read back is a checkpoint
         used = self.rng.used()
         missing = [name for name in used if name not in contents.rng]
         position = mid_epoch_position(self.session)

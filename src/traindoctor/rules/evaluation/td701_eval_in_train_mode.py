@@ -386,10 +386,15 @@ class EvalInTrainModeMonitor(Monitor):
         forwards = max(trained)
         from traindoctor.runtime.live import site_kwargs
 
+        effects = []
+        if any(kind.endswith("batchnorm") for kind in self.kinds):
+            effects.append("BatchNorm updated its running statistics on that data")
+        if any(kind == "dropout" for kind in self.kinds):
+            effects.append("Dropout stayed on")
+        what = " and ".join(effects) or "its train-mode layers stayed in training behaviour"
         self.report(
             f"The model ran {forwards} forward pass(es) without autograd while in training mode, "
-            "so BatchNorm updated its running statistics on that data and Dropout stayed on; call "
-            "`model.eval()` before evaluating (and `model.train()` after).",
+            f"so {what}; call `model.eval()` before evaluating (and `model.train()` after).",
             evidence={
                 "forwards": forwards,
                 "layers": dict(sorted(self.kinds.items())),

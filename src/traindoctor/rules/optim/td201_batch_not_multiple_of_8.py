@@ -164,6 +164,9 @@ class BatchNotMultipleOf8(Rule):
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
         if not ctx.targets_cuda:
             return
+        from traindoctor.static.amp import amp_facts
+
+        half = amp_facts(ctx).file_uses_autocast
         for loader in iter_training_loaders(ctx):
             node = loader.arg(ctx, "batch_size")
             if node is MISSING or node is UNKNOWN:
@@ -175,9 +178,14 @@ class BatchNotMultipleOf8(Rule):
             origin = ""
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
                 origin = f" (the default of `--{node.attr.replace('_', '-')}`)"
+            if half:
+                why = "fp16/bf16 matrix multiplies that include the batch fill whole Tensor Core tiles"
+            else:  # no autocast in the file: say nothing about half precision
+                why = ("matrix multiplies that include the batch fill whole Tensor Core tiles "
+                       "(as TF32 and reduced-precision GEMMs use them)")
             message = (
                 f"Batch size {size}{origin} is not a multiple of 8; use {lower} or {lower + 8} so "
-                "fp16/bf16 matrix multiplies that include the batch fill whole Tensor Core tiles."
+                f"{why}."
             )
             yield ctx.report(self, loader.call, message, help=f"Use a batch size of {lower} or {lower + 8}",
                              related=loader.related)

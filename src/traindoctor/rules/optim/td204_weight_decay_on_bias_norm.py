@@ -375,6 +375,8 @@ class WeightDecayOnBiasNormMonitor(Monitor):
             return
         n = len(audit.decayed)
         decays = ", ".join(f"{d:g}" for d in audit.decays)
+        from traindoctor.runtime.live import site_kwargs
+
         self.report(
             f"{type(optimizer).__name__} applies weight decay ({decays}) to {n} bias/normalisation "
             f"parameter(s); put them in a group with `weight_decay=0.0` "
@@ -388,4 +390,5 @@ class WeightDecayOnBiasNormMonitor(Monitor):
                 "param_groups": audit.groups,
             },
             step=self.session.step,
+            **site_kwargs(getattr(self.session, "optimizer_site", lambda _o: None)(optimizer)),
         )

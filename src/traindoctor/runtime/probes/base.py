@@ -121,33 +121,18 @@ def discover_probes() -> tuple[list[type[Probe]], list[tuple[str, BaseException]
     return found, errors
 
 
-def _package_dirs() -> tuple[str, ...]:
-    import os
-
-    import traindoctor
-
-    dirs = [os.path.dirname(os.path.abspath(traindoctor.__file__))]
-    torch_mod = __import__("sys").modules.get("torch")
-    if torch_mod is not None and getattr(torch_mod, "__file__", None):
-        dirs.append(os.path.dirname(os.path.abspath(torch_mod.__file__)))
-    return tuple(d + os.sep for d in dirs)
-
-
 def user_site(skip: int = 1) -> tuple[str, int | None]:
-    """``(filename, row)`` of the first caller frame outside torch, traindoctor and the stdlib's
-    import/run machinery: where the user constructed the object. Call once per construction."""
+    """``(filename, row)`` of the first caller frame that is user code (see
+    :func:`traindoctor.runtime.live.is_library_file`): where the user constructed the object.
+    The result is a :class:`~traindoctor.runtime.live.Site` carrying ``.column``; ``("", None)``
+    when only library code is on the stack. Call once per construction."""
     import sys
 
-    prefixes = _package_dirs()
+    from traindoctor.runtime.live import _first_user_frame
+
     try:
         frame = sys._getframe(skip + 1)
     except ValueError:  # pragma: no cover
         return "", None
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not filename.startswith(prefixes) and not filename.startswith("<frozen"):
-            base = filename.rsplit("/", 1)[-1]
-            if base not in ("runpy.py", "contextlib.py", "functools.py"):
-                return filename, frame.f_lineno
-        frame = frame.f_back
-    return "", None
+    site = _first_user_frame(frame)
+    return site if site is not None else ("", None)

@@ -43,6 +43,8 @@ class LoaderInfo:
     dataset_ref: "weakref.ReferenceType[Any] | None" = None
     #: True when the loader was built before the watch started (seen first at ``iter()``).
     seen_late: bool = False
+    #: 1-based column of the ``DataLoader(...)`` call (None when unknown).
+    column: int | None = None
 
     # measured
     epochs: int = 0
@@ -208,18 +210,27 @@ class DataLoaderProbe(Probe):
         iters = self._iters
         perf = time.perf_counter
         cpu = time.thread_time
+        timer = self.session.timer  # type: ignore[union-attr]
+        from traindoctor.runtime.profile import PHASE_DATA
 
         @functools.wraps(orig)
         def __next__(iterator: Any) -> Any:
             c0 = cpu()
+            phase = timer.phase
+            timer.phase = PHASE_DATA
             t0 = perf()
             try:
                 batch = orig(iterator)
             except StopIteration:
+                timer.phase = phase
                 probe._exhausted(iterator)
+                raise
+            except BaseException:
+                timer.phase = phase
                 raise
             t1 = perf()
             c1 = cpu()
+            timer.phase = phase
             entry = iters.get(id(iterator))
             if entry is not None and entry[0]() is iterator:
                 try:
@@ -277,6 +288,7 @@ class DataLoaderProbe(Probe):
             loader_ref=weakref.ref(loader, forget),
             dataset_ref=dataset_ref,
             seen_late=late,
+            column=getattr(site, "column", None),
         )
         self._next_id += 1
         infos[key] = info

@@ -4,11 +4,17 @@ Installs global forward pre/post hooks only during warm-up (until a few optimize
 completed) and records each module whose forward starts while no other module's forward is
 running: the root (``model``, a DDP wrapper, ...). Global module hooks put every module call on
 torch's slow path, so they are removed as soon as the roots are known.
+
+Each root's *class* also gets a timing ``__call__`` (the class attribute, restored on uninstall;
+nothing is set on the user's module objects): the outermost model call is the profile's
+``forward`` row. Nested calls (a root used inside another root) pass straight through.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import time
+from typing import Any, Callable
 
 from traindoctor.runtime.probes.base import Probe
 
@@ -28,6 +34,8 @@ class ModelRootsProbe(Probe):
         self._depth = 0
         self._root_calls = 0
         self._done = False
+        self._timed: set[type] = set()
+        self._forward_depth = 0
 
     def install(self, session: Any) -> None:
         super().install(session)
@@ -40,18 +48,52 @@ class ModelRootsProbe(Probe):
         self.keep_handle(register_module_forward_hook(self._exit, always_call=True))
         session.add_step_listener(self._on_step)
         session.add_batch_observer(self._on_batch)
+        import torch
+
+        self._is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
 
     def _enter(self, module: Any, args: Any) -> None:
         try:
             if self._depth == 0 and not self._done:
                 self._root_calls += 1
                 self.session.record_model(module)  # type: ignore[union-attr]
+                cls = type(module)
+                if cls not in self._timed:
+                    self._timed.add(cls)
+                    self.patch(cls, "__call__", self._wrap_call)
+                    self.session.timer.forward_seen = True  # type: ignore[union-attr]
                 if self._root_calls >= MAX_ROOT_CALLS:
                     self._done = True
             self._depth += 1
         except Exception as exc:
             self.fail("forward pre-hook", exc)
         return None
+
+    def _wrap_call(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        from traindoctor.runtime.profile import PHASE_FORWARD
+
+        probe = self
+        timer = self.session.timer  # type: ignore[union-attr]
+        perf = time.perf_counter
+        compiling = self._is_compiling
+
+        @functools.wraps(orig)
+        def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+            if probe._forward_depth or compiling():
+                return orig(module, *args, **kwargs)
+            probe._forward_depth = 1
+            phase = timer.phase
+            timer.phase = PHASE_FORWARD
+            t0 = perf()
+            try:
+                return orig(module, *args, **kwargs)
+            finally:
+                timer.forward_total += perf() - t0
+                timer.forward_seen = True
+                timer.phase = phase
+                probe._forward_depth = 0
+
+        return __call__
 
     def _exit(self, module: Any, args: Any, output: Any) -> None:
         self._depth = max(self._depth - 1, 0)

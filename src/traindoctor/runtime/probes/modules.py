@@ -201,7 +201,8 @@ class ModuleProbe(Probe):
     def _seen(self, module: Any, kind: str, x: Any) -> None:
         if isinstance(x, self._tensor):
             shape: Shape | None = tuple(x.shape)
-            device_type = x.device.type
+            # ``x.device`` builds a torch.device each call: ask the cheap flags first.
+            device_type = "cpu" if x.is_cpu else "cuda" if x.is_cuda else x.device.type
             x_requires_grad = x.requires_grad
         else:
             shape, device_type, x_requires_grad = None, "", False

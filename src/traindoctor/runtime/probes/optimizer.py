@@ -2,18 +2,21 @@
 
 Uses torch's public global optimizer hooks (``register_optimizer_step_pre_hook`` /
 ``register_optimizer_step_post_hook``), which every ``torch.optim.Optimizer`` subclass runs, so
-nothing on the optimizer is patched. Backward calls are counted by wrapping
+nothing on the optimizer is patched. ``Optimizer.__init__`` is wrapped only to remember where the user
+built each optimizer (for findings about its parameter groups). Backward calls are counted by wrapping
 ``torch.autograd.backward`` (``Tensor.backward`` looks it up at call time): one counter increment
 per call, after the original returned. Counting backward calls per optimizer step reveals gradient
-accumulation.
+accumulation. The same wrapper times each call (two ``perf_counter`` reads) for the profile's
+backward row, and marks the training thread's phase for the host-work sampler.
 """
 
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any, Callable
 
-from traindoctor.runtime.probes.base import Probe
+from traindoctor.runtime.probes.base import Probe, user_site
 
 
 class OptimizerProbe(Probe):
@@ -30,9 +33,25 @@ class OptimizerProbe(Probe):
             register_optimizer_step_pre_hook,
         )
 
+        from torch.optim.optimizer import Optimizer
+
+        self.patch(Optimizer, "__init__", self._wrap_init)
         self.keep_handle(register_optimizer_step_pre_hook(self._pre))
         self.keep_handle(register_optimizer_step_post_hook(self._post))
         self.patch(torch.autograd, "backward", self._wrap_backward)
+
+    def _wrap_init(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        probe = self
+
+        @functools.wraps(orig)
+        def __init__(optimizer: Any, *args: Any, **kwargs: Any) -> None:
+            orig(optimizer, *args, **kwargs)
+            try:
+                probe.session.note_optimizer_site(optimizer, user_site(1))  # type: ignore[union-attr]
+            except Exception as exc:
+                probe.fail("Optimizer.__init__", exc)
+
+        return __init__
 
     def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         try:
@@ -48,13 +67,23 @@ class OptimizerProbe(Probe):
             self.fail("optimizer post-step", exc)
 
     def _wrap_backward(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        from traindoctor.runtime.profile import PHASE_BACKWARD
+
         probe = self
+        perf = time.perf_counter
+        timer = self.session.timer  # type: ignore[union-attr]
 
         @functools.wraps(orig)
         def backward(*args: Any, **kwargs: Any) -> Any:
-            result = orig(*args, **kwargs)
+            phase = timer.phase
+            timer.phase = PHASE_BACKWARD
+            t0 = perf()
             try:
-                probe.session.record_backward()  # type: ignore[union-attr]
+                result = orig(*args, **kwargs)
+            finally:
+                timer.phase = phase
+            try:
+                probe.session.record_backward(perf() - t0)  # type: ignore[union-attr]
             except Exception as exc:
                 probe.fail("backward", exc)
             return result

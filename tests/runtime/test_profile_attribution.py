@@ -1,0 +1,166 @@
+"""The profile attributes the whole step, and says what it did not measure (issue 9).
+
+Real CPU loops: a nanoGPT-style ``get_batch`` from a ``np.memmap`` with a slow disk (no
+DataLoader), an LBFGS ``step(closure)`` loop, a DataLoader loop, and a functional model.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import traindoctor
+from traindoctor.runtime.profile import StepTimer
+from traindoctor.runtime.report import render_text
+
+HERE = os.path.abspath(__file__)
+
+
+class Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(64, 16)
+        self.head = nn.Linear(16, 64)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = self.head(self.emb(x))
+        return nn.functional.cross_entropy(logits.view(-1, 64), y.view(-1))
+
+
+def _memmap_loop(path: str, steps: int, delay_s: float) -> None:
+    def get_batch() -> tuple[torch.Tensor, torch.Tensor]:
+        data = np.memmap(path, dtype=np.uint16, mode="r")
+        ix = torch.randint(len(data) - 17, (4,))
+        x = torch.stack([torch.from_numpy(data[i:i + 16].astype(np.int64)) for i in ix]) % 64
+        time.sleep(delay_s)  # SLOW-DISK
+        return x, x
+
+    torch.manual_seed(0)
+    model = Tiny()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    X, Y = get_batch()
+    for _ in range(steps):
+        loss = model(X, Y)
+        X, Y = get_batch()  # PREFETCH-LINE
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def _row(marker: str) -> int:
+    with open(HERE, encoding="utf-8") as fh:
+        return next(i for i, line in enumerate(fh, 1) if marker in line and "def _row" not in line
+                    and "_row(" not in line)
+
+
+@pytest.fixture()
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # stable timings on a shared machine
+    yield
+    torch.set_num_threads(before)
+
+
+def test_memmap_get_batch_loop_is_data_bound_with_the_users_lines(tmp_path, one_thread) -> None:
+    path = str(tmp_path / "train.bin")
+    np.arange(5000, dtype=np.uint16).tofile(path)
+    with traindoctor.watch(select=[]) as doctor:
+        _memmap_loop(path, steps=12, delay_s=0.04)
+    prof = doctor.profile
+    assert prof.verdict == "data-bound", prof.reason
+    assert prof.loader_seen is False  # no DataLoader: the data row is not a measured 0
+    assert prof.other_s is not None and prof.other_s >= 0.035
+    assert prof.forward_s is not None and prof.backward_s is not None
+    assert prof.other_s > 3 * (prof.forward_s + prof.backward_s + prof.optimizer_s)
+    assert "no DataLoader is used" in prof.reason
+    top = prof.host_work[0]
+    assert (top["file"], top["line"], top["function"]) == (HERE, _row("# SLOW-DISK"), "get_batch")
+    assert top["loop_line"] == _row("# PREFETCH-LINE") and top["share"] >= 0.5
+    report = doctor.report_dict()
+    assert report["profile"]["per_step_ms"]["data_wait"] is None
+    assert report["profile"]["measured"]["data_wait"] is False
+    text = render_text(report)
+    assert "Profile: data-bound" in text
+    assert "data wait (DataLoader next())" in text and "not measured: no DataLoader read" in text
+    assert "other host work (data preparation, logging, ...)" in text
+    assert f"in get_batch(), called from the training loop at line {_row('# PREFETCH-LINE')}" in text
+    assert "data wait 0.000" not in text
+
+
+def test_lbfgs_closure_forward_and_backward_are_not_optimizer_time(one_thread) -> None:
+    torch.manual_seed(0)
+    x, y = torch.randn(512, 64), torch.randn(512, 1)
+    model = nn.Sequential(nn.Linear(64, 128), nn.Tanh(), nn.Linear(128, 1))
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=4, history_size=3)
+    with traindoctor.watch(select=[]) as doctor:
+        for _ in range(10):
+            def closure() -> torch.Tensor:
+                opt.zero_grad()
+                loss = nn.functional.mse_loss(model(x), y)
+                loss.backward()
+                return loss
+            opt.step(closure)
+    prof = doctor.profile
+    assert prof.steps == 10 and prof.backward_per_step == 4
+    assert prof.forward_s is not None and prof.backward_s is not None
+    inner = prof.forward_s + prof.backward_s
+    assert inner > prof.optimizer_s  # the closure's work is forward/backward, not "optimizer"
+    assert prof.optimizer_s < 0.5 * prof.step_s
+    assert prof.verdict == "compute-bound"
+    assert prof.forward_s + prof.backward_s + prof.optimizer_s + prof.other_s == pytest.approx(
+        prof.step_s, rel=1e-6)
+
+
+def test_dataloader_loop_measures_every_row(one_thread) -> None:
+    ds = TensorDataset(torch.randn(96, 8), torch.randn(96, 1))
+    model = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with traindoctor.watch(select=[]) as doctor:
+        for x, y in DataLoader(ds, batch_size=8, shuffle=True):
+            loss = nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    prof = doctor.profile
+    assert prof.loader_seen and prof.steps == 12
+    assert all(v for v in prof.measured.values())
+    parts = prof.data_s + prof.forward_s + prof.backward_s + prof.optimizer_s + prof.other_s
+    assert parts == pytest.approx(prof.step_s, rel=1e-6)
+    assert prof.host_work == []  # host work is small: the sampler never started
+    per = doctor.report_dict()["profile"]["per_step_ms"]
+    assert per["data_wait"] is not None and per["forward"] > 0 and per["backward"] > 0
+
+
+def test_functional_model_says_forward_is_not_separated() -> None:
+    w = torch.randn(8, 1, requires_grad=True)
+    opt = torch.optim.SGD([w], lr=0.01)
+    with traindoctor.watch(select=[]) as doctor:
+        for _ in range(6):
+            loss = (torch.randn(4, 8) @ w).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    prof = doctor.profile
+    assert prof.forward_s is None and prof.other_s is None and prof.compute_s > 0
+    assert prof.measured == {"data_wait": False, "forward": False, "backward": False, "other": False}
+    text = render_text(doctor.report_dict())
+    assert "(not separated: no nn.Module forward was seen)" in text
+
+
+def test_step_timer_subtracts_a_closures_work_from_the_optimizer() -> None:
+    timer = StepTimer()
+    timer.forward_seen = True
+    timer.optimizer_post(0.0, closes_step=True)  # step 1 ends; forward timing is on for step 2
+    timer.optimizer_pre(1.0)
+    timer.add_forward(0.3)
+    timer.add_backward(0.5)
+    record = timer.optimizer_post(2.0, closes_step=True)
+    assert record is not None and record.optimizer_s == pytest.approx(0.2)
+    assert (record.forward_s, record.backward_s) == (pytest.approx(0.3), pytest.approx(0.5))
+    assert record.other_s == pytest.approx(1.0)  # 2 s wall - 0.2 - 0.3 - 0.5
