@@ -24,5 +24,6 @@ class LrStepMonitor(Monitor):
 
     def on_before_optimizer_step(self, optimizer: object) -> None:
         self.lrs.add(optimizer)
-        if self.lrs.optimizer_ref is not None and self.lrs.optimizer_ref() is optimizer:
-            self.steps.add(self.session)
+
+    def on_step_end(self, step_record: object) -> None:
+        self.steps.add(step_record)
