@@ -6,11 +6,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test docs bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	# Pinned on purpose: an unpinned torch pulls a multi-GB CUDA build.
 	$(PY) -m pip install -q "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[dev]"
+	# dev tools and the frameworks the integration tests run (lightning, transformers, accelerate),
+	# always under constraints.txt so nothing re-resolves torch.
+	$(PY) -m pip install -q -e ".[dev,frameworks]" -c constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -24,14 +24,14 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 
 class SlowDataset(Dataset):
-    def __init__(self, x, y):
-        self.x, self.y = x, y
+    def __init__(self, x, y, delay):
+        self.x, self.y, self.delay = x, y, delay
 
     def __len__(self):
         return len(self.x)
 
     def __getitem__(self, i):
-        time.sleep(0.004)
+        time.sleep(self.delay)
         return self.x[i], self.y[i]
 
 
@@ -49,7 +49,8 @@ def main():
     parser.add_argument("--mistakes", default="", help="comma-separated: decay,bn,save,slow")
     parser.add_argument("--out", default=".")
     parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--samples", type=int, default=128)
+    parser.add_argument("--samples", type=int, default=64)
+    parser.add_argument("--data-ms", type=float, default=10.0, help="'slow': ms to load one sample")
     args = parser.parse_args()
     mistakes = [m for m in args.mistakes.split(",") if m]
     accumulation = 4 if "bn" in mistakes else 1
@@ -63,7 +64,7 @@ def main():
     else:
         optimizer = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-3)
     x, y = torch.randn(args.samples, 16), torch.randint(0, 2, (args.samples,))
-    data = SlowDataset(x, y) if "slow" in mistakes else TensorDataset(x, y)
+    data = SlowDataset(x, y, args.data_ms / 1000) if "slow" in mistakes else TensorDataset(x, y)
     loader = DataLoader(data, batch_size=4 if "bn" in mistakes else 16, shuffle=True, num_workers=0)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     for epoch in range(args.epochs):

@@ -8,8 +8,9 @@ Seeded mistakes (each a switch in ``--mistakes``, comma-separated):
   bn      BatchNorm with a per-forward batch of 4 under gradient accumulation (TD202)
   save    a weights-only ``torch.save`` of the model every epoch next to a live optimizer (TD501)
   slow    a slow map-style dataset read with ``num_workers=0`` (TD102)
-The healthy twin uses two parameter groups, LayerNorm, Lightning's own ModelCheckpoint and
-bf16-mixed precision (its precision plugin), none of which may be reported.
+The healthy twin uses two parameter groups, LayerNorm, Lightning's own ModelCheckpoint, and
+float16 mixed precision through Lightning's precision plugin with its GradScaler and gradient
+clipping (the plugin unscales before clipping): none of which may be reported.
 """
 
 import argparse
@@ -21,23 +22,25 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-try:
-    import lightning as L
-    from lightning.pytorch.callbacks import ModelCheckpoint
-except ImportError:  # the older package name
+if "--pytorch-lightning" in sys.argv:  # the older package name
     import pytorch_lightning as L
     from pytorch_lightning.callbacks import ModelCheckpoint
+    from pytorch_lightning.plugins import MixedPrecision
+else:
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.plugins import MixedPrecision
 
 
 class SlowDataset(Dataset):
-    def __init__(self, x, y):
-        self.x, self.y = x, y
+    def __init__(self, x, y, delay):
+        self.x, self.y, self.delay = x, y, delay
 
     def __len__(self):
         return len(self.x)
 
     def __getitem__(self, i):
-        time.sleep(0.004)
+        time.sleep(self.delay)
         return self.x[i], self.y[i]
 
 
@@ -78,7 +81,7 @@ class Net(L.LightningModule):
 
     def train_dataloader(self):
         batch = 4 if "bn" in self.args.mistakes else 16
-        data = SlowDataset(self.x, self.y) if "slow" in self.args.mistakes else TensorDataset(self.x, self.y)
+        data = SlowDataset(self.x, self.y, self.args.data_ms / 1000) if "slow" in self.args.mistakes else TensorDataset(self.x, self.y)
         return DataLoader(data, batch_size=batch, shuffle=True, num_workers=0)
 
     def val_dataloader(self):
@@ -95,13 +98,17 @@ def main():
     parser.add_argument("--callback", action="store_true", help="watch with traindoctor's DoctorCallback")
     parser.add_argument("--report", default=None, help="with --callback: write the JSON report here")
     parser.add_argument("--out", default=".")
+    parser.add_argument("--pytorch-lightning", action="store_true", help="use the pytorch_lightning package")
     parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--samples", type=int, default=128)
+    parser.add_argument("--samples", type=int, default=64)
+    parser.add_argument("--data-ms", type=float, default=10.0, help="'slow': ms to load one sample")
     args = parser.parse_args()
     args.mistakes = [m for m in args.mistakes.split(",") if m]
     torch.manual_seed(0)
-    callbacks = []
+    callbacks, plugins = [], []
     if not args.mistakes:
+        # Lightning refuses precision="16-mixed" on CPU; its plugin with a CPU GradScaler runs it.
+        plugins.append(MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu")))
         callbacks.append(ModelCheckpoint(dirpath=os.path.join(args.out, "ckpt"), save_last=True,
                                          every_n_epochs=1, save_top_k=-1))
     if args.callback:
@@ -112,7 +119,8 @@ def main():
         max_epochs=args.epochs,
         accelerator="cpu",
         devices=1,
-        precision="32-true" if args.mistakes else "bf16-mixed",
+        plugins=plugins,
+        gradient_clip_val=None if args.mistakes else 1.0,
         accumulate_grad_batches=4 if "bn" in args.mistakes else 1,
         callbacks=callbacks,
         logger=False,

@@ -27,18 +27,18 @@ from transformers import BertConfig, BertForSequenceClassification, Trainer, Tra
 
 
 class Tokens(Dataset):
-    def __init__(self, n, slow=False):
+    def __init__(self, n, delay=0.0):
         g = torch.Generator().manual_seed(0)
         self.ids = torch.randint(0, 64, (n, 12), generator=g)
         self.labels = torch.randint(0, 2, (n,), generator=g)
-        self.slow = slow
+        self.delay = delay
 
     def __len__(self):
         return len(self.ids)
 
     def __getitem__(self, i):
-        if self.slow:
-            time.sleep(0.004)
+        if self.delay:
+            time.sleep(self.delay)
         return {"input_ids": self.ids[i], "attention_mask": torch.ones(12, dtype=torch.long),
                 "labels": self.labels[i]}
 
@@ -59,6 +59,7 @@ def main():
     parser.add_argument("--out", default=".")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--samples", type=int, default=64)
+    parser.add_argument("--data-ms", type=float, default=10.0, help="'slow': ms to load one sample")
     args = parser.parse_args()
     mistakes = [m for m in args.mistakes.split(",") if m]
     torch.manual_seed(0)
@@ -92,7 +93,7 @@ def main():
     trainer = Trainer(
         model=model,
         args=training_args,
-        train_dataset=Tokens(args.samples, slow="slow" in mistakes),
+        train_dataset=Tokens(args.samples, delay=args.data_ms / 1000 if "slow" in mistakes else 0.0),
         eval_dataset=Tokens(32),
         optimizers=optimizers,
         callbacks=callbacks,

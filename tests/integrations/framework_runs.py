@@ -1,0 +1,81 @@
+"""Run the seeded framework scripts (``scripts/``) under ``traindoctor run`` or with their callback.
+
+Each run is a subprocess: the frameworks configure process-wide logging, warnings and RNG, which
+must not leak into other tests. Everything is offline (``HF_HUB_OFFLINE=1``), CPU-only and small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+SRC = Path(__file__).resolve().parents[2] / "src"
+TIMEOUT_S = 300
+
+
+def need(*modules: str) -> None:
+    """Skip the calling module cleanly (with the reason) when a framework is not installed."""
+    for name in modules:
+        pytest.importorskip(
+            name, reason=f"{name} is not installed: `make test` installs the framework test "
+            "dependencies (pip install -e '.[frameworks]' -c constraints.txt)")
+
+
+@dataclass
+class Run:
+    report: dict[str, Any]
+    stdout: str
+    stderr: str
+
+    @property
+    def codes(self) -> list[str]:
+        return sorted(f["code"] for f in self.report["findings"])
+
+    def finding(self, code: str) -> dict[str, Any]:
+        (found,) = [f for f in self.report["findings"] if f["code"] == code]
+        return found
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+                "TOKENIZERS_PARALLELISM": "false", "PYTHONWARNINGS": "ignore",
+                "CUDA_VISIBLE_DEVICES": ""})
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, f"{cmd} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return proc
+
+
+def under_run(script: str, args: list[str], tmp: Path) -> Run:
+    """``traindoctor run --output-format json -o report.json SCRIPT ARGS --out tmp``."""
+    report = tmp / "run-report.json"
+    proc = _run([sys.executable, "-m", "traindoctor", "run", "--output-format", "json", "-o", str(report),
+                 str(SCRIPTS / script), *args, "--out", str(tmp)], tmp)
+    return Run(json.loads(report.read_text()), proc.stdout, proc.stderr)
+
+
+def with_callback(script: str, args: list[str], tmp: Path) -> Run:
+    """``python SCRIPT --callback --report report.json ARGS --out tmp`` (no ``traindoctor run``)."""
+    report = tmp / "callback-report.json"
+    proc = _run([sys.executable, str(SCRIPTS / script), "--callback", "--report", str(report),
+                 *args, "--out", str(tmp)], tmp)
+    return Run(json.loads(report.read_text()), proc.stdout, proc.stderr)
+
+
+def line_of(script: str, marker: str) -> int:
+    """1-based line of the first line of ``scripts/SCRIPT`` containing ``marker``."""
+    lines = (SCRIPTS / script).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if marker in line)
