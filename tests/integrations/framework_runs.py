@@ -23,10 +23,16 @@ TIMEOUT_S = 300
 
 def need(*modules: str) -> None:
     """Skip the calling module cleanly (with the reason) when a framework is not installed."""
+    import importlib
+
     for name in modules:
-        pytest.importorskip(
-            name, reason=f"{name} is not installed: `make test` installs the framework test "
-            "dependencies (pip install -e '.[frameworks]' -c constraints.txt)")
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:  # missing, or installed but broken (e.g. against another torch)
+            pytest.skip(
+                f"{name} cannot be imported ({exc}); `make test` installs the framework test "
+                "dependencies: pip install -e '.[dev,frameworks]' -c constraints.txt",
+                allow_module_level=True)
 
 
 @dataclass
