@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs bench clean
+.PHONY: demo test docs bench gpu-check clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ docs: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/lint_speed.py
 	$(PY) benchmarks/runtime_overhead.py
+
+# Every GPU path in one go (< 5 min on one NVIDIA GPU); writes gpu_check.json and gpu_check.md.
+# Without CUDA it says it needs a GPU and exits 0.
+gpu-check: $(STAMP)
+	$(PY) benchmarks/gpu_check.py --json gpu_check.json --markdown gpu_check.md
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

@@ -48,13 +48,15 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--mistakes", default="", help="comma-separated: decay,bn,save,slow")
     parser.add_argument("--out", default=".")
+    parser.add_argument("--gpu", action="store_true", help="train on CUDA with fp16 (accelerate's GradScaler)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--samples", type=int, default=64)
     parser.add_argument("--data-ms", type=float, default=10.0, help="'slow': ms to load one sample")
     args = parser.parse_args()
     mistakes = [m for m in args.mistakes.split(",") if m]
     accumulation = 4 if "bn" in mistakes else 1
-    accelerator = Accelerator(cpu=True, mixed_precision="no" if mistakes else "bf16",
+    precision = "no" if mistakes else ("fp16" if args.gpu else "bf16")
+    accelerator = Accelerator(cpu=not args.gpu, mixed_precision=precision,
                               gradient_accumulation_steps=accumulation)
     torch.manual_seed(0)
     norm = nn.BatchNorm1d(32) if "bn" in mistakes else nn.LayerNorm(32)
@@ -65,7 +67,8 @@ def main():
         optimizer = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-3)
     x, y = torch.randn(args.samples, 16), torch.randint(0, 2, (args.samples,))
     data = SlowDataset(x, y, args.data_ms / 1000) if "slow" in mistakes else TensorDataset(x, y)
-    loader = DataLoader(data, batch_size=4 if "bn" in mistakes else 16, shuffle=True, num_workers=0)
+    loader = DataLoader(data, batch_size=4 if "bn" in mistakes else 16, shuffle=True, num_workers=0,
+                        pin_memory=args.gpu)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     for epoch in range(args.epochs):
         model.train()

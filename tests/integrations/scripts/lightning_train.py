@@ -82,7 +82,7 @@ class Net(L.LightningModule):
     def train_dataloader(self):
         batch = 4 if "bn" in self.args.mistakes else 16
         data = SlowDataset(self.x, self.y, self.args.data_ms / 1000) if "slow" in self.args.mistakes else TensorDataset(self.x, self.y)
-        return DataLoader(data, batch_size=batch, shuffle=True, num_workers=0)
+        return DataLoader(data, batch_size=batch, shuffle=True, num_workers=0, pin_memory=self.args.gpu)
 
     def val_dataloader(self):
         return DataLoader(TensorDataset(self.x[:32], self.y[:32]), batch_size=16)
@@ -98,6 +98,7 @@ def main():
     parser.add_argument("--callback", action="store_true", help="watch with traindoctor's DoctorCallback")
     parser.add_argument("--report", default=None, help="with --callback: write the JSON report here")
     parser.add_argument("--out", default=".")
+    parser.add_argument("--gpu", action="store_true", help="train on CUDA with Lightning's own 16-mixed")
     parser.add_argument("--pytorch-lightning", action="store_true", help="use the pytorch_lightning package")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--samples", type=int, default=64)
@@ -106,7 +107,7 @@ def main():
     args.mistakes = [m for m in args.mistakes.split(",") if m]
     torch.manual_seed(0)
     callbacks, plugins = [], []
-    if not args.mistakes:
+    if not args.mistakes and not args.gpu:
         # Lightning refuses precision="16-mixed" on CPU; its plugin with a CPU GradScaler runs it.
         plugins.append(MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu")))
         callbacks.append(ModelCheckpoint(dirpath=os.path.join(args.out, "ckpt"), save_last=True,
@@ -117,7 +118,8 @@ def main():
         callbacks.append(DoctorCallback(report=args.report))
     trainer = L.Trainer(
         max_epochs=args.epochs,
-        accelerator="cpu",
+        accelerator="gpu" if args.gpu else "cpu",
+        precision="16-mixed" if args.gpu and not args.mistakes else None,
         devices=1,
         plugins=plugins,
         gradient_clip_val=None if args.mistakes else 1.0,

@@ -57,6 +57,7 @@ def main():
     parser.add_argument("--callback", action="store_true", help="watch with traindoctor's DoctorCallback")
     parser.add_argument("--report", default=None, help="with --callback: write the JSON report here")
     parser.add_argument("--out", default=".")
+    parser.add_argument("--gpu", action="store_true", help="train on CUDA with fp16 (accelerate's GradScaler)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--samples", type=int, default=64)
     parser.add_argument("--data-ms", type=float, default=10.0, help="'slow': ms to load one sample")
@@ -86,7 +87,8 @@ def main():
         logging_strategy="no",
         report_to="none",
         dataloader_num_workers=0,
-        use_cpu=True,
+        use_cpu=not args.gpu,
+        fp16=args.gpu,
         disable_tqdm=True,
         seed=0,
     )
