@@ -51,7 +51,7 @@ def main():
     parser.add_argument("--gpu", action="store_true", help="train on CUDA with fp16 (accelerate's GradScaler)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--samples", type=int, default=64)
-    parser.add_argument("--data-ms", type=float, default=10.0, help="'slow': ms to load one sample")
+    parser.add_argument("--data-ms", type=float, default=25.0, help="'slow': ms to load one sample")
     args = parser.parse_args()
     mistakes = [m for m in args.mistakes.split(",") if m]
     accumulation = 4 if "bn" in mistakes else 1

@@ -102,7 +102,7 @@ def main():
     parser.add_argument("--pytorch-lightning", action="store_true", help="use the pytorch_lightning package")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--samples", type=int, default=64)
-    parser.add_argument("--data-ms", type=float, default=10.0, help="'slow': ms to load one sample")
+    parser.add_argument("--data-ms", type=float, default=25.0, help="'slow': ms to load one sample")
     args = parser.parse_args()
     args.mistakes = [m for m in args.mistakes.split(",") if m]
     torch.manual_seed(0)
