@@ -85,6 +85,10 @@ class Context:
     rehearsal: bool = False
 
     @property
+    def small(self) -> bool:
+        """Smaller workloads on a CPU rehearsal (same code paths, seconds instead of minutes)."""
+        return self.rehearsal
+    @property
     def gpu(self) -> bool:
         return self.device == "cuda"
 
@@ -161,8 +165,12 @@ def image_loop(ctx: Context, *, pin_memory: bool, batches: int = 16, batch: int 
     model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
                           nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10)).to(ctx.device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    side = 48
+    if ctx.small:
+        batches, batch, side = min(batches, 6), min(batch, 16), 24
+        shapes = [max(8, s // 2) for s in shapes[:8]] if shapes is not None else None
     if shapes is None:
-        data = TensorDataset(torch.randn(batches * batch, 3, 48, 48), torch.randint(0, 10, (batches * batch,)))
+        data = TensorDataset(torch.randn(batches * batch, 3, side, side), torch.randint(0, 10, (batches * batch,)))
         loader = DataLoader(data, batch_size=batch, shuffle=True, pin_memory=pin_memory and ctx.gpu)
         items = iter(loader)
     else:  # varying spatial sizes (no DataLoader needed)
@@ -291,12 +299,14 @@ def tune_pinned(ctx: Context) -> Any:
 
     from traindoctor.tune.measure import Candidate, tune_loader
 
-    data = TensorDataset(torch.randint(0, 255, (1024, 3, 96, 96), dtype=torch.uint8),
-                         torch.randint(0, 10, (1024,)))
+    n, side = (256, 32) if ctx.small else (1024, 96)
+    data = TensorDataset(torch.randint(0, 255, (n, 3, side, side), dtype=torch.uint8),
+                         torch.randint(0, 10, (n,)))
     candidates = [Candidate(0), Candidate(0, pin_memory=True),
                   Candidate(2, 2, persistent_workers=True), Candidate(2, 2, persistent_workers=True, pin_memory=True)]
-    return tune_loader(data, batch_size=64, candidates=candidates, batches=12, warmup_batches=2,
-                       time_budget_s=8.0, device=ctx.device, max_workers=2)
+    return tune_loader(data, batch_size=32 if ctx.small else 64, candidates=candidates,
+                       batches=6 if ctx.small else 12, warmup_batches=2, time_budget_s=8.0,
+                       device=ctx.device, max_workers=2)
 
 
 def framework_run(ctx: Context, script: str, args: list[str], timeout_s: float = 180.0) -> dict[str, Any]:

@@ -59,26 +59,57 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert proc.returncode == 0, f"{cmd} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    return proc
+class Pending:
+    """A framework run, started when its result is first asked for.
+
+    Runs are not overlapped on purpose: TD102's evidence is a share of step time, and several
+    framework processes competing for two cores would stretch the compute it is compared with.
+    """
+
+    def __init__(self, cmd: list[str], cwd: Path, report: Path) -> None:
+        self.cmd, self.cwd, self.report = cmd, cwd, report
+        self.proc: subprocess.Popen | None = None
+        self._run: Run | None = None
+
+    def start(self) -> "Pending":
+        if self.proc is None:
+            self.proc = subprocess.Popen(self.cmd, cwd=self.cwd, env=_env(), stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True)
+        return self
+
+    def close(self) -> None:
+        """Stop the run if nobody waited for it (a failed test)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+    def result(self) -> Run:
+        if self._run is None:
+            self.start()
+            assert self.proc is not None
+            try:
+                out, err = self.proc.communicate(timeout=TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                out, err = self.proc.communicate()
+            assert self.proc.returncode == 0, \
+                f"{self.cmd} failed ({self.proc.returncode}):\n{out[-3000:]}\n{err[-6000:]}"
+            self._run = Run(json.loads(self.report.read_text()), out, err)
+        return self._run
 
 
-def under_run(script: str, args: list[str], tmp: Path) -> Run:
-    """``traindoctor run --output-format json -o report.json SCRIPT ARGS --out tmp``."""
+def under_run(script: str, args: list[str], tmp: Path) -> Pending:
+    """Start ``traindoctor run --output-format json -o report.json SCRIPT ARGS --out tmp``."""
     report = tmp / "run-report.json"
-    proc = _run([sys.executable, "-m", "traindoctor", "run", "--output-format", "json", "-o", str(report),
-                 str(SCRIPTS / script), *args, "--out", str(tmp)], tmp)
-    return Run(json.loads(report.read_text()), proc.stdout, proc.stderr)
+    return Pending([sys.executable, "-m", "traindoctor", "run", "--output-format", "json", "-o", str(report),
+                    str(SCRIPTS / script), *args, "--out", str(tmp)], tmp, report)
 
 
-def with_callback(script: str, args: list[str], tmp: Path) -> Run:
-    """``python SCRIPT --callback --report report.json ARGS --out tmp`` (no ``traindoctor run``)."""
+def with_callback(script: str, args: list[str], tmp: Path) -> Pending:
+    """Start ``python SCRIPT --callback --report report.json ARGS --out tmp`` (no ``traindoctor run``)."""
     report = tmp / "callback-report.json"
-    proc = _run([sys.executable, str(SCRIPTS / script), "--callback", "--report", str(report),
-                 *args, "--out", str(tmp)], tmp)
-    return Run(json.loads(report.read_text()), proc.stdout, proc.stderr)
+    return Pending([sys.executable, str(SCRIPTS / script), "--callback", "--report", str(report),
+                    *args, "--out", str(tmp)], tmp, report)
 
 
 def line_of(script: str, marker: str) -> int:

@@ -3,17 +3,29 @@ twin (bf16 autocast, ``accelerator.save_state`` every epoch) with none."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Iterator
 
-from framework_runs import need, under_run
+import pytest
+
+from framework_runs import Pending, need, under_run
 
 need("accelerate")
 
 SCRIPT = "accelerate_train.py"
 
 
-def test_seeded_mistakes_under_traindoctor_run(tmp_path: Path) -> None:
-    run = under_run(SCRIPT, ["--mistakes", "decay,bn,save,slow"], tmp_path)
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Iterator[dict[str, Pending]]:
+    tmp = tmp_path_factory.mktemp
+    started = {"seeded": under_run(SCRIPT, ["--mistakes", "decay,bn,save,slow"], tmp("acc-seeded")),
+            "healthy": under_run(SCRIPT, [], tmp("acc-healthy"))}
+    yield started
+    for pending in started.values():
+        pending.close()
+
+
+def test_seeded_mistakes_under_traindoctor_run(runs) -> None:
+    run = runs["seeded"].result()
     assert run.codes == ["TD102", "TD202", "TD204", "TD501"]
     td202 = run.finding("TD202")["evidence"]  # accelerator.accumulate(): 4 backward per real step
     assert (td202["batchnorm_batch"], td202["backward_per_step"], td202["effective_batch"]) == (4, 4, 16)
@@ -23,14 +35,15 @@ def test_seeded_mistakes_under_traindoctor_run(tmp_path: Path) -> None:
     assert td102["num_workers"] == 0 and td102["data_wait_share"] > 0.2
     # accelerator.save(obj, path) is a thin wrapper of torch.save: the user's weights-only save.
     td501 = run.finding("TD501")["evidence"]
-    assert td501["missing_optimizers"] == ["AdamW"] and td501["path"] == str(tmp_path / "weights.pt")
+    out = runs["seeded"].report.parent
+    assert td501["missing_optimizers"] == ["AdamW"] and td501["path"] == str(out / "weights.pt")
 
 
-def test_healthy_twin_with_save_state_has_no_findings(tmp_path: Path) -> None:
-    run = under_run(SCRIPT, [], tmp_path)
+def test_healthy_twin_with_save_state_has_no_findings(runs) -> None:
+    run = runs["healthy"].result()
     # save_state wrote the weights with torch.save next to the optimizer and RNG states: the
     # framework's checkpoint, not judged file by file.
     assert run.report["findings"] == []
     assert run.report["profile"]["steps"] == 8
     assert {"pytorch_model.bin", "optimizer.bin", "random_states_0.pkl"} <= {
-        p.name for p in (tmp_path / "state").iterdir()}
+        p.name for p in (runs["healthy"].report.parent / "state").iterdir()}

@@ -4,28 +4,32 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Iterator
 
 import pytest
 
-from framework_runs import Run, line_of, need, under_run, with_callback
+from framework_runs import Pending, Run, line_of, need, under_run, with_callback
 
-need("lightning")
+need("lightning", "pytorch_lightning")
 
 SCRIPT = "lightning_train.py"
 SEEDED = ["--mistakes", "decay,bn,save,slow"]
 
 
 @pytest.fixture(scope="module")
-def seeded_run(tmp_path_factory) -> Run:
-    # The callback is in the script too: under ``traindoctor run`` it must stay passive.
-    return under_run(SCRIPT, [*SEEDED, "--callback"], tmp_path_factory.mktemp("lightning-seeded-run"))
-
-
-@pytest.fixture(scope="module")
-def seeded_callback(tmp_path_factory) -> Run:
-    need("pytorch_lightning")
-    return with_callback(SCRIPT, [*SEEDED, "--pytorch-lightning"], tmp_path_factory.mktemp("pl-seeded-cb"))
+def runs(tmp_path_factory) -> Iterator[dict[str, Pending]]:
+    """The module's runs (each starts when a test first asks for its result)."""
+    tmp = tmp_path_factory.mktemp
+    started = {
+        # The callback is in the script too: under ``traindoctor run`` it must stay passive.
+        "seeded_run": under_run(SCRIPT, [*SEEDED, "--callback"], tmp("l-seeded-run")),
+        "seeded_callback": with_callback(SCRIPT, [*SEEDED, "--pytorch-lightning"], tmp("pl-seeded-cb")),
+        "healthy_run": under_run(SCRIPT, [], tmp("l-healthy-run")),
+        "healthy_callback": with_callback(SCRIPT, [], tmp("l-healthy-cb")),
+    }
+    yield started
+    for pending in started.values():
+        pending.close()
 
 
 def _assert_seeded(run: Run) -> None:
@@ -43,33 +47,35 @@ def _assert_seeded(run: Run) -> None:
     assert td501["location"]["row"] == line_of(SCRIPT, "torch.save(self.state_dict()")
 
 
-def test_seeded_mistakes_under_traindoctor_run(seeded_run: Run) -> None:
-    _assert_seeded(seeded_run)
-    assert "traindoctor report" not in seeded_run.stderr  # the passive callback printed nothing
+def test_seeded_mistakes_under_traindoctor_run(runs) -> None:
+    run = runs["seeded_run"].result()
+    _assert_seeded(run)
+    assert "traindoctor report" not in run.stderr  # the passive callback printed nothing
 
 
-def test_seeded_mistakes_through_the_callback_with_pytorch_lightning(seeded_callback: Run) -> None:
-    _assert_seeded(seeded_callback)
-    assert seeded_callback.report["environment"]["framework"] == "pytorch_lightning"
-    err = seeded_callback.stderr
+def test_seeded_mistakes_through_the_callback_with_pytorch_lightning(runs) -> None:
+    run = runs["seeded_callback"].result()
+    _assert_seeded(run)
+    assert run.report["environment"]["framework"] == "pytorch_lightning"
     # Each finding on Lightning's logger, then the text report with evidence, at the end of fit.
     for code, name in [("TD204", "weight-decay-on-bias-norm"), ("TD501", "checkpoint-without-optimizer")]:
-        assert f"traindoctor {code} {name}:" in err
-    report = err[err.index("traindoctor report"):]
+        assert f"traindoctor {code} {name}:" in run.stderr
+    report = run.stderr[run.stderr.index("traindoctor report"):]
     assert "Found 4 runtime findings" in report and "missing_optimizers: [AdamW]" in report
-    assert "final train_loss" in seeded_callback.stdout
+    assert "final train_loss" in run.stdout
 
 
-def test_healthy_twin_under_traindoctor_run_has_no_findings(tmp_path: Path) -> None:
-    run = under_run(SCRIPT, [], tmp_path)
+def test_healthy_twin_under_traindoctor_run_has_no_findings(runs) -> None:
+    run = runs["healthy_run"].result()
     assert run.report["findings"] == []
-    assert run.report["profile"]["steps"] > 0
-    # Lightning's own checkpoints were written (and not judged): fp16 plugin, scaler and clipping ran.
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["epoch=0-step=4.ckpt", "epoch=1-step=8.ckpt", "last.ckpt"]
+    assert run.report["profile"]["steps"] == 8
+    # Lightning's own checkpoints were written (and not judged); fp16 plugin, scaler and clipping ran.
+    ckpt = runs["healthy_run"].report.parent / "ckpt"
+    assert sorted(p.name for p in ckpt.iterdir()) == ["epoch=0-step=4.ckpt", "epoch=1-step=8.ckpt", "last.ckpt"]
 
 
-def test_healthy_twin_through_the_callback_has_no_findings(tmp_path: Path) -> None:
-    run = with_callback(SCRIPT, [], tmp_path)
+def test_healthy_twin_through_the_callback_has_no_findings(runs) -> None:
+    run = runs["healthy_callback"].result()
     assert run.report["findings"] == [] and run.report["partial"] is False
     assert run.report["environment"]["framework"] == "lightning"
     assert "No runtime findings." in run.stderr

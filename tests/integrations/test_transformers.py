@@ -4,16 +4,31 @@ A one-layer BERT built from a config: nothing is downloaded (``HF_HUB_OFFLINE=1`
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Iterator
 
 import pytest
 
-from framework_runs import Run, line_of, need, under_run, with_callback
+from framework_runs import Pending, Run, line_of, need, under_run, with_callback
 
 need("transformers", "accelerate")
 
 SCRIPT = "transformers_train.py"
 SEEDED = ["--mistakes", "decay,save,slow"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Iterator[dict[str, Pending]]:
+    """The module's runs (each starts when a test first asks for its result)."""
+    tmp = tmp_path_factory.mktemp
+    started = {
+        "seeded_run": under_run(SCRIPT, [*SEEDED, "--callback"], tmp("hf-seeded-run")),  # callback passive
+        "seeded_callback": with_callback(SCRIPT, SEEDED, tmp("hf-seeded-cb")),
+        "healthy_run": under_run(SCRIPT, [], tmp("hf-healthy-run")),
+        "healthy_callback": with_callback(SCRIPT, [], tmp("hf-healthy-cb")),
+    }
+    yield started
+    for pending in started.values():
+        pending.close()
 
 
 def _assert_seeded(run: Run) -> None:
@@ -29,14 +44,14 @@ def _assert_seeded(run: Run) -> None:
     assert td501["location"]["row"] == line_of(SCRIPT, "torch.save(model.state_dict()")
 
 
-def test_seeded_mistakes_under_traindoctor_run(tmp_path: Path) -> None:
-    run = under_run(SCRIPT, [*SEEDED, "--callback"], tmp_path)  # the callback stays passive
+def test_seeded_mistakes_under_traindoctor_run(runs) -> None:
+    run = runs["seeded_run"].result()
     _assert_seeded(run)
     assert "traindoctor report" not in run.stderr
 
 
-def test_seeded_mistakes_through_the_callback(tmp_path: Path) -> None:
-    run = with_callback(SCRIPT, SEEDED, tmp_path)
+def test_seeded_mistakes_through_the_callback(runs) -> None:
+    run = runs["seeded_callback"].result()
     _assert_seeded(run)
     assert run.report["environment"]["framework"] == "transformers"
     # The loader advice names the TrainingArguments option to change.
@@ -46,14 +61,15 @@ def test_seeded_mistakes_through_the_callback(tmp_path: Path) -> None:
     assert "Found 3 runtime findings" in run.stderr.split("traindoctor report", 1)[1]
 
 
-@pytest.mark.parametrize("mode", ["run", "callback"])
-def test_healthy_twin_has_no_findings(tmp_path: Path, mode: str) -> None:
-    run = (under_run if mode == "run" else with_callback)(SCRIPT, [], tmp_path)
+@pytest.mark.parametrize("mode", ["healthy_run", "healthy_callback"])
+def test_healthy_twin_has_no_findings(runs, mode: str) -> None:
+    run = runs[mode].result()
     # The Trainer's default AdamW keeps biases/LayerNorm out of weight decay (the audit reads the
     # real groups); its checkpoints (weights, optimizer.pt, scheduler.pt, rng_state.pth) and its
     # evaluation (eval mode, no grad) are the Trainer's business: nothing to report.
     assert run.report["findings"] == []
     assert run.report["profile"]["steps"] == 16
+    out = runs[mode].report.parent
     for step in (8, 16):
-        saved = {p.name for p in (tmp_path / "hf" / f"checkpoint-{step}").iterdir()}
+        saved = {p.name for p in (out / "hf" / f"checkpoint-{step}").iterdir()}
         assert {"optimizer.pt", "scheduler.pt", "rng_state.pth"} <= saved
