@@ -66,8 +66,8 @@ class Pending:
     framework processes competing for two cores would stretch the compute it is compared with.
     """
 
-    def __init__(self, cmd: list[str], cwd: Path, report: Path) -> None:
-        self.cmd, self.cwd, self.report = cmd, cwd, report
+    def __init__(self, cmd: list[str], cwd: Path, report: Path, returncode: int = 0) -> None:
+        self.cmd, self.cwd, self.report, self.returncode = cmd, cwd, report, returncode
         self.proc: subprocess.Popen | None = None
         self._run: Run | None = None
 
@@ -92,7 +92,7 @@ class Pending:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 out, err = self.proc.communicate()
-            assert self.proc.returncode == 0, \
+            assert self.proc.returncode == self.returncode, \
                 f"{self.cmd} failed ({self.proc.returncode}):\n{out[-3000:]}\n{err[-6000:]}"
             self._run = Run(json.loads(self.report.read_text()), out, err)
         return self._run
@@ -105,11 +105,11 @@ def under_run(script: str, args: list[str], tmp: Path) -> Pending:
                     str(SCRIPTS / script), *args, "--out", str(tmp)], tmp, report)
 
 
-def with_callback(script: str, args: list[str], tmp: Path) -> Pending:
+def with_callback(script: str, args: list[str], tmp: Path, returncode: int = 0) -> Pending:
     """Start ``python SCRIPT --callback --report report.json ARGS --out tmp`` (no ``traindoctor run``)."""
     report = tmp / "callback-report.json"
     return Pending([sys.executable, str(SCRIPTS / script), "--callback", "--report", str(report),
-                    *args, "--out", str(tmp)], tmp, report)
+                    *args, "--out", str(tmp)], tmp, report, returncode)
 
 
 def line_of(script: str, marker: str) -> int:

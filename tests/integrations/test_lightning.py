@@ -79,3 +79,12 @@ def test_healthy_twin_through_the_callback_has_no_findings(runs) -> None:
     assert run.report["findings"] == [] and run.report["partial"] is False
     assert run.report["environment"]["framework"] == "lightning"
     assert "No runtime findings." in run.stderr
+
+
+def test_an_exception_in_fit_gives_a_partial_report_before_the_traceback(tmp_path) -> None:
+    run = with_callback(SCRIPT, ["--mistakes", "decay", "--raise-at-step", "3", "--epochs", "1"], tmp_path,
+                        returncode=1).result()
+    assert run.report["partial"] is True and run.codes == ["TD204"]
+    err = run.stderr
+    assert "partial report" in err
+    assert err.index("traindoctor report") < err.index("RuntimeError: seeded failure at step 3")

@@ -9,7 +9,7 @@
 
 The watch starts in ``setup(stage="fit")`` (before ``configure_optimizers`` and the dataloaders,
 so the optimizer, schedulers and loaders are seen being built) and ends with ``on_fit_end`` (or
-``teardown`` after an exception, then the report is marked partial). At the end, each finding is
+``on_exception``, then the report is marked partial). At the end, each finding is
 logged to Lightning's logger (``lightning.pytorch`` / ``pytorch_lightning``), the counts go to the
 trainer's loggers as ``traindoctor/errors``, ``traindoctor/warnings``, ``traindoctor/infos``,
 and the text report is printed. ``callback.findings`` and ``callback.report`` (the JSON report as
@@ -85,6 +85,7 @@ class _DoctorHooks:
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self._watch.partial = True
+        self._finish(trainer)  # Lightning does not call the callbacks' teardown after an exception
 
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
         self._finish(trainer)

@@ -58,6 +58,8 @@ class Net(L.LightningModule):
         return self.net(x)
 
     def training_step(self, batch, batch_idx):
+        if self.global_step == self.args.raise_at_step:
+            raise RuntimeError(f"seeded failure at step {self.global_step}")
         x, y = batch
         loss = nn.functional.cross_entropy(self(x), y)
         self.log("train_loss", loss)
@@ -101,6 +103,7 @@ def main():
     parser.add_argument("--gpu", action="store_true", help="train on CUDA with Lightning's own 16-mixed")
     parser.add_argument("--pytorch-lightning", action="store_true", help="use the pytorch_lightning package")
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--raise-at-step", type=int, default=-1, help="raise inside training_step at this step")
     parser.add_argument("--samples", type=int, default=64)
     parser.add_argument("--data-ms", type=float, default=25.0, help="'slow': ms to load one sample")
     args = parser.parse_args()
