@@ -4,15 +4,16 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs bench clean
+.PHONY: demo test docs bench gpu-check clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	# Pinned on purpose: an unpinned torch pulls a multi-GB CUDA build.
 	$(PY) -m pip install -q "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[dev]"
-	# Optional extras the tests exercise (HTML report, TensorBoard), torch held by constraints.txt.
-	$(PY) -m pip install -q -c constraints.txt -e ".[html,tensorboard]"
+	# dev tools, the optional extras the tests exercise (HTML report, TensorBoard) and the frameworks
+	# the integration tests run (lightning, transformers, accelerate), always under constraints.txt
+	# so nothing re-resolves torch.
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,html,tensorboard,frameworks]"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -27,6 +28,11 @@ docs: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/lint_speed.py
 	$(PY) benchmarks/runtime_overhead.py
+
+# Every GPU path in one go (< 5 min on one NVIDIA GPU); writes gpu_check.json and gpu_check.md.
+# Without CUDA it says it needs a GPU and exits 0.
+gpu-check: $(STAMP)
+	$(PY) benchmarks/gpu_check.py --json gpu_check.json --markdown gpu_check.md
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

@@ -34,8 +34,14 @@ class LrStepMonitor(Monitor):
             return  # another LR monitor recorded this step already
         shared.mark = mark
         self.lrs.add(optimizer)
-        if self.lrs.optimizer_ref is not None and self.lrs.optimizer_ref() is optimizer:
-            self.steps.add(self.session)
+
+    def on_step_end(self, step_record: object) -> None:
+        # Counted from the finished step: a closure step runs its backward inside ``step()``.
+        shared = self._shared
+        if shared.last_record is step_record:
+            return  # another LR monitor recorded this step already
+        shared.last_record = step_record
+        self.steps.add(step_record)
 
 
 class _SharedLrFacts:
@@ -45,3 +51,4 @@ class _SharedLrFacts:
         self.steps = StepFacts()
         self.lrs = LrTrace()
         self.mark: Any = None
+        self.last_record: Any = None

@@ -67,13 +67,18 @@ def forward_batch(session: Any) -> int | None:
 
 @dataclass
 class StepFacts:
-    """Per-step counts collected by a monitor (backward calls, samples)."""
+    """Per-step counts collected by a monitor (backward calls, samples).
+
+    Counted from the finished step record (``on_step_end``), not when ``optimizer.step()`` is
+    entered: an optimizer step with a closure (LBFGS, Lightning's automatic optimization) runs the
+    step's last forward and backward *inside* ``step()``, and counting at its start would miss it.
+    """
 
     backward_calls: list[int] = field(default_factory=list)
 
-    def add(self, session: Any) -> None:
+    def add(self, record: Any) -> None:
         try:
-            self.backward_calls.append(int(session.backward_calls_this_step))
+            self.backward_calls.append(int(record.backward_calls))
         except Exception:
             pass
 

@@ -312,8 +312,8 @@ class BatchnormSmallBatchMonitor(Monitor):
 
         self.steps = StepFacts()
 
-    def on_before_optimizer_step(self, optimizer: object) -> None:
-        self.steps.add(self.session)
+    def on_step_end(self, step_record: object) -> None:
+        self.steps.add(step_record)
 
     def on_run_end(self) -> None:
         if not self.steps.backward_calls:

@@ -5,7 +5,10 @@ runs first with the very same arguments, so the file written is byte-for-byte wh
 unwatched; only after it returned does the probe emit ``on_checkpoint_save(obj, path, site)``.
 Monitors inspect ``obj`` in place (keys, types, tensor identity); nothing is copied or converted.
 Saves into unnamed in-memory buffers (``io.BytesIO``, used for deep copies) are emitted with
-``path=None`` and monitors ignore them.
+``path=None`` and monitors ignore them. Saves made by a framework's own checkpoint writer
+(``accelerator.save_state``, the Hugging Face ``Trainer``'s checkpoints, Lightning's
+``save_checkpoint``; see :mod:`traindoctor.integrations.frameworks`) are not emitted: the framework
+writes the rest of the state next to them.
 
 LR schedulers are seen at construction (``LRScheduler.__init__`` and ``ReduceLROnPlateau.__init__``,
 which does not call its base's ``__init__``): ``on_scheduler_created(scheduler, site)``.
@@ -49,7 +52,7 @@ class CheckpointProbe(Probe):
                 result = original(obj, f, *args, **kwargs)
             finally:
                 probe._saving -= 1
-            if probe._saving == 0:
+            if probe._saving == 0 and not probe._framework_save():
                 try:
                     probe._emit("on_checkpoint_save", obj, describe_path(f), site=user_site(2))
                 except Exception as exc:  # fail-open
@@ -74,6 +77,16 @@ class CheckpointProbe(Probe):
                 probe.fail("LRScheduler.__init__", exc)
 
         return __init__
+
+    def _framework_save(self) -> bool:
+        """True when a framework's own checkpoint writer called this save (fail-open: False)."""
+        try:
+            from traindoctor.integrations.frameworks import caller_is_framework_writer
+
+            return caller_is_framework_writer(2) is not None
+        except Exception as exc:
+            self.fail("framework checkpoint writer", exc)
+            return False
 
     def _forget(self) -> None:
         """Drop the monitors' shared audit of the object just saved (never keep it alive)."""

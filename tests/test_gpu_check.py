@@ -1,0 +1,87 @@
+"""benchmarks/gpu_check.py on a CPU machine: it says it needs a GPU and exits 0; its workloads run
+on the CPU (``--rehearse-on-cpu``) where no GPU-only finding may fire; its table and exit code."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
+
+
+@pytest.fixture(scope="module")
+def gpu_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = module  # dataclasses look their module up while the class is built
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop("gpu_check", None)
+
+
+def test_without_cuda_it_says_it_needs_a_gpu_and_exits_0(tmp_path: Path, gpu_check) -> None:
+    import torch
+
+    if torch.cuda.is_available():  # pragma: no cover - a GPU machine runs the real check
+        pytest.skip("CUDA is available here: the check would really run")
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--json", "r.json", "--markdown", "r.md"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == gpu_check.NEEDS_GPU
+    assert "needs an NVIDIA GPU" in proc.stdout and "make gpu-check" in proc.stdout
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "r.md").exists()
+
+
+def test_workloads_rehearsed_on_cpu_report_no_gpu_only_finding(tmp_path: Path, gpu_check, capsys) -> None:
+    checks = "check_td101,check_td201_td306,check_td301_td302,check_td401_td402,check_tune"
+    code = gpu_check.main(["--rehearse-on-cpu", "--only", checks, "--json", str(tmp_path / "r.json"),
+                           "--markdown", str(tmp_path / "r.md")])
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert code == 0, report
+    assert report["header"]["rehearsal"] is True and report["failed"] == 0
+    rows = {(r["check"], r["variant"]): r for r in report["results"]}
+    gpu_only = {"TD101", "TD201", "TD306", "TD401", "TD402"}
+    assert all(not gpu_only & set(r["observed"]) for r in report["results"])
+    # The workloads are real: the non-GPU findings do fire on the CPU.
+    assert rows[("TD301/TD302 scaler", "fp16, no GradScaler")]["observed"] == ["TD301"]
+    assert rows[("TD301/TD302 scaler", "fp16, clip before unscale_")]["observed"] == ["TD302"]
+    assert rows[("TD301/TD302 scaler", "fp16, unscale_ then clip")]["observed"] == []
+    assert rows[("TD101 pin-memory-off", "pin_memory=False")]["numbers"]["verdict"]
+    tune = rows[("tune pin_memory candidates", "4 candidates")]
+    assert tune["observed"] == ["no pinned"]  # pinning is only measured when batches go to CUDA
+    table = (tmp_path / "r.md").read_text()
+    assert "| check | variant | expected | reported | result | s | numbers |" in table
+    assert table.count("| pass |") == len(report["results"])
+
+
+def test_a_failing_check_makes_the_exit_code_1(tmp_path: Path, gpu_check, monkeypatch) -> None:
+    def broken(ctx):
+        return [gpu_check._timed("broken", "v", ["TD101"], lambda: (_ for _ in ()).throw(RuntimeError("boom")))]
+
+    def missed(ctx):
+        return [gpu_check._timed("missed", "v", ctx.expect("TD101", gpu_only=False), lambda: ([], {}))]
+
+    monkeypatch.setattr(gpu_check, "CHECKS", [broken, missed])
+    code = gpu_check.main(["--rehearse-on-cpu", "--json", str(tmp_path / "r.json"),
+                           "--markdown", str(tmp_path / "r.md")])
+    assert code == 1
+    results = json.loads((tmp_path / "r.json").read_text())["results"]
+    assert results[0]["error"] == "RuntimeError: boom" and results[1]["passed"] is False
+    table = (tmp_path / "r.md").read_text()
+    assert "| broken | v | TD101 | - | error |" in table and "| missed | v | TD101 | - | FAIL |" in table
+
+
+def test_expectations_follow_the_device(gpu_check, tmp_path: Path) -> None:
+    gpu = gpu_check.Context("cuda", True, (9, 0), tmp_path)
+    cpu = gpu_check.Context("cpu", False, None, tmp_path, rehearsal=True)
+    assert gpu.expect("TD306", "TD201") == ["TD201", "TD306"]
+    assert cpu.expect("TD306", "TD201") == []
+    assert cpu.expect("TD301", gpu_only=False) == ["TD301"]
