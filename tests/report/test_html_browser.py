@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from traindoctor.report.html_charts import step_parts
+
 pytest.importorskip("plotly", reason="the html extra (plotly) is not installed: pip install 'traindoctor[html]'")
 
 import chromium  # noqa: E402
@@ -46,8 +48,11 @@ def test_run_report_renders_findings_and_charts_in_chromium(tmp_path: Path) -> N
     for name, chart in charts.items():
         assert 'class="main-svg"' in chart, f"{name} was not drawn"
     steps = len(report["timeline"])
-    # One drawn bar per step for each of the four components of the time split.
-    assert chart_count(charts["chart-step-time"], '<g class="point">') == 4 * steps
+    # One drawn bar per step for each component of the time split (forward, backward, ... when
+    # measured; compute is then their sum and not stacked again).
+    parts = [key for key, _, _ in step_parts(report["timeline"])]
+    assert {"data", "forward", "backward", "optimizer"} <= set(parts)
+    assert chart_count(charts["chart-step-time"], '<g class="point">') == len(parts) * steps
     assert "Step time split" in charts["chart-step-time"]
     assert "data wait" in charts["chart-step-time"]  # the legend
     assert 'class="js-line"' in charts["chart-throughput"]

@@ -13,8 +13,11 @@ from typing import Any, Mapping, Sequence
 COMPONENTS = (
     ("data", "data wait", "#f59e0b"),
     ("transfer", "host-to-device", "#a855f7"),
+    ("forward", "forward", "#3b82f6"),
+    ("backward", "backward", "#6366f1"),
     ("compute", "compute", "#3b82f6"),
     ("optimizer", "optimizer step", "#14b8a6"),
+    ("other", "other host work", "#94a3b8"),
 )
 #: Timeline ``*_ms`` keys that are not parts of the step (totals, or overlapping device time).
 _NOT_PARTS = {"wall", "device", "step"}
@@ -53,6 +56,19 @@ def _layout(title: str, y_title: str, x_title: str = "optimizer step", height: i
     }
 
 
+def _split(timeline: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether forward and backward were timed apart (in some steps at least)."""
+    return any("forward_ms" in p and "backward_ms" in p for p in timeline)
+
+
+def part_ms(point: Mapping[str, Any], key: str, split: bool) -> float:
+    """A component's bar height; with forward/backward stacked, ``compute`` only stands for the
+    steps where they were not timed apart (it is their sum otherwise)."""
+    if split and key == "compute" and "forward_ms" in point:
+        return 0.0
+    return float(point.get(f"{key}_ms") or 0.0)
+
+
 def step_parts(timeline: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
     """The components present in the timeline, known ones first, then any newer ones."""
     keys: list[str] = []
@@ -60,6 +76,8 @@ def step_parts(timeline: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, st
         for key in point:
             if key.endswith("_ms") and key[:-3] not in _NOT_PARTS and key[:-3] not in keys:
                 keys.append(key[:-3])
+    if _split(timeline) and "compute" in keys and all("forward_ms" in p for p in timeline):
+        keys.remove("compute")  # compute = forward + backward: stack the parts, not the sum
     known = [c for c in COMPONENTS if c[0] in keys]
     extra = [k for k in keys if k not in {c[0] for c in COMPONENTS}]
     return known + [
@@ -83,9 +101,10 @@ def step_time_figure(timeline: Sequence[Mapping[str, Any]]) -> Any | None:
     go = _go()
     steps = [p["step"] for p in timeline]
     fig = go.Figure()
+    split = _split(timeline)
     for key, label, colour in step_parts(timeline):
         fig.add_trace(go.Bar(
-            x=steps, y=[p.get(f"{key}_ms") or 0.0 for p in timeline], name=label,
+            x=steps, y=[part_ms(p, key, split) for p in timeline], name=label,
             marker={"color": colour, "line": {"width": 0}},
             hovertemplate="%{y:.2f} ms",
         ))
