@@ -28,6 +28,11 @@ LAYERS = {
     "traindoctor.registry": 6,
     "traindoctor.config": 6,
     "traindoctor.static.engine": 7,
+    # the check command: it drives the engine
+    "traindoctor.static.checkfile": 8,
+    "traindoctor.static.cache": 8,
+    "traindoctor.static.runner": 8,
+    "traindoctor.static.cli": 8,
 }
 ANALYSIS = 4  # every other module of traindoctor.static
 

@@ -586,3 +586,31 @@ def test_td501_argparse_namespace_named_opt_is_no_optimizer():
         torch.save(netD.state_dict(), "%s/netD_epoch_%d.pth" % (opt.outf, epoch))
     """
     assert ("TD501", 15) in found(src)
+
+
+HOOK_SAVE = """
+import torch
+from transformers import TrainerCallback
+
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+
+class SaveWeights(TrainerCallback):
+    def {hook}(self, args, state, control, **kwargs):
+        torch.save(model.state_dict(), "weights.pt")
+
+
+for x in loader:
+    model(x).sum().backward()
+    optimizer.step()
+"""
+
+
+def test_a_save_in_a_per_epoch_framework_hook_is_a_periodic_checkpoint() -> None:
+    # The trainer calls ``on_epoch_end`` every epoch: the save repeats like one in the loop.
+    assert ("TD501", 10) in found(HOOK_SAVE.format(hook="on_epoch_end"))
+
+
+def test_a_save_in_a_one_off_hook_stays_an_export() -> None:
+    assert found(HOOK_SAVE.format(hook="on_predict")) == []

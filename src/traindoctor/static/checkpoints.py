@@ -140,6 +140,13 @@ _RX_READS_CHECKPOINT = re.compile(r"load|restore|resume|restart")
 _RX_CKPT_FILE = re.compile(r"^[\w\-.]*[A-Za-z0-9_\-]\.(pt|pth|ckpt|tar|bin|pkl)$")
 
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+#: Framework hooks run once per epoch or step of the framework's own training loop (Lightning
+#: ``Callback``/``LightningModule`` hooks, Hugging Face ``TrainerCallback`` events).
+_PERIODIC_HOOKS = frozenset({
+    "on_train_epoch_end", "on_train_epoch_start", "on_train_batch_end", "on_validation_epoch_end",
+    "training_epoch_end", "validation_epoch_end",  # Lightning < 2
+    "on_epoch_end", "on_epoch_begin", "on_step_end", "on_evaluate", "on_save",  # TrainerCallback
+})
 
 
 def kind_from_name(name: str) -> str | None:
@@ -456,6 +463,13 @@ class CheckpointIndex:
         training, _ = self._loops
         return any(id(l) in training for l in self.ctx.enclosing_loops(node))
 
+    def _in_periodic_hook(self, node: ast.AST) -> bool:
+        """A save in a framework hook the trainer calls every epoch or step (Lightning's
+        ``on_train_epoch_end``, a ``TrainerCallback``'s ``on_epoch_end``) repeats like a save in
+        the training loop: the loop is the framework's."""
+        fn = self.ctx.function_of(node)
+        return isinstance(fn, _FUNCS) and fn.name in _PERIODIC_HOOKS
+
     def mid_epoch(self, node: ast.AST) -> bool:
         _, batch = self._loops
         return any(id(l) in batch for l in self.ctx.enclosing_loops(node))
@@ -484,7 +498,9 @@ class CheckpointIndex:
             self._append(SaveSite(call, call, contexts, obj, path, self.analyze(obj)))
 
     def _append(self, site: SaveSite) -> None:
-        site.in_training_loop = any(self.in_training_loop(c) for c in site.contexts)
+        site.in_training_loop = any(self.in_training_loop(c) for c in site.contexts) or self._in_periodic_hook(
+            site.call
+        )
         site.mid_epoch = any(self.mid_epoch(c) for c in site.contexts)
         self.sites.append(site)
 

@@ -485,9 +485,10 @@ class FileContext:
             v = node.value  # type: ignore[attr-defined]
             if isinstance(v, str) and (v == "cuda" or v.startswith("cuda:") or v == "nccl"):
                 return True
-        from traindoctor.static.frameworks import framework_targets_cuda
+        from traindoctor.static.protocols import FRAMEWORK_HOOKS
 
-        return framework_targets_cuda(self)  # Trainer/Fabric/Accelerator pick the GPU themselves
+        hook = FRAMEWORK_HOOKS.get("targets_cuda")  # Trainer/Fabric/Accelerator pick the GPU themselves
+        return bool(hook(self)) if hook is not None else False
 
     # ------------------------------------------------------------------ positions and text
     def _char_col(self, lineno: int, byte_col: int) -> int:

@@ -20,6 +20,7 @@ from traindoctor.finding import Finding, Location, Origin, Severity, sort_findin
 from traindoctor.registry import all_rules
 from traindoctor.rules.base import Rule
 from traindoctor.static.context import FileContext, split_lines
+from traindoctor.static import frameworks as _frameworks  # noqa: F401 - registers FRAMEWORK_HOOKS
 from traindoctor.static.fix import apply_edits, select_fixes
 from traindoctor.static.grammar import newer_python_needed, running_python
 from traindoctor.static.loaders import drives_training

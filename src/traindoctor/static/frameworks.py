@@ -479,3 +479,13 @@ def framework_sets_epoch(ctx: "FileContext", loader: Any) -> bool:
 def apex_amp_calls(ctx: "FileContext") -> list[tuple[str, ast.Call]]:
     """(qualified name, call) of NVIDIA apex AMP entry points (``amp.initialize``, ``amp.scale_loss``)."""
     return [(qn, c) for qn in sorted(APEX_AMP) for c in ctx.calls_to(qn)]
+
+
+def _register() -> None:
+    from traindoctor.static.protocols import FRAMEWORK_HOOKS
+
+    FRAMEWORK_HOOKS["attribute_value"] = lightning_hparam
+    FRAMEWORK_HOOKS["targets_cuda"] = framework_targets_cuda
+
+
+_register()

@@ -54,3 +54,10 @@ class ProjectLink(Protocol):
     dependencies: set[str]
 
     def config_value(self, node: ast.AST) -> Any: ...
+
+
+#: Framework knowledge that lower layers consult without importing it (the layers read bottom-up):
+#: :mod:`traindoctor.static.frameworks` registers ``"attribute_value"`` (``self.lr`` of a
+#: LightningModule from its ``__init__`` default) and ``"targets_cuda"`` (a Trainer, Fabric or
+#: Accelerator picks the GPU itself) when it is imported; the engine imports it.
+FRAMEWORK_HOOKS: dict[str, Any] = {}

@@ -107,9 +107,10 @@ def evaluate(ctx: ValueSource, node: ast.AST | None, depth: int = 0) -> Any:
         value = ctx.argparse_default(node) if isinstance(node.value, ast.Name) else UNKNOWN
         if value is UNKNOWN:
             # ``self.lr`` / ``self.hparams.lr`` of a LightningModule: its ``__init__`` default.
-            from traindoctor.static.frameworks import lightning_hparam
+            from traindoctor.static.protocols import FRAMEWORK_HOOKS
 
-            value = lightning_hparam(ctx, node)
+            hook = FRAMEWORK_HOOKS.get("attribute_value")
+            value = hook(ctx, node) if hook is not None else UNKNOWN
         if value is not UNKNOWN:
             return value
     if isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
