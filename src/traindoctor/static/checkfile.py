@@ -14,9 +14,9 @@ import tokenize
 from dataclasses import dataclass, field
 
 from traindoctor.config import Settings
-from traindoctor.finding import Finding, Location, Origin, Severity
+from traindoctor.finding import Finding
 from traindoctor.rules.base import Rule
-from traindoctor.static.engine import check_source
+from traindoctor.static.engine import check_source, parse_error
 from traindoctor.static.notebook import NotebookError, is_notebook, read_notebook
 
 
@@ -47,18 +47,6 @@ def encode_like(original: bytes, text: str) -> bytes:
     if encoding == "utf-8-sig" or original.startswith(codecs.BOM_UTF8):
         return codecs.BOM_UTF8 + text.encode("utf-8")
     return text.encode(encoding)
-
-
-def parse_error(filename: str, message: str) -> Finding:
-    return Finding(
-        code="TD000",
-        name="parse-error",
-        severity=Severity.ERROR,
-        message=message,
-        filename=filename,
-        location=Location(1, 1),
-        origin=Origin.STATIC,
-    )
 
 
 def check_file(

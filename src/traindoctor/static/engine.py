@@ -63,7 +63,7 @@ def instantiate(codes: Iterable[str]) -> list[Rule]:
     return [r() for r in all_rules() if r.code in wanted and r.static]
 
 
-def _parse_error(filename: str, message: str, row: int = 1, column: int = 1, line: str | None = None) -> Finding:
+def parse_error(filename: str, message: str, row: int = 1, column: int = 1, line: str | None = None) -> Finding:
     return Finding(
         code="TD000",
         name="parse-error",
@@ -90,9 +90,9 @@ def parse(filename: str, data: bytes | str) -> tuple[str, list[str], ast.Module]
     try:
         source = data if isinstance(data, str) else decode_source(data)
     except (UnicodeDecodeError, LookupError, SyntaxError) as exc:
-        return _parse_error(filename, f"File is not valid text in its declared encoding ({exc}); it was skipped.")
+        return parse_error(filename, f"File is not valid text in its declared encoding ({exc}); it was skipped.")
     if "\x00" in source:
-        return _parse_error(filename, "File contains null bytes (a binary file?); it was skipped.")
+        return parse_error(filename, "File contains null bytes (a binary file?); it was skipped.")
     lines = split_lines(source)
     try:
         with warnings.catch_warnings():
@@ -109,12 +109,12 @@ def parse(filename: str, data: bytes | str) -> tuple[str, list[str], ast.Module]
                 f"traindoctor runs on Python {running_python()}: run it with Python {version} or "
                 "newer to check this file; the file was skipped."
             )
-            return _parse_error(filename, message, row, exc.offset or 1, text)
-        return _parse_error(filename, f"SyntaxError: {exc.msg}; the file was skipped.", row, exc.offset or 1, text)
+            return parse_error(filename, message, row, exc.offset or 1, text)
+        return parse_error(filename, f"SyntaxError: {exc.msg}; the file was skipped.", row, exc.offset or 1, text)
     except (RecursionError, MemoryError):
-        return _parse_error(filename, "File is nested too deeply for the Python parser; it was skipped.")
+        return parse_error(filename, "File is nested too deeply for the Python parser; it was skipped.")
     except (ValueError, OverflowError) as exc:
-        return _parse_error(filename, f"File cannot be parsed ({exc}); it was skipped.")
+        return parse_error(filename, f"File cannot be parsed ({exc}); it was skipped.")
     return source, lines, tree
 
 
