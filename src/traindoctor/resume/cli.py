@@ -178,6 +178,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"(run files kept in {runs.workdir})")
 
 
+def _compare(ref: Any, intr: Any, res: Any, steps: int, tol: float) -> Verdict:
+    """The verdict for one run (or one rank) of each scenario: per-step records and final state."""
+    final_diff = None
+    if ref.final is not None and res.final is not None:
+        import torch
+
+        from traindoctor.resume.compare import compare_states
+
+        final_diff = compare_states(torch.load(ref.final, weights_only=True),
+                                    torch.load(res.final, weights_only=True), tol)
+    verdict = compare_runs(ref.record, intr.record, res.record, final_diff, steps, tol)
+    if res.record.get("status") == "crashed" and not verdict.exact:
+        verdict.cause = "the resumed run crashed"
+    return verdict
+
+
 def _judge(runs: Any, script: str, steps: int, interrupt_at: int, opts: Any) -> int:
     fmt = opts.output_format
     ref, intr, res = runs.reference, runs.interrupted, runs.resumed
@@ -203,17 +219,8 @@ def _judge(runs: Any, script: str, steps: int, interrupt_at: int, opts: Any) -> 
     if tol is None:
         cuda = any(r.record and r.record.get("cuda_used") for r in (ref, res))
         tol = DEFAULT_GPU_TOLERANCE if cuda else 0.0
-    final_diff = None
-    if ref.final is not None and res.final is not None:
-        import torch
-
-        from traindoctor.resume.compare import compare_states
-
-        final_diff = compare_states(torch.load(ref.final, weights_only=True),
-                                    torch.load(res.final, weights_only=True), tol)
-    verdict = compare_runs(ref.record, intr.record, res.record, final_diff, steps, tol)
+    verdict = _compare(ref, intr, res, steps, tol)
     if res.record.get("status") == "crashed" and not verdict.exact:
-        verdict.cause = "the resumed run crashed"
         verdict.explanation = "its last output lines:\n" + "\n".join(
             f"    {line}" for line in res.log_tail(8).splitlines())
     from traindoctor.resume.result import result_dict
@@ -230,10 +237,6 @@ def _judge(runs: Any, script: str, steps: int, interrupt_at: int, opts: Any) -> 
 
 def _judge_ranks(runs: Any, script: str, steps: int, interrupt_at: int, opts: Any) -> int:
     """Multi-rank verdict: each rank's three records compared like a single run's."""
-    import torch
-
-    from traindoctor.resume.compare import compare_states
-
     fmt = opts.output_format
     ref, intr, res = runs.reference, runs.interrupted, runs.resumed
     n = int(opts.nproc_per_node)
@@ -264,14 +267,7 @@ def _judge_ranks(runs: Any, script: str, steps: int, interrupt_at: int, opts: An
         if res_r.record is None or res.timed_out:
             return _fail(f"the resumed run's rank {rank} " + (
                 "timed out" if res.timed_out else "left no record"), fmt, res.log_tail())
-        final_diff = None
-        if ref_r.final is not None and res_r.final is not None:
-            final_diff = compare_states(torch.load(ref_r.final, weights_only=True),
-                                        torch.load(res_r.final, weights_only=True), tol)
-        verdict = compare_runs(ref_r.record, intr_r.record, res_r.record, final_diff, steps, tol)
-        if res_r.record.get("status") == "crashed" and not verdict.exact:
-            verdict.cause = "the resumed run crashed"
-        verdicts.append(verdict)
+        verdicts.append(_compare(ref_r, intr_r, res_r, steps, tol))
     diverged = [(v.first_step if v.first_step is not None else steps + 1, r)
                 for r, v in enumerate(verdicts) if not v.exact]
     first_rank = min(diverged)[1] if diverged else None
