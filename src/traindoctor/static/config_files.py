@@ -98,16 +98,9 @@ class _ConfigTable:
         if not self.loads:
             return
         self.changed = set(ctx._mutated_names)
-        for attr in ctx.of(ast.Attribute):
-            if isinstance(attr.ctx, (ast.Store, ast.Del)):
-                root = attr.value
-                while isinstance(root, (ast.Attribute, ast.Subscript)):
-                    root = root.value
-                if isinstance(root, ast.Name):
-                    self.changed.add(root.id)
-        for sub in ctx.of(ast.Subscript):
-            if isinstance(sub.ctx, (ast.Store, ast.Del)):
-                root = sub.value
+        for target in (*ctx.of(ast.Attribute), *ctx.of(ast.Subscript)):  # ``cfg.a = ``, ``cfg["a"] = ``
+            if isinstance(target.ctx, (ast.Store, ast.Del)):
+                root = target.value
                 while isinstance(root, (ast.Attribute, ast.Subscript)):
                     root = root.value
                 if isinstance(root, ast.Name):
