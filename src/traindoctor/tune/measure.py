@@ -37,7 +37,8 @@ DEFAULT_BATCHES = 20
 DEFAULT_WARMUP_BATCHES = 3
 DEFAULT_TIME_BUDGET_S = 10.0
 
-_CANDIDATE_KEYS = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory")
+#: The DataLoader keyword arguments tune measures and `loader_kwargs(tuned=...)` accepts.
+LOADER_KEYS = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory")
 
 
 class TuneError(Exception):
@@ -76,11 +77,11 @@ class Candidate:
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> "Candidate":
-        unknown = sorted(set(raw) - set(_CANDIDATE_KEYS))
+        unknown = sorted(set(raw) - set(LOADER_KEYS))
         if unknown:
             raise TuneError(
                 f"candidate {dict(raw)!r}: unknown option(s) {', '.join(unknown)} "
-                f"(allowed: {', '.join(_CANDIDATE_KEYS)})"
+                f"(allowed: {', '.join(LOADER_KEYS)})"
             )
         workers = raw.get("num_workers", 0)
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import traindoctor
-from traindoctor.tune.measure import usable_cores, worker_counts
+from traindoctor.tune.measure import LOADER_KEYS, usable_cores, worker_counts
 
 #: Configurations predicted within this share of the best prediction are measured.
 SEARCH_SHARE = 0.85
@@ -44,8 +44,6 @@ WORKER_GAIN = 1.10
 MAX_SEARCH = 6
 MAX_CONFIRM_ROUNDS = 2
 DATA_BOUND_SHARE = 0.5
-
-LOADER_KEYS = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory")
 
 
 class TuneScriptError(Exception):
