@@ -339,6 +339,9 @@ class RankGuard:
         self._lock = threading.Lock()
         self._reported = False
         self._finishing = False
+        #: Set while the guard thread writes an emergency report; it ends in ``os._exit``.
+        self._emergency_running = False
+        self._emergency_exit = threading.Event()
         self._in_script = False
         self._stop = threading.Event()
         self._term_at: float | None = None
@@ -417,10 +420,19 @@ class RankGuard:
     def finish(self, report: dict[str, Any], exit_code: int) -> dict[str, Any] | None:
         """Normal end (also after an exception or SIGTERM): exchange reports; rank 0 merges."""
         with self._lock:
-            if self._reported:
-                return None
+            emergency = self._emergency_running
+            first = not self._reported
             self._reported = True
-            self._finishing = True
+            self._finishing = self._finishing or first
+        if emergency:
+            # The guard thread is writing this rank's report (a stall or SIGTERM fired while the
+            # script was still running) and ends the process when done. Returning would let the
+            # interpreter exit under it: the report lost, and torchrun's SIGTERM killing a
+            # process whose signal handlers finalisation has already reset. Wait for it, bounded.
+            self._emergency_exit.wait(min(self.wait_s, 20.0) + 10.0)
+            return None
+        if not first:
+            return None
         self._stop.set()
         if self.failure is None and exit_code not in (0, None):
             self.failure = {"how": "exit", "exit_code": exit_code,
@@ -500,6 +512,7 @@ class RankGuard:
             if self._reported:
                 return
             self._reported = True
+            self._emergency_running = True
         try:
             frame = sys._current_frames().get(self._main_ident) if self._main_ident else None
             assert self.failure is not None
@@ -531,4 +544,5 @@ class RankGuard:
                              f"{describe_failure(self.failure or {})}\n")
             sys.stderr.flush()
             sys.stdout.flush()
+            self._emergency_exit.set()
             os._exit(exit_code)
