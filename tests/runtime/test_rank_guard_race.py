@@ -39,10 +39,9 @@ def guard_env(tmp_path, monkeypatch):
     exits: list[int] = []
     exited = threading.Event()
 
-    def fake_exit(code: int) -> None:  # the real one ends the process
+    def fake_exit(code: int) -> None:  # the real one ends the process; this one only records
         exits.append(code)
         exited.set()
-        raise SystemExit(code)
 
     monkeypatch.setattr(distributed.os, "_exit", fake_exit)
     return exits, exited
@@ -97,3 +96,24 @@ def _swallow(fn: Any, *args: Any) -> None:
         fn(*args)
     except SystemExit:
         pass
+
+
+def test_stall_watchdog_fires_only_while_the_script_runs(guard_env, monkeypatch):
+    """A rank whose script has ended (the main thread is on its way to report) is not stalled;
+    the same silence inside the script is."""
+    exits, exited = guard_env
+    monkeypatch.setattr(distributed, "HEARTBEAT_S", 0.02)
+    session = FakeSession()
+    session.thresholds = {"distributed.wait_s": 0.1, "distributed.stall_s": 0.1}
+    written: list[dict] = []
+    guard = distributed.RankGuard(session, written.append,
+                                  base_report=lambda: {"environment": {}, "notes": []}).start()
+    try:
+        time.sleep(0.5)  # no progress, but outside the script: silence
+        assert exits == [] and guard.failure is None
+        guard.run_script(exited.wait, 5)  # no progress inside the script: a stall
+    finally:
+        guard.close()
+    assert exits == [124] and guard.failure["how"] == "stalled"
+    assert guard.failure["in_torch"] is False  # blocked in our own wait, not in torch
+    assert written and written[0]["environment"]["first_failure"]["how"] == "stalled"

@@ -306,15 +306,23 @@ def _user_frames(frame: Any, limit: int = 8) -> list[str]:
 
 
 def _where(frame: Any) -> str | None:
-    """The innermost frame of the user's code (not torch, not the standard library, not us)."""
-    skip = (os.sep + "site-packages" + os.sep, os.sep + "traindoctor" + os.sep,
-            os.path.dirname(os.__file__) + os.sep, "<frozen ")
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if not any(part in name for part in skip):
-            return f"{os.path.basename(name)}:{frame.f_lineno} in {frame.f_code.co_name}"
-        frame = frame.f_back
-    return None
+    """The innermost frame of the user's code (not torch, not the standard library, not us),
+    told apart by what the module is (:func:`live.is_library_file`), never by words in a path."""
+    from traindoctor.runtime.live import first_user_frame
+
+    user = first_user_frame(frame)
+    if user is None:
+        return None
+    return f"{os.path.basename(user.f_code.co_filename)}:{user.f_lineno} in {user.f_code.co_name}"
+
+
+def _in_torch(frame: Any) -> bool:
+    """Whether the innermost frame is torch's own code (a rank blocked in a collective)."""
+    torch_mod = sys.modules.get("torch")
+    if frame is None or torch_mod is None or not getattr(torch_mod, "__file__", None):
+        return False
+    root = os.path.dirname(os.path.realpath(torch_mod.__file__)) + os.sep
+    return os.path.realpath(frame.f_code.co_filename).startswith(root)
 
 
 class RankGuard:
@@ -477,6 +485,11 @@ class RankGuard:
                 now = time.monotonic()
                 if self._term_at is not None and not self._our_sigterm_handler():
                     self._term_at = None  # the script handles SIGTERM itself (preemption save)
+                if not self._in_script:
+                    # The script has ended (normally, by an exception or by SIGTERM): the main
+                    # thread is on its way to finish(), which reports. A rank that left its
+                    # script is neither stalled nor blocked.
+                    continue
                 if self._term_at is not None and now - self._term_at > TERM_GRACE_S:
                     # SIGTERM arrived but the main thread did not unwind: it is blocked in C
                     # code (a collective). Report for it.
@@ -518,8 +531,7 @@ class RankGuard:
             assert self.failure is not None
             self.failure.setdefault("where", _where(frame))
             self.failure["stack"] = _user_frames(frame)
-            self.failure["in_torch"] = bool(self.failure["stack"]) and (
-                os.sep + "torch" + os.sep) in self.failure["stack"][-1]
+            self.failure["in_torch"] = _in_torch(frame)
             self.failure["last_step"] = int(self.session.step)
             self.failure["blocked"] = True
             try:
