@@ -394,3 +394,47 @@ def test_an_indented_line_that_is_a_real_error_is_still_td000(tmp_path, capsys):
     nb.write_text(notebook("import torch\n", "x = 1\n  y = 2\n"))
     code, out = run(capsys, str(nb))
     assert f"{nb}:cell 2:2" in out and "TD000" in out
+
+
+RETURNED = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from datautils import {cls}
+
+
+def load_train_objs():
+    train_set = {cls}(2048)
+    model = torch.nn.Linear(20, 1).cuda()
+    return train_set, model, torch.optim.SGD(model.parameters(), lr=1e-3)
+
+
+def prepare_features(model, n):
+    feats = torch.randn(n, 20)
+    return TensorDataset(feats, model(feats).detach())
+
+
+def prepare_dataloader(dataset, batch_size):
+    return DataLoader(dataset, batch_size=batch_size, pin_memory=True)
+
+
+dataset, model, optimizer = load_train_objs()
+train_data = prepare_dataloader(dataset, 32)
+feats_loader = DataLoader(prepare_features(model, 512), batch_size=64, pin_memory=True)
+for epoch in range(10):
+    for source, targets in train_data:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(source.cuda()), targets.cuda()).backward()
+        optimizer.step()
+    for x, y in feats_loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x.cuda()), y.cuda()).backward()
+        optimizer.step()
+"""
+
+
+def test_datasets_returned_by_helpers_are_followed_to_their_class(tmp_path):
+    files = {"datautils.py": DATAUTILS, "train.py": RETURNED.format(cls="MyTrainDataset"), "pyproject.toml": ""}
+    assert findings(tmp_path, files, "train.py", ["TD102"]) == []
+    # The same helper returning a dataset that reads files: its loader is reported.
+    files["train.py"] = RETURNED.format(cls="ImageFiles")
+    assert findings(tmp_path, files, "train.py", ["TD102"]) == [("TD102", 18)]

@@ -347,6 +347,55 @@ class LoaderIndex:
             return []
         return list(self._name_calls.get(fn.name, ()))  # type: ignore[attr-defined]
 
+    def _returned_in_memory(self, expr: ast.AST, depth: int = 0) -> bool:
+        """A dataset returned by a function of this file whose every ``return`` gives an
+        in-memory dataset: ``feats = prepare_features(model, imgs)`` (``return
+        TensorDataset(...)``), or ``dataset, model, opt = load_train_objs()`` (``return
+        MyTrainDataset(2048), model, optimizer``)."""
+        ctx = self.ctx
+        if depth > 2:
+            return False
+        index: int | None = None
+        call: ast.AST | None = expr
+        if isinstance(expr, ast.Name):
+            scope = self._resolve_scope(expr)
+            stores = self._live_stores(expr, scope) if scope is not None else []
+            if len(stores) != 1:
+                return False
+            stmt = ctx.statement_of(stores[0])
+            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+                return False
+            target = stmt.targets[0]
+            if isinstance(target, (ast.Tuple, ast.List)):
+                if any(isinstance(e, ast.Starred) for e in target.elts):
+                    return False
+                index = next((i for i, e in enumerate(target.elts) if e is stores[0]), None)
+                if index is None:
+                    return False
+            elif target is not stores[0]:
+                return False
+            call = stmt.value
+        if not isinstance(call, ast.Call):
+            return False
+        defs, method = self._defs_called_by(call)
+        if len(defs) != 1:
+            return False
+        returns = [r for r in ctx.walk(defs[0]) if isinstance(r, ast.Return) and ctx.enclosing(r, (*_FUNCS, ast.Lambda)) is defs[0]]
+        if not returns:
+            return False
+        for ret in returns:
+            value = ret.value
+            if index is not None:
+                if not (isinstance(value, (ast.Tuple, ast.List)) and index < len(value.elts)):
+                    return False
+                value = value.elts[index]
+            if value is None:
+                return False
+            chain = list(_binding_chain(ctx, value))
+            if not (any(_is_in_memory(ctx, e) for e in chain) or self._returned_in_memory(chain[-1], depth + 1)):
+                return False
+        return True
+
     def _rebound_in_memory(self, expr: ast.AST) -> bool:
         """A name bound several times (``ds = load_dataset(...)`` in one branch,
         ``ds = TensorDataset(...)`` in the other) whose bindings that can reach this use are all
@@ -394,7 +443,11 @@ class LoaderIndex:
             return False
         for value in passed:
             chain = list(_binding_chain(ctx, value))
-            if not (any(_is_in_memory(ctx, e) for e in chain) or self._passed_in_memory(chain[-1], depth + 1)):
+            if not (
+                any(_is_in_memory(ctx, e) for e in chain)
+                or self._passed_in_memory(chain[-1], depth + 1)
+                or self._returned_in_memory(chain[-1])
+            ):
                 return False
         return True
 
@@ -737,6 +790,7 @@ class LoaderIndex:
                 any(_is_in_memory(ctx, e) for e in chain)
                 or self._passed_in_memory(chain[-1])
                 or self._rebound_in_memory(chain[-1])
+                or self._returned_in_memory(chain[-1])
             )
             loader.iterable = any(_is_iterable_dataset_call(ctx, e) for e in chain)
             mapped = _mapped_elements(ctx, chain[-1])
