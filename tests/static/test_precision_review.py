@@ -438,3 +438,45 @@ def test_datasets_returned_by_helpers_are_followed_to_their_class(tmp_path):
     # The same helper returning a dataset that reads files: its loader is reported.
     files["train.py"] = RETURNED.format(cls="ImageFiles")
     assert findings(tmp_path, files, "train.py", ["TD102"]) == [("TD102", 18)]
+
+
+LIGHTNING_DEMO = """
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, random_split
+
+import lightning as L
+from lightning.pytorch.demos import Transformer, WikiText2
+from torchvision.datasets import ImageFolder
+
+
+def get_dataloaders(dataset):
+    n = len(dataset)
+    train_dataset, val_dataset = random_split(dataset, [n - 2000, 2000])
+    return DataLoader(train_dataset, batch_size=16, shuffle=True), DataLoader(val_dataset, batch_size=16)
+
+
+def main():
+    fabric = L.Fabric(accelerator="cuda")
+    dataset = {dataset}
+    train_dataloader, val_dataloader = get_dataloaders(dataset)
+    model = Transformer(vocab_size=dataset.vocab_size)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = fabric.setup(model, optimizer)
+    train_dataloader = fabric.setup_dataloaders(train_dataloader)
+    for epoch in range(20):
+        for input, target in train_dataloader:
+            optimizer.zero_grad()
+            fabric.backward(F.nll_loss(model(input, target), target.view(-1)))
+            optimizer.step()
+
+
+main()
+"""
+
+
+def test_lightning_demo_datasets_are_in_memory_through_random_split(tmp_path):
+    source = LIGHTNING_DEMO.format(dataset="WikiText2()")
+    assert findings(tmp_path, {"train.py": source}, "train.py", ["TD102"]) == []
+    source = LIGHTNING_DEMO.format(dataset='ImageFolder("data/train")')
+    assert findings(tmp_path, {"train.py": source}, "train.py", ["TD102"]) == [("TD102", 13)]

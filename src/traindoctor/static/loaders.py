@@ -31,7 +31,19 @@ if TYPE_CHECKING:  # pragma: no cover
 
 DATALOADER = "torch.utils.data.DataLoader"
 DISTRIBUTED_SAMPLER = "torch.utils.data.DistributedSampler"
-_TENSOR_DATASETS = frozenset({"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"})
+_TENSOR_DATASETS = frozenset({
+    "torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset",
+    # Lightning's demo datasets (used by its examples and docs): the corpus or random tensors are
+    # built once in ``__init__`` and ``__getitem__`` slices them.
+    *(
+        f"{package}.pytorch.demos{module}.{cls}" if package == "lightning" else f"{package}.demos{module}.{cls}"
+        for package in ("lightning", "pytorch_lightning")
+        for module, classes in (("", ("WikiText2", "RandomDataset", "RandomDictDataset")),
+                                (".transformer", ("WikiText2",)),
+                                (".boring_classes", ("RandomDataset", "RandomDictDataset")))
+        for cls in classes
+    ),
+})
 
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -377,6 +389,13 @@ class LoaderIndex:
             call = stmt.value
         if not isinstance(call, ast.Call):
             return False
+        if _callee(call) == "random_split" and call.args:  # ``train_ds, val_ds = random_split(ds, ...)``
+            chain = list(_binding_chain(ctx, call.args[0]))
+            return (
+                any(_is_in_memory(ctx, e) for e in chain)
+                or self._passed_in_memory(chain[-1], depth + 1)
+                or self._returned_in_memory(chain[-1], depth + 1)
+            )
         defs, method = self._defs_called_by(call)
         if len(defs) != 1:
             return False
