@@ -877,10 +877,18 @@ class CheckpointIndex:
                 return False
         return True
 
+    @cached_property
+    def in_test_code(self) -> bool:
+        """A test module (``test_*.py``, ``*_test.py``): its saves are fixtures that check a
+        save/load round trip, not checkpoints a training run resumes from. Judged by the file's
+        own name only: training scripts kept under a ``tests/`` folder as fixtures still count."""
+        leaf = self.ctx.filename.replace("\\", "/").rsplit("/", 1)[-1]
+        return leaf.startswith("test_") or leaf.endswith("_test.py")
+
     def model_only_in_loop(self) -> list[SaveSite]:
         """Model-weight saves in the training loop of a training file with no optimizer state
         saved anywhere, that are checkpoints rather than exports (see ``traindoctor.checkpoint_kinds``)."""
-        if not self.trains or self.may_hold_anywhere(OPTIMIZER):
+        if not self.trains or self.may_hold_anywhere(OPTIMIZER) or self.in_test_code:
             return []
         from traindoctor.checkpoint_kinds import CHECKPOINT
 
@@ -967,7 +975,7 @@ class CheckpointIndex:
 
     def training_checkpoints(self) -> list[SaveSite]:
         """Saves that are training checkpoints: with optimizer state, or TD501's model-only ones."""
-        if self.complete_saves:
+        if self.complete_saves or self.in_test_code:
             return []
         full = [s for s in self.sites if s.is_full]
         return self._first_of_repeats(full + self.model_only_in_loop())

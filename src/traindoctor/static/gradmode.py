@@ -505,6 +505,17 @@ def _in_iterable(ctx: "FileContext", node: ast.AST, loop: ast.AST) -> bool:
     return any(ctx.within(node, g.iter) for g in loop.generators)  # type: ignore[attr-defined]
 
 
+#: Array frameworks without autograd recording: their evaluation steps (``jax.pmap``-ed
+#: ``eval_step``, ``model.predict``) have no ``no_grad`` or ``eval()`` to forget.
+_OTHER_FRAMEWORKS = frozenset({"jax", "flax", "tensorflow", "keras", "optax"})
+
+
+def _other_framework_only(ctx: "FileContext") -> bool:
+    """The file imports JAX/Flax/TensorFlow and nothing from torch: not a PyTorch program."""
+    tops = {qualname.split(".", 1)[0] for qualname in ctx.imports.names.values()}
+    return bool(tops & _OTHER_FRAMEWORKS) and "torch" not in tops
+
+
 def unguarded_evaluation_forwards(ctx: "FileContext") -> list[tuple[ast.Call, str]]:
     """(forward call, model text) of every :func:`unguarded_evaluation` forward in the file,
     computed once per file and shared by TD701 and TD702."""
@@ -514,7 +525,7 @@ def unguarded_evaluation_forwards(ctx: "FileContext") -> list[tuple[ast.Call, st
 def _unguarded_evaluation_forwards(ctx: "FileContext") -> list[tuple[ast.Call, str]]:
     from traindoctor.static.loaders import is_evaluation_name, is_test_file
 
-    if is_test_file(ctx.filename):
+    if is_test_file(ctx.filename) or _other_framework_only(ctx):
         return []
     loops = [
         n for n in ctx.of(ast.For, ast.AsyncFor, *_COMPREHENSIONS)

@@ -31,7 +31,19 @@ if TYPE_CHECKING:  # pragma: no cover
 
 DATALOADER = "torch.utils.data.DataLoader"
 DISTRIBUTED_SAMPLER = "torch.utils.data.DistributedSampler"
-_TENSOR_DATASETS = frozenset({"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"})
+_TENSOR_DATASETS = frozenset({
+    "torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset",
+    # Lightning's demo datasets (used by its examples and docs): the corpus or random tensors are
+    # built once in ``__init__`` and ``__getitem__`` slices them.
+    *(
+        f"{package}.pytorch.demos{module}.{cls}" if package == "lightning" else f"{package}.demos{module}.{cls}"
+        for package in ("lightning", "pytorch_lightning")
+        for module, classes in (("", ("WikiText2", "RandomDataset", "RandomDictDataset")),
+                                (".transformer", ("WikiText2",)),
+                                (".boring_classes", ("RandomDataset", "RandomDictDataset")))
+        for cls in classes
+    ),
+})
 
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -92,6 +104,9 @@ class Site:
     evaluation: bool = False
     #: Where in another project module the pass happens (``engine.train_one_epoch``'s loop).
     related: tuple = ()
+    #: ``next(iter(loader))`` run once (no loop repeats it): one batch taken to look at (plot a
+    #: sample, size a layer), not a pass that trains.
+    peek: bool = False
 
 
 @dataclass
@@ -155,6 +170,14 @@ class Loader:
         return bool(self.uses) and all(u.evaluation for u in self.uses)
 
     @property
+    def peek_only(self) -> bool:
+        """Only ever used for ``next(iter(loader))`` once: a batch to look at, not a training loader."""
+        if not self.uses or any(u.escapes for u in self.uses):
+            return False
+        sites = self.sites
+        return bool(sites) and all(s.peek for s in sites)
+
+    @property
     def sites(self) -> list[Site]:
         return [s for u in self.uses for s in u.sites]
 
@@ -204,7 +227,7 @@ class LoaderIndex:
 
     def training_loaders(self) -> list[Loader]:
         """Loaders not known to be evaluation-only, in source order."""
-        return [l for l in self.loaders if not l.evaluation_only]
+        return [l for l in self.loaders if not (l.evaluation_only or l.peek_only)]
 
     def trace(self, expr: ast.expr) -> list[Use]:
         """Every path the value of ``expr`` (a construction call) takes through the file."""
@@ -335,6 +358,117 @@ class LoaderIndex:
         if fn.name in self.ctx.imports.names:  # type: ignore[attr-defined]
             return []
         return list(self._name_calls.get(fn.name, ()))  # type: ignore[attr-defined]
+
+    def _returned_in_memory(self, expr: ast.AST, depth: int = 0) -> bool:
+        """A dataset returned by a function of this file whose every ``return`` gives an
+        in-memory dataset: ``feats = prepare_features(model, imgs)`` (``return
+        TensorDataset(...)``), or ``dataset, model, opt = load_train_objs()`` (``return
+        MyTrainDataset(2048), model, optimizer``)."""
+        ctx = self.ctx
+        if depth > 2:
+            return False
+        index: int | None = None
+        call: ast.AST | None = expr
+        if isinstance(expr, ast.Name):
+            scope = self._resolve_scope(expr)
+            stores = self._live_stores(expr, scope) if scope is not None else []
+            if len(stores) != 1:
+                return False
+            stmt = ctx.statement_of(stores[0])
+            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+                return False
+            target = stmt.targets[0]
+            if isinstance(target, (ast.Tuple, ast.List)):
+                if any(isinstance(e, ast.Starred) for e in target.elts):
+                    return False
+                index = next((i for i, e in enumerate(target.elts) if e is stores[0]), None)
+                if index is None:
+                    return False
+            elif target is not stores[0]:
+                return False
+            call = stmt.value
+        if not isinstance(call, ast.Call):
+            return False
+        if _callee(call) == "random_split" and call.args:  # ``train_ds, val_ds = random_split(ds, ...)``
+            chain = list(_binding_chain(ctx, call.args[0]))
+            return (
+                any(_is_in_memory(ctx, e) for e in chain)
+                or self._passed_in_memory(chain[-1], depth + 1)
+                or self._returned_in_memory(chain[-1], depth + 1)
+            )
+        defs, method = self._defs_called_by(call)
+        if len(defs) != 1:
+            return False
+        returns = [r for r in ctx.walk(defs[0]) if isinstance(r, ast.Return) and ctx.enclosing(r, (*_FUNCS, ast.Lambda)) is defs[0]]
+        if not returns:
+            return False
+        for ret in returns:
+            value = ret.value
+            if index is not None:
+                if not (isinstance(value, (ast.Tuple, ast.List)) and index < len(value.elts)):
+                    return False
+                value = value.elts[index]
+            if value is None:
+                return False
+            chain = list(_binding_chain(ctx, value))
+            if not (any(_is_in_memory(ctx, e) for e in chain) or self._returned_in_memory(chain[-1], depth + 1)):
+                return False
+        return True
+
+    def _rebound_in_memory(self, expr: ast.AST) -> bool:
+        """A name bound several times (``ds = load_dataset(...)`` in one branch,
+        ``ds = TensorDataset(...)`` in the other) whose bindings that can reach this use are all
+        in-memory datasets."""
+        ctx = self.ctx
+        if not isinstance(expr, ast.Name):
+            return False
+        scope = self._resolve_scope(expr)
+        if scope is None:
+            return False
+        live = [s for s in self._live_stores(expr, scope) if not self._exclusive(s, expr)]
+        if not live:
+            return False
+        for store in live:
+            stmt = ctx.statement_of(store)
+            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and stmt.targets[0] is store):
+                return False
+            if not any(_is_in_memory(ctx, e) for e in _binding_chain(ctx, stmt.value)):
+                return False
+        return True
+
+    def _passed_in_memory(self, expr: ast.AST, depth: int = 0) -> bool:
+        """``expr`` is a parameter of a function of this file, and every call of that function
+        passes an in-memory dataset for it (``def make_loader(ds): return DataLoader(ds)``
+        called as ``make_loader(TensorDataset(x, y))``)."""
+        ctx = self.ctx
+        if not isinstance(expr, ast.Name) or depth > 2 or ctx.bindings_of(expr) != [None]:
+            return False
+        fn = ctx.function_of(expr)
+        if not isinstance(fn, _FUNCS):
+            return False
+        a = fn.args
+        params = [*a.posonlyargs, *a.args, *a.kwonlyargs]
+        if not any(p.arg == expr.id for p in params):
+            return False
+        method = isinstance(ctx.parent(fn), ast.ClassDef)
+        passed: list[ast.AST] = []
+        for call in self._call_sites(fn):
+            candidates = [*call.args, *(kw.value for kw in call.keywords)]
+            found = [c for c in candidates if (p := self._param_for(fn, call, c, method)) is not None and p.arg == expr.id]
+            if len(found) != 1:
+                return False  # not passed (default), or passed in a way we cannot tell
+            passed.append(found[0])
+        if not passed:
+            return False
+        for value in passed:
+            chain = list(_binding_chain(ctx, value))
+            if not (
+                any(_is_in_memory(ctx, e) for e in chain)
+                or self._passed_in_memory(chain[-1], depth + 1)
+                or self._returned_in_memory(chain[-1])
+            ):
+                return False
+        return True
 
     @staticmethod
     def _param_for(fn: ast.AST, call: ast.Call, arg: ast.AST, method: bool) -> ast.arg | None:
@@ -562,6 +696,9 @@ class LoaderIndex:
             return None
         site.repeated_by = self._repeating_loop(site.node, via, origin, 0, frozenset())
         site.evaluation = self._evaluation_site(site)
+        if site.kind == "iter" and site.repeated_by is None:
+            outer, _ = self._call_of_arg(site.node)
+            site.peek = outer is not None and _callee(outer) == "next" and not outer.keywords
         return site
 
     def _project_site(self, call: ast.Call, arg: ast.AST, via: tuple[ast.Call, ...], origin: ast.AST) -> Site | None:
@@ -668,7 +805,12 @@ class LoaderIndex:
         if isinstance(dataset, ast.AST):
             chain = list(_binding_chain(ctx, dataset))
             loader.evaluation_dataset = any(_says_evaluation(ctx, e) for e in chain)
-            loader.in_memory = any(_is_in_memory(ctx, e) for e in chain)
+            loader.in_memory = (
+                any(_is_in_memory(ctx, e) for e in chain)
+                or self._passed_in_memory(chain[-1])
+                or self._rebound_in_memory(chain[-1])
+                or self._returned_in_memory(chain[-1])
+            )
             loader.iterable = any(_is_iterable_dataset_call(ctx, e) for e in chain)
             mapped = _mapped_elements(ctx, chain[-1])
             if mapped and not (loader.in_memory or loader.iterable):
@@ -838,8 +980,16 @@ def _is_in_memory(ctx: "FileContext", expr: ast.AST) -> bool:
         return True
     if isinstance(expr.func, ast.Name) and expr.func.id in ("range", "list", "tuple") and expr.func.id not in ctx.imports.names:
         return True
-    if isinstance(expr.func, ast.Name):
-        return any(c.name == expr.func.id and _indexes_own_data(c) for c in ctx.of(ast.ClassDef))
+    if isinstance(expr.func, ast.Name):  # ``dataset = partial(ReverseDataset, 10, 16)``; ``dataset(n)``
+        bound = ctx.binding(expr.func)
+        if isinstance(bound, ast.Call) and ctx.qualname(bound.func) == "functools.partial" and bound.args:
+            return _is_in_memory(ctx, ast.Call(func=bound.args[0], args=[], keywords=[]))
+    if isinstance(expr.func, ast.Name) and any(c.name == expr.func.id for c in ctx.of(ast.ClassDef)):
+        return any(c.name == expr.func.id and indexes_own_data(c) for c in ctx.of(ast.ClassDef))
+    view = ctx.project
+    if view is not None and view.imports_project:
+        resolved = view.resolve(expr.func)  # a Dataset class of another project module
+        return resolved is not None and resolved.cls is not None and resolved.cls.in_memory
     return False
 
 
@@ -848,12 +998,16 @@ _CHEAP_FUNCS = frozenset({"len", "int", "float", "min", "max", "range", "slice",
 _CHEAP_METHODS = frozenset({
     "clone", "long", "float", "int", "view", "reshape", "unsqueeze", "squeeze", "item", "size",
     "numel", "contiguous", "detach",
+    # wrapping or flipping a slice that is already in memory (``torch.tensor(ts[a:b])``,
+    # ``torch.flip(x, dims=(0,))``, ``arr.astype(np.float32)``): microseconds per sample
+    "tensor", "as_tensor", "from_numpy", "flip", "astype",
 })
 
 
-def _indexes_own_data(cls: ast.ClassDef) -> bool:
-    """``__getitem__`` only slices the instance's own attributes (``return self.data[i]``) and
-    calls nothing that reads files or transforms samples: an in-memory dataset."""
+def indexes_own_data(cls: ast.ClassDef) -> bool:
+    """``__getitem__`` only slices the instance's own attributes (``return self.data[i]``,
+    possibly through locals and cheap conversions) and calls nothing that reads files or
+    transforms samples: an in-memory dataset."""
     for item in cls.body:
         if isinstance(item, ast.FunctionDef) and item.name == "__getitem__":
             indexes_self = False

@@ -33,7 +33,8 @@ _WS = re.compile(r"[ \t\n\r]*")
 #: Lines that may be IPython-only syntax (checked further only when the cell does not parse).
 _MAGIC_START = re.compile(r"^\s*[%!?]")
 _MAGIC_ASSIGN = re.compile(r"^\s*[A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*\s*=\s*[%!]")
-_HELP_SUFFIX = re.compile(r"^\s*[A-Za-z_][\w.]*\?{1,2}\s*$")
+_HELP_SUFFIX = re.compile(r"^\s*[A-Za-z_*][\w.*]*\?{1,2}\s*$")  # ``obj?``, ``torch.*Tensor?``
+_LEADING_INDENT = re.compile(r"^[ \t]+")
 
 
 class NotebookError(ValueError):
@@ -56,6 +57,9 @@ class CodeCell:
     lines: list[str]
     #: The cell's last line had no newline; one was added in the virtual source.
     added_newline: bool = False
+    #: Indentation IPython strips from a cell whose first line is indented (its
+    #: ``leading_indent`` transform): removed from each line that starts with it.
+    indent: str = ""
 
 
 @dataclass
@@ -72,6 +76,8 @@ class Notebook:
     rows: list[tuple[int, int]] = field(default_factory=list)
     #: For virtual row ``i + 1``: the cell's own line (differs from the virtual one for magics).
     originals: list[str] = field(default_factory=list)
+    #: For virtual row ``i + 1``: columns the virtual line lost to a stripped leading indent.
+    shifts: list[int] = field(default_factory=list)
 
     # -- locations ------------------------------------------------------------------------
     def cell_location(self, row: int) -> tuple[int, int]:
@@ -88,12 +94,15 @@ class Notebook:
         if finding.location is None:
             return finding
         index, row = self.cell_location(finding.location.row)
+        shift = self._shift
         changes: dict = {"cell": self.cells[index].number if self.cells else 1,
-                         "location": Location(row, finding.location.column)}
+                         "location": Location(row, finding.location.column + shift(finding.location.row))}
         end = finding.end_location
         if end is not None:
             end_index, end_row = self.cell_location(end.row)
-            changes["end_location"] = Location(end_row, end.column) if end_index == index else None
+            changes["end_location"] = (
+                Location(end_row, end.column + shift(end.row)) if end_index == index else None
+            )
         if finding.fix is not None:
             edits = []
             for edit in finding.fix.edits:
@@ -101,11 +110,14 @@ class Notebook:
                 if a != index or b != index:
                     edits = None
                     break
-                edits.append(Edit(edit.content, Location(ra, edit.location.column),
-                                  Location(rb, edit.end_location.column)))
+                edits.append(Edit(edit.content, Location(ra, edit.location.column + shift(edit.location.row)),
+                                  Location(rb, edit.end_location.column + shift(edit.end_location.row))))
             changes["fix"] = None if edits is None else Fix(finding.fix.message, tuple(edits),
                                                             finding.fix.applicability)
         return finding.with_(**changes)
+
+    def _shift(self, row: int) -> int:
+        return self.shifts[row - 1] if 1 <= row <= len(self.shifts) else 0
 
     # -- writing fixes back ---------------------------------------------------------------
     def cells_after(self, fixed_source: str) -> dict[int, str]:
@@ -124,10 +136,10 @@ class Notebook:
                     for k in range(i2 - i1):
                         per_cell[owners[k]].append(self._restore(i1 + k, after[j1 + k]))
                 else:
-                    per_cell[owners[0]].extend(after[j1:j2])
+                    per_cell[owners[0]].extend(self._reindent(owners[0], after[j1:j2]))
             elif tag == "insert":
                 owner = self.rows[i1 - 1][0] if i1 > 0 else 0
-                per_cell[owner].extend(after[j1:j2])
+                per_cell[owner].extend(self._reindent(owner, after[j1:j2]))
         changed: dict[int, str] = {}
         for index, cell in enumerate(self.cells):
             text = "".join(per_cell[index])
@@ -138,8 +150,15 @@ class Notebook:
         return changed
 
     def _restore(self, k: int, new_line: str) -> str:
-        """A line the fix left as it was keeps its original (magic) text."""
-        return self.originals[k] if new_line == self.lines[k] else new_line
+        """A line the fix left as it was keeps its original (magic) text; a changed line of a
+        dedented cell gets the cell's indentation back."""
+        if new_line == self.lines[k]:
+            return self.originals[k]
+        return self._reindent(self.rows[k][0], [new_line])[0] if self.shifts[k] else new_line
+
+    def _reindent(self, index: int, lines: list[str]) -> list[str]:
+        indent = self.cells[index].indent if self.cells else ""
+        return [indent + line if indent and line.strip() else line for line in lines]
 
     def render(self, changed: dict[int, str]) -> bytes:
         """The notebook's bytes with the changed cells' ``source`` rewritten, nothing else."""
@@ -307,6 +326,18 @@ def _blank_line_magics(lines: list[str]) -> list[str]:
     return out
 
 
+def _strip_leading_indent(lines: list[str]) -> tuple[list[str], str]:
+    """IPython's ``leading_indent`` transform: a cell whose first line is indented runs with
+    that indentation removed from every line that starts with it (`` x = 1`` is a valid cell).
+    Only applied to a cell that does not parse as it is."""
+    match = _LEADING_INDENT.match(lines[0]) if lines else None
+    if match is None or _parses("".join(lines)):
+        return lines, ""
+    indent = match.group(0)
+    n = len(indent)
+    return [line[n:] if line.startswith(indent) else line for line in lines], indent
+
+
 def _looks_magic(line: str) -> bool:
     return bool(_MAGIC_START.match(line) or _MAGIC_ASSIGN.match(line) or _HELP_SUFFIX.match(line))
 
@@ -350,9 +381,11 @@ def read_notebook(data: bytes) -> Notebook:
         index = len(notebook.cells)
         notebook.cells.append(code)
         blanked = _blank_magics(lines)
+        blanked, code.indent = _strip_leading_indent(blanked)
         for row, (original, line) in enumerate(zip(lines, blanked), start=1):
             notebook.rows.append((index, row))
             notebook.originals.append(original)
+            notebook.shifts.append(len(code.indent) if code.indent and original.startswith(code.indent) else 0)
             virtual.append(line)
     notebook.lines = virtual
     notebook.source = "".join(virtual)

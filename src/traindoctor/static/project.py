@@ -122,6 +122,9 @@ class ClassFacts:
     name: str
     place: Place
     calls: Mapping[str, Place]
+    #: A Dataset whose ``__getitem__`` only indexes data it already holds (see
+    #: ``loaders.indexes_own_data``): loader workers would not pay for themselves.
+    in_memory: bool = False
 
 
 @dataclass(frozen=True)
@@ -589,6 +592,7 @@ def import_bindings(nodes: list[Any], project: Project, path: Path) -> dict[str,
 
 
 def _summarize(project: Project, path: str, data: bytes, digest: str) -> ModuleSummary | None:
+    from traindoctor.static.loaders import indexes_own_data
     if project.parse is None:
         return None  # no parser handed down: the project stays unknown
     parsed = project.parse(path, data)
@@ -622,7 +626,8 @@ def _summarize(project: Project, path: str, data: bytes, digest: str) -> ModuleS
             }
         elif isinstance(stmt, ast.ClassDef):
             defined.add(stmt.name)
-            classes[stmt.name] = ClassFacts(stmt.name, _place(ctx, stmt), _calls_in(ctx, stmt))
+            classes[stmt.name] = ClassFacts(stmt.name, _place(ctx, stmt), _calls_in(ctx, stmt),
+                                            in_memory=indexes_own_data(stmt))
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
                 if isinstance(target, ast.Name):

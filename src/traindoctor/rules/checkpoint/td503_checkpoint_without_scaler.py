@@ -31,7 +31,8 @@ Reports a training checkpoint (a `torch.save` that holds the optimizer state, or
 save inside the training loop when nothing else in the file saves the optimizer) when the file
 builds a gradient scaler (`torch.amp.GradScaler`, `torch.cuda.amp.GradScaler`, FSDP's
 `ShardedGradScaler`, timm's `NativeScaler`) and no save in the file holds its state. A scaler built
-with a literal `enabled=False` is ignored.
+with a literal `enabled=False` is ignored, and so are saves in test files (round-trip fixtures,
+not checkpoints a run resumes from).
 """
     why_bad = """
 `GradScaler` keeps the current loss scale and its growth tracker (how many steps have passed since

@@ -53,8 +53,8 @@ class CheckpointWithoutRng(Rule):
 
     what_it_does = """
 Reports a training checkpoint (one that holds optimizer state, or a weights-only save inside the
-training loop when nothing else saves the optimizer) that misses part of the random state the run
-draws from:
+training loop when nothing else saves the optimizer; saves in test files are round-trip fixtures,
+not checkpoints) that misses part of the random state the run draws from:
 
 - the torch CPU generator (`torch.get_rng_state()`), always;
 - the CUDA generators (`torch.cuda.get_rng_state_all()`) when the script uses CUDA;

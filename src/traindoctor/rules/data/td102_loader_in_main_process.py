@@ -56,10 +56,16 @@ class LoaderInMainProcess(Rule):
     Reports a training `DataLoader` whose `num_workers` is missing (the default is 0) or 0, read
     from a keyword, the sixth positional argument, a module constant, a literal `**kwargs` dict or
     an argparse default in the same file. It stays silent when the value cannot be known (a config
-    object, a function parameter, an opaque `**kwargs`), for evaluation loaders, for datasets of
-    in-memory tensors (`TensorDataset`: indexing them takes microseconds and worker processes would
+    object, a function parameter, an opaque `**kwargs`), for evaluation loaders, for a loader that
+    is only used once for `next(iter(loader))` (a batch to look at, not a pass that trains), for
+    datasets of in-memory tensors (indexing them takes microseconds and worker processes would
     only add inter-process copies) and for `IterableDataset` subclasses (workers need sharding
-    code), and in files with no sign of training (no `backward()`, no optimizer).
+    code), and in files with no sign of training (no `backward()`, no optimizer). In-memory
+    datasets are `TensorDataset`, Lightning's demo datasets (`WikiText2`, `RandomDataset`), and
+    `Dataset` classes of the file or of a project module whose `__getitem__` only slices data the
+    instance holds (with cheap conversions such as `torch.tensor(...)` or `torch.flip(...)`),
+    followed through `random_split`, `functools.partial`, branches that rebind the name, helper
+    functions that return them and parameters that every caller fills with one.
 
     At run time the same code is reported only when the data wait is measured to be a large share
     of the step.

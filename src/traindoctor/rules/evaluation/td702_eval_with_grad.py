@@ -46,7 +46,9 @@ class EvalWithGrad(Rule):
     is still on: the call is not inside `with torch.no_grad()` / `torch.inference_mode()` /
     `torch.set_grad_enabled(False)`, the function is not decorated with one of them, and no
     call site of the function in the file disables grad. Files that switch autograd off globally
-    or freeze parameters (`requires_grad_(False)`) are left alone.
+    or freeze parameters (`requires_grad_(False)`) are left alone, and so are JAX/Flax or
+    TensorFlow programs that import nothing from torch (they have no autograd recording to turn
+    off).
 
     An evaluation loop that has neither `model.eval()` nor `no_grad` is reported too (and by
     TD701 when the model has BatchNorm or Dropout): a `for` loop, comprehension or generator
