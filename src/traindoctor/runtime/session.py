@@ -200,6 +200,9 @@ class Session:
         self._loop_code_looked = False
         self._sampler: Any = None
         self._phase_before_step = PHASE_OTHER
+        #: Loaders that delivered a batch since the last backward()/optimizer step (by info id):
+        #: the next training call marks them ``feeds_training`` (eval-only loaders never are).
+        self._fed: dict[int, Any] = {}
 
     # ---------------------------------------------------------------- public views
     @property
@@ -375,6 +378,7 @@ class Session:
         self.emit("on_loader_created", info)
 
     def record_batch(self, info: Any, batch: Any, wait_s: float, t_end: float) -> None:
+        self._fed[info.id] = info
         samples = batch_samples(batch)
         self.timer.add_batch(wait_s, t_end, samples)
         for observer in self._batch_observers:
@@ -396,6 +400,8 @@ class Session:
         self.emit("on_transfer", nbytes, seconds, pinned, device_type, loader_info)
 
     def record_backward(self, seconds: float = 0.0) -> None:
+        if self._fed:
+            self._mark_training_loaders()
         self.timer.add_backward(seconds)
         self.emit("on_backward")
 
@@ -415,6 +421,8 @@ class Session:
             self._note_param_device(optimizer)
             self.emit("on_optimizer_found", optimizer)
         self.emit("on_before_optimizer_step", optimizer)
+        if self._fed:
+            self._mark_training_loaders()
         if not self._loop_code_looked:
             self._find_loop_code()
         self._phase_before_step = self.timer.phase
@@ -450,6 +458,30 @@ class Session:
                 except Exception as exc:  # fail-open: one listener must not lose the step
                     self.internal_error("step listener", exc)
             self.emit("on_step_end", record)
+
+    def _mark_training_loaders(self) -> None:
+        for info in self._fed.values():
+            info.feeds_training = True
+        self._fed.clear()
+
+    def loader_done(self, info: Any) -> None:
+        """A loader's epoch ended (or its iterator was dropped, e.g. an eval loop that broke off):
+        batches it delivered before are not what the next training call consumes."""
+        self._fed.pop(info.id, None)
+
+    @property
+    def trained(self) -> bool:
+        """Whether the run trained at all: an optimizer step or a ``backward()`` was seen."""
+        return bool(self.timer.records) or self.timer.backward_calls > 0 \
+            or any(getattr(info, "feeds_training", False) for info in self.loaders)
+
+    def training_loaders(self) -> list[Any]:
+        """Loaders whose batches fed training (``backward()`` or an optimizer step followed
+        them): the input pipeline the data rules judge. A loader only iterated for evaluation is
+        left out. A run that never trained (a loading benchmark, inference) keeps every loader."""
+        if not self.trained:
+            return list(self.loaders)
+        return [info for info in self.loaders if getattr(info, "feeds_training", True)]
 
     def note_optimizer_site(self, optimizer: Any, site: Any) -> None:
         """Remember where the user constructed ``optimizer`` (the optimizer probe calls this)."""
