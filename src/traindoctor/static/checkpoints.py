@@ -340,6 +340,23 @@ class CheckpointIndex:
             return sorted(self.named_optimizers)[0]
         return default
 
+    def optimizer_for(self, site: SaveSite, default: str) -> str:
+        """The name of the optimizer that updates the model this save writes (``optimizerG``
+        for ``netG.state_dict()`` when ``optimizerG = Adam(netG.parameters())``), else
+        ``default``: with two models and two optimizers, advice must name the right one."""
+        models = {n.id for p in site.saved.pieces if p.kind == MODEL
+                  for n in ast.walk(p.node) if isinstance(n, ast.Name)}
+        if not models:
+            return default
+        matches = []
+        for name, call in self.exists(OPTIMIZER):
+            params = call.args[0] if call.args else next(
+                (k.value for k in call.keywords if k.arg == "params"), None)
+            if params is not None and not name.startswith("<") and models & {
+                    n.id for n in ast.walk(params) if isinstance(n, ast.Name)}:
+                matches.append(name)
+        return matches[0] if len(matches) == 1 else default
+
     def classify(self, expr: ast.AST) -> str:
         """What object an expression denotes: optimizer, scheduler, scaler, data or model."""
         ctx = self.ctx
