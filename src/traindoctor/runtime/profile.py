@@ -59,6 +59,17 @@ class StepRecord:
     device_s: float | None = None
     forward_s: float | None = None
     backward_s: float | None = None
+    #: Of ``backward_calls``, those run inside ``optimizer.step()`` by a closure (LBFGS re-evaluates
+    #: the loss up to ``max_iter`` times on the same batch; Lightning runs the step's backward
+    #: there): they are not gradient accumulation.
+    closure_backward_calls: int = 0
+
+    @property
+    def accumulated_backward_calls(self) -> int:
+        """Backward calls that accumulate gradients into this step: the ones outside the
+        optimizer step, plus one for a closure's (however often it re-evaluates)."""
+        inside = self.closure_backward_calls
+        return self.backward_calls - inside + (1 if inside else 0)
 
     @property
     def wall_s(self) -> float:
@@ -97,6 +108,7 @@ class StepRecord:
             "batches": self.batches,
             "samples": self.samples,
             "backward_calls": self.backward_calls,
+            "closure_backward_calls": self.closure_backward_calls,
             "device_s": self.device_s,
         }
 
@@ -122,6 +134,7 @@ class StepTimer:
         self._batches = 0
         self._samples = 0
         self._backward = 0
+        self._closure_backward = 0
         self._opt_pre: float | None = None
         self.forward_total = 0.0
         self.backward_total = 0.0
@@ -150,6 +163,8 @@ class StepTimer:
 
     def add_backward(self, seconds: float = 0.0) -> None:
         self._backward += 1
+        if self.phase == PHASE_OPTIMIZER:  # called from a closure inside optimizer.step()
+            self._closure_backward += 1
         self.backward_total += seconds
 
     def add_forward(self, seconds: float) -> None:
@@ -180,13 +195,14 @@ class StepTimer:
             batches=self._batches,
             samples=self._samples,
             backward_calls=self._backward,
+            closure_backward_calls=self._closure_backward,
             forward_s=self.forward_total - self._step_fwd0 if measured else None,
             backward_s=self.backward_total - self._step_bwd0 if measured else None,
         )
         self.records.append(record)
         self._start = t
         self._data = self._transfer = self._optimizer = 0.0
-        self._batches = self._samples = self._backward = 0
+        self._batches = self._samples = self._backward = self._closure_backward = 0
         self._step_fwd0, self._step_bwd0 = self.forward_total, self.backward_total
         self._step_fwd_seen = self.forward_seen  # timing active for the whole next step
         return record
