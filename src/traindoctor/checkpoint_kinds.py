@@ -11,7 +11,8 @@ hold optimizer state would be noise. Both halves of each rule classify a save wi
 * ``read_back``: the script has a resume path that reads this file back (a ``torch.load`` of the
   same file before or outside the training loop, or a restore of optimizer state) -> checkpoint;
 * ``quality_guarded``: the save runs under a "better than the best so far" test
-  (``if val_loss < best``, ``if is_best``) -> export;
+  (``if val_loss < best``, ``if is_best``, or by its shape ``if score > top: top = score``)
+  -> export;
 * ``export_name``: the file name says export (``best``, ``final``, ``export``, ...) -> export;
 * ``in_training_loop``: a save inside the loop that trains, repeated (periodic) -> checkpoint;
   a save after training -> export.

@@ -200,3 +200,26 @@ def test_traindoctor_checkpoint_save_satisfies_every_checkpoint_rule(tmp_path: P
     assert codes(doctor) == ["TD502"], [(f.code, f.evidence) for f in doctor.findings]
     f = finding(doctor, "TD502")
     assert f.location.row == line_of("step=4)  # !") and f.evidence["path"] == str(tmp_path / "nosched.pt")
+
+
+def test_td504_no_data_position_for_a_sampler_drawing_with_replacement(tmp_path: Path) -> None:
+    """makemore's shape: an "infinite" loader (RandomSampler with replacement, 1e10 samples)
+    read through a stored iterator, the model saved periodically. Each batch is a fresh random
+    draw, so only the RNG state is missing, not a data position."""
+    model, opt = _setup()
+    data = torch.utils.data.TensorDataset(*images(32))
+    sampler = torch.utils.data.RandomSampler(data, replacement=True, num_samples=int(1e10))
+    with traindoctor.watch(select=["TD504"]) as doctor:
+        loader = torch.utils.data.DataLoader(data, batch_size=4, sampler=sampler)
+        batches = iter(loader)  # kept beside its loader, as makemore's InfiniteDataLoader does
+        for step in range(1, 7):
+            x, y = next(batches)
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+            if step % 3 == 0:
+                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()},
+                           tmp_path / "model.pt")
+    f = finding(doctor, "TD504")
+    assert f.evidence["mid_epoch"] is None and f.evidence["missing_rng"] == ["torch"]
+    assert "data position" not in f.message

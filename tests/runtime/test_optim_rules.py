@@ -230,6 +230,45 @@ def test_td206_silent_with_warmup_or_small_batch() -> None:
     assert codes(a) == [] and codes(b) == []
 
 
+def _lbfgs_steps(model: nn.Module, opt: torch.optim.Optimizer, x, y, steps: int) -> None:
+    """pytorch/examples time_sequence_prediction's shape: the whole data set as one batch,
+    LBFGS re-evaluating the loss in a closure up to ``max_iter`` times per step."""
+    for _ in range(steps):
+        def closure():
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            return loss
+        opt.step(closure)
+
+
+def test_td206_lbfgs_closure_evaluations_are_not_gradient_accumulation() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=20)
+    x, y = torch.randn(64, 8), torch.randn(64, 1)
+    with traindoctor.watch(select=["TD206"]) as doctor:
+        _lbfgs_steps(model, opt, x, y, steps=6)
+    assert codes(doctor) == []  # was: "effective batch is 1280" (64 x 20 closure calls)
+    calls = [(r.backward_calls, r.closure_backward_calls) for r in doctor.records]
+    assert all(inside == total > 1 for total, inside in calls)
+    assert {r.accumulated_backward_calls for r in doctor.records} == {1}
+
+
+def test_td206_real_accumulation_to_a_large_batch_still_fires() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    with traindoctor.watch(select=["TD206"]) as doctor:
+        for _ in range(4):
+            for _ in range(20):  # 20 micro-batches of 64 accumulated into each step
+                nn.functional.mse_loss(model(torch.randn(64, 8)), torch.randn(64, 1)).backward()
+            opt.step()
+            opt.zero_grad()
+    ev = finding(doctor, "TD206").evidence
+    assert ev["effective_batch"] == 1280 and ev["accumulation"] == 20
+
+
 def test_td206_lr_scaled_from_reference_without_warmup() -> None:
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.8)

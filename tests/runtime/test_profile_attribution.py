@@ -148,7 +148,8 @@ def test_functional_model_says_forward_is_not_separated() -> None:
             opt.step()
     prof = doctor.profile
     assert prof.forward_s is None and prof.other_s is None and prof.compute_s > 0
-    assert prof.measured == {"data_wait": False, "forward": False, "backward": False, "other": False}
+    assert prof.measured == {"data_wait": False, "optimizer": True, "forward": False, "backward": False,
+                             "other": False}
     text = render_text(doctor.report_dict())
     assert "(not separated: no nn.Module forward was seen)" in text
 
@@ -164,3 +165,53 @@ def test_step_timer_subtracts_a_closures_work_from_the_optimizer() -> None:
     assert record is not None and record.optimizer_s == pytest.approx(0.2)
     assert (record.forward_s, record.backward_s) == (pytest.approx(0.3), pytest.approx(0.5))
     assert record.other_s == pytest.approx(1.0)  # 2 s wall - 0.2 - 0.3 - 0.5
+
+
+def _manual_update_loop(steps: int, lr: float = 0.05) -> nn.Module:
+    """pytorch/examples word_language_model's shape: no torch.optim optimizer, the loop updates
+    each parameter itself after backward()."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 1))
+    for _ in range(steps):
+        x, y = torch.randn(32, 16), torch.randn(32, 1)
+        model.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        for p in model.parameters():
+            p.data.add_(p.grad, alpha=-lr)
+            time.sleep(0.0005)  # a slow hand-written update: it belongs to other host work
+    return model
+
+
+def test_a_loop_without_an_optimizer_is_profiled_step_by_backward(one_thread) -> None:
+    with traindoctor.watch() as doctor:
+        watched = _manual_update_loop(20)
+    unwatched = _manual_update_loop(20)
+    assert all(torch.equal(a, b) for a, b in zip(watched.parameters(), unwatched.parameters()))
+    prof = doctor.profile
+    assert prof.steps == 20 and doctor.step == 0  # no optimizer step: monitors see none
+    assert prof.optimizer_seen is False and prof.measured["optimizer"] is False
+    assert prof.forward_s is not None and prof.backward_s is not None
+    assert prof.other_s >= 4 * 0.0005  # four parameters updated by hand, 0.5 ms each
+    per = prof.to_dict()["per_step_ms"]
+    assert per["optimizer"] is None
+    text = render_text(doctor.report_dict())
+    assert "No training step ran" not in text
+    assert "optimizer step" in text and "not measured: no torch.optim optimizer stepped" in text
+    assert "a step ends at backward()" in prof.reason
+
+
+def test_backward_bounded_steps_are_dropped_once_an_optimizer_steps() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    with traindoctor.watch() as doctor:
+        for _ in range(3):  # a hand-written warm-up without an optimizer
+            model(torch.randn(2, 4)).sum().backward()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for _ in range(5):
+            opt.zero_grad()
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+    assert doctor.profile.optimizer_seen is True
+    assert doctor.profile.steps == 5 and doctor.step == 5
+    assert [r.backward_calls for r in doctor.records][1:] == [1, 1, 1, 1]

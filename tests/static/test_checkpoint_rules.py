@@ -245,6 +245,14 @@ def test_gan_weight_snapshots_every_epoch():
     assert found(DCGAN_STYLE) == [("TD501", 18), ("TD501", 19), ("TD504", 18), ("TD504", 19)]
 
 
+def test_gan_td501_names_the_optimizer_of_the_saved_model():
+    """pytorch/examples dcgan: each snapshot's advice names the optimizer built over that
+    model's parameters (netG -> optimizerG), not the first optimizer of the file."""
+    messages = {f.location.row: f.message for f in run(DCGAN_STYLE).findings if f.code == "TD501"}
+    assert "`optimizerG.state_dict()`" in messages[18]
+    assert "`optimizerD.state_dict()`" in messages[19]
+
+
 TORCHVISION_REFERENCES = """
 import os
 import torch

@@ -393,13 +393,21 @@ def missing_optimizers(session: Any, contents: Contents) -> list[Any]:
 
 
 def mid_epoch_position(session: Any) -> tuple[int, int] | None:
-    """(batches into the epoch, batches per epoch) of a loader caught mid-epoch, else None."""
-    for info in getattr(session, "loaders", []) or []:
+    """(batches into the epoch, batches per epoch) of a training loader caught mid-epoch, else
+    None. A loader only iterated for evaluation is not the run's data position, and one whose
+    sampler draws with replacement (``RandomSampler(replacement=True)``, makemore's "infinite"
+    loader) has no epoch order to lose: each batch is a fresh random draw, and the RNG state
+    (asked for separately) is what a resumed run needs."""
+    training = getattr(session, "training_loaders", None)
+    infos = training() if callable(training) else getattr(session, "loaders", []) or []
+    for info in infos:
         try:
             if not getattr(info, "_epoch_open", False):
                 continue
             done = int(getattr(info, "_epoch_batches", 0))
             loader = info.loader
+            if getattr(getattr(loader, "sampler", None), "replacement", False) is True:
+                continue
             total = len(loader) if loader is not None else 0
             if 0 < done < total:
                 return done, total

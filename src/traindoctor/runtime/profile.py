@@ -59,6 +59,17 @@ class StepRecord:
     device_s: float | None = None
     forward_s: float | None = None
     backward_s: float | None = None
+    #: Of ``backward_calls``, those run inside ``optimizer.step()`` by a closure (LBFGS re-evaluates
+    #: the loss up to ``max_iter`` times on the same batch; Lightning runs the step's backward
+    #: there): they are not gradient accumulation.
+    closure_backward_calls: int = 0
+
+    @property
+    def accumulated_backward_calls(self) -> int:
+        """Backward calls that accumulate gradients into this step: the ones outside the
+        optimizer step, plus one for a closure's (however often it re-evaluates)."""
+        inside = self.closure_backward_calls
+        return self.backward_calls - inside + (1 if inside else 0)
 
     @property
     def wall_s(self) -> float:
@@ -97,6 +108,7 @@ class StepRecord:
             "batches": self.batches,
             "samples": self.samples,
             "backward_calls": self.backward_calls,
+            "closure_backward_calls": self.closure_backward_calls,
             "device_s": self.device_s,
         }
 
@@ -122,6 +134,7 @@ class StepTimer:
         self._batches = 0
         self._samples = 0
         self._backward = 0
+        self._closure_backward = 0
         self._opt_pre: float | None = None
         self.forward_total = 0.0
         self.backward_total = 0.0
@@ -150,6 +163,8 @@ class StepTimer:
 
     def add_backward(self, seconds: float = 0.0) -> None:
         self._backward += 1
+        if self.phase == PHASE_OPTIMIZER:  # called from a closure inside optimizer.step()
+            self._closure_backward += 1
         self.backward_total += seconds
 
     def add_forward(self, seconds: float) -> None:
@@ -180,13 +195,14 @@ class StepTimer:
             batches=self._batches,
             samples=self._samples,
             backward_calls=self._backward,
+            closure_backward_calls=self._closure_backward,
             forward_s=self.forward_total - self._step_fwd0 if measured else None,
             backward_s=self.backward_total - self._step_bwd0 if measured else None,
         )
         self.records.append(record)
         self._start = t
         self._data = self._transfer = self._optimizer = 0.0
-        self._batches = self._samples = self._backward = 0
+        self._batches = self._samples = self._backward = self._closure_backward = 0
         self._step_fwd0, self._step_bwd0 = self.forward_total, self.backward_total
         self._step_fwd_seen = self.forward_seen  # timing active for the whole next step
         return record
@@ -271,6 +287,9 @@ class Profile:
     other_s: float | None = None
     #: Whether the steady steps read their batches through a ``DataLoader``.
     loader_seen: bool = False
+    #: False when no ``torch.optim`` optimizer stepped: steps end at ``backward()`` and the
+    #: loop's own parameter update is part of ``other``.
+    optimizer_seen: bool = True
     median_step_s: float = 0.0
     device_step_s: float | None = None
     samples_per_s: float | None = None
@@ -304,6 +323,7 @@ class Profile:
     def measured(self) -> dict[str, bool]:
         return {
             "data_wait": self.loader_seen,
+            "optimizer": self.optimizer_seen,
             "forward": self.forward_s is not None,
             "backward": self.backward_s is not None,
             "other": self.other_s is not None,
@@ -334,7 +354,7 @@ class Profile:
                 "forward": ms(self.forward_s),
                 "backward": ms(self.backward_s),
                 "compute": _ms(self.compute_s),
-                "optimizer": _ms(self.optimizer_s),
+                "optimizer": _ms(self.optimizer_s) if self.optimizer_seen else None,
                 "other": ms(self.other_s),
                 "device": ms(self.device_step_s),
             },
@@ -389,6 +409,7 @@ def build_profile(
     partial: bool = False,
     host_work: Sequence[Mapping[str, Any]] | None = None,
     host_work_samples: int = 0,
+    optimizer_seen: bool = True,
 ) -> Profile:
     """Summarise step records into a :class:`Profile` with a verdict.
 
@@ -398,7 +419,7 @@ def build_profile(
     """
     cfg = thresholds or {}
     memory = dict(memory or {})
-    prof = Profile(run_s=run_s, memory=memory, partial=partial)
+    prof = Profile(run_s=run_s, memory=memory, partial=partial, optimizer_seen=optimizer_seen)
     prof.host_work = [dict(h) for h in host_work or []]
     prof.host_work_samples = host_work_samples
     prof.steps = len(records)
@@ -466,6 +487,9 @@ def _verdict(prof: Profile) -> None:
     share = parts[top] / prof.step_s
     numbers = (f"({_ms(parts[top]):g} ms of {_ms(prof.step_s):g} ms per step, "
                f"{prof.steady_steps} steady steps)")
+    if not prof.optimizer_seen:
+        numbers += ("; no torch.optim optimizer stepped, so a step ends at backward() and the "
+                    "loop's own parameter update is in other host work")
     if top == "other":
         prof.verdict = "host-bound" if prof.loader_seen else "data-bound"
         what = ("the loop's own host work between forward, backward and optimizer.step() "
@@ -477,7 +501,12 @@ def _verdict(prof: Profile) -> None:
             prof.reason += f"; sampled there: {host_work_text(prof.host_work)}"
         return
     prof.verdict = f"{top}-bound"
+    if prof.optimizer_seen:
+        compute = ("forward, backward and optimizer step" if prof.forward_s is not None
+                   else "compute and optimizer step")
+    else:
+        compute = "forward and backward" if prof.forward_s is not None else "compute"
     label = {"data": "waiting for the DataLoader", "transfer": "host-to-device copies",
-             "compute": ("forward, backward and optimizer step" if prof.forward_s is not None
-                         else "compute and optimizer step")}[top]
-    prof.reason = f"{label} takes {share:.0%} of step time {numbers}"
+             "compute": compute}[top]
+    verb = "take" if label == "forward and backward" else "takes"
+    prof.reason = f"{label} {verb} {share:.0%} of step time {numbers}"

@@ -117,6 +117,9 @@ def _table_rows(per: Mapping[str, Any], measured: Mapping[str, Any]) -> list[tup
         elif key == "other":
             if split:
                 rows.append((label, per.get("other") or 0.0, ""))
+        elif key == "optimizer" and not measured.get("optimizer", True):
+            rows.append((label, None, "no torch.optim optimizer stepped (the loop updates the "
+                         "parameters itself; that time is in other host work)"))
         else:
             rows.append((label, per.get(key) or 0.0, ""))
     return rows

@@ -44,6 +44,33 @@ from traindoctor.runtime.timeline import session_timeline
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: ``backward()`` ends remembered for a loop without an optimizer (enough for a profile).
+MAX_BACKWARD_MARKS = 100_000
+
+
+def backward_records(marks: list[tuple[Any, ...]], started_at: float) -> list[StepRecord]:
+    """Step records of a loop that never stepped a ``torch.optim`` optimizer: one step per
+    ``backward()``, from the end of the previous one (the first from the first batch, or the
+    watch's start). The loop's own parameter update falls in the next step's remainder."""
+    records: list[StepRecord] = []
+    prev = None
+    for mark in marks:
+        t, data, transfer, batches, samples, fwd, bwd = mark
+        if prev is None:
+            start, p_data, p_transfer, p_batches, p_samples, p_fwd, p_bwd = (
+                started_at, 0.0, 0.0, 0, 0, None, 0.0)
+        else:
+            start, p_data, p_transfer, p_batches, p_samples, p_fwd, p_bwd = prev
+        records.append(StepRecord(
+            index=len(records) + 1, start=start, end=t, data_s=data - p_data,
+            transfer_s=transfer - p_transfer, optimizer_s=0.0, batches=batches - p_batches,
+            samples=samples - p_samples, backward_calls=1,
+            forward_s=None if fwd is None or p_fwd is None else fwd - p_fwd,
+            backward_s=None if fwd is None or p_fwd is None else bwd - p_bwd,
+        ))
+        prev = mark
+    return records
+
 _ACTIVE_LOCK = threading.Lock()
 _ACTIVE: "Session | None" = None
 
@@ -200,6 +227,11 @@ class Session:
         self._loop_code_looked = False
         self._sampler: Any = None
         self._phase_before_step = PHASE_OTHER
+        #: Loaders that delivered a batch since the last backward()/optimizer step (by info id):
+        #: the next training call marks them ``feeds_training`` (eval-only loaders never are).
+        self._fed: dict[int, Any] = {}
+        #: Where each backward() ended while no optimizer has stepped (see ``_mark_backward``).
+        self._backward_marks: list[tuple[Any, ...]] = []
 
     # ---------------------------------------------------------------- public views
     @property
@@ -375,6 +407,7 @@ class Session:
         self.emit("on_loader_created", info)
 
     def record_batch(self, info: Any, batch: Any, wait_s: float, t_end: float) -> None:
+        self._fed[info.id] = info
         samples = batch_samples(batch)
         self.timer.add_batch(wait_s, t_end, samples)
         for observer in self._batch_observers:
@@ -396,8 +429,21 @@ class Session:
         self.emit("on_transfer", nbytes, seconds, pinned, device_type, loader_info)
 
     def record_backward(self, seconds: float = 0.0) -> None:
+        if self._fed:
+            self._mark_training_loaders()
         self.timer.add_backward(seconds)
+        if self._primary_opt is None and len(self._backward_marks) < MAX_BACKWARD_MARKS:
+            self._mark_backward()
         self.emit("on_backward")
+
+    def _mark_backward(self) -> None:
+        """While no ``torch.optim`` optimizer has stepped, remember where each ``backward()``
+        ended (the timer's running totals): a loop that updates the parameters itself (as
+        pytorch/examples' word_language_model) is then profiled step by ``backward()``."""
+        t = self.timer
+        self._backward_marks.append((time.perf_counter(), t._data, t._transfer, t._batches,
+                                     t._samples, t.forward_total if t.forward_seen else None,
+                                     t.backward_total))
 
     def record_model(self, module: Any) -> None:
         if module not in self.models:
@@ -412,9 +458,12 @@ class Session:
             self._optimizers.append(ref)
             if self._primary_opt is None or self._primary_opt() is None:
                 self._primary_opt = weakref.ref(optimizer)
+                self._backward_marks.clear()
             self._note_param_device(optimizer)
             self.emit("on_optimizer_found", optimizer)
         self.emit("on_before_optimizer_step", optimizer)
+        if self._fed:
+            self._mark_training_loaders()
         if not self._loop_code_looked:
             self._find_loop_code()
         self._phase_before_step = self.timer.phase
@@ -450,6 +499,30 @@ class Session:
                 except Exception as exc:  # fail-open: one listener must not lose the step
                     self.internal_error("step listener", exc)
             self.emit("on_step_end", record)
+
+    def _mark_training_loaders(self) -> None:
+        for info in self._fed.values():
+            info.feeds_training = True
+        self._fed.clear()
+
+    def loader_done(self, info: Any) -> None:
+        """A loader's epoch ended (or its iterator was dropped, e.g. an eval loop that broke off):
+        batches it delivered before are not what the next training call consumes."""
+        self._fed.pop(info.id, None)
+
+    @property
+    def trained(self) -> bool:
+        """Whether the run trained at all: an optimizer step or a ``backward()`` was seen."""
+        return bool(self.timer.records) or self.timer.backward_calls > 0 \
+            or any(getattr(info, "feeds_training", False) for info in self.loaders)
+
+    def training_loaders(self) -> list[Any]:
+        """Loaders whose batches fed training (``backward()`` or an optimizer step followed
+        them): the input pipeline the data rules judge. A loader only iterated for evaluation is
+        left out. A run that never trained (a loading benchmark, inference) keeps every loader."""
+        if not self.trained:
+            return list(self.loaders)
+        return [info for info in self.loaders if getattr(info, "feeds_training", True)]
 
     def note_optimizer_site(self, optimizer: Any, site: Any) -> None:
         """Remember where the user constructed ``optimizer`` (the optimizer probe calls this)."""
@@ -551,8 +624,12 @@ class Session:
             if self._cuda_clock is not None:
                 self._cuda_clock.assign(self.records)
             tail = self.timer
+            records = self.records
+            optimizer_seen = bool(records) or not self._backward_marks
+            if not optimizer_seen:
+                records = backward_records(self._backward_marks, self.started_at)
             self.profile = build_profile(
-                self.records,
+                records,
                 run_s=max(self.ended_at - self.started_at, 0.0),
                 loose_batches=tail._batches,
                 loose_samples=tail._samples,
@@ -562,6 +639,7 @@ class Session:
                 partial=self.partial,
                 host_work=self._sampler.summary() if self._sampler else None,
                 host_work_samples=self._sampler.samples if self._sampler else 0,
+                optimizer_seen=optimizer_seen,
             )
         except Exception as exc:  # pragma: no cover - defensive
             self.internal_error("profile", exc)

@@ -72,13 +72,16 @@ class StepFacts:
     Counted from the finished step record (``on_step_end``), not when ``optimizer.step()`` is
     entered: an optimizer step with a closure (LBFGS, Lightning's automatic optimization) runs the
     step's last forward and backward *inside* ``step()``, and counting at its start would miss it.
+    A closure's backward calls count once: LBFGS re-evaluating the same batch 20 times is not
+    20-fold gradient accumulation.
     """
 
     backward_calls: list[int] = field(default_factory=list)
 
     def add(self, record: Any) -> None:
         try:
-            self.backward_calls.append(int(record.backward_calls))
+            self.backward_calls.append(int(getattr(record, "accumulated_backward_calls",
+                                                   record.backward_calls)))
         except Exception:
             pass
 

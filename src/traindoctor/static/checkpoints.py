@@ -340,6 +340,23 @@ class CheckpointIndex:
             return sorted(self.named_optimizers)[0]
         return default
 
+    def optimizer_for(self, site: SaveSite, default: str) -> str:
+        """The name of the optimizer that updates the model this save writes (``optimizerG``
+        for ``netG.state_dict()`` when ``optimizerG = Adam(netG.parameters())``), else
+        ``default``: with two models and two optimizers, advice must name the right one."""
+        models = {n.id for p in site.saved.pieces if p.kind == MODEL
+                  for n in ast.walk(p.node) if isinstance(n, ast.Name)}
+        if not models:
+            return default
+        matches = []
+        for name, call in self.exists(OPTIMIZER):
+            params = call.args[0] if call.args else next(
+                (k.value for k in call.keywords if k.arg == "params"), None)
+            if params is not None and not name.startswith("<") and models & {
+                    n.id for n in ast.walk(params) if isinstance(n, ast.Name)}:
+                matches.append(name)
+        return matches[0] if len(matches) == 1 else default
+
     def classify(self, expr: ast.AST) -> str:
         """What object an expression denotes: optimizer, scheduler, scaler, data or model."""
         ctx = self.ctx
@@ -919,7 +936,8 @@ class CheckpointIndex:
         return SaveFacts(
             holds_resume_state=holds,
             read_back=self._read_back(site),
-            quality_guarded=quality_guard(guard_names),
+            quality_guarded=quality_guard(guard_names)
+            or any(self._running_best_guard(node) for node in site.contexts),
             export_name=export_name(self._path_words(site.path)),
             in_training_loop=site.in_training_loop,
         )
@@ -940,6 +958,32 @@ class CheckpointIndex:
                         names.append(sub.attr)
             child = anc
         return names
+
+    def _running_best_guard(self, node: ast.AST) -> bool:
+        """``node`` runs under a "better than the best so far" test by its shape, whatever the
+        names: ``if score > top_score: top_score = score`` (an ``if`` comparing two values whose
+        body stores the one into the other), as in ``if not best or val_loss < best: ...``."""
+        child = node
+        for anc in self.ctx.ancestors(node):
+            if isinstance(anc, _FUNCS):
+                break
+            if isinstance(anc, ast.If) and any(child is b for b in anc.body):
+                pairs = set()
+                for sub in ast.walk(anc.test):
+                    if isinstance(sub, ast.Compare) and len(sub.ops) == 1 and isinstance(
+                        sub.ops[0], (ast.Lt, ast.Gt, ast.LtE, ast.GtE)
+                    ):
+                        a, b = _value_key(sub.left), _value_key(sub.comparators[0])
+                        if a and b:
+                            pairs.update({(a, b), (b, a)})
+                if pairs:
+                    for stmt in anc.body:
+                        for sub in ast.walk(stmt):
+                            if isinstance(sub, ast.Assign) and len(sub.targets) == 1:
+                                if (_value_key(sub.targets[0]), _value_key(sub.value)) in pairs:
+                                    return True
+            child = anc
+        return False
 
     def _path_words(self, path: ast.AST | None) -> list[str]:
         if path is None or path is MISSING or path is UNKNOWN:
@@ -1342,6 +1386,16 @@ def _pos(node: ast.AST) -> tuple[int, int]:
 
 def _end(node: ast.AST) -> tuple[int, int]:
     return (getattr(node, "end_lineno", 0) or 0, getattr(node, "end_col_offset", 0) or 0)
+
+
+def _value_key(node: ast.AST) -> str | None:
+    """Source text of a name, attribute or subscript (``best``, ``self.best_acc``), else None."""
+    if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
+        try:
+            return ast.unparse(node)
+        except Exception:  # pragma: no cover - unparse of a valid tree
+            return None
+    return None
 
 
 def _is_temp_path(path: ast.AST | None) -> bool:

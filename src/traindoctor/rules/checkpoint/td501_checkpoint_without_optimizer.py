@@ -303,10 +303,10 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
         from traindoctor.static.checkpoints import DCP_SAVES
 
         for site in idx.model_only_in_loop():
-            save = f"{opt}.state_dict()"
+            save = f"{idx.optimizer_for(site, opt)}.state_dict()"
             if ctx.qualname(site.call.func) in DCP_SAVES:
                 # Sharded (FSDP/DTensor) optimizer state needs DCP's own getter.
-                save = f"get_optimizer_state_dict(model, {opt})"
+                save = f"get_optimizer_state_dict(model, {idx.optimizer_for(site, opt)})"
             yield ctx.report(
                 self,
                 site.report,

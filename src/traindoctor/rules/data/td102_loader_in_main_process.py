@@ -332,7 +332,8 @@ class LoaderInMainProcessMonitor(Monitor):
         min_share = float(self.threshold("min_wait_share", 0.2))
         min_ms = float(self.threshold("min_wait_ms", 5.0))
         min_batches = int(self.threshold("min_batches", 5))
-        for info in self.session.loaders:
+        # A loader only iterated for evaluation is not the training input pipeline.
+        for info in self.session.training_loaders():
             if info.num_workers != 0 or info.batches < min_batches:
                 continue
             timing = ev.loader_timing(info)

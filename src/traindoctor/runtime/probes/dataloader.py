@@ -66,6 +66,9 @@ class LoaderInfo:
     #: Worker processes alive in this process (all loaders) when this loader last started an epoch.
     concurrent_workers: int = 0
     max_concurrent_workers: int = 0
+    #: True once a batch of this loader was followed by ``backward()`` or an optimizer step: it
+    #: feeds training. A loader only iterated for evaluation stays False (see ``Session``).
+    feeds_training: bool = False
 
     _epoch_open: bool = False
     _epoch_start: float = 0.0
@@ -302,8 +305,11 @@ class DataLoaderProbe(Probe):
         key = id(iterator)
         iters = self._iters
 
-        def forget(_ref: Any, key: int = key) -> None:
+        session = self.session
+
+        def forget(_ref: Any, key: int = key, info: LoaderInfo = info) -> None:
             iters.pop(key, None)
+            session.loader_done(info)  # type: ignore[union-attr]  # an eval loop that broke off
 
         iters[key] = (weakref.ref(iterator, forget), info)
         if info.num_workers > 0:
@@ -329,6 +335,7 @@ class DataLoaderProbe(Probe):
             if entry is not None and entry[0]() is iterator:
                 info = entry[1]
                 info.close_epoch()
+                self.session.loader_done(info)  # type: ignore[union-attr]
                 self.session.emit("on_loader_iter_end", info)  # type: ignore[union-attr]
         except Exception as exc:
             self.fail("end of epoch", exc)

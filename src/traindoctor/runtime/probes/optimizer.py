@@ -6,7 +6,8 @@ nothing on the optimizer is patched. ``Optimizer.__init__`` is wrapped only to r
 built each optimizer (for findings about its parameter groups). Backward calls are counted by wrapping
 ``torch.autograd.backward`` (``Tensor.backward`` looks it up at call time): one counter increment
 per call, after the original returned. Counting backward calls per optimizer step reveals gradient
-accumulation. The same wrapper times each call (two ``perf_counter`` reads) for the profile's
+accumulation. The lr-0 step that ``torch.distributed.checkpoint`` runs to create a fresh
+optimizer's state before loading a checkpoint into it is not a training step and is not reported. The same wrapper times each call (two ``perf_counter`` reads) for the profile's
 backward row, and marks the training thread's phase for the host-work sampler.
 """
 
@@ -24,6 +25,11 @@ class OptimizerProbe(Probe):
 
     name = "optimizer"
     order = 20
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: Optimizers inside a step that is not training (DCP's lr-0 state initialisation).
+        self._not_training: set[int] = set()
 
     def install(self, session: Any) -> None:
         super().install(session)
@@ -55,12 +61,18 @@ class OptimizerProbe(Probe):
 
     def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         try:
+            if not optimizer.state and _dcp_state_init(optimizer):
+                self._not_training.add(id(optimizer))
+                return None
             self.session.record_optimizer_pre(optimizer)  # type: ignore[union-attr]
         except Exception as exc:
             self.fail("optimizer pre-step", exc)
         return None
 
     def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._not_training and id(optimizer) in self._not_training:
+            self._not_training.discard(id(optimizer))
+            return
         try:
             self.session.record_optimizer_post(optimizer)  # type: ignore[union-attr]
         except Exception as exc:
@@ -89,3 +101,28 @@ class OptimizerProbe(Probe):
             return result
 
         return backward
+
+
+#: ``torch.distributed.checkpoint.state_dict._init_optim_state``: creates a fresh optimizer's
+#: state before a sharded checkpoint is loaded into it, by one ``step()`` with zero gradients and
+#: every learning rate set to 0. That step trains nothing, so it is not counted.
+_DCP_INIT = "_init_optim_state"
+_DCP_FILE = "distributed/checkpoint/state_dict.py"
+
+
+def _dcp_state_init(optimizer: Any, depth: int = 8) -> bool:
+    """Whether this step is DCP's state initialisation (only asked while the optimizer has no
+    state yet): every group's lr is 0 and ``_init_optim_state`` is among the callers."""
+    import sys
+
+    for group in optimizer.param_groups:
+        if group.get("lr", 0) != 0:
+            return False
+    frame = sys._getframe(2)
+    while frame is not None and depth > 0:
+        code = frame.f_code
+        if code.co_name == _DCP_INIT and code.co_filename.replace("\\", "/").endswith(_DCP_FILE):
+            return True
+        frame = frame.f_back
+        depth -= 1
+    return False
