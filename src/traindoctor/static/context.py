@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import io
 from functools import cached_property
+from operator import attrgetter
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from traindoctor.finding import Edit, Finding, Fix, Location, Origin, Related
@@ -130,6 +131,22 @@ def _position(node: ast.AST) -> tuple[int, int]:
     return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
 
 
+#: The same key as :func:`_position`, read in C, for node classes that always carry a position.
+_POSITION_ATTRS = attrgetter("lineno", "col_offset")
+
+
+def _sort_by_position(nodes: list, types: Iterable[type]) -> None:
+    """Sort nodes of ``types`` by :func:`_position`, reading the key in C where the node classes
+    always carry a position (a hand-built node without one falls back to the general key)."""
+    if all("lineno" in t._attributes and "col_offset" in t._attributes for t in types):
+        try:
+            nodes.sort(key=_POSITION_ATTRS)
+            return
+        except AttributeError:
+            pass  # keys are computed before sorting starts: the list is unchanged
+    nodes.sort(key=_position)
+
+
 class FileContext:
     """One parsed file and the questions rules ask about it."""
 
@@ -208,14 +225,14 @@ class FileContext:
             if t not in self._ordered:
                 bucket = self.nodes.get(t)
                 if bucket:
-                    bucket.sort(key=_position)
+                    _sort_by_position(bucket, (t,))
                 self._ordered.add(t)
         if len(types) == 1:
             return self.nodes.get(types[0], [])
         out: list[ast.AST] = []
         for t in types:
             out.extend(self.nodes.get(t, ()))
-        out.sort(key=_position)
+        _sort_by_position(out, types)
         return out
 
     @cached_property

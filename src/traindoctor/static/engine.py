@@ -39,6 +39,29 @@ _TRAINING_WORDS = (".backward(", "for epoch", "epoch in ", "training_step", "SGD
                    "Adamax(", "RMSprop(", "Adagrad(", "Adadelta(", "LBFGS(", "Rprop(", "Adafactor(", "Muon(")
 
 
+class _WordTest:
+    """Which words occur in one source text, each searched for at most once.
+
+    Many rules share trigger words (``DataLoader``, ``save``, ``val``): a word that does not occur
+    costs a scan of the whole file, so the answer is remembered for the other rules that ask."""
+
+    __slots__ = ("source", "seen")
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.seen: dict[str, bool] = {}
+
+    def any(self, words: Iterable[str]) -> bool:
+        seen = self.seen
+        for word in words:
+            found = seen.get(word)
+            if found is None:
+                found = seen[word] = word in self.source
+            if found:
+                return True
+        return False
+
+
 @dataclass
 class FileResult:
     filename: str
@@ -199,9 +222,11 @@ def check_source(
 
     def findings_of(source: str, lines: list[str], tree: ast.Module) -> list[Finding]:
         # Rules whose trigger words do not occur cannot fire: skip them, and the index too.
-        active = [r for r in rules if not r.triggers or any(t in source for t in r.triggers)]
+        present = _WordTest(source)
+        active = [r for r in rules if r.__class__.check is not Rule.check
+                  and (not r.triggers or present.any(r.triggers))]
         cross = [r for r in rules if r.project_aware and r not in active]
-        if cross and not ("import" in source and any(w in source for w in _TRAINING_WORDS)):
+        if cross and not ("import" in source and present.any(_TRAINING_WORDS)):
             cross = []  # cannot drive training: no question about other modules will be asked
         if not active and not cross:
             return []
