@@ -147,6 +147,24 @@ def _sort_by_position(nodes: list, types: Iterable[type]) -> None:
     nodes.sort(key=_position)
 
 
+def _bind(
+    table: dict[tuple[int, str], list[ast.expr | None]], target: ast.AST, value: ast.expr | None, scope: ast.AST
+) -> None:
+    """Record ``target = value`` in ``scope`` (tuples unpacked element-wise when the shapes match).
+
+    A module-level function, not a recursive closure: a closure that calls itself is a reference
+    cycle that would keep the table (and the expressions in it) alive until the cycle collector."""
+    if isinstance(target, ast.Name):
+        table.setdefault((id(scope), target.id), []).append(value)
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
+            for t, v in zip(target.elts, value.elts):
+                _bind(table, t, v, scope)
+        else:
+            for t in target.elts:
+                _bind(table, t.value if isinstance(t, ast.Starred) else t, None, scope)
+
+
 class FileContext:
     """One parsed file and the questions rules ask about it."""
 
@@ -198,6 +216,21 @@ class FileContext:
         if key not in store:
             store[key] = build(self)
         return store[key]
+
+    def release(self) -> None:
+        """Drop every analysis built for this file; the context must not be used afterwards.
+
+        Shared analyses and the project view point back at their context (``LoaderIndex.ctx``),
+        which makes reference cycles: left alone, each checked file's tree (tens of thousands of
+        nodes) would wait for the cycle collector, and every collection until then walks it again,
+        which costs more than the rules do. Breaking the cycles when the file is done lets
+        reference counting free it at once. The engine calls this once the findings are out.
+        """
+        view = self.__dict__.get("project")
+        if view is not None and hasattr(view, "release"):
+            view.release()
+        self._shared.clear()
+        self.__dict__.clear()
 
     # ------------------------------------------------------------------ the project around the file
     @cached_property
@@ -363,15 +396,7 @@ class FileContext:
         table: dict[tuple[int, str], list[ast.expr | None]] = {}
 
         def bind(target: ast.AST, value: ast.expr | None, scope: ast.AST) -> None:
-            if isinstance(target, ast.Name):
-                table.setdefault((id(scope), target.id), []).append(value)
-            elif isinstance(target, (ast.Tuple, ast.List)):
-                if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
-                    for t, v in zip(target.elts, value.elts):
-                        bind(t, v, scope)
-                else:
-                    for t in target.elts:
-                        bind(t.value if isinstance(t, ast.Starred) else t, None, scope)
+            _bind(table, target, value, scope)
 
         for node in self.of(ast.Assign):
             scope = self.scope_of(node)

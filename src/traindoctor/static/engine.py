@@ -231,14 +231,17 @@ def check_source(
         if not active and not cross:
             return []
         ctx = FileContext(filename, source, tree, settings, lines, project=_project_view)
-        if cross and drives_training(ctx) and ctx.project is not None and ctx.project.imports_project:
-            active = [r for r in rules if r in active or r in cross]
-        if not active:
-            return []
-        found = [
-            f for f in run_rules(ctx, active, errors) if _noqa_allows(f, lines) and _file_noqa_allows(f, off)
-        ]
-        dependencies.update(ctx.project_dependencies)
+        try:
+            if cross and drives_training(ctx) and ctx.project is not None and ctx.project.imports_project:
+                active = [r for r in rules if r in active or r in cross]
+            if not active:
+                return []
+            found = [
+                f for f in run_rules(ctx, active, errors) if _noqa_allows(f, lines) and _file_noqa_allows(f, off)
+            ]
+            dependencies.update(ctx.project_dependencies)
+        finally:
+            ctx.release()  # the tree is freed now, not by the cycle collector (see FileContext.release)
         return sort_findings(_dedupe(found))
 
     findings = findings_of(source, lines, tree)

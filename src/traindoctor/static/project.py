@@ -299,6 +299,13 @@ class Project:
             _BY_CONTENT[(path, digest)] = result
         return result
 
+    def release(self) -> None:
+        """Release the module contexts parsed for this project (see ``FileContext.release``)."""
+        contexts = list(self._contexts.values())
+        self._contexts.clear()
+        for ctx in contexts:
+            ctx.release()
+
     def module_context(self, summary: ModuleSummary) -> "FileContext | None":
         """The parsed context of a summarised module, for on-demand queries.
 
@@ -415,6 +422,10 @@ class ProjectView:
         self._stars: list[str] | None = None
         self._calls: list[tuple[ast.Call, Resolved]] | None = None
         self._imports_project: bool | None = None
+
+    def release(self) -> None:
+        """Called when the checked file is done: release the project's module contexts."""
+        self.project.release()
 
     @property
     def bindings(self) -> dict[str, tuple[str, str | None]]:
