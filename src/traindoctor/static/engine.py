@@ -164,6 +164,8 @@ def file_noqa(source: str) -> frozenset[str] | None:
     """Codes a file-level ``# traindoctor: noqa`` turns off: None none, empty set all of them."""
     if "noqa" not in source and "NOQA" not in source:  # cheap: most files have neither
         return None
+    if source.isascii() and "traindoctor" not in source.lower():
+        return None  # plain ``# noqa`` comments only (the pattern, any case, needs the tool's name)
     codes: set[str] = set()
     found = False
     for match in _FILE_NOQA.finditer(source):
