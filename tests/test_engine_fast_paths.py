@@ -156,3 +156,19 @@ def test_findings_are_the_same_after_the_release():
     first = check_source(TRAINING_SCRIPT, "t.py", Settings())
     again = check_source(TRAINING_SCRIPT, "t.py", Settings())
     assert first.findings == again.findings and first.findings
+
+
+def test_spelled_name_prefilters_hold_for_their_word_lists():
+    from traindoctor.static.checkpoints import _SAVE_WRAPPERS
+
+    assert all("save_on_ma" in name for name in _SAVE_WRAPPERS)
+
+
+def test_prefilters_do_not_skip_files_whose_identifiers_python_normalises():
+    # ``ｒequires_grad`` (a fullwidth letter) is the identifier ``requires_grad`` to Python
+    src = "import torch\nfrom torch.nn import ＳyncBatchNorm\nＳyncBatchNorm\np.ｒequires_grad = False\n"
+    ctx = ctx_of(src)
+    assert ctx.mentions("torch.nn.SyncBatchNorm")
+    from traindoctor.static.gradmode import freezes_parameters
+
+    assert freezes_parameters(ctx)

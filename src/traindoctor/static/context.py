@@ -353,10 +353,13 @@ class FileContext:
         """Whether any Name/Attribute in the file resolves to one of ``qualnames``."""
         # A name that resolves to ``a.b.c`` spells ``c`` somewhere in the file (in the chain itself
         # or in the import that binds it; canonical spellings keep the last part): a file that
-        # never spells it cannot mention it, and is not walked.
-        wanted = {q for q in qualnames if q.rsplit(".", 1)[-1] in self.source}
-        if not wanted:
-            return False
+        # never spells it cannot mention it, and is not walked. (Only in ASCII files: Python
+        # normalises non-ASCII identifiers, so their spelling in the text may differ.)
+        wanted = set(qualnames)
+        if self.source.isascii():
+            wanted = {q for q in wanted if q.rsplit(".", 1)[-1] in self.source}
+            if not wanted:
+                return False
         for node in self.nodes.get(ast.Attribute, ()):
             if self.imports.resolve(node) in wanted:
                 return True

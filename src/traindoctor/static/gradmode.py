@@ -356,8 +356,8 @@ def forward_models(ctx: "FileContext", call: ast.Call, fn: ast.AST | None) -> li
 
 def freezes_parameters(ctx: "FileContext") -> bool:
     """The file turns gradients off on parameters (``requires_grad_(False)``, ``p.requires_grad = False``)."""
-    if "requires_grad" not in ctx.source:  # both forms spell it: most files are not walked
-        return False
+    if ctx.source.isascii() and "requires_grad" not in ctx.source:
+        return False  # both forms spell it (ASCII files: identifiers are as written): not walked
     for call in ctx.method_calls("requires_grad_"):
         if call.args and ctx.value(call.args[0]) is False:
             return True
