@@ -228,14 +228,16 @@ def test_no_worker_processes_falls_back_to_in_process(project, capsys, monkeypat
     assert run(capsys, "--no-cache", "--jobs", "2", str(project)) == expected
 
 
-def test_speed_benchmark_reports_all_rows_and_agrees_with_itself(project):
+@pytest.mark.parametrize("extra", [[], ["--cpu-time"]])
+def test_speed_benchmark_reports_all_rows_and_agrees_with_itself(project, extra):
     """benchmarks/lint_speed.py on a tiny corpus: the three checker rows, identical findings."""
     import subprocess
     import sys
 
     script = Path(__file__).resolve().parent.parent / "benchmarks" / "lint_speed.py"
-    proc = subprocess.run([sys.executable, str(script), str(project / "pkg"), "--repeat", "1", "--jobs", "2"],
+    proc = subprocess.run([sys.executable, str(script), str(project / "pkg"), "--repeat", "1", "--jobs", "2", *extra],
                           capture_output=True, text=True, timeout=300)
+    assert ("timed by CPU time" in proc.stdout) == bool(extra)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for row in ("`ast.parse` alone", "`traindoctor check --jobs 1`", "`traindoctor check` (2 jobs)",
                 "`traindoctor check`, cached re-run"):

@@ -118,7 +118,7 @@ def accumulation(ctx: "FileContext") -> Accumulation | None:
         divisor = _modulo_divisor(node.test)
         if divisor is None or isinstance(divisor, ast.Constant) and divisor.value == 1:
             continue
-        if ctx.enclosing_loops(node) and any(_is_optimizer_step(ctx, s) for s in node.body):
+        if any(_is_optimizer_step(ctx, s) for s in node.body) and ctx.enclosing_loops(node):
             found.append(Accumulation(node, _factor(ctx, divisor)))
     found = [a for a in found if a.factor is UNKNOWN or a.factor > 1]
     found.sort(key=lambda a: (a.node.lineno, a.node.col_offset))  # type: ignore[attr-defined]

@@ -62,7 +62,7 @@ _DCP_GETTERS = {"get_model_state_dict": (MODEL,), "get_optimizer_state_dict": (O
 #: Methods that save the whole training state of a framework object (``accelerator.save_state``).
 _COMPLETE_METHODS = {"save_state": ("accelerator",), "save_checkpoint": ("trainer", "engine", "deepspeed")}
 #: Unresolved wrappers with torch.save's (obj, f) signature, by receiver-or-function name.
-_SAVE_WRAPPERS = {"save_on_master", "save_on_main_process"}
+_SAVE_WRAPPERS = {"save_on_master", "save_on_main_process"}  # all spell "save_on_ma" (see _find_save_calls)
 
 SCALER_CTORS = frozenset(
     {
@@ -298,10 +298,12 @@ class CheckpointIndex:
                 out.append((call, _arg(ctx, call, "obj", 0), _arg(ctx, call, "f", 1)))
             elif last == "fabric":
                 out.append((call, _arg(ctx, call, "state", 1), _arg(ctx, call, "path", 0)))
-        for call in ctx.of(ast.Call):
-            name = _callee_name(call)
-            if name in _SAVE_WRAPPERS:
-                out.append((call, _arg(ctx, call, "obj", 0), _arg(ctx, call, "f", 1)))
+        # (every wrapper's name spells "save_on_ma"; in an ASCII file, identifiers are as written)
+        if not ctx.source.isascii() or "save_on_ma" in ctx.source:
+            for call in ctx.of(ast.Call):
+                name = _callee_name(call)
+                if name in _SAVE_WRAPPERS:
+                    out.append((call, _arg(ctx, call, "obj", 0), _arg(ctx, call, "f", 1)))
         self.complete_saves.extend(ctx.calls_to(*COMPLETE_SAVES))
         for method, owners in _COMPLETE_METHODS.items():
             for call in ctx.method_calls(method):

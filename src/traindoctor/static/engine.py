@@ -39,6 +39,29 @@ _TRAINING_WORDS = (".backward(", "for epoch", "epoch in ", "training_step", "SGD
                    "Adamax(", "RMSprop(", "Adagrad(", "Adadelta(", "LBFGS(", "Rprop(", "Adafactor(", "Muon(")
 
 
+class _WordTest:
+    """Which words occur in one source text, each searched for at most once.
+
+    Many rules share trigger words (``DataLoader``, ``save``, ``val``): a word that does not occur
+    costs a scan of the whole file, so the answer is remembered for the other rules that ask."""
+
+    __slots__ = ("source", "seen")
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.seen: dict[str, bool] = {}
+
+    def any(self, words: Iterable[str]) -> bool:
+        seen = self.seen
+        for word in words:
+            found = seen.get(word)
+            if found is None:
+                found = seen[word] = word in self.source
+            if found:
+                return True
+        return False
+
+
 @dataclass
 class FileResult:
     filename: str
@@ -141,6 +164,8 @@ def file_noqa(source: str) -> frozenset[str] | None:
     """Codes a file-level ``# traindoctor: noqa`` turns off: None none, empty set all of them."""
     if "noqa" not in source and "NOQA" not in source:  # cheap: most files have neither
         return None
+    if source.isascii() and "traindoctor" not in source.lower():
+        return None  # plain ``# noqa`` comments only (the pattern, any case, needs the tool's name)
     codes: set[str] = set()
     found = False
     for match in _FILE_NOQA.finditer(source):
@@ -199,21 +224,26 @@ def check_source(
 
     def findings_of(source: str, lines: list[str], tree: ast.Module) -> list[Finding]:
         # Rules whose trigger words do not occur cannot fire: skip them, and the index too.
-        active = [r for r in rules if not r.triggers or any(t in source for t in r.triggers)]
+        present = _WordTest(source)
+        active = [r for r in rules if r.__class__.check is not Rule.check
+                  and (not r.triggers or present.any(r.triggers))]
         cross = [r for r in rules if r.project_aware and r not in active]
-        if cross and not ("import" in source and any(w in source for w in _TRAINING_WORDS)):
+        if cross and not ("import" in source and present.any(_TRAINING_WORDS)):
             cross = []  # cannot drive training: no question about other modules will be asked
         if not active and not cross:
             return []
         ctx = FileContext(filename, source, tree, settings, lines, project=_project_view)
-        if cross and drives_training(ctx) and ctx.project is not None and ctx.project.imports_project:
-            active = [r for r in rules if r in active or r in cross]
-        if not active:
-            return []
-        found = [
-            f for f in run_rules(ctx, active, errors) if _noqa_allows(f, lines) and _file_noqa_allows(f, off)
-        ]
-        dependencies.update(ctx.project_dependencies)
+        try:
+            if cross and drives_training(ctx) and ctx.project is not None and ctx.project.imports_project:
+                active = [r for r in rules if r in active or r in cross]
+            if not active:
+                return []
+            found = [
+                f for f in run_rules(ctx, active, errors) if _noqa_allows(f, lines) and _file_noqa_allows(f, off)
+            ]
+            dependencies.update(ctx.project_dependencies)
+        finally:
+            ctx.release()  # the tree is freed now, not by the cycle collector (see FileContext.release)
         return sort_findings(_dedupe(found))
 
     findings = findings_of(source, lines, tree)

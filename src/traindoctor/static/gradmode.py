@@ -14,7 +14,7 @@ import ast
 import builtins
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from traindoctor.static.names import dotted
 
@@ -356,6 +356,8 @@ def forward_models(ctx: "FileContext", call: ast.Call, fn: ast.AST | None) -> li
 
 def freezes_parameters(ctx: "FileContext") -> bool:
     """The file turns gradients off on parameters (``requires_grad_(False)``, ``p.requires_grad = False``)."""
+    if ctx.source.isascii() and "requires_grad" not in ctx.source:
+        return False  # both forms spell it (ASCII files: identifiers are as written): not walked
     for call in ctx.method_calls("requires_grad_"):
         if call.args and ctx.value(call.args[0]) is False:
             return True
@@ -366,8 +368,11 @@ def freezes_parameters(ctx: "FileContext") -> bool:
     return False
 
 
-def no_grad_calls(ctx: "FileContext") -> list[ast.Call]:
-    """Calls that run with autograd off: inside a no_grad/inference_mode block or decorated function."""
+def no_grad_calls(ctx: "FileContext", where: "Callable[[ast.Call], bool] | None" = None) -> list[ast.Call]:
+    """Calls that run with autograd off: inside a no_grad/inference_mode block or decorated function.
+
+    ``where`` keeps only the calls a caller asks about, tested before the (costlier) look at the
+    blocks around each call."""
     regions: list[ast.AST] = []
     for node in ctx.of(ast.With, ast.AsyncWith):
         if any(_grad_switch(ctx, item.context_expr) is False for item in node.items):
@@ -381,7 +386,7 @@ def no_grad_calls(ctx: "FileContext") -> list[ast.Call]:
         for sub in ctx.walk(region):
             if isinstance(sub, ast.Call) and id(sub) not in seen:
                 seen.add(id(sub))
-                if grad_enabled_at(ctx, sub) is False:
+                if (where is None or where(sub)) and grad_enabled_at(ctx, sub) is False:
                     out.append(sub)
     out.sort(key=lambda c: (c.lineno, c.col_offset))
     return out

@@ -119,14 +119,21 @@ class ImportMap:
 
     def resolve(self, node: ast.AST) -> str | None:
         """Fully qualified, canonical name of a Name/Attribute chain, or None if not imported."""
-        parts: list[str] = []
-        while isinstance(node, ast.Attribute):
-            parts.append(node.attr)
-            node = node.value
-        if not isinstance(node, ast.Name):
+        # Find the head first: most chains (``self.x.y``, local names) are not imported, and
+        # are answered without building their text.
+        head = node
+        while head.__class__ is ast.Attribute:
+            head = head.value  # type: ignore[attr-defined]
+        if head.__class__ is not ast.Name:
             return None
-        base = self.names.get(node.id)
+        base = self.names.get(head.id)  # type: ignore[attr-defined]
         if base is None:
             return None
+        if node is head:
+            return CANONICAL.get(base, base)
+        parts: list[str] = []
+        while node is not head:
+            parts.append(node.attr)  # type: ignore[attr-defined]
+            node = node.value  # type: ignore[attr-defined]
         parts.append(base)
         return canonical(".".join(reversed(parts)))

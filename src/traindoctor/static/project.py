@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.names import dotted
@@ -301,6 +302,13 @@ class Project:
             _BY_CONTENT[(path, digest)] = result
         return result
 
+    def release(self) -> None:
+        """Release the module contexts parsed for this project (see ``FileContext.release``)."""
+        contexts = list(self._contexts.values())
+        self._contexts.clear()
+        for ctx in contexts:
+            ctx.release()
+
     def module_context(self, summary: ModuleSummary) -> "FileContext | None":
         """The parsed context of a summarised module, for on-demand queries.
 
@@ -377,17 +385,19 @@ def project_for(filename: str, parse: "Callable[[str, bytes], Any] | None" = Non
 
 
 def _file_of(base: Path, parts: list[str]) -> str | None:
+    # Plain string paths: this runs for every import of every checked file, and building
+    # ``Path`` objects cost more than the ``stat`` calls themselves (parts are identifiers).
+    folder = os.path.join(str(base), *parts[:-1])
     if not parts:
-        init = base / "__init__.py"
-        return str(init) if init.is_file() else None
-    folder = base.joinpath(*parts[:-1])
+        init = os.path.join(folder, "__init__.py")
+        return init if os.path.isfile(init) else None
     leaf = parts[-1]
-    module = folder / f"{leaf}.py"
-    if module.is_file():
-        return str(module)
-    init = folder / leaf / "__init__.py"
-    if init.is_file():
-        return str(init)
+    module = os.path.join(folder, f"{leaf}.py")
+    if os.path.isfile(module):
+        return module
+    init = os.path.join(folder, leaf, "__init__.py")
+    if os.path.isfile(init):
+        return init
     return None
 
 
@@ -414,6 +424,11 @@ class ProjectView:
         self._resolved: dict[int, Resolved | None] = {}
         self._stars: list[str] | None = None
         self._calls: list[tuple[ast.Call, Resolved]] | None = None
+        self._imports_project: bool | None = None
+
+    def release(self) -> None:
+        """Called when the checked file is done: release the project's module contexts."""
+        self.project.release()
 
     @property
     def bindings(self) -> dict[str, tuple[str, str | None]]:
@@ -424,7 +439,15 @@ class ProjectView:
 
     @property
     def imports_project(self) -> bool:
-        return bool(self.bindings) or bool(self._star_modules())
+        """Whether the file imports any project module (stops at the first import that resolves:
+        library files ask this often and most of their imports are the outside world)."""
+        if self._bindings is not None:
+            return bool(self._bindings) or bool(self._star_modules())
+        if self._imports_project is None:
+            nodes = self.ctx.of(ast.Import, ast.ImportFrom)
+            found = next(_import_bindings(nodes, self.project, self.path), None) is not None
+            self._imports_project = found or bool(self._star_modules())
+        return self._imports_project
 
     def calls(self) -> list[tuple[ast.Call, Resolved]]:
         """Every call in the file whose callee is a function or class of another project module."""
@@ -558,19 +581,24 @@ def _display(path: str) -> str:
 
 def import_bindings(nodes: list[Any], project: Project, path: Path) -> dict[str, tuple[str, str | None]]:
     """Local names that imports bind to project modules or names defined in them."""
-    out: dict[str, tuple[str, str | None]] = {}
+    return dict(_import_bindings(nodes, project, path))
+
+
+def _import_bindings(nodes: list[Any], project: Project, path: Path) -> Iterator[tuple[str, tuple[str, str | None]]]:
+    """(local name, (module path, attribute or None)) for each import of a project module, in
+    source order (a later binding of the same name wins, as in :func:`import_bindings`)."""
     for node in nodes:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.asname:
                     module = project.module_file(alias.name, path)
                     if module is not None:
-                        out[alias.asname] = (module, None)
+                        yield alias.asname, (module, None)
                 else:
                     top = alias.name.split(".", 1)[0]
                     module = project.module_file(top, path)
                     if module is not None:
-                        out[top] = (module, None)
+                        yield top, (module, None)
         elif isinstance(node, ast.ImportFrom):
             module_name = node.module or ""
             base = project.module_file(module_name, path, node.level) if (module_name or node.level) else None
@@ -580,12 +608,11 @@ def import_bindings(nodes: list[Any], project: Project, path: Path) -> dict[str,
                 local = alias.asname or alias.name
                 if base is not None:
                     sub = project.submodule(base, alias.name)
-                    out[local] = (sub, None) if sub is not None else (base, alias.name)
+                    yield local, ((sub, None) if sub is not None else (base, alias.name))
                 elif node.level or module_name:
                     sub = project.module_file(f"{module_name}.{alias.name}" if module_name else alias.name, path, node.level)
                     if sub is not None:
-                        out[local] = (sub, None)
-    return out
+                        yield local, (sub, None)
 
 
 # ---------------------------------------------------------------------------------------- summarising

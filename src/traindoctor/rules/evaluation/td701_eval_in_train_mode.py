@@ -305,12 +305,8 @@ class EvalInTrainMode(Rule):
             )
 
     def _check_guarded(self, ctx: "FileContext") -> Iterable[Finding]:
-        for call in no_grad_calls(ctx):
+        for call in no_grad_calls(ctx, where=_may_be_model_call):
             func = call.func
-            if isinstance(func, ast.Attribute) and not (isinstance(func.value, ast.Name) and func.value.id == "self"):
-                continue
-            if not isinstance(func, (ast.Name, ast.Attribute)):
-                continue
             fn = ctx.function_of(call)
             exprs = forward_models(ctx, call, fn)
             if not exprs:
@@ -331,6 +327,14 @@ class EvalInTrainMode(Rule):
                 f"call `{model}.eval()` before evaluating.",
                 help="Call `model.eval()` before evaluation",
             )
+
+
+def _may_be_model_call(call: ast.Call) -> bool:
+    """``model(x)`` or ``self.model(x)``: the callee shapes a forward of a model variable takes."""
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        return isinstance(func.value, ast.Name) and func.value.id == "self"
+    return isinstance(func, ast.Name)
 
 
 # ---------------------------------------------------------------- runtime half (R2)

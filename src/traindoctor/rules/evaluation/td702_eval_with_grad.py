@@ -220,6 +220,8 @@ class EvalWithGrad(Rule):
     def _check_eval_mode(self, ctx: "FileContext") -> Iterable[Finding]:
         evals = [c for c in ctx.method_calls("eval") if not c.args and not c.keywords]
         evals += [c for c in ctx.method_calls("train") if c.args and ctx.value(c.args[0]) is False]
+        if not evals:
+            return
         seen: set[int] = set()
         by_callee: dict[str, list[ast.Call]] = {}
         for c in ctx.of(ast.Call):

@@ -209,9 +209,11 @@ class LrNotScaled(Rule):
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        if not trains(ctx):  # the cheapest question first: library files stop here
+            return
         dist = distributed(ctx)
         acc = accumulation(ctx)
-        if (dist is None and acc is None) or not trains(ctx):
+        if dist is None and acc is None:
             return
         if splits_global_batch(ctx) or lr_related_to_batch(ctx):
             return
