@@ -137,10 +137,23 @@ def _column(frame: FrameType) -> tuple[int, int | None]:
     return start_row, col + 1
 
 
+_SITES: dict[tuple[Any, int], Site] = {}
+
+
 def frame_site(frame: FrameType) -> Site:
-    """The :class:`Site` (with column) of the expression ``frame`` is executing."""
-    row, column = _column(frame)
-    return Site(frame.f_code.co_filename, row, column)
+    """The :class:`Site` (with column) of the expression ``frame`` is executing.
+
+    Cached by (code object, instruction offset): a ``DataLoader(...)`` re-made every epoch finds
+    its line once, not once per epoch.
+    """
+    key = (frame.f_code, frame.f_lasti)
+    site = _SITES.get(key)
+    if site is None:
+        row, column = _column(frame)
+        site = Site(frame.f_code.co_filename, row, column)
+        if len(_SITES) < 4096:
+            _SITES[key] = site
+    return site
 
 
 def first_user_frame(frame: FrameType | None) -> FrameType | None:

@@ -365,10 +365,19 @@ class Session:
     # ---------------------------------------------------------------- probes call these
     def add_batch_observer(self, fn: Callable[[Any, Any], None]) -> None:
         """Let a probe see each fetched batch (e.g. to recognise it when copied to CUDA)."""
-        self._batch_observers.append(fn)
+        # Copy on write: a probe may remove itself while the list is being iterated.
+        self._batch_observers = self._batch_observers + [fn]
 
     def add_step_listener(self, fn: Callable[[StepRecord], None]) -> None:
-        self._step_listeners.append(fn)
+        self._step_listeners = self._step_listeners + [fn]
+
+    def remove_step_listener(self, fn: Callable[[StepRecord], None]) -> None:
+        """Stop calling ``fn`` at step ends (a probe that has seen enough: hot path)."""
+        self._step_listeners = [f for f in self._step_listeners if f != fn]
+
+    def remove_batch_observer(self, fn: Callable[[Any, Any], None]) -> None:
+        """Stop showing batches to ``fn`` (hot path)."""
+        self._batch_observers = [f for f in self._batch_observers if f != fn]
 
     def add_loader(self, info: Any) -> None:
         self.loaders.append(info)

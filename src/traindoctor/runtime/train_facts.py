@@ -11,6 +11,7 @@ No torch import at module level.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,8 +156,6 @@ class LrTrace:
     optimizer_name: str = ""
 
     def add(self, optimizer: Any) -> None:
-        import weakref
-
         if self.optimizer_ref is None:
             self.optimizer_ref = weakref.ref(optimizer)
             self.optimizer_name = type(optimizer).__name__
