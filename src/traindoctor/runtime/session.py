@@ -590,7 +590,7 @@ class Session:
             "traindoctor": __version__,
             "python": platform.python_version(),
             "torch": torch_version,
-            "platform": platform.platform(),
+            "platform": platform_string(),
             "device": self.device.to_dict(),
             "uses_cuda": self.uses_cuda,
             "cpu_count": self.cpu_count,
@@ -612,6 +612,32 @@ class Session:
             "notes": list(self.notes),
             "partial": self.partial,
         }
+
+
+def platform_string() -> str:
+    """``platform.platform()``'s string without its ``uname -p`` subprocess.
+
+    On Linux ``platform.platform()`` asks ``uname -p`` for a processor name (a fork and exec in
+    every watched run, milliseconds of the user's time) that is almost always ``unknown`` or the
+    machine name, both of which it then drops. Elsewhere ``platform.platform()`` is used as is.
+    """
+    import platform
+
+    try:
+        uname = os.uname()
+    except AttributeError:  # pragma: no cover - Windows
+        return platform.platform()
+    if uname.sysname != "Linux":
+        return platform.platform()
+    libc, version = platform.libc_ver()
+    parts = (uname.sysname, uname.release, uname.machine, "with", libc + version)
+    text = "-".join(p.strip() for p in parts if p)
+    for ch in ' /\\:;"()':
+        text = text.replace(ch, "_" if ch == " " else "-")
+    text = text.replace("unknown", "")
+    while "--" in text:
+        text = text.replace("--", "-")
+    return text.rstrip("-")
 
 
 class Watch:
