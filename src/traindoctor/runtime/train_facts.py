@@ -68,14 +68,24 @@ def forward_batch(session: Any) -> int | None:
 
 @dataclass
 class StepFacts:
-    """Per-step counts collected by a monitor (backward calls, samples).
+    """Per-step counts (backward calls per optimizer step), from the session's step records.
 
-    Counted from the finished step record (``on_step_end``), not when ``optimizer.step()`` is
-    entered: an optimizer step with a closure (LBFGS, Lightning's automatic optimization) runs the
-    step's last forward and backward *inside* ``step()``, and counting at its start would miss it.
+    Counted from the finished step records, not when ``optimizer.step()`` is entered: an
+    optimizer step with a closure (LBFGS, Lightning's automatic optimization) runs the step's
+    last forward and backward *inside* ``step()``, and counting at its start would miss it. The
+    session keeps every record already, so monitors read them at the end (:meth:`of`) instead of
+    copying a number at every step.
     """
 
     backward_calls: list[int] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, session: Any) -> "StepFacts":
+        """The facts of ``session``'s finished steps."""
+        facts = cls()
+        for record in getattr(session, "records", None) or ():
+            facts.add(record)
+        return facts
 
     def add(self, record: Any) -> None:
         try:
