@@ -183,6 +183,8 @@ class Session:
         self.active = False
         self.inert = False  # a nested watch does nothing
         self.step = 0
+        #: ``optimizer.step()`` calls so far (all optimizers; counted before the call's events).
+        self.optimizer_calls = 0
         self.started_at = 0.0
         self.ended_at = 0.0
         self.timer = StepTimer()
@@ -414,6 +416,7 @@ class Session:
             self.emit("on_model_found", module)
 
     def record_optimizer_pre(self, optimizer: Any) -> None:
+        self.optimizer_calls += 1
         known = self._optimizer_ids.get(id(optimizer))
         if known is None or known() is not optimizer:  # first step of this optimizer
             ref = weakref.ref(optimizer)

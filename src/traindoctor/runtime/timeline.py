@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 #: Most points a timeline holds; longer runs are grouped into consecutive buckets.
 MAX_POINTS = 300
@@ -72,7 +72,9 @@ class MemorySampler:
     synchronise, once the run used CUDA). :meth:`close` releases the file.
     """
 
-    def __init__(self, uses_cuda: Callable[[], bool] = lambda: False, cap: int = MEMORY_CAP) -> None:
+    def __init__(self, uses_cuda: Any = None, cap: int = MEMORY_CAP) -> None:
+        """``uses_cuda``: a callable answering whether the run uses CUDA, or an object (the
+        session) whose ``uses_cuda`` attribute says so (read without a call: hot path)."""
         self.samples: list[dict[str, Any]] = []
         self.stride = 1
         self._cap = max(int(cap), 2)
@@ -87,7 +89,8 @@ class MemorySampler:
         rss = self._rss()
         if rss is not None:
             sample["rss_bytes"] = rss
-        if self._uses_cuda():
+        source = self._uses_cuda
+        if source is not None and (source() if callable(source) else source.uses_cuda):
             try:
                 import torch
 

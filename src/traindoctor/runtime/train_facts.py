@@ -171,15 +171,22 @@ class LrTrace:
             self.optimizer_name = type(optimizer).__name__
         elif self.optimizer_ref() is not optimizer:
             return
-        lrs = [_lr_value(g.get("lr")) for g in optimizer.param_groups]
-        values = [v if v is not None else 0.0 for v in lrs]
+        values = []
+        for group in optimizer.param_groups:  # every optimizer step: plain floats fast
+            lr = group.get("lr")
+            if type(lr) is not float:
+                lr = _lr_value(lr)
+            values.append(lr if lr is not None else 0.0)
         self.steps += 1
         if len(self.first) < self.keep:
             self.first.append(values)
-        if not self.peak:
+        peak = self.peak
+        if not peak:
             self.peak = list(values)
-        else:
-            self.peak = [max(a, b) for a, b in zip(self.peak, values)] + self.peak[len(values):]
+        else:  # the peak per group (groups beyond the first step's count are not tracked)
+            for i in range(min(len(peak), len(values))):
+                if values[i] > peak[i]:
+                    peak[i] = values[i]
 
     def peak_lr(self) -> float | None:
         return max(self.peak) if self.peak else None
