@@ -390,7 +390,8 @@ class Session:
         self.timer.add_batch(wait_s, t_end, samples)
         for observer in self._batch_observers:
             observer(info, batch)
-        self.emit("on_batch_fetched", info, wait_s)
+        if self._dispatch.get("on_batch_fetched") != []:  # no monitor listens: skip (hot path)
+            self.emit("on_batch_fetched", info, wait_s)
 
     def record_transfer(
         self,
@@ -453,9 +454,10 @@ class Session:
         self.emit("on_after_optimizer_step", optimizer)
         if record is not None:
             self.step = record.index
-            if self._sampler is None and record.index >= 3 and (
-                    record.index <= 50 or record.index % 50 == 0):
-                self._maybe_sample_host_work(record)
+            index = record.index
+            if self._sampler is None and index >= 3 and (
+                    index <= 8 or index & (index - 1) == 0 or index % 50 == 0):
+                self._maybe_sample_host_work(record)  # steps 3-8, 16, 32, 50, 64, 100, ...
             for listener in self._step_listeners:
                 try:
                     listener(record)
