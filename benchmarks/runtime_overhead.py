@@ -24,7 +24,10 @@ start compiled the doctor's modules from source. This benchmark compiles the byt
 
     python benchmarks/runtime_overhead.py [--pairs 8] [--steps 200] [--quick]
 
-On a busy machine use the CPU columns: wall time then mostly measures waiting for a core.
+On a busy machine use the CPU columns: wall time then mostly measures waiting for a core. When
+even those are noisier than the cost (a shared machine under load), count instructions instead:
+``benchmarks/overhead_instructions.py`` (valgrind) gives the doctor's per-step and start-up cost
+independent of load.
 """
 
 from __future__ import annotations

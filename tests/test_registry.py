@@ -67,3 +67,15 @@ def test_every_runtime_rule_has_a_monitor_and_only_those():
     assert monitored == {r.code for r in all_rules() if r.runtime}
     for monitor in all_monitors():
         assert monitor.__module__ == monitor.rule.__module__  # one rule, one module
+
+
+@pytest.mark.parametrize("text", [
+    "", "\n", "  a\n    b\n  c", "\ta\n\t\tb", "\ta\n  b", "  a\n \n\t \n  b\n", "   x", "x\n  y",
+    "  a\n  \n  b  \n", " \t a\n \t b", "  a\r\n  b\r\n", "\n\n    def f():\n        pass\n    ",
+])
+def test_rule_examples_dedent_like_textwrap(text):
+    import textwrap
+
+    from traindoctor.rules.base import dedent
+
+    assert dedent(text) == textwrap.dedent(text)

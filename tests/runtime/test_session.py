@@ -275,3 +275,22 @@ def test_report_dict_shape() -> None:
     assert finding["evidence"]["batches"] == 6 and finding["step"] == 6
     assert report["profile"]["steps"] == 6
     assert report["environment"]["cpu_count"] >= 1
+
+
+def test_report_platform_string_spawns_no_process(monkeypatch) -> None:
+    """platform.platform() runs `uname -p` (a fork in every watched run); ours does not."""
+    import platform
+    import subprocess
+
+    from traindoctor.runtime.session import platform_string
+
+    expected = platform.platform()  # before the patch: may run `uname -p` itself
+
+    def no_process(*args, **kwargs):
+        raise AssertionError(f"subprocess started: {args!r}")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", no_process)
+    text = platform_string()
+    assert text and "--" not in text
+    if platform.system() == "Linux" and platform.uname().processor in ("", platform.machine()):
+        assert text == expected

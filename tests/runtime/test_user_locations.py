@@ -136,3 +136,21 @@ def test_torch_warning_through_traindoctor_run(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert f"{script}:2: UserWarning: torch.cuda.amp.GradScaler is enabled" in proc.stderr
     assert "probes" not in proc.stderr
+
+
+def test_identical_scripts_in_two_folders_keep_their_own_file(tmp_path) -> None:
+    """Call sites are cached per code object; equal code objects of two copies of one script
+    (equal code compares equal whatever its filename) must not share a site."""
+    from traindoctor.runtime.live import user_site
+
+    source = "import sys\ndef where(get):\n    return get(1)\n"
+    sites = []
+    for name in ("a", "b"):
+        path = tmp_path / name / "train.py"
+        path.parent.mkdir()
+        path.write_text(source)
+        namespace: dict = {}
+        exec(compile(source, str(path), "exec"), namespace)
+        sites.append(namespace["where"](user_site))
+    assert [s[0] for s in sites] == [str(tmp_path / "a" / "train.py"), str(tmp_path / "b" / "train.py")]
+    assert sites[0][1] == sites[1][1] == 3

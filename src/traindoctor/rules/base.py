@@ -17,7 +17,6 @@ subclass in the same module whose ``rule`` attribute points at this class.
 
 from __future__ import annotations
 
-import textwrap
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping
 
@@ -27,9 +26,36 @@ if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
 
 
+def dedent(text: str) -> str:
+    """``textwrap.dedent`` without regular expressions (same result).
+
+    Every rule module dedents its examples when it is imported, and ``traindoctor run`` imports
+    every rule module at start-up: ``textwrap.dedent`` compiles a regular expression per margin,
+    which made this a few milliseconds of every watched run's start.
+    """
+    lines = text.split("\n")
+    margin: str | None = None
+    for line in lines:
+        body = line.lstrip(" \t")
+        if not body:
+            continue  # blank or whitespace-only lines do not count
+        indent = line[: len(line) - len(body)]
+        if margin is None or indent.startswith(margin):
+            margin = indent if margin is None else margin
+        elif margin.startswith(indent):
+            margin = indent
+        else:
+            n = 0
+            while n < len(margin) and n < len(indent) and margin[n] == indent[n]:
+                n += 1
+            margin = margin[:n]
+    cut = len(margin or "")
+    return "\n".join("" if not line.lstrip(" \t") else line[cut:] for line in lines)
+
+
 def code_block(text: str) -> str:
     """Dedent an example and strip the leading newline of a triple-quoted string."""
-    return textwrap.dedent(text).lstrip("\n")
+    return dedent(text).lstrip("\n")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,11 @@ a daemon thread that every few milliseconds reads the training thread's current 
 the thread is *not* inside one of the timed calls) and counts the innermost user line, plus the
 line of the training loop it was called from. It never touches the user's objects, and costs
 nothing in runs whose host work is small (it is never started).
+
+Each wake-up takes the GIL from the training thread, so the sampler is kept rare: at least
+:data:`MIN_INTERVAL_S` between wake-ups and at most :data:`MAX_WAKEUPS` of them in all (wake-ups
+that land inside a timed call count too, so a loop whose host work is a small share cannot keep
+it awake for :data:`MAX_SECONDS`). A whole run pays a few hundred GIL hand-offs, once.
 """
 
 from __future__ import annotations
@@ -20,9 +25,14 @@ from typing import Any
 from traindoctor.runtime.live import is_library_file
 from traindoctor.runtime.profile import PHASE_OTHER
 
-#: Samples to take at most, and the longest time to keep sampling (seconds).
+#: Samples to take at most, wake-ups at most (sampled or not), and the longest time to keep
+#: sampling (seconds).
 MAX_SAMPLES = 200
+MAX_WAKEUPS = 400
 MAX_SECONDS = 20.0
+#: Shortest and longest time between two wake-ups (seconds).
+MIN_INTERVAL_S = 0.002
+MAX_INTERVAL_S = 0.02
 
 
 class HostWorkSampler:
@@ -32,9 +42,10 @@ class HostWorkSampler:
         self.timer = timer
         self.thread_id = thread_id
         self.loop_code = loop_code
-        self.interval_s = min(max(interval_s, 0.001), 0.02)
+        self.interval_s = min(max(interval_s, MIN_INTERVAL_S), MAX_INTERVAL_S)
         self.counts: dict[tuple[str, int, str, int | None], int] = {}
         self.samples = 0
+        self.wakeups = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="traindoctor-host-sampler", daemon=True)
 
@@ -51,7 +62,9 @@ class HostWorkSampler:
 
         deadline = time.monotonic() + MAX_SECONDS
         while not self._stop.wait(self.interval_s):
-            if self.samples >= MAX_SAMPLES or time.monotonic() > deadline:
+            self.wakeups += 1
+            if self.samples >= MAX_SAMPLES or self.wakeups > MAX_WAKEUPS \
+                    or time.monotonic() > deadline:
                 return
             if self.timer.phase != PHASE_OTHER:
                 continue

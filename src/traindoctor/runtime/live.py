@@ -137,10 +137,26 @@ def _column(frame: FrameType) -> tuple[int, int | None]:
     return start_row, col + 1
 
 
+_SITES: dict[tuple[int, int], tuple[Any, Site]] = {}
+
+
 def frame_site(frame: FrameType) -> Site:
-    """The :class:`Site` (with column) of the expression ``frame`` is executing."""
+    """The :class:`Site` (with column) of the expression ``frame`` is executing.
+
+    Cached by (code object identity, instruction offset): a ``DataLoader(...)`` re-made every
+    epoch finds its line once, not once per epoch. (Identity, not equality: equal code objects
+    of two copies of a script in different folders have different filenames.)
+    """
+    code = frame.f_code
+    key = (id(code), frame.f_lasti)
+    entry = _SITES.get(key)
+    if entry is not None and entry[0] is code:
+        return entry[1]
     row, column = _column(frame)
-    return Site(frame.f_code.co_filename, row, column)
+    site = Site(code.co_filename, row, column)
+    if len(_SITES) < 4096:
+        _SITES[key] = (code, site)  # holding the code keeps its id from being reused
+    return site
 
 
 def first_user_frame(frame: FrameType | None) -> FrameType | None:

@@ -13,10 +13,11 @@ from traindoctor.runtime.events import Monitor
 
 
 class LrStepMonitor(Monitor):
-    """Records ``self.lrs`` (an ``LrTrace``) and ``self.steps`` (a ``StepFacts``) for subclasses.
+    """Records ``self.lrs`` (an ``LrTrace``) and gives ``self.steps`` (a ``StepFacts`` of the
+    session's step records, read at the end) to subclasses.
 
-    The recordings are shared by every such monitor of a session (one update per optimizer step,
-    however many rules read them): the hot path pays once.
+    The LR recording is shared by every such monitor of a session (one update per optimizer step,
+    however many rules read it): the hot path pays once.
     """
 
     def __init__(self, session: Any) -> None:
@@ -24,31 +25,29 @@ class LrStepMonitor(Monitor):
         from traindoctor.runtime.live import session_state
 
         self._shared = session_state(session, "lr_step_facts", _SharedLrFacts)
-        self.steps = self._shared.steps
         self.lrs = self._shared.lrs
+
+    @property
+    def steps(self) -> Any:
+        """Backward calls per finished step (from the session's records; no per-step copy)."""
+        from traindoctor.runtime.train_facts import StepFacts
+
+        return StepFacts.of(self.session)
 
     def on_before_optimizer_step(self, optimizer: object) -> None:
         shared = self._shared
-        mark = (id(optimizer), self.session.step, self.session.backward_calls_this_step)
+        mark = getattr(self.session, "optimizer_calls", None)
+        if mark is None:  # a session without the counter (tests' fakes)
+            mark = (id(optimizer), self.session.step, self.session.backward_calls_this_step)
         if shared.mark == mark:
-            return  # another LR monitor recorded this step already
+            return  # another LR monitor recorded this optimizer call already
         shared.mark = mark
         self.lrs.add(optimizer)
-
-    def on_step_end(self, step_record: object) -> None:
-        # Counted from the finished step: a closure step runs its backward inside ``step()``.
-        shared = self._shared
-        if shared.last_record is step_record:
-            return  # another LR monitor recorded this step already
-        shared.last_record = step_record
-        self.steps.add(step_record)
 
 
 class _SharedLrFacts:
     def __init__(self) -> None:
-        from traindoctor.runtime.train_facts import LrTrace, StepFacts
+        from traindoctor.runtime.train_facts import LrTrace
 
-        self.steps = StepFacts()
         self.lrs = LrTrace()
         self.mark: Any = None
-        self.last_record: Any = None

@@ -210,6 +210,8 @@ class Session:
         self.active = False
         self.inert = False  # a nested watch does nothing
         self.step = 0
+        #: ``optimizer.step()`` calls so far (all optimizers; counted before the call's events).
+        self.optimizer_calls = 0
         self.started_at = 0.0
         self.ended_at = 0.0
         self.timer = StepTimer()
@@ -397,10 +399,19 @@ class Session:
     # ---------------------------------------------------------------- probes call these
     def add_batch_observer(self, fn: Callable[[Any, Any], None]) -> None:
         """Let a probe see each fetched batch (e.g. to recognise it when copied to CUDA)."""
-        self._batch_observers.append(fn)
+        # Copy on write: a probe may remove itself while the list is being iterated.
+        self._batch_observers = self._batch_observers + [fn]
 
     def add_step_listener(self, fn: Callable[[StepRecord], None]) -> None:
-        self._step_listeners.append(fn)
+        self._step_listeners = self._step_listeners + [fn]
+
+    def remove_step_listener(self, fn: Callable[[StepRecord], None]) -> None:
+        """Stop calling ``fn`` at step ends (a probe that has seen enough: hot path)."""
+        self._step_listeners = [f for f in self._step_listeners if f != fn]
+
+    def remove_batch_observer(self, fn: Callable[[Any, Any], None]) -> None:
+        """Stop showing batches to ``fn`` (hot path)."""
+        self._batch_observers = [f for f in self._batch_observers if f != fn]
 
     def add_loader(self, info: Any) -> None:
         self.loaders.append(info)
@@ -412,7 +423,8 @@ class Session:
         self.timer.add_batch(wait_s, t_end, samples)
         for observer in self._batch_observers:
             observer(info, batch)
-        self.emit("on_batch_fetched", info, wait_s)
+        if self._dispatch.get("on_batch_fetched") != []:  # no monitor listens: skip (hot path)
+            self.emit("on_batch_fetched", info, wait_s)
 
     def record_transfer(
         self,
@@ -451,6 +463,7 @@ class Session:
             self.emit("on_model_found", module)
 
     def record_optimizer_pre(self, optimizer: Any) -> None:
+        self.optimizer_calls += 1
         known = self._optimizer_ids.get(id(optimizer))
         if known is None or known() is not optimizer:  # first step of this optimizer
             ref = weakref.ref(optimizer)
@@ -490,9 +503,10 @@ class Session:
         self.emit("on_after_optimizer_step", optimizer)
         if record is not None:
             self.step = record.index
-            if self._sampler is None and record.index >= 3 and (
-                    record.index <= 50 or record.index % 50 == 0):
-                self._maybe_sample_host_work(record)
+            index = record.index
+            if self._sampler is None and index >= 3 and (
+                    index <= 8 or index & (index - 1) == 0 or index % 50 == 0):
+                self._maybe_sample_host_work(record)  # steps 3-8, 16, 32, 50, 64, 100, ...
             for listener in self._step_listeners:
                 try:
                     listener(record)
@@ -659,7 +673,7 @@ class Session:
             "traindoctor": __version__,
             "python": platform.python_version(),
             "torch": torch_version,
-            "platform": platform.platform(),
+            "platform": platform_string(),
             "device": self.device.to_dict(),
             "uses_cuda": self.uses_cuda,
             "cpu_count": self.cpu_count,
@@ -681,6 +695,32 @@ class Session:
             "notes": list(self.notes),
             "partial": self.partial,
         }
+
+
+def platform_string() -> str:
+    """``platform.platform()``'s string without its ``uname -p`` subprocess.
+
+    On Linux ``platform.platform()`` asks ``uname -p`` for a processor name (a fork and exec in
+    every watched run, milliseconds of the user's time) that is almost always ``unknown`` or the
+    machine name, both of which it then drops. Elsewhere ``platform.platform()`` is used as is.
+    """
+    import platform
+
+    try:
+        uname = os.uname()
+    except AttributeError:  # pragma: no cover - Windows
+        return platform.platform()
+    if uname.sysname != "Linux":
+        return platform.platform()
+    libc, version = platform.libc_ver()
+    parts = (uname.sysname, uname.release, uname.machine, "with", libc + version)
+    text = "-".join(p.strip() for p in parts if p)
+    for ch in ' /\\:;"()':
+        text = text.replace(ch, "_" if ch == " " else "-")
+    text = text.replace("unknown", "")
+    while "--" in text:
+        text = text.replace("--", "-")
+    return text.rstrip("-")
 
 
 class Watch:

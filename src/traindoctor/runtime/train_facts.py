@@ -11,6 +11,7 @@ No torch import at module level.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,16 +68,25 @@ def forward_batch(session: Any) -> int | None:
 
 @dataclass
 class StepFacts:
-    """Per-step counts collected by a monitor (backward calls, samples).
+    """Per-step counts (backward calls per optimizer step), from the session's step records.
 
-    Counted from the finished step record (``on_step_end``), not when ``optimizer.step()`` is
-    entered: an optimizer step with a closure (LBFGS, Lightning's automatic optimization) runs the
-    step's last forward and backward *inside* ``step()``, and counting at its start would miss it.
-    A closure's backward calls count once: LBFGS re-evaluating the same batch 20 times is not
-    20-fold gradient accumulation.
+    Counted from the finished step records, not when ``optimizer.step()`` is entered: an
+    optimizer step with a closure (LBFGS, Lightning's automatic optimization) runs the step's
+    last forward and backward *inside* ``step()``, and counting at its start would miss it. A
+    closure's backward calls count once: LBFGS re-evaluating the same batch 20 times is not
+    20-fold gradient accumulation. The session keeps every record already, so monitors read them
+    at the end (:meth:`of`) instead of copying a number at every step.
     """
 
     backward_calls: list[int] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, session: Any) -> "StepFacts":
+        """The facts of ``session``'s finished steps."""
+        facts = cls()
+        for record in getattr(session, "records", None) or ():
+            facts.add(record)
+        return facts
 
     def add(self, record: Any) -> None:
         try:
@@ -158,22 +168,27 @@ class LrTrace:
     optimizer_name: str = ""
 
     def add(self, optimizer: Any) -> None:
-        import weakref
-
         if self.optimizer_ref is None:
             self.optimizer_ref = weakref.ref(optimizer)
             self.optimizer_name = type(optimizer).__name__
         elif self.optimizer_ref() is not optimizer:
             return
-        lrs = [_lr_value(g.get("lr")) for g in optimizer.param_groups]
-        values = [v if v is not None else 0.0 for v in lrs]
+        values = []
+        for group in optimizer.param_groups:  # every optimizer step: plain floats fast
+            lr = group.get("lr")
+            if type(lr) is not float:
+                lr = _lr_value(lr)
+            values.append(lr if lr is not None else 0.0)
         self.steps += 1
         if len(self.first) < self.keep:
             self.first.append(values)
-        if not self.peak:
+        peak = self.peak
+        if not peak:
             self.peak = list(values)
-        else:
-            self.peak = [max(a, b) for a, b in zip(self.peak, values)] + self.peak[len(values):]
+        else:  # the peak per group (groups beyond the first step's count are not tracked)
+            for i in range(min(len(peak), len(values))):
+                if values[i] > peak[i]:
+                    peak[i] = values[i]
 
     def peak_lr(self) -> float | None:
         return max(self.peak) if self.peak else None

@@ -306,19 +306,12 @@ class BatchnormSmallBatchMonitor(Monitor):
 
     rule = BatchnormSmallBatch
 
-    def __init__(self, session: object) -> None:
-        super().__init__(session)
-        from traindoctor.runtime.train_facts import StepFacts
-
-        self.steps = StepFacts()
-
-    def on_step_end(self, step_record: object) -> None:
-        self.steps.add(step_record)
-
     def on_run_end(self) -> None:
+        from traindoctor.runtime.train_facts import StepFacts, small_batchnorm_batch
+
+        self.steps = StepFacts.of(self.session)  # the session's step records: no per-step hook
         if not self.steps.backward_calls:
             return
-        from traindoctor.runtime.train_facts import small_batchnorm_batch
 
         min_batch = int(self.threshold("min_batch", 16))
         small = small_batchnorm_batch(self.session, min_batch)

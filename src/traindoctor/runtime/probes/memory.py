@@ -1,7 +1,8 @@
 """Memory probe: samples the process's memory at step ends, for the report's timeline.
 
 Patches nothing: it only adds a step listener (:class:`~traindoctor.runtime.timeline.MemorySampler`,
-whose stride doubles as the run grows, so a long run costs a handful of ``/proc`` reads).
+whose stride doubles as the run grows; each sample is one ``pread`` of a ``/proc`` file kept open
+while the watch runs).
 """
 
 from __future__ import annotations
@@ -24,5 +25,9 @@ class MemoryProbe(Probe):
 
     def install(self, session: Any) -> None:
         super().install(session)
-        self.sampler = MemorySampler(uses_cuda=lambda: bool(session.uses_cuda))
+        self.sampler = MemorySampler(uses_cuda=session)
         session.add_step_listener(self.sampler)
+
+    def uninstall(self) -> None:
+        super().uninstall()
+        self.sampler.close()

@@ -111,9 +111,13 @@ class ModelRootsProbe(Probe):
                 self._release()
 
     def _release(self) -> None:
-        """Drop the global hooks (the root modules are known)."""
+        """Drop the global hooks (the root modules are known), and stop listening to batches
+        and steps: from here on only the timing ``__call__`` of the roots' classes remains."""
         while self._handles:
             try:
                 self._handles.pop().remove()
             except Exception:  # pragma: no cover
                 pass
+        if self.session is not None:
+            self.session.remove_step_listener(self._on_step)
+            self.session.remove_batch_observer(self._on_batch)
