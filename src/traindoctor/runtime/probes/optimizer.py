@@ -7,8 +7,9 @@ built each optimizer (for findings about its parameter groups). Backward calls a
 ``torch.autograd.backward`` (``Tensor.backward`` looks it up at call time): one counter increment
 per call, after the original returned. Counting backward calls per optimizer step reveals gradient
 accumulation. The lr-0 step that ``torch.distributed.checkpoint`` runs to create a fresh
-optimizer's state before loading a checkpoint into it is not a training step and is not reported. The same wrapper times each call (two ``perf_counter`` reads) for the profile's
-backward row, and marks the training thread's phase for the host-work sampler.
+optimizer's state before loading a checkpoint into it is not a training step and is not reported.
+The same wrapper times each call (two ``perf_counter`` reads) for the profile's backward row,
+and marks the training thread's phase for the host-work sampler.
 """
 
 from __future__ import annotations
