@@ -901,8 +901,9 @@ class CheckpointIndex:
         """A test module (``test_*.py``, ``*_test.py``): its saves are fixtures that check a
         save/load round trip, not checkpoints a training run resumes from. Judged by the file's
         own name only: training scripts kept under a ``tests/`` folder as fixtures still count."""
-        leaf = self.ctx.filename.replace("\\", "/").rsplit("/", 1)[-1]
-        return leaf.startswith("test_") or leaf.endswith("_test.py")
+        from traindoctor.static.loaders import is_test_module
+
+        return is_test_module(self.ctx.filename)
 
     def model_only_in_loop(self) -> list[SaveSite]:
         """Model-weight saves in the training loop of a training file with no optimizer state

@@ -35,14 +35,11 @@ _TENSOR_DATASETS = frozenset({
     "torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset",
     # Lightning's demo datasets (used by its examples and docs): the corpus or random tensors are
     # built once in ``__init__`` and ``__getitem__`` slices them.
-    *(
-        f"{package}.pytorch.demos{module}.{cls}" if package == "lightning" else f"{package}.demos{module}.{cls}"
-        for package in ("lightning", "pytorch_lightning")
-        for module, classes in (("", ("WikiText2", "RandomDataset", "RandomDictDataset")),
-                                (".transformer", ("WikiText2",)),
-                                (".boring_classes", ("RandomDataset", "RandomDictDataset")))
-        for cls in classes
-    ),
+    *(f"{package}.{name}" for package in ("lightning.pytorch", "pytorch_lightning") for name in (
+        "demos.WikiText2", "demos.RandomDataset", "demos.RandomDictDataset",
+        "demos.transformer.WikiText2",
+        "demos.boring_classes.RandomDataset", "demos.boring_classes.RandomDictDataset",
+    )),
 })
 
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -984,8 +981,10 @@ def _is_in_memory(ctx: "FileContext", expr: ast.AST) -> bool:
         bound = ctx.binding(expr.func)
         if isinstance(bound, ast.Call) and ctx.qualname(bound.func) == "functools.partial" and bound.args:
             return _is_in_memory(ctx, ast.Call(func=bound.args[0], args=[], keywords=[]))
-    if isinstance(expr.func, ast.Name) and any(c.name == expr.func.id for c in ctx.of(ast.ClassDef)):
-        return any(c.name == expr.func.id and indexes_own_data(c) for c in ctx.of(ast.ClassDef))
+    if isinstance(expr.func, ast.Name):
+        local = [c for c in ctx.of(ast.ClassDef) if c.name == expr.func.id]
+        if local:  # a Dataset class of this file
+            return any(indexes_own_data(c) for c in local)
     view = ctx.project
     if view is not None and view.imports_project:
         resolved = view.resolve(expr.func)  # a Dataset class of another project module
@@ -1030,12 +1029,19 @@ def indexes_own_data(cls: ast.ClassDef) -> bool:
     return False
 
 
+def is_test_module(filename: str) -> bool:
+    """A test module by its own name (``test_*.py``, ``*_test.py``), wherever it lives."""
+    leaf = filename.replace("\\", "/").rsplit("/", 1)[-1]
+    return leaf.startswith("test_") or leaf.endswith("_test.py")
+
+
 def is_test_file(filename: str) -> bool:
-    """Test code (``test_*.py``, ``*_test.py``, ``conftest.py``, files under ``tests/``):
+    """Test code (:func:`is_test_module`, ``conftest.py``, files under ``tests/``):
     performance advice about its loaders is noise."""
+    if is_test_module(filename):
+        return True
     parts = filename.replace("\\", "/").split("/")
-    leaf = parts[-1]
-    if leaf.startswith("test_") or leaf.endswith("_test.py") or leaf == "conftest.py":
+    if parts[-1] == "conftest.py":
         return True
     return any(p in ("tests", "testing") for p in parts[:-1])
 

@@ -130,7 +130,7 @@ class ImportMap:
         if base is None:
             return None
         if node is head:
-            return CANONICAL.get(base, base)
+            return canonical(base)
         parts: list[str] = []
         while node is not head:
             parts.append(node.attr)  # type: ignore[attr-defined]
