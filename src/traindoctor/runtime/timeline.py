@@ -72,13 +72,12 @@ class MemorySampler:
     synchronise, once the run used CUDA). :meth:`close` releases the file.
     """
 
-    def __init__(self, uses_cuda: Any = None, cap: int = MEMORY_CAP) -> None:
-        """``uses_cuda``: a callable answering whether the run uses CUDA, or an object (the
-        session) whose ``uses_cuda`` attribute says so (read without a call: hot path)."""
+    def __init__(self, session: Any = None, cap: int = MEMORY_CAP) -> None:
+        """``session``: whose ``uses_cuda`` says whether CUDA memory is sampled too (None: never)."""
         self.samples: list[dict[str, Any]] = []
         self.stride = 1
         self._cap = max(int(cap), 2)
-        self._uses_cuda = uses_cuda
+        self._session = session
         self._rss = RssReader()
 
     def __call__(self, record: Any) -> None:
@@ -89,8 +88,7 @@ class MemorySampler:
         rss = self._rss()
         if rss is not None:
             sample["rss_bytes"] = rss
-        source = self._uses_cuda
-        if source is not None and (source() if callable(source) else source.uses_cuda):
+        if self._session is not None and self._session.uses_cuda:
             try:
                 import torch
 

@@ -25,7 +25,7 @@ class MemoryProbe(Probe):
 
     def install(self, session: Any) -> None:
         super().install(session)
-        self.sampler = MemorySampler(uses_cuda=session)
+        self.sampler = MemorySampler(session)
         session.add_step_listener(self.sampler)
 
     def uninstall(self) -> None:

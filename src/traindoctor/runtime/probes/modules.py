@@ -204,6 +204,7 @@ class ModuleProbe(Probe):
                     if rec is not None and type(x) is tensor and training is grad_enabled() \
                             and rec.last_mode == (training, training) and rec.ref() is module \
                             and x.is_cpu:
+                        # the key LayerStats.record builds: (shape, device, train mode, grad mode)
                         sig = (tuple(x.shape), "cpu", training, training)
                         counts = rec.counts
                         n = counts.get(sig)
