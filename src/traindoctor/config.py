@@ -16,11 +16,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 DEFAULT_EXCLUDE = (
     ".git", ".hg", ".svn", ".venv", "venv", ".env", "env", "__pycache__", "build", "dist",
     "node_modules", ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache",
@@ -168,6 +163,12 @@ def load_settings(paths: list[str] | None = None, config: str | None = None) -> 
         cfg = find_pyproject(first if first.exists() else Path.cwd())
     if cfg is None:
         return Settings(project_root=Path.cwd())
+    # Imported here: most runs (and every ``traindoctor run`` without a pyproject.toml) never parse
+    # TOML, and ``tomllib`` compiles its regular expressions when imported.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
     try:
         data = tomllib.loads(cfg.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:

@@ -17,7 +17,6 @@ subclass in the same module whose ``rule`` attribute points at this class.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping
 
 from traindoctor.finding import Finding, Severity
@@ -29,9 +28,8 @@ if TYPE_CHECKING:  # pragma: no cover
 def dedent(text: str) -> str:
     """``textwrap.dedent`` without regular expressions (same result).
 
-    Every rule module dedents its examples when it is imported, and ``traindoctor run`` imports
-    every rule module at start-up: ``textwrap.dedent`` compiles a regular expression per margin,
-    which made this a few milliseconds of every watched run's start.
+    ``textwrap.dedent`` compiles a regular expression per margin; the rule examples are many
+    (hundreds of snippets, dedented when a test or the docs first read them).
     """
     lines = text.split("\n")
     margin: str | None = None
@@ -58,37 +56,76 @@ def code_block(text: str) -> str:
     return dedent(text).lstrip("\n")
 
 
-@dataclass(frozen=True)
 class Valid:
-    """Code on which the rule must stay silent."""
+    """Code on which the rule must stay silent.
 
-    code: str
-    settings: Mapping[str, Any] = field(default_factory=dict)
+    The example is dedented when first read, not when the rule module is imported:
+    ``traindoctor run`` imports every rule module at start-up and never reads the examples.
+    """
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "code", code_block(self.code))
+    __slots__ = ("_raw", "_code", "settings")
+
+    def __init__(self, code: str, settings: Mapping[str, Any] | None = None) -> None:
+        self._raw = code
+        self._code: str | None = None
+        self.settings: Mapping[str, Any] = {} if settings is None else settings
+
+    @property
+    def code(self) -> str:
+        if self._code is None:
+            self._code = code_block(self._raw)
+        return self._code
+
+    def __repr__(self) -> str:
+        return f"Valid(code={self.code!r}, settings={self.settings!r})"
 
 
-@dataclass(frozen=True)
 class Invalid:
     """Code on which the rule must fire on exactly the lines marked ``# TDnnn``.
 
     ``fixed`` is the expected source after ``--fix`` (safe fixes only); ``unsafe_fixed`` after
     ``--fix --unsafe-fixes``. ``None`` means "not checked" for ``unsafe_fixed`` and "no safe fix
-    is offered" for ``fixed`` (the test then asserts the file is unchanged by ``--fix``).
+    is offered" for ``fixed`` (the test then asserts the file is unchanged by ``--fix``). Like
+    :class:`Valid`, the texts are dedented when first read.
     """
 
-    code: str
-    fixed: str | None = None
-    unsafe_fixed: str | None = None
-    settings: Mapping[str, Any] = field(default_factory=dict)
+    __slots__ = ("_raw", "_done", "settings")
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "code", code_block(self.code))
-        if self.fixed is not None:
-            object.__setattr__(self, "fixed", code_block(self.fixed))
-        if self.unsafe_fixed is not None:
-            object.__setattr__(self, "unsafe_fixed", code_block(self.unsafe_fixed))
+    def __init__(
+        self,
+        code: str,
+        fixed: str | None = None,
+        unsafe_fixed: str | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._raw = (code, fixed, unsafe_fixed)
+        self._done: tuple[str, str | None, str | None] | None = None
+        self.settings: Mapping[str, Any] = {} if settings is None else settings
+
+    def _texts(self) -> tuple[str, str | None, str | None]:
+        if self._done is None:
+            code, fixed, unsafe = self._raw
+            self._done = (
+                code_block(code),
+                None if fixed is None else code_block(fixed),
+                None if unsafe is None else code_block(unsafe),
+            )
+        return self._done
+
+    @property
+    def code(self) -> str:
+        return self._texts()[0]
+
+    @property
+    def fixed(self) -> str | None:
+        return self._texts()[1]
+
+    @property
+    def unsafe_fixed(self) -> str | None:
+        return self._texts()[2]
+
+    def __repr__(self) -> str:
+        return f"Invalid(code={self.code!r}, fixed={self.fixed!r}, unsafe_fixed={self.unsafe_fixed!r})"
 
 
 class Rule:

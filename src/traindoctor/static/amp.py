@@ -23,13 +23,11 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 from traindoctor.static.args import MISSING, UNKNOWN, find_arg
 from traindoctor.static.frameworks import framework_backward_unscaled
 from traindoctor.static.names import dotted
+from traindoctor.static.vocab import BFLOAT16, DTYPE_NAMES, FLOAT16, FLOAT32  # re-exported
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
 
-FLOAT16 = "float16"
-BFLOAT16 = "bfloat16"
-FLOAT32 = "float32"
 
 #: Autocast entry points -> the device they imply (None: given by the ``device_type`` argument).
 AUTOCAST_DEVICE: dict[str, str | None] = {
@@ -69,13 +67,6 @@ CLIP_FUNCTIONS: frozenset[str] = frozenset(
         "torch.nn.utils.clip_grad.clip_grads_with_norm_",
     }
 )
-DTYPE_NAMES: dict[str, str] = {
-    "torch.float16": FLOAT16,
-    "torch.half": FLOAT16,
-    "torch.bfloat16": BFLOAT16,
-    "torch.float32": FLOAT32,
-    "torch.float": FLOAT32,
-}
 #: Context managers that do nothing: ``nullcontext() if cpu else autocast(...)``.
 _NULL_CONTEXTS = frozenset({"contextlib.nullcontext", "contextlib.suppress", "contextlib.ExitStack"})
 #: Default autocast dtype per device type (``torch.get_autocast_dtype``); others are unknown.

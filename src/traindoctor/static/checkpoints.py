@@ -31,17 +31,17 @@ from typing import TYPE_CHECKING
 
 from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.names import OPTIMIZERS, dotted
+from traindoctor.static.vocab import (  # piece kinds, re-exported for the rules
+    DATA, META, MODEL, OPAQUE, OPTIMIZER, RNG_ANY, RNG_CPU, RNG_CUDA, RNG_KINDS, RNG_NUMPY,
+    RNG_PYTHON, SCALER, SCHEDULER,
+)
 
 if TYPE_CHECKING:
     from traindoctor.checkpoint_kinds import SaveFacts  # pragma: no cover
     from traindoctor.static.context import FileContext
 
 # ---------------------------------------------------------------------------------- vocabulary
-#: Piece kinds. ``rng_any`` stands for RNG state we cannot break down (it satisfies every RNG need).
-MODEL, OPTIMIZER, SCHEDULER, SCALER, DATA = "model", "optimizer", "scheduler", "scaler", "data"
-RNG_CPU, RNG_CUDA, RNG_NUMPY, RNG_PYTHON, RNG_ANY = "rng_cpu", "rng_cuda", "rng_numpy", "rng_python", "rng_any"
-META, OPAQUE = "meta", "opaque"
-RNG_KINDS = (RNG_CPU, RNG_CUDA, RNG_NUMPY, RNG_PYTHON)
+#: Piece kinds (MODEL, OPTIMIZER, ..., RNG_KINDS) are defined in ``vocab`` and imported above.
 
 SAVE_FUNCS = ("torch.save", "torch_xla.core.xla_model.save")
 LOAD_FUNCS = ("torch.load",)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.names import dotted
+from traindoctor.static.vocab import HF_TRIGGERS  # re-exported (rules' ``triggers``)
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -35,9 +36,6 @@ HF_TRAINING_ARGS = frozenset({
     "trl.SFTConfig", "trl.DPOConfig", "trl.GRPOConfig", "trl.RewardConfig", "trl.ORPOConfig",
     "trl.KTOConfig", "trl.CPOConfig",
 })
-#: Substrings one of which a file that configures a Hugging Face Trainer contains (rules'
-#: ``triggers``): ``TrainingArguments`` or one of TRL's ``*Config`` classes.
-HF_TRIGGERS = ("TrainingArguments", "Config")
 #: Packages whose ``*Trainer`` classes are the transformers Trainer (or subclasses of it).
 HF_TRAINER_PACKAGES = ("transformers.", "trl.")
 #: Defaults of the ``TrainingArguments`` fields the rules read (transformers 4.x and 5.x agree).

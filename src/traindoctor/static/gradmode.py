@@ -17,6 +17,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from traindoctor.static.names import dotted
+from traindoctor.static.vocab import EVAL_LOOP_TRIGGERS  # re-exported (rules' ``triggers``)
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -394,12 +395,6 @@ def no_grad_calls(ctx: "FileContext", where: "Callable[[ast.Call], bool] | None"
 
 # ---------------------------------------------------------------- evaluation loops
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
-#: Substrings one of which an evaluation-loop iterable's name contains, in any usual casing
-#: (the engine's ``triggers`` pre-filter is case-sensitive): see ``loaders.is_evaluation_name``.
-EVAL_LOOP_TRIGGERS = tuple(
-    spelled for word in ("val", "test", "tst", "eval", "dev", "holdout", "inference", "predict")
-    for spelled in (word, word.capitalize(), word.upper())
-)
 
 
 def loop_iterables(ctx: "FileContext", node: ast.AST) -> list[tuple[ast.AST, ast.expr]]:

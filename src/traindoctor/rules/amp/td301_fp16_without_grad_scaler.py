@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, Iterator
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
-from traindoctor.static.amp import amp_facts
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -297,6 +296,8 @@ class Fp16WithoutGradScaler(Rule):
     )
 
     def check(self, ctx: "FileContext") -> Iterator[Finding]:
+        from traindoctor.static.amp import amp_facts
+
         facts = amp_facts(ctx)
         if not facts.file_uses_autocast or not facts.backwards:
             return

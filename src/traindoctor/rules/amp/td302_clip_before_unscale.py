@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Iterator
 
 from traindoctor.finding import Finding, Fix, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
-from traindoctor.static.amp import CLIP_FUNCTIONS, amp_facts, exclusive, pos
 from traindoctor.static.names import dotted
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -228,6 +227,8 @@ class ClipBeforeUnscale(Rule):
     )
 
     def check(self, ctx: "FileContext") -> Iterator[Finding]:
+        from traindoctor.static.amp import CLIP_FUNCTIONS, amp_facts, exclusive, pos
+
         facts = amp_facts(ctx)
         scaled = [b for b in facts.backwards if b.kind == "scaled"]
         if not scaled:

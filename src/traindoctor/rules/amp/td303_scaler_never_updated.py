@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Iterator
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
-from traindoctor.static.amp import amp_facts
 from traindoctor.static.names import dotted
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -162,6 +161,8 @@ class ScalerNeverUpdated(Rule):
     )
 
     def check(self, ctx: "FileContext") -> Iterator[Finding]:
+        from traindoctor.static.amp import amp_facts
+
         steps = ctx.method_calls("step")
         if not steps:
             return

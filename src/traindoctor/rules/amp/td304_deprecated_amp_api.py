@@ -7,9 +7,6 @@ from typing import TYPE_CHECKING, Iterator
 
 from traindoctor.finding import Edit, Finding, Fix, Location, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
-from traindoctor.static.amp import AUTOCAST_SIGNATURES, pos
-from traindoctor.static.frameworks import FABRICS, LIGHTNING_PRECISION_ALIASES, apex_amp_calls, fabrics, lightning_trainers
-from traindoctor.static.loaders import drives_training
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -265,6 +262,8 @@ class DeprecatedAmpApi(Rule):
         """A project function or class this file calls (``engine.train_one_epoch``,
         ``misc.NativeScaler()``) uses the deprecated API in its own module: report the call here
         and cite the use there. Each definition once, at its first call."""
+        from traindoctor.static.loaders import drives_training
+
         view = ctx.project
         if view is None or not view.imports_project or not drives_training(ctx):
             return
@@ -295,6 +294,8 @@ class DeprecatedAmpApi(Rule):
             )
 
     def _check_file(self, ctx: "FileContext") -> Iterator[Finding]:
+        from traindoctor.static.amp import pos
+
         names = ctx.called_names
         wanted = [q for q in sorted(_DEPRECATED) if q in names]
         if not wanted:
@@ -318,6 +319,14 @@ class DeprecatedAmpApi(Rule):
 
     def _check_frameworks(self, ctx: "FileContext") -> Iterator[Finding]:
         """NVIDIA apex AMP calls, and Lightning's legacy ``precision=16`` / ``"bf16"`` spellings."""
+        from traindoctor.static.frameworks import (
+            FABRICS,
+            LIGHTNING_PRECISION_ALIASES,
+            apex_amp_calls,
+            fabrics,
+            lightning_trainers,
+        )
+
         found: list[Finding] = []
         for qn, call in apex_amp_calls(ctx):
             short = "amp." + qn.rsplit(".", 1)[-1]
@@ -353,6 +362,8 @@ class DeprecatedAmpApi(Rule):
         yield from found
 
     def _fix(self, ctx: "FileContext", call: ast.Call, qn: str) -> Fix | None:
+        from traindoctor.static.amp import AUTOCAST_SIGNATURES, pos
+
         replacement, device, _ = _DEPRECATED[qn]
         torch_name = _torch_module_name(ctx, call)
         if torch_name is None or not _callee_is_imported(ctx, call.func):

@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Iterator
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
-from traindoctor.static.amp import Autocast, ScalerConstruction, amp_facts
 
 if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.static.amp import Autocast, ScalerConstruction
     from traindoctor.static.context import FileContext
 
 
@@ -178,6 +178,8 @@ class GradScalerWithBf16(Rule):
     )
 
     def check(self, ctx: "FileContext") -> Iterator[Finding]:
+        from traindoctor.static.amp import amp_facts
+
         facts = amp_facts(ctx)
         if not facts.scaler_constructions or not facts.file_uses_autocast:
             return
@@ -197,6 +199,8 @@ class GradScalerWithBf16(Rule):
     @staticmethod
     def _regions(ctx: "FileContext", scaler: ScalerConstruction) -> list[Autocast]:
         """The enabled autocast regions this scaler's losses come from (all, if unknown)."""
+        from traindoctor.static.amp import Autocast, amp_facts
+
         facts = amp_facts(ctx)
         enabled = [a for a in facts.autocasts if a.enabled is not False]
         if scaler.target is None:

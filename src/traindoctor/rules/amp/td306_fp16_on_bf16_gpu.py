@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, Iterable
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
-from traindoctor.static.frameworks import fp16_choices
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -135,6 +134,8 @@ amp.scaler.update()
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        from traindoctor.static.frameworks import fp16_choices
+
         for choice in fp16_choices(ctx):
             yield ctx.report(
                 self,

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Iterator
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
-from traindoctor.static.amp import DTYPE_NAMES, FLOAT16, ModuleIndex, amp_facts, chain_root, mentions, pos
 from traindoctor.static.names import dotted
+from traindoctor.static.vocab import DTYPE_NAMES, FLOAT16
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -209,6 +209,8 @@ class HalfPrecisionWeights(Rule):
     def check(self, ctx: "FileContext") -> Iterator[Finding]:
         # Following names to their values needs the (costly) scope tables: only when some name
         # in the file is bound to a float16 dtype at all.
+        from traindoctor.static.amp import ModuleIndex, amp_facts, pos
+
         follow = any(ctx.qualname(a.value) in _FP16_NAMES for a in ctx.of(ast.Assign))
         casts = [c for c in ctx.method_calls("half") if not c.args and not c.keywords]
         casts += [c for c in ctx.method_calls("to") if self._to_float16(ctx, c, follow)]
@@ -239,6 +241,8 @@ class HalfPrecisionWeights(Rule):
 
     @staticmethod
     def _to_float16(ctx: "FileContext", call: ast.Call, follow: bool) -> bool:
+        from traindoctor.static.amp import amp_facts
+
         facts = amp_facts(ctx)
         args = [*call.args, *(kw.value for kw in call.keywords if kw.arg in ("dtype", None))]
         for arg in args:
@@ -252,6 +256,8 @@ class HalfPrecisionWeights(Rule):
     @staticmethod
     def _names_of(ctx: "FileContext", cast: ast.Call, receiver: ast.expr) -> set[str]:
         """Names the cast module goes by: the receiver and what the result is assigned to."""
+        from traindoctor.static.amp import chain_root
+
         names: set[str] = set()
         root = dotted(chain_root(receiver))
         if root is not None:
@@ -301,6 +307,8 @@ class HalfPrecisionWeights(Rule):
         A cast inside a function is judged by that function (a library's evaluation helper
         that casts a model is not training it); a cast at module level by the whole file.
         """
+        from traindoctor.static.amp import mentions
+
         scope = ctx.scope_of(cast)
         if scope is not ctx.tree:
             optimizers = [o for o in optimizers if ctx.scope_of(o) is scope]
@@ -350,6 +358,8 @@ def _copies(expr: ast.AST) -> bool:
 
 def _not_only_before(ctx: "FileContext", cast: ast.Call, training: list[ast.Call]) -> bool:
     """False when all training happens earlier in the same function (a cast for export)."""
+    from traindoctor.static.amp import pos
+
     scope = ctx.scope_of(cast)
     return not all(ctx.scope_of(t) is scope and pos(t) < pos(cast) for t in training)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 from typing import TYPE_CHECKING, Iterable
 
 from traindoctor.finding import Finding, Severity
@@ -13,9 +12,7 @@ from traindoctor.rules.backend.td403_benchmark_with_deterministic import (
     cudnn_settings,
 )
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
-from traindoctor.static.frameworks import HF_TRIGGERS, lightning_flag
-from traindoctor.static.loaders import DATALOADER, file_trains, is_test_file
-from traindoctor.static.models import registry_entry, registry_model
+from traindoctor.static.vocab import HF_TRIGGERS
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -26,12 +23,14 @@ _CONV_LAYERS = frozenset(
     for kind in ("Conv", "ConvTranspose", "LazyConv", "LazyConvTranspose")
     for d in (1, 2, 3)
 )
-#: torchvision / timm model families that are convolutional networks.
-_CNN_FAMILIES = re.compile(
-    r"^(resnet|resnext|wide_resnet|seresnet|seresnext|resnetv2|resnest|res2net|vgg|alexnet|densenet|"
-    r"mobilenet|efficientnet|tf_efficientnet|regnet|convnext|googlenet|inception|shufflenet|"
-    r"squeezenet|mnasnet|dla|dpn|cspresnet|cspdarknet|darknet|ghostnet|rexnet|hrnet|xception|"
-    r"nfnet|dm_nfnet|nf_resnet|tresnet|ese_vovnet|mixnet|fbnet|lcnet|repvgg)"
+#: torchvision / timm model families that are convolutional networks (name prefixes; a tuple
+#: for ``str.startswith``, not a regular expression: this module is imported by every watched run).
+_CNN_FAMILIES = (
+    "resnet", "resnext", "wide_resnet", "seresnet", "seresnext", "resnetv2", "resnest", "res2net",
+    "vgg", "alexnet", "densenet", "mobilenet", "efficientnet", "tf_efficientnet", "regnet",
+    "convnext", "googlenet", "inception", "shufflenet", "squeezenet", "mnasnet", "dla", "dpn",
+    "cspresnet", "cspdarknet", "darknet", "ghostnet", "rexnet", "hrnet", "xception", "nfnet",
+    "dm_nfnet", "nf_resnet", "tresnet", "ese_vovnet", "mixnet", "fbnet", "lcnet", "repvgg",
 )
 #: Evidence that inputs have one fixed size: fixed-size crops or resizes, fixed-size datasets.
 _FIXED_TRANSFORMS = frozenset({"RandomResizedCrop", "RandomCrop", "CenterCrop", "FiveCrop", "TenCrop"})
@@ -47,13 +46,15 @@ _PADDING = frozenset({"torch.nn.utils.rnn.pad_sequence", "torch.nn.utils.rnn.pac
 
 def convolution_evidence(ctx: "FileContext") -> ast.Call | None:
     """The first call that builds a convolutional layer or CNN model, if any."""
+    from traindoctor.static.models import registry_entry, registry_model
+
     found: list[ast.Call] = []
     for qn, call in ctx.calls_to_prefix("torch.nn."):
         if qn in _CONV_LAYERS:
             found.append(call)
     for qn, call in ctx.calls_to_prefix("torchvision.models."):
         parts = qn.split(".")
-        if len(parts) == 3 and _CNN_FAMILIES.match(parts[2]):
+        if len(parts) == 3 and parts[2].startswith(_CNN_FAMILIES):
             found.append(call)
         elif qn == "torchvision.models.get_model" and _literal_cnn_name(ctx, call):
             found.append(call)
@@ -62,7 +63,7 @@ def convolution_evidence(ctx: "FileContext") -> ast.Call | None:
             found.append(call)
     for call in ctx.of(ast.Call):
         entry = registry_entry(ctx, call.func)  # ``models.__dict__[args.arch]()``
-        if entry is not None and (ctx.qualname(entry[0]) or "") == "torchvision.models" and _CNN_FAMILIES.match(entry[1]):
+        if entry is not None and (ctx.qualname(entry[0]) or "") == "torchvision.models" and entry[1].startswith(_CNN_FAMILIES):
             found.append(call)
         elif entry is not None and any(k in _CONV_LAYERS for k in registry_model(ctx, call.func).kinds):
             found.append(call)
@@ -79,7 +80,7 @@ def convolution_evidence(ctx: "FileContext") -> ast.Call | None:
 def _literal_cnn_name(ctx: "FileContext", call: ast.Call) -> bool:
     node = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg in ("name", "model_name")), None)
     value = ctx.value(node) if node is not None else None
-    return isinstance(value, str) and bool(_CNN_FAMILIES.match(value.split("/")[-1].split(".")[0]))
+    return isinstance(value, str) and value.split("/")[-1].split(".")[0].startswith(_CNN_FAMILIES)
 
 
 def _leaf(qualname: str) -> str:
@@ -122,6 +123,8 @@ def _seeded_branch_only(ctx: "FileContext", setting: object) -> bool:
 
 def shape_evidence(ctx: "FileContext") -> tuple[bool, bool]:
     """(fixed, variable): whether the file shows inputs of one size, and of changing sizes."""
+    from traindoctor.static.loaders import DATALOADER
+
     fixed = variable = False
     for qn, call in [*ctx.calls_to_prefix("torchvision."), *_project_torchvision_calls(ctx)]:
         leaf = _leaf(qn)
@@ -331,6 +334,9 @@ class CudnnBenchmarkOff(Rule):
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        from traindoctor.static.frameworks import lightning_flag
+        from traindoctor.static.loaders import file_trains, is_test_file
+
         if not ctx.targets_cuda or is_test_file(ctx.filename):
             return
         if not file_trains(ctx):

@@ -9,8 +9,6 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.args import UNKNOWN
-from traindoctor.static.frameworks import lightning_trainers
-from traindoctor.static.loaders import exclusive_branches
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -65,6 +63,8 @@ def _truth(value: object) -> object:
 
 def standing_true(ctx: "FileContext", settings: list[Setting], flag: str) -> list[Setting]:
     """``flag = True`` settings that no later ``flag = False`` (in source order) undoes."""
+    from traindoctor.static.loaders import exclusive_branches
+
     out = []
     for i, s in enumerate(settings):
         if s.flag != flag or s.value is not True:
@@ -244,6 +244,8 @@ class BenchmarkWithDeterministic(Rule):
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        from traindoctor.static.loaders import exclusive_branches
+
         yield from self._check_lightning(ctx)
         if not any(n.startswith("torch") for n in ctx.imports.names.values()):
             return
@@ -274,6 +276,8 @@ class BenchmarkWithDeterministic(Rule):
 
     def _check_lightning(self, ctx: "FileContext") -> Iterable[Finding]:
         """``Trainer(benchmark=True, deterministic=True)``: Lightning sets both flags as asked."""
+        from traindoctor.static.frameworks import lightning_trainers
+
         for call in lightning_trainers(ctx):
             bench = ctx.arg(call, "benchmark", qualname="")
             det = ctx.arg(call, "deterministic", qualname="")

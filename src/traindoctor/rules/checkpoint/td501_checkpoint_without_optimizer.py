@@ -6,8 +6,6 @@ from typing import TYPE_CHECKING, Iterable
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
-from traindoctor.static.checkpoints import OPTIMIZER, checkpoint_index
-from traindoctor.static.frameworks import hf_training_args
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -295,6 +293,8 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        from traindoctor.static.checkpoints import OPTIMIZER, checkpoint_index
+
         yield from _hf_save_only_model(self, ctx)
         idx = checkpoint_index(ctx)
         if idx.optimizers_are_stateless():
@@ -318,6 +318,8 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
 
 def _hf_save_only_model(rule: Rule, ctx: "FileContext") -> Iterable[Finding]:
     """``TrainingArguments(save_only_model=True)``: the Trainer's checkpoints hold the weights only."""
+    from traindoctor.static.frameworks import hf_training_args
+
     for args in hf_training_args(ctx):
         if args.value(ctx, "save_only_model") is not True or args.value(ctx, "save_strategy") == "no":
             continue

@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, Iterable
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
-from traindoctor.static.checkpoints import SCHEDULER, checkpoint_index
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -209,6 +208,8 @@ torch.save(
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        from traindoctor.static.checkpoints import SCHEDULER, checkpoint_index
+
         idx = checkpoint_index(ctx)
         schedulers = idx.exists(SCHEDULER)
         if not schedulers or idx.may_hold_anywhere(SCHEDULER):

@@ -6,16 +6,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
-from traindoctor.static.checkpoints import (
-    DATA,
-    RNG_CPU,
-    RNG_CUDA,
-    RNG_KINDS,
-    RNG_NUMPY,
-    RNG_PYTHON,
-    checkpoint_index,
-    file_draws,
-)
+from traindoctor.static.vocab import DATA, RNG_CPU, RNG_CUDA, RNG_NUMPY, RNG_PYTHON
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -247,6 +238,8 @@ torch.save(
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        from traindoctor.static.checkpoints import RNG_KINDS, checkpoint_index, file_draws
+
         idx = checkpoint_index(ctx)
         sites = idx.training_checkpoints()
         if not sites:

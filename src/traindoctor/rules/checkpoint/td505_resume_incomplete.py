@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
-from traindoctor.static.checkpoints import DCP_LOADS, OPTIMIZER, SCALER, SCHEDULER, checkpoint_index
+from traindoctor.static.vocab import OPTIMIZER, SCALER, SCHEDULER
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -187,6 +187,8 @@ start_epoch = ckpt["epoch"] + 1
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        from traindoctor.static.checkpoints import DCP_LOADS, checkpoint_index
+
         if not ctx.method_calls("load_state_dict") and not ctx.calls_to(*DCP_LOADS):
             return
         idx = checkpoint_index(ctx)

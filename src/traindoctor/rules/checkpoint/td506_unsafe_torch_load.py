@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.args import MISSING, UNKNOWN
-from traindoctor.static.checkpoints import LOAD_FUNCS
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -156,6 +155,8 @@ plain state dicts.
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        from traindoctor.static.checkpoints import LOAD_FUNCS
+
         calls = ctx.calls_to(*LOAD_FUNCS)
         if not calls:
             return

@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, Iterable
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
-from traindoctor.static.checkpoints import checkpoint_index
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -166,6 +165,8 @@ traindoctor.checkpoint.save("last.pt", model=model, optimizer=optimizer, epoch=e
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        from traindoctor.static.checkpoints import checkpoint_index
+
         idx = checkpoint_index(ctx)
         seen: set[int] = set()
         for site in idx.overwritten_resume_files():

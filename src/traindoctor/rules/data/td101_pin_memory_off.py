@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.args import MISSING, UNKNOWN
-from traindoctor.static.frameworks import HF_TRIGGERS, hf_training_args
-from traindoctor.static.loaders import iter_training_loaders, literal_false
+from traindoctor.static.vocab import HF_TRIGGERS
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -310,6 +309,9 @@ class PinMemoryOff(Rule):
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        from traindoctor.static.frameworks import hf_training_args
+        from traindoctor.static.loaders import iter_training_loaders, literal_false
+
         if not ctx.targets_cuda:
             return
         for loader in iter_training_loaders(ctx):

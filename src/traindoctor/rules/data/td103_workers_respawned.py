@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Fix, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.args import MISSING, UNKNOWN
-from traindoctor.static.frameworks import HF_TRIGGERS, hf_training_args, lightning_hparam
-from traindoctor.static.loaders import Loader, is_test_file, literal_false, loader_index, may_build_loaders
 from traindoctor.static.names import dotted
+from traindoctor.static.vocab import HF_TRIGGERS
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
+    from traindoctor.static.loaders import Loader
 
 _HELP = "Pass `persistent_workers=True`"
 _HELP_HF = "Pass `dataloader_persistent_workers=True`"
@@ -291,6 +291,9 @@ class WorkersRespawned(Rule):
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        from traindoctor.static.frameworks import lightning_hparam
+        from traindoctor.static.loaders import is_test_file, loader_index, may_build_loaders
+
         if is_test_file(ctx.filename):
             return
         if not may_build_loaders(ctx):
@@ -344,6 +347,9 @@ class WorkersRespawned(Rule):
     def _check_hf(self, ctx: "FileContext") -> Iterable[Finding]:
         """``TrainingArguments(dataloader_num_workers=k)`` without ``dataloader_persistent_workers``:
         the Trainer builds a new training DataLoader iterator every epoch."""
+        from traindoctor.static.frameworks import hf_training_args
+        from traindoctor.static.loaders import literal_false
+
         for args in hf_training_args(ctx):
             workers = args.value(ctx, "dataloader_num_workers")
             if not isinstance(workers, int) or isinstance(workers, bool) or workers <= 0:
@@ -370,6 +376,8 @@ class WorkersRespawned(Rule):
             )
 
     def _fix(self, ctx: "FileContext", loader: Loader, workers: ast.AST, persistent: object) -> Fix | None:
+        from traindoctor.static.loaders import literal_false
+
         call = loader.call
         if isinstance(workers, ast.Constant):
             text = "True"

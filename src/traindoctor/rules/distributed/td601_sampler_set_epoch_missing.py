@@ -8,11 +8,10 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.args import UNKNOWN
-from traindoctor.static.frameworks import framework_sets_epoch
-from traindoctor.static.loaders import DISTRIBUTED_SAMPLER, Loader, LoaderIndex, loader_index
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
+    from traindoctor.static.loaders import Loader, LoaderIndex
 
 
 class SamplerSetEpochMissing(Rule):
@@ -207,6 +206,9 @@ class SamplerSetEpochMissing(Rule):
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        from traindoctor.static.frameworks import framework_sets_epoch
+        from traindoctor.static.loaders import DISTRIBUTED_SAMPLER, loader_index
+
         samplers = ctx.calls_to(DISTRIBUTED_SAMPLER)
         if not samplers:
             return

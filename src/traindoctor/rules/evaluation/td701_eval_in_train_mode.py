@@ -7,19 +7,8 @@ from typing import TYPE_CHECKING, Iterable
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
-from traindoctor.static.batching import eval_named
-from traindoctor.static.gradmode import (
-    EVAL_LOOP_TRIGGERS,
-    TRAIN,
-    backward_calls,
-    evaluation_loop,
-    forward_models,
-    mode_state,
-    no_grad_calls,
-    unguarded_evaluation_forwards,
-)
-from traindoctor.static.models import model_of
 from traindoctor.static.names import dotted
+from traindoctor.static.vocab import EVAL_LOOP_TRIGGERS
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -28,6 +17,9 @@ if TYPE_CHECKING:  # pragma: no cover
 def is_evaluation(ctx: "FileContext", call: ast.Call, fn: ast.AST | None) -> bool:
     """A forward pass that evaluates: its function runs no backward, or it loops over eval data
     (a ``for`` loop or a comprehension / generator expression)."""
+    from traindoctor.static.batching import eval_named
+    from traindoctor.static.gradmode import backward_calls, evaluation_loop
+
     if not backward_calls(ctx, fn):
         return True
     if fn is not None and eval_named(getattr(fn, "name", "")):
@@ -290,6 +282,9 @@ class EvalInTrainMode(Rule):
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        from traindoctor.static.gradmode import forward_models, unguarded_evaluation_forwards
+        from traindoctor.static.models import model_of
+
         yield from self._check_guarded(ctx)
         for call, model in unguarded_evaluation_forwards(ctx):
             infos = [model_of(ctx, e) for e in forward_models(ctx, call, ctx.function_of(call))]
@@ -305,6 +300,9 @@ class EvalInTrainMode(Rule):
             )
 
     def _check_guarded(self, ctx: "FileContext") -> Iterable[Finding]:
+        from traindoctor.static.gradmode import TRAIN, forward_models, mode_state, no_grad_calls
+        from traindoctor.static.models import model_of
+
         for call in no_grad_calls(ctx, where=_may_be_model_call):
             func = call.func
             fn = ctx.function_of(call)

@@ -7,20 +7,8 @@ from typing import TYPE_CHECKING, Iterable
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
-from traindoctor.static.gradmode import (
-    EVAL_LOOP_TRIGGERS,
-    backward_calls,
-    callers_disable_grad,
-    freezes_parameters,
-    grad_disabled_globally,
-    grad_enabled_at,
-    is_before,
-    mode_before,
-    mode_calls,
-    related,
-    unguarded_evaluation_forwards,
-)
 from traindoctor.static.names import dotted
+from traindoctor.static.vocab import EVAL_LOOP_TRIGGERS
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -204,6 +192,12 @@ class EvalWithGrad(Rule):
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        from traindoctor.static.gradmode import (
+            freezes_parameters,
+            grad_disabled_globally,
+            unguarded_evaluation_forwards,
+        )
+
         if grad_disabled_globally(ctx) or freezes_parameters(ctx):
             return
         for call, model in unguarded_evaluation_forwards(ctx):
@@ -218,6 +212,16 @@ class EvalWithGrad(Rule):
         yield from self._check_eval_mode(ctx)
 
     def _check_eval_mode(self, ctx: "FileContext") -> Iterable[Finding]:
+        from traindoctor.static.gradmode import (
+            backward_calls,
+            callers_disable_grad,
+            grad_enabled_at,
+            is_before,
+            mode_before,
+            mode_calls,
+            related,
+        )
+
         evals = [c for c in ctx.method_calls("eval") if not c.args and not c.keywords]
         evals += [c for c in ctx.method_calls("train") if c.args and ctx.value(c.args[0]) is False]
         if not evals:

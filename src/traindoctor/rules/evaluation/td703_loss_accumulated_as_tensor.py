@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Iterable
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
-from traindoctor.static.gradmode import attached_loss, backward_receivers, grad_enabled_at
 from traindoctor.static.names import dotted
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -189,6 +188,8 @@ class LossAccumulatedAsTensor(Rule):
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        from traindoctor.static.gradmode import attached_loss, backward_receivers, grad_enabled_at
+
         if not (ctx.method_calls("backward") or ctx.method_calls("manual_backward")):
             return
         for stmt, target, value in _accumulations(ctx):

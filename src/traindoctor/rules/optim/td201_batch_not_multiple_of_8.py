@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 from traindoctor.static.args import MISSING, UNKNOWN
-from traindoctor.static.loaders import iter_training_loaders
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -162,6 +161,8 @@ class BatchNotMultipleOf8(Rule):
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        from traindoctor.static.loaders import iter_training_loaders
+
         if not ctx.targets_cuda:
             return
         from traindoctor.static.amp import amp_facts

@@ -7,9 +7,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
-from traindoctor.static.batching import accumulation, distributed, training_batches, trains
-from traindoctor.static.frameworks import HF_TRIGGERS, hf_trainer_model, hf_training_args
-from traindoctor.static.models import file_has_batchnorm, model_of, uses_syncbatchnorm
+from traindoctor.static.vocab import HF_TRIGGERS
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -242,6 +240,9 @@ class BatchnormSmallBatch(Rule):
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        from traindoctor.static.batching import accumulation, distributed, training_batches, trains
+        from traindoctor.static.models import file_has_batchnorm, uses_syncbatchnorm
+
         yield from self._check_hf(ctx)
         if not trains(ctx) or file_has_batchnorm(ctx) is None or uses_syncbatchnorm(ctx):
             return
@@ -269,6 +270,9 @@ class BatchnormSmallBatch(Rule):
 
     def _check_hf(self, ctx: "FileContext") -> Iterable[Finding]:
         """``TrainingArguments(gradient_accumulation_steps=k)`` for a model with BatchNorm."""
+        from traindoctor.static.frameworks import hf_trainer_model, hf_training_args
+        from traindoctor.static.models import model_of, uses_syncbatchnorm
+
         for args in hf_training_args(ctx):
             steps = args.value(ctx, "gradient_accumulation_steps")
             batch = args.value(ctx, "per_device_train_batch_size")

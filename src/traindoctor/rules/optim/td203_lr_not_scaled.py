@@ -7,17 +7,6 @@ from typing import TYPE_CHECKING, Iterable
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
-from traindoctor.static.batching import (
-    accumulation,
-    data_parallel_names,
-    distributed,
-    lr_related_to_batch,
-    per_node_split,
-    optimizer_is_data_parallel,
-    plain_lr,
-    splits_global_batch,
-    trains,
-)
 from traindoctor.static.names import OPTIMIZERS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -209,6 +198,18 @@ class LrNotScaled(Rule):
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        from traindoctor.static.batching import (
+            accumulation,
+            data_parallel_names,
+            distributed,
+            lr_related_to_batch,
+            optimizer_is_data_parallel,
+            per_node_split,
+            plain_lr,
+            splits_global_batch,
+            trains,
+        )
+
         if not trains(ctx):  # the cheapest question first: library files stop here
             return
         dist = distributed(ctx)

@@ -8,9 +8,6 @@ from typing import TYPE_CHECKING, Iterable
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.args import UNKNOWN
-from traindoctor.static.frameworks import hf_custom_optimizer, hf_decayed_norm_params, hf_trainer_model, hf_training_args
-from traindoctor.static.loaders import is_test_file
-from traindoctor.static.models import model_of, self_model
 from traindoctor.static.names import OPTIMIZERS, dotted
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -294,6 +291,9 @@ class WeightDecayOnBiasNorm(Rule):
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        from traindoctor.static.loaders import is_test_file
+        from traindoctor.static.models import model_of, self_model
+
         if is_test_file(ctx.filename):
             return  # optimizer recipes in test code are fixtures, not advice targets
         for qn, call in ctx.calls_to_prefix(""):
@@ -331,6 +331,14 @@ class WeightDecayOnBiasNorm(Rule):
         """``TrainingArguments(weight_decay=w)``: the Trainer's own AdamW excludes biases and
         LayerNorm (by type, and names containing ``layernorm``/``rmsnorm``/``norm``) but still
         decays BatchNorm/GroupNorm weights named like ``bn1`` or ``norm1``."""
+        from traindoctor.static.frameworks import (
+            hf_custom_optimizer,
+            hf_decayed_norm_params,
+            hf_trainer_model,
+            hf_training_args,
+        )
+        from traindoctor.static.models import model_of
+
         for args in hf_training_args(ctx):
             decay = args.value(ctx, "weight_decay")
             if isinstance(decay, bool) or not isinstance(decay, (int, float)) or decay <= 0:

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Iterable
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
-from traindoctor.static.models import ModelInfo, model_of, self_model
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -223,6 +222,8 @@ class DeadNoDecayFilter(Rule):
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        from traindoctor.static.models import ModelInfo, model_of, self_model
+
         done: set[int] = set()
         for literal, patterns, owner in no_decay_filters(ctx):
             if id(literal) in done or not patterns:

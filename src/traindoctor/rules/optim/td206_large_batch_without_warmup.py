@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, Iterable
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
-from traindoctor.static.batching import accumulation, has_warmup, training_batches, trains
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -153,6 +152,8 @@ class LargeBatchWithoutWarmup(Rule):
     )
 
     def check(self, ctx: "FileContext") -> Iterable[Finding]:
+        from traindoctor.static.batching import accumulation, has_warmup, training_batches, trains
+
         if not trains(ctx) or has_warmup(ctx):
             return
         acc = accumulation(ctx)
