@@ -1,7 +1,8 @@
 """Runtime doctor overhead, as a user meets it: whole process, start-up, and per step.
 
 Three measurements, each in interleaved pairs (the order alternating every pair, so drift in machine
-load hits both sides alike), reported as medians of the per-pair ratios/differences:
+load hits both sides alike), reported as medians of the per-pair ratios/differences, and for the
+whole process also as the mean difference with its 95% confidence interval:
 
 1. **Whole process**: ``python loop.py`` against ``traindoctor run loop.py`` on the issue's loop
    (CPU, ~15 ms steps, a shuffled ``TensorDataset`` DataLoader re-created every epoch, LayerNorm,
@@ -22,7 +23,16 @@ timed region), and on machines with ``PYTHONDONTWRITEBYTECODE=1`` (or a read-onl
 start compiled the doctor's modules from source. This benchmark compiles the bytecode first (as
 ``pip install`` does) and says whether the environment would prevent it.
 
-    python benchmarks/runtime_overhead.py [--pairs 8] [--steps 200] [--quick]
+Why 16 pairs: two runs of the *same* command differ by several percent on a quiet machine, for
+reasons that have nothing to do with the doctor. The loop frees and re-allocates its gradients every
+step; whether glibc's heap trims and re-faults them (about 2,000 page faults a step) depends on the
+heap layout, which address-space randomisation changes from run to run (400k-700k minor faults per
+run, either side); Python's full garbage collections (60-130 ms each with torch's ~280k objects)
+land at different moments. Measured here: per-pair differences with a standard deviation of
+250-320 ms on a 4.7 s run, so 8 pairs leave the ratio uncertain by about +-2%. The confidence
+interval printed with the mean says how far to trust the number.
+
+    python benchmarks/runtime_overhead.py [--pairs 16] [--steps 200] [--quick]
 
 On a busy machine use the CPU columns: wall time then mostly measures waiting for a core. When
 even those are noisier than the cost (a shared machine under load), count instructions instead:
@@ -127,6 +137,22 @@ def _diff_ms(series: dict[str, list[float]], kind: str) -> float:
     return 1000 * statistics.median(t - p for t, p in zip(series[f"td_{kind}"], series[f"plain_{kind}"]))
 
 
+#: Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom (then the normal 1.96).
+_T95 = (12.71, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042)
+
+
+def mean_ci(diffs: list[float]) -> tuple[float, float]:
+    """Mean of the per-pair differences and the half-width of its 95% confidence interval."""
+    mean = statistics.fmean(diffs)
+    if len(diffs) < 2:
+        return mean, float("nan")
+    df = len(diffs) - 1
+    t = _T95[df - 1] if df <= len(_T95) else 1.96
+    return mean, t * statistics.stdev(diffs) / len(diffs) ** 0.5
+
+
 def per_step_cost(steps: int, rounds: int, width: int) -> tuple[float, float, float]:
     """(unwatched CPU ms/step, watched CPU ms/step, median added us/step), in this process."""
     import torch
@@ -159,7 +185,7 @@ def per_step_cost(steps: int, rounds: int, width: int) -> tuple[float, float, fl
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=8, help="interleaved process pairs")
+    parser.add_argument("--pairs", type=int, default=16, help="interleaved process pairs")
     parser.add_argument("--steps", type=int, default=200, help="training steps per process")
     parser.add_argument("--width", type=int, default=896, help="MLP width (~15 ms CPU steps at 896)")
     parser.add_argument("--step-rounds", type=int, default=8, help="in-process rounds for per-step")
@@ -199,6 +225,12 @@ def main(argv: list[str] | None = None) -> int:
     for label, series in (("whole process, CPU (s)", whole), ("start-up only, CPU (s)", start)):
         print(f"| {label} | {statistics.median(series['plain_cpu']):.3f} | "
               f"{statistics.median(series['td_cpu']):.3f} | {_ratio(series, 'cpu'):.3f}x |")
+    cpu_diffs = [t - p for t, p in zip(whole["td_cpu"], whole["plain_cpu"])]
+    mean, half = mean_ci(cpu_diffs)
+    base = statistics.fmean(whole["plain_cpu"])
+    print(f"| whole process, CPU, mean added (95% CI) | {base:.3f} | | {1000 * mean:.0f} ms "
+          f"+- {1000 * half:.0f} ms = {1 + mean / base:.3f}x "
+          f"({1 + (mean - half) / base:.3f}-{1 + (mean + half) / base:.3f}) |")
     print(f"| start-up added, CPU (ms) | | | {_diff_ms(start, 'cpu'):.0f} ms |")
     print(f"| per step, CPU (ms), in-process | {plain_ms:.2f} | {watched_ms:.2f} | "
           f"{added_us:.0f} us/step |")

@@ -67,16 +67,10 @@ class BatchnormWithoutSyncbnMonitor(Monitor):
 
     rule = BatchnormWithoutSyncbn
 
-    def __init__(self, session: object) -> None:
-        super().__init__(session)
-        self.steps = 0
-
-    def on_after_optimizer_step(self, optimizer: object) -> None:
-        self.steps += 1
-
     def on_run_end(self) -> None:
         world = int(getattr(self.session, "world_size", 1) or 1)
-        if world <= 1 or not self.steps:
+        # Whether any optimizer stepped: the session counts the calls (no per-step hook here).
+        if world <= 1 or not getattr(self.session, "optimizer_calls", 0):
             return
         from traindoctor.runtime.train_facts import small_batchnorm_batch
 
