@@ -32,7 +32,13 @@ land at different moments. Measured here: per-pair differences with a standard d
 250-320 ms on a 4.7 s run, so 8 pairs leave the ratio uncertain by about +-2%. The confidence
 interval printed with the mean says how far to trust the number.
 
-    python benchmarks/runtime_overhead.py [--pairs 16] [--steps 200] [--quick]
+``--fixed-heap`` takes the page-fault lottery out of both sides alike: the children run with
+``GLIBC_TUNABLES`` fixing glibc's mmap and trim thresholds (freed gradients stay in the heap, so
+neither side re-faults them). The doctor does not shift the lottery (mean minor faults per run: 527k
+plain, 527k watched over 20 pairs), so the expected difference is the same with a smaller spread.
+It changes the allocator for the measurement only, never for a user's run.
+
+    python benchmarks/runtime_overhead.py [--pairs 16] [--steps 200] [--fixed-heap] [--quick]
 
 On a busy machine use the CPU columns: wall time then mostly measures waiting for a core. When
 even those are noisier than the cost (a shared machine under load), count instructions instead:
@@ -44,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import json
 import os
 import resource
 import statistics
@@ -95,10 +102,18 @@ LOOP = textwrap.dedent(
 STARTUP = "import torch\n"
 
 
+#: glibc settings of ``--fixed-heap``: mmap threshold at its maximum (32 MiB) and no heap trimming
+#: below 1 GiB, so large freed blocks are reused instead of unmapped and faulted in again.
+FIXED_HEAP = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
+_FIXED_HEAP = False
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH")) if p)
     env["OMP_NUM_THREADS"] = "1"
+    if _FIXED_HEAP:
+        env["GLIBC_TUNABLES"] = FIXED_HEAP
     return env
 
 
@@ -190,7 +205,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=896, help="MLP width (~15 ms CPU steps at 896)")
     parser.add_argument("--step-rounds", type=int, default=8, help="in-process rounds for per-step")
     parser.add_argument("--quick", action="store_true", help="3 pairs, 60 steps (a smoke run)")
+    parser.add_argument("--fixed-heap", action="store_true",
+                        help="run both sides with glibc's heap thresholds fixed (less spread)")
+    parser.add_argument("--whole-only", action="store_true",
+                        help="only the whole-process pairs (no start-up pairs, no per-step rounds)")
+    parser.add_argument("--raw", metavar="FILE", help="also write every pair's times as JSON")
+    parser.add_argument("--per-step-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.per_step_child:  # in a child process, so that --fixed-heap applies to it too
+        print(json.dumps(per_step_cost(args.steps, args.step_rounds, args.width)))
+        return 0
+    global _FIXED_HEAP
+    _FIXED_HEAP = args.fixed_heap
     if args.quick:
         args.pairs, args.steps, args.step_rounds = 3, 60, 4
 
@@ -204,15 +230,26 @@ def main(argv: list[str] | None = None) -> int:
         py, td = [sys.executable], [sys.executable, "-m", "traindoctor", "run"]
         whole = _pairs(py + ["loop.py", str(args.steps)], td + ["loop.py", str(args.steps)],
                        args.pairs, tmp)
-        start = _pairs(py + ["startup.py"], td + ["startup.py"], args.pairs, tmp)
-    plain_ms, watched_ms, added_us = per_step_cost(args.steps, args.step_rounds, args.width)
+        start = None if args.whole_only else _pairs(py + ["startup.py"], td + ["startup.py"],
+                                                    args.pairs, tmp)
+    per_step = None
+    if not args.whole_only:
+        child = subprocess.run(
+            [sys.executable, __file__, "--per-step-child", "--steps", str(args.steps),
+             "--step-rounds", str(args.step_rounds), "--width", str(args.width)],
+            env=_env(), check=True, capture_output=True, text=True)
+        per_step = tuple(json.loads(child.stdout.strip().splitlines()[-1]))
     elapsed = time.perf_counter() - started
+    if args.raw:
+        Path(args.raw).write_text(json.dumps({"whole": whole, "start": start, "per_step": per_step}))
 
     import torch
 
     print(f"Runtime overhead: {args.pairs} interleaved pairs; loop of {args.steps} steps, width "
           f"{args.width}, 1 thread; torch {torch.__version__}; Python {sys.version.split()[0]}; "
           f"load average {load:.1f} at start; {elapsed:.0f} s")
+    if args.fixed_heap:
+        print(f"heap: GLIBC_TUNABLES={FIXED_HEAP} for both sides (--fixed-heap)")
     if no_bytecode:
         print("note: PYTHONDONTWRITEBYTECODE is set; bytecode was compiled up front "
               f"(compileall ok={bool(compiled)}), as a pip install does")
@@ -220,20 +257,25 @@ def main(argv: list[str] | None = None) -> int:
     print("| measurement | python | traindoctor run | ratio / added |")
     print("|---|---:|---:|---:|")
     for label, series in (("whole process, wall (s)", whole), ("start-up only, wall (s)", start)):
-        print(f"| {label} | {statistics.median(series['plain_wall']):.3f} | "
-              f"{statistics.median(series['td_wall']):.3f} | {_ratio(series, 'wall'):.3f}x |")
+        if series is not None:
+            print(f"| {label} | {statistics.median(series['plain_wall']):.3f} | "
+                  f"{statistics.median(series['td_wall']):.3f} | {_ratio(series, 'wall'):.3f}x |")
     for label, series in (("whole process, CPU (s)", whole), ("start-up only, CPU (s)", start)):
-        print(f"| {label} | {statistics.median(series['plain_cpu']):.3f} | "
-              f"{statistics.median(series['td_cpu']):.3f} | {_ratio(series, 'cpu'):.3f}x |")
+        if series is not None:
+            print(f"| {label} | {statistics.median(series['plain_cpu']):.3f} | "
+                  f"{statistics.median(series['td_cpu']):.3f} | {_ratio(series, 'cpu'):.3f}x |")
     cpu_diffs = [t - p for t, p in zip(whole["td_cpu"], whole["plain_cpu"])]
     mean, half = mean_ci(cpu_diffs)
     base = statistics.fmean(whole["plain_cpu"])
     print(f"| whole process, CPU, mean added (95% CI) | {base:.3f} | | {1000 * mean:.0f} ms "
           f"+- {1000 * half:.0f} ms = {1 + mean / base:.3f}x "
           f"({1 + (mean - half) / base:.3f}-{1 + (mean + half) / base:.3f}) |")
-    print(f"| start-up added, CPU (ms) | | | {_diff_ms(start, 'cpu'):.0f} ms |")
-    print(f"| per step, CPU (ms), in-process | {plain_ms:.2f} | {watched_ms:.2f} | "
-          f"{added_us:.0f} us/step |")
+    if start is not None:
+        print(f"| start-up added, CPU (ms) | | | {_diff_ms(start, 'cpu'):.0f} ms |")
+    if per_step is not None:
+        plain_ms, watched_ms, added_us = per_step
+        print(f"| per step, CPU (ms), in-process | {plain_ms:.2f} | {watched_ms:.2f} | "
+              f"{added_us:.0f} us/step |")
     print()
     print("Ratios and differences are medians over pairs of (traindoctor run / python) in the same "
           "pair. CPU = user + sys time of the child process (whole process, start-up) or "
