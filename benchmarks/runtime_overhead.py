@@ -129,19 +129,40 @@ def _child_times(cmd: list[str], cwd: str) -> tuple[float, float]:
     return wall, cpu
 
 
-def _pairs(plain: list[str], watched: list[str], pairs: int, cwd: str) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {k: [] for k in ("plain_wall", "plain_cpu", "td_wall", "td_cpu")}
-    _child_times(plain, cwd)  # warm the page cache and the bytecode
-    _child_times(watched, cwd)
+def _pairs(plain: list[str], watched: list[str], pairs: int, cwd: str,
+           loaded: list[str] | None = None) -> dict[str, list[float]]:
+    """Interleaved runs of ``plain`` and ``watched`` (and ``loaded``: a third side, rotated)."""
+    sides = [("plain", plain), ("td", watched)] + ([("loaded", loaded)] if loaded else [])
+    out: dict[str, list[float]] = {f"{n}_{k}": [] for n, _ in sides for k in ("wall", "cpu")}
+    for _, cmd in sides:
+        _child_times(cmd, cwd)  # warm the page cache and the bytecode
     for i in range(pairs):
-        order = [("plain", plain), ("td", watched)]
-        if i % 2:
-            order.reverse()
+        shift = i % len(sides)
+        order = sides[shift:] + sides[:shift]
+        if len(sides) == 2 and i % 2:
+            order = sides[::-1]
         for name, cmd in order:
             wall, cpu = _child_times(cmd, cwd)
             out[f"{name}_wall"].append(wall)
             out[f"{name}_cpu"].append(cpu)
     return out
+
+
+#: ``--loaded``: the doctor imported, one session started and stopped (probes installed and
+#: removed, monitors created), then the script run *unwatched*, the way ``traindoctor run`` runs it.
+#: Against ``python loop.py`` this is the cost of loading the doctor into the process; against
+#: ``traindoctor run`` it is the cost of watching.
+LOADED = textwrap.dedent(
+    """
+    import runpy, sys
+    from traindoctor.runtime.session import Session
+    session = Session()
+    session.start()
+    session.stop()
+    sys.argv = sys.argv[1:]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+    """
+)
 
 
 def _ratio(series: dict[str, list[float]], kind: str) -> float:
@@ -210,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--whole-only", action="store_true",
                         help="only the whole-process pairs (no start-up pairs, no per-step rounds)")
     parser.add_argument("--raw", metavar="FILE", help="also write every pair's times as JSON")
+    parser.add_argument("--loaded", action="store_true",
+                        help="a third side: the doctor loaded, the script run unwatched")
     parser.add_argument("--per-step-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.per_step_child:  # in a child process, so that --fixed-heap applies to it too
@@ -227,9 +250,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="td-overhead-") as tmp:
         Path(tmp, "loop.py").write_text(LOOP.replace("WIDTH", str(args.width)))
         Path(tmp, "startup.py").write_text(STARTUP)
+        Path(tmp, "loaded.py").write_text(LOADED)
         py, td = [sys.executable], [sys.executable, "-m", "traindoctor", "run"]
         whole = _pairs(py + ["loop.py", str(args.steps)], td + ["loop.py", str(args.steps)],
-                       args.pairs, tmp)
+                       args.pairs, tmp,
+                       loaded=py + ["loaded.py", "loop.py", str(args.steps)] if args.loaded else None)
         start = None if args.whole_only else _pairs(py + ["startup.py"], td + ["startup.py"],
                                                     args.pairs, tmp)
     per_step = None
@@ -270,6 +295,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| whole process, CPU, mean added (95% CI) | {base:.3f} | | {1000 * mean:.0f} ms "
           f"+- {1000 * half:.0f} ms = {1 + mean / base:.3f}x "
           f"({1 + (mean - half) / base:.3f}-{1 + (mean + half) / base:.3f}) |")
+    if args.loaded:
+        for label, a, b in (("doctor loaded, script unwatched, vs python", "plain", "loaded"),
+                            ("traindoctor run vs doctor loaded (the watching)", "loaded", "td")):
+            m, h = mean_ci([y - x for x, y in zip(whole[f"{a}_cpu"], whole[f"{b}_cpu"])])
+            print(f"| {label}, CPU, mean added (95% CI) | | | {1000 * m:.0f} ms +- "
+                  f"{1000 * h:.0f} ms |")
     if start is not None:
         print(f"| start-up added, CPU (ms) | | | {_diff_ms(start, 'cpu'):.0f} ms |")
     if per_step is not None:
