@@ -62,10 +62,13 @@ def _iter_rule_modules() -> Iterable[str]:
             folder = os.path.join(root, topic)
             if not topic.isidentifier() or not os.path.isfile(os.path.join(folder, "__init__.py")):
                 continue
-            for fname in sorted(os.listdir(folder)):
+            stems = set()  # sources, or a sourceless install's .pyc files
+            for fname in os.listdir(folder):
                 stem, ext = os.path.splitext(fname)
-                if ext == ".py" and _is_rule_leaf(stem) and stem.isidentifier():
-                    yield f"{pkg.__name__}.{topic}.{stem}"
+                if ext in (".py", ".pyc") and _is_rule_leaf(stem) and stem.isidentifier():
+                    stems.add(stem)
+            for stem in sorted(stems):
+                yield f"{pkg.__name__}.{topic}.{stem}"
 
 
 @lru_cache(maxsize=None)
