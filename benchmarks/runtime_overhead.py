@@ -105,23 +105,23 @@ STARTUP = "import torch\n"
 #: glibc settings of ``--fixed-heap``: mmap threshold at its maximum (32 MiB) and no heap trimming
 #: below 1 GiB, so large freed blocks are reused instead of unmapped and faulted in again.
 FIXED_HEAP = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
-_FIXED_HEAP = False
 
 
-def _env() -> dict[str, str]:
+def _env(fixed_heap: bool = False) -> dict[str, str]:
+    """The children's environment: this source tree first, one OpenMP thread."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH")) if p)
     env["OMP_NUM_THREADS"] = "1"
-    if _FIXED_HEAP:
+    if fixed_heap:
         env["GLIBC_TUNABLES"] = FIXED_HEAP
     return env
 
 
-def _child_times(cmd: list[str], cwd: str) -> tuple[float, float]:
+def _child_times(cmd: list[str], cwd: str, env: dict[str, str]) -> tuple[float, float]:
     """(wall seconds, CPU seconds user+sys) of one child process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run(cmd, cwd=cwd, env=_env(), check=True, stdout=subprocess.DEVNULL,
+    subprocess.run(cmd, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -129,20 +129,18 @@ def _child_times(cmd: list[str], cwd: str) -> tuple[float, float]:
     return wall, cpu
 
 
-def _pairs(plain: list[str], watched: list[str], pairs: int, cwd: str,
+def _pairs(plain: list[str], watched: list[str], pairs: int, cwd: str, env: dict[str, str],
            loaded: list[str] | None = None) -> dict[str, list[float]]:
-    """Interleaved runs of ``plain`` and ``watched`` (and ``loaded``: a third side, rotated)."""
+    """Interleaved runs of ``plain`` and ``watched`` (and ``loaded``: a third side); the order
+    rotates every round, so with two sides it alternates."""
     sides = [("plain", plain), ("td", watched)] + ([("loaded", loaded)] if loaded else [])
     out: dict[str, list[float]] = {f"{n}_{k}": [] for n, _ in sides for k in ("wall", "cpu")}
     for _, cmd in sides:
-        _child_times(cmd, cwd)  # warm the page cache and the bytecode
+        _child_times(cmd, cwd, env)  # warm the page cache and the bytecode
     for i in range(pairs):
         shift = i % len(sides)
-        order = sides[shift:] + sides[:shift]
-        if len(sides) == 2 and i % 2:
-            order = sides[::-1]
-        for name, cmd in order:
-            wall, cpu = _child_times(cmd, cwd)
+        for name, cmd in sides[shift:] + sides[:shift]:
+            wall, cpu = _child_times(cmd, cwd, env)
             out[f"{name}_wall"].append(wall)
             out[f"{name}_cpu"].append(cpu)
     return out
@@ -238,8 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.per_step_child:  # in a child process, so that --fixed-heap applies to it too
         print(json.dumps(per_step_cost(args.steps, args.step_rounds, args.width)))
         return 0
-    global _FIXED_HEAP
-    _FIXED_HEAP = args.fixed_heap
+    env = _env(args.fixed_heap)
     if args.quick:
         args.pairs, args.steps, args.step_rounds = 3, 60, 4
 
@@ -253,16 +250,16 @@ def main(argv: list[str] | None = None) -> int:
         Path(tmp, "loaded.py").write_text(LOADED)
         py, td = [sys.executable], [sys.executable, "-m", "traindoctor", "run"]
         whole = _pairs(py + ["loop.py", str(args.steps)], td + ["loop.py", str(args.steps)],
-                       args.pairs, tmp,
+                       args.pairs, tmp, env,
                        loaded=py + ["loaded.py", "loop.py", str(args.steps)] if args.loaded else None)
         start = None if args.whole_only else _pairs(py + ["startup.py"], td + ["startup.py"],
-                                                    args.pairs, tmp)
+                                                    args.pairs, tmp, env)
     per_step = None
     if not args.whole_only:
         child = subprocess.run(
             [sys.executable, __file__, "--per-step-child", "--steps", str(args.steps),
              "--step-rounds", str(args.step_rounds), "--width", str(args.width)],
-            env=_env(), check=True, capture_output=True, text=True)
+            env=env, check=True, capture_output=True, text=True)
         per_step = tuple(json.loads(child.stdout.strip().splitlines()[-1]))
     elapsed = time.perf_counter() - started
     if args.raw:
