@@ -32,6 +32,13 @@ land at different moments. Measured here: per-pair differences with a standard d
 250-320 ms on a 4.7 s run, so 8 pairs leave the ratio uncertain by about +-2%. The confidence
 interval printed with the mean says how far to trust the number.
 
+The whole-process rows also split each child's CPU time in three, from marks the loop writes itself
+(its process CPU time when ``main()`` starts and returns, to the file named by
+``TD_BENCH_SEGMENTS``; both sides alike): until training starts (the interpreter, the doctor's
+start-up, ``import torch``), training, and after training (the doctor's report, the process exit).
+The first and last parts vary little between runs (standard deviation about 20 and 50 ms), so their
+added cost is known within a few milliseconds; the training part carries nearly all the noise.
+
 ``--fixed-heap`` takes the page-fault lottery out of both sides alike: the children run with
 ``GLIBC_TUNABLES`` fixing glibc's mmap and trim thresholds (freed gradients stay in the heap, so
 neither side re-faults them). The doctor does not shift the lottery (mean minor faults per run: 527k
@@ -67,7 +74,10 @@ SRC = ROOT / "src"
 LOOP = textwrap.dedent(
     '''
     """~15 ms CPU steps; a shuffled TensorDataset DataLoader re-created each epoch; LayerNorm; AdamW."""
+    import os
     import sys
+    import time
+
     import torch
     from torch import nn
     from torch.utils.data import DataLoader, TensorDataset
@@ -95,7 +105,13 @@ LOOP = textwrap.dedent(
 
     if __name__ == "__main__":
         torch.set_num_threads(1)
-        print(f"loss {main(int(sys.argv[1])):.4f}")
+        before = time.process_time()
+        loss = main(int(sys.argv[1]))
+        after = time.process_time()
+        print(f"loss {loss:.4f}")
+        if os.environ.get("TD_BENCH_SEGMENTS"):  # process CPU time when training starts and ends
+            with open(os.environ["TD_BENCH_SEGMENTS"], "w") as fh:
+                fh.write(f"{before} {after}\\n")
     '''
 )
 
@@ -117,32 +133,56 @@ def _env(fixed_heap: bool = False) -> dict[str, str]:
     return env
 
 
-def _child_times(cmd: list[str], cwd: str, env: dict[str, str]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds user+sys) of one child process."""
+def _child_times(cmd: list[str], cwd: str, env: dict[str, str]) -> tuple[float, float, tuple[float, ...] | None]:
+    """(wall seconds, CPU seconds user+sys, CPU split) of one child process.
+
+    The split is (until training starts, training, after training) in CPU seconds when the child
+    is the benchmark loop, which writes its process CPU time at the start and end of training to
+    the file named by ``TD_BENCH_SEGMENTS``; None for other scripts.
+    """
+    marks = os.path.join(cwd, "segments.txt")
+    if os.path.exists(marks):
+        os.remove(marks)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run(cmd, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+    subprocess.run(cmd, cwd=cwd, env=dict(env, TD_BENCH_SEGMENTS=marks), check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu
+    return wall, cpu, _split(marks, cpu)
+
+
+def _split(marks: str, cpu: float) -> tuple[float, float, float] | None:
+    """(until training, training, after training) from the loop's marks and the child's CPU."""
+    try:
+        with open(marks) as fh:
+            start, end = (float(v) for v in fh.read().split())
+    except (OSError, ValueError):
+        return None
+    return start, end - start, cpu - end
+
+
+#: The parts of the whole process that ``_split`` separates, as printed.
+SEGMENTS = ("until training starts (interpreter, doctor start-up, import torch)",
+            "training (the script's main())", "after training (report, exit)")
 
 
 def _pairs(plain: list[str], watched: list[str], pairs: int, cwd: str, env: dict[str, str],
-           loaded: list[str] | None = None) -> dict[str, list[float]]:
+           loaded: list[str] | None = None) -> dict[str, list]:
     """Interleaved runs of ``plain`` and ``watched`` (and ``loaded``: a third side); the order
     rotates every round, so with two sides it alternates."""
     sides = [("plain", plain), ("td", watched)] + ([("loaded", loaded)] if loaded else [])
-    out: dict[str, list[float]] = {f"{n}_{k}": [] for n, _ in sides for k in ("wall", "cpu")}
+    out: dict[str, list] = {f"{n}_{k}": [] for n, _ in sides for k in ("wall", "cpu", "split")}
     for _, cmd in sides:
         _child_times(cmd, cwd, env)  # warm the page cache and the bytecode
     for i in range(pairs):
         shift = i % len(sides)
         for name, cmd in sides[shift:] + sides[:shift]:
-            wall, cpu = _child_times(cmd, cwd, env)
+            wall, cpu, split = _child_times(cmd, cwd, env)
             out[f"{name}_wall"].append(wall)
             out[f"{name}_cpu"].append(cpu)
+            out[f"{name}_split"].append(split)
     return out
 
 
@@ -298,6 +338,12 @@ def main(argv: list[str] | None = None) -> int:
             m, h = mean_ci([y - x for x, y in zip(whole[f"{a}_cpu"], whole[f"{b}_cpu"])])
             print(f"| {label}, CPU, mean added (95% CI) | | | {1000 * m:.0f} ms +- "
                   f"{1000 * h:.0f} ms |")
+    if all(whole["plain_split"]) and all(whole["td_split"]):
+        for i, label in enumerate(SEGMENTS):
+            m, h = mean_ci([t[i] - p[i] for p, t in zip(whole["plain_split"], whole["td_split"])])
+            base_i = statistics.fmean(p[i] for p in whole["plain_split"])
+            print(f"| split: {label}, CPU, mean added (95% CI) | {base_i:.3f} | | "
+                  f"{1000 * m:.0f} ms +- {1000 * h:.0f} ms |")
     if start is not None:
         print(f"| start-up added, CPU (ms) | | | {_diff_ms(start, 'cpu'):.0f} ms |")
     if per_step is not None:

@@ -1,0 +1,49 @@
+"""benchmarks/runtime_overhead.py: the whole-process split (until training, training, after it)
+comes from marks the benchmark loop itself writes, and adds up to the child's CPU time."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "runtime_overhead.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("runtime_overhead_bench", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_loop_marks_training_and_the_split_adds_up(tmp_path: Path, bench) -> None:
+    (tmp_path / "loop.py").write_text(bench.LOOP.replace("WIDTH", "8"))
+    env = bench._env()
+    wall, cpu, split = bench._child_times([sys.executable, "loop.py", "3"], str(tmp_path), env)
+    assert split is not None
+    until, training, after = split
+    assert until > 0.05  # the interpreter and `import torch` ran before training
+    assert training > 0 and after >= 0
+    assert until + training + after == pytest.approx(cpu)
+    assert cpu <= wall * os.cpu_count() + 0.1
+
+
+def test_a_script_without_marks_has_no_split(tmp_path: Path, bench) -> None:
+    (tmp_path / "other.py").write_text("print('no marks')\n")
+    _wall, _cpu, split = bench._child_times([sys.executable, "other.py"], str(tmp_path), bench._env())
+    assert split is None
+    # a stale marks file from an earlier run is not read for this one
+    (tmp_path / "segments.txt").write_text("1.0 2.0\n")
+    assert bench._child_times([sys.executable, "other.py"], str(tmp_path), bench._env())[2] is None
+
+
+def test_mean_ci_uses_students_t(bench) -> None:
+    mean, half = bench.mean_ci([1.0, 2.0, 3.0])
+    assert mean == 2.0
+    assert half == pytest.approx(4.303 * 1.0 / 3 ** 0.5)
