@@ -133,7 +133,8 @@ def _env(fixed_heap: bool = False) -> dict[str, str]:
     return env
 
 
-def _child_times(cmd: list[str], cwd: str, env: dict[str, str]) -> tuple[float, float, tuple[float, ...] | None]:
+def _child_times(cmd: list[str], cwd: str, env: dict[str, str]
+                 ) -> tuple[float, float, tuple[float, float, float] | None]:
     """(wall seconds, CPU seconds user+sys, CPU split) of one child process.
 
     The split is (until training starts, training, after training) in CPU seconds when the child
@@ -338,11 +339,17 @@ def main(argv: list[str] | None = None) -> int:
             m, h = mean_ci([y - x for x, y in zip(whole[f"{a}_cpu"], whole[f"{b}_cpu"])])
             print(f"| {label}, CPU, mean added (95% CI) | | | {1000 * m:.0f} ms +- "
                   f"{1000 * h:.0f} ms |")
-    if all(whole["plain_split"]) and all(whole["td_split"]):
+    comparisons = [("", "plain", "td")]
+    if args.loaded:
+        comparisons += [("doctor loaded vs python, ", "plain", "loaded"),
+                        ("traindoctor run vs doctor loaded, ", "loaded", "td")]
+    for prefix, a, b in comparisons:
+        if not (all(whole[f"{a}_split"]) and all(whole[f"{b}_split"])):
+            continue
         for i, label in enumerate(SEGMENTS):
-            m, h = mean_ci([t[i] - p[i] for p, t in zip(whole["plain_split"], whole["td_split"])])
-            base_i = statistics.fmean(p[i] for p in whole["plain_split"])
-            print(f"| split: {label}, CPU, mean added (95% CI) | {base_i:.3f} | | "
+            m, h = mean_ci([y[i] - x[i] for x, y in zip(whole[f"{a}_split"], whole[f"{b}_split"])])
+            base_i = statistics.fmean(x[i] for x in whole[f"{a}_split"])
+            print(f"| split, {prefix}{label}, CPU, mean added (95% CI) | {base_i:.3f} | | "
                   f"{1000 * m:.0f} ms +- {1000 * h:.0f} ms |")
     if start is not None:
         print(f"| start-up added, CPU (ms) | | | {_diff_ms(start, 'cpu'):.0f} ms |")
