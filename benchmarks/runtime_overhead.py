@@ -333,23 +333,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| whole process, CPU, mean added (95% CI) | {base:.3f} | | {1000 * mean:.0f} ms "
           f"+- {1000 * half:.0f} ms = {1 + mean / base:.3f}x "
           f"({1 + (mean - half) / base:.3f}-{1 + (mean + half) / base:.3f}) |")
+    # (label, baseline side, compared side): the whole comparison, and with --loaded its two halves
+    comparisons = [("traindoctor run vs python", "plain", "td")]
     if args.loaded:
-        for label, a, b in (("doctor loaded, script unwatched, vs python", "plain", "loaded"),
-                            ("traindoctor run vs doctor loaded (the watching)", "loaded", "td")):
-            m, h = mean_ci([y - x for x, y in zip(whole[f"{a}_cpu"], whole[f"{b}_cpu"])])
-            print(f"| {label}, CPU, mean added (95% CI) | | | {1000 * m:.0f} ms +- "
-                  f"{1000 * h:.0f} ms |")
-    comparisons = [("", "plain", "td")]
-    if args.loaded:
-        comparisons += [("doctor loaded vs python, ", "plain", "loaded"),
-                        ("traindoctor run vs doctor loaded, ", "loaded", "td")]
-    for prefix, a, b in comparisons:
+        comparisons += [("doctor loaded, script unwatched, vs python", "plain", "loaded"),
+                        ("traindoctor run vs doctor loaded (the watching)", "loaded", "td")]
+    for label, a, b in comparisons[1:]:  # the whole comparison's row is printed above
+        m, h = mean_ci([y - x for x, y in zip(whole[f"{a}_cpu"], whole[f"{b}_cpu"])])
+        print(f"| {label}, CPU, mean added (95% CI) | | | {1000 * m:.0f} ms +- "
+              f"{1000 * h:.0f} ms |")
+    for label, a, b in comparisons:
         if not (all(whole[f"{a}_split"]) and all(whole[f"{b}_split"])):
             continue
-        for i, label in enumerate(SEGMENTS):
+        for i, segment in enumerate(SEGMENTS):
             m, h = mean_ci([y[i] - x[i] for x, y in zip(whole[f"{a}_split"], whole[f"{b}_split"])])
             base_i = statistics.fmean(x[i] for x in whole[f"{a}_split"])
-            print(f"| split, {prefix}{label}, CPU, mean added (95% CI) | {base_i:.3f} | | "
+            print(f"| split ({label}): {segment}, CPU, mean added (95% CI) | {base_i:.3f} | | "
                   f"{1000 * m:.0f} ms +- {1000 * h:.0f} ms |")
     if start is not None:
         print(f"| start-up added, CPU (ms) | | | {_diff_ms(start, 'cpu'):.0f} ms |")
