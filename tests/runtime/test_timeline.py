@@ -105,3 +105,18 @@ def test_a_distributed_report_keeps_rank_zeros_timeline() -> None:
 
     merged = merge_reports({1: report(1), 0: report(0)}, world_size=2)
     assert merged["timeline"] == [{"step": 1, "rank": 0}]
+
+
+def test_the_timeline_is_built_only_for_outputs_that_read_it() -> None:
+    """The text report never prints the timeline, so ``traindoctor run`` does not build it; the
+    JSON and HTML reports and a multi-rank run (whose merged report carries rank 0's) do."""
+    from traindoctor.runtime.cli import _base_report, parse_args
+
+    loader = DataLoader(SleepyDataset(size=16, delay_s=0.0), batch_size=4)
+    with traindoctor.watch() as doctor:
+        train(loader)
+    assert "timeline" not in _base_report(doctor, parse_args(["loop.py"]), 0)
+    for argv in (["--output-format", "json", "loop.py"], ["--html", "r.html", "loop.py"]):
+        assert [p["step"] for p in _base_report(doctor, parse_args(argv), 0)["timeline"]] == [1, 2, 3, 4]
+    doctor.world_size = 2
+    assert "timeline" in _base_report(doctor, parse_args(["loop.py"]), 0)

@@ -685,16 +685,20 @@ class Session:
             "partial_reason": self.partial_reason or None,
         }
 
-    def report_dict(self) -> dict[str, Any]:
-        """The JSON report of this process: findings, profile, environment, notes."""
-        return {
+    def report_dict(self, timeline: bool = True) -> dict[str, Any]:
+        """The JSON report of this process: findings, profile, timeline, environment, notes.
+
+        ``timeline=False`` leaves the per-step timeline out: the text report does not print it,
+        and building it walks every step record (milliseconds at the end of a long run).
+        """
+        report: dict[str, Any] = {
             "findings": [f.to_dict() for f in self.findings],
             "profile": self.profile.to_dict(),
-            "timeline": session_timeline(self),
-            "environment": self.environment(),
-            "notes": list(self.notes),
-            "partial": self.partial,
         }
+        if timeline:
+            report["timeline"] = session_timeline(self)
+        report.update(environment=self.environment(), notes=list(self.notes), partial=self.partial)
+        return report
 
 
 def platform_string() -> str:
