@@ -92,9 +92,9 @@ def pipeline(timing: LoaderTiming, info: Any, session: Any) -> Any:
     compute_s = timing.compute_ms_per_batch / 1000.0
     if current <= 0:
         fetch_s = timing.wait_ms_per_batch / 1000.0
-        batches = int(getattr(info, "batches", 0) or 0)
         cpu = getattr(info, "wait_cpu_s", None)
-        fetch_cpu = min(cpu / batches, fetch_s) if cpu is not None and batches else None
+        measured = int(getattr(info, "cpu_batches", 0) or 0)  # batches whose CPU time was read
+        fetch_cpu = min(cpu / measured, fetch_s) if cpu is not None and measured else None
     else:
         fetch_s = current * (timing.wait_ms_per_batch + timing.compute_ms_per_batch) / 1000.0
         fetch_cpu = None

@@ -4,8 +4,9 @@ The profile (:mod:`traindoctor.runtime.profile`) summarises the steady state in 
 HTML report and TensorBoard want the *series*: how the time split, the throughput and the memory
 moved over the run (warm-up, a slow epoch start, a leak). The step records are already kept by
 the session, so the series is built once at the end, off the hot path; only memory has to be
-sampled during the run (:class:`MemorySampler`, a step listener with a stride that doubles so it
-keeps at most ``2 * cap`` samples however long the run).
+sampled during the run (:class:`MemorySampler`, a step listener that samples at most every
+:data:`MEMORY_INTERVAL_S` and with a stride that doubles so it keeps at most ``2 * cap`` samples
+however long the run).
 
 Long runs are downsampled to at most :data:`MAX_POINTS` points: consecutive steps are grouped and
 each point holds the group's mean per-step times and its throughput. Every numeric ``*_s`` field
@@ -23,32 +24,48 @@ from typing import Any, Mapping, Sequence
 MAX_POINTS = 300
 #: Memory samples kept before the sampler halves them and doubles its stride.
 MEMORY_CAP = 256
+#: Shortest time between two memory samples (seconds): a sample is a system call, which inside a
+#: training step costs about ten times its own few hundred nanoseconds (the kernel entry evicts
+#: the step's cached state), so short steps are not sampled one by one.
+MEMORY_INTERVAL_S = 0.05
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+#: Bumped in a forked child, so that a reader opened in the parent reopens ``/proc/self`` (which
+#: names the process that opened it) without asking ``getpid()`` (a system call) every sample.
+_fork_generation = 0
+
+
+def _after_fork_in_child() -> None:
+    global _fork_generation
+    _fork_generation += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class RssReader:
     """Reads this process's resident memory from a ``/proc/self/statm`` kept open.
 
-    One ``pread`` per sample (about 1 us): opening the file each time costs ten times that, and
-    its 8 KiB read buffer is allocated and freed in the middle of the training step's own
-    allocations. Call :meth:`close` when done; after a ``fork`` the file is reopened.
+    One ``pread`` per sample: opening the file each time costs ten times that, and its 8 KiB read
+    buffer is allocated and freed in the middle of the training step's own allocations. Call
+    :meth:`close` when done; after a ``fork`` the file is reopened.
     """
 
     def __init__(self) -> None:
         self._fd: int | None = None
-        self._pid = -1
+        self._generation = -1
         self.ok = True
 
     def __call__(self) -> int | None:
         if not self.ok:
             return None
         try:
-            pid = os.getpid()
-            if self._fd is None or pid != self._pid:
+            if self._fd is None or self._generation != _fork_generation:
                 self.close()
                 self._fd = os.open("/proc/self/statm", os.O_RDONLY)
-                self._pid = pid
+                self._generation = _fork_generation
             return int(os.pread(self._fd, 64, 0).split()[1]) * _PAGE
         except (OSError, ValueError, IndexError, AttributeError):
             self.ok = False  # no /proc (or no pread): stop trying
@@ -65,25 +82,33 @@ class RssReader:
 
 
 class MemorySampler:
-    """Samples memory at step ends: every step at first, then every 2nd, 4th, ... step.
+    """Samples memory at step ends: the first step, then steps at least ``interval_s`` apart
+    (by the step records' end times), on every step at first, then every 2nd, 4th, ... step.
 
-    Called by the session after each step (a step listener): one modulo and, on sampled steps,
-    one ``pread`` of ``/proc/self/statm`` (plus ``torch.cuda.memory_allocated``, which does not
-    synchronise, once the run used CUDA). :meth:`close` releases the file.
+    Called by the session after each step (a step listener): one modulo and one subtraction and,
+    on sampled steps, one ``pread`` of ``/proc/self/statm`` (plus ``torch.cuda.memory_allocated``,
+    which does not synchronise, once the run used CUDA). :meth:`close` releases the file.
     """
 
-    def __init__(self, session: Any = None, cap: int = MEMORY_CAP) -> None:
+    def __init__(self, session: Any = None, cap: int = MEMORY_CAP,
+                 interval_s: float = MEMORY_INTERVAL_S) -> None:
         """``session``: whose ``uses_cuda`` says whether CUDA memory is sampled too (None: never)."""
         self.samples: list[dict[str, Any]] = []
         self.stride = 1
+        self.interval_s = interval_s
         self._cap = max(int(cap), 2)
         self._session = session
         self._rss = RssReader()
+        self._last_end: float | None = None
 
     def __call__(self, record: Any) -> None:
         index = int(record.index)
         if index % self.stride:
             return
+        end = record.end
+        if self._last_end is not None and end - self._last_end < self.interval_s:
+            return
+        self._last_end = end
         sample: dict[str, Any] = {"step": index}
         rss = self._rss()
         if rss is not None:

@@ -7,8 +7,12 @@ Patches three attributes (restored on uninstall):
 * ``DataLoader.__iter__``: an epoch starts; notes whether worker processes are (re)spawned;
 * ``_BaseDataLoaderIter.__next__``: times each batch the loop asks for (the data wait).
 
-The per-batch path is two ``perf_counter`` and two ``thread_time`` calls, one dict lookup and a few additions. Nothing is
-stored on the user's loader, dataset or iterator objects.
+The per-batch path is two ``perf_counter`` calls, one dict lookup and a few additions. The CPU
+time of ``next()`` (``thread_time``, a system call) is read only for a sample of the batches of
+main-process loaders (:func:`samples_cpu`): inside a training step a system call costs about
+ten times what it costs in a tight loop (the kernel entry evicts the step's cached state), and
+the pipeline model needs the CPU cost per batch, not every batch's. Nothing is stored on the
+user's loader, dataset or iterator objects.
 """
 
 from __future__ import annotations
@@ -51,10 +55,12 @@ class LoaderInfo:
     spawns: int = 0
     batches: int = 0
     wait_s: float = 0.0
-    #: CPU time of the training thread inside ``next()``: with ``num_workers=0`` that is the CPU
-    #: cost of loading (a dataset that sleeps or waits on I/O has little), read by the pipeline
-    #: model (:mod:`traindoctor.tune.model`) behind TD102's worker count.
+    #: CPU time of the training thread inside ``next()`` over the ``cpu_batches`` batches it was
+    #: read for (see :func:`samples_cpu`): with ``num_workers=0`` that is the CPU cost of loading
+    #: (a dataset that sleeps or waits on I/O has little), read by the pipeline model
+    #: (:mod:`traindoctor.tune.model`) behind TD102's worker count.
     wait_cpu_s: float = 0.0
+    cpu_batches: int = 0
     max_wait_s: float = 0.0
     first_batches: int = 0
     first_wait_s: float = 0.0
@@ -142,6 +148,18 @@ class LoaderInfo:
         }
 
 
+#: ``next()``'s CPU time is read for every N-th batch of a main-process loader (its first, ...).
+CPU_SAMPLE_EVERY = 8
+
+
+def samples_cpu(info: LoaderInfo) -> bool:
+    """Whether the next batch of ``info`` has its CPU time read: only for main-process loaders
+    (a worker's CPU is not seen from here), their 1st, 9th, 17th, ... batch. Counted per loader
+    object, so a loop that builds a new ``DataLoader`` every epoch samples each epoch's 1st, 9th,
+    ... batch too: an epoch's first batch costs the same CPU as the others without workers."""
+    return info.num_workers == 0 and info.batches % CPU_SAMPLE_EVERY == 0
+
+
 def _qualname(obj: Any) -> str:
     cls = type(obj)
     return f"{cls.__module__}.{cls.__qualname__}" if cls.__module__ != "builtins" else cls.__qualname__
@@ -218,7 +236,10 @@ class DataLoaderProbe(Probe):
 
         @functools.wraps(orig)
         def __next__(iterator: Any) -> Any:
-            c0 = cpu()
+            entry = iters.get(id(iterator))
+            info = entry[1] if entry is not None and entry[0]() is iterator else None
+            sample = info is not None and samples_cpu(info)
+            c0 = cpu() if sample else 0.0
             phase = timer.phase
             timer.phase = PHASE_DATA
             t0 = perf()
@@ -232,13 +253,12 @@ class DataLoaderProbe(Probe):
                 timer.phase = phase
                 raise
             t1 = perf()
-            c1 = cpu()
+            if sample:
+                info.wait_cpu_s += cpu() - c0  # type: ignore[union-attr]
+                info.cpu_batches += 1  # type: ignore[union-attr]
             timer.phase = phase
-            entry = iters.get(id(iterator))
-            if entry is not None and entry[0]() is iterator:
+            if info is not None:
                 try:
-                    info = entry[1]
-                    info.wait_cpu_s += c1 - c0
                     info.add_batch(t1 - t0, t1)
                     probe.session.record_batch(info, batch, t1 - t0, t1)  # type: ignore[union-attr]
                 except Exception as exc:
