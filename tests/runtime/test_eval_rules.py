@@ -104,6 +104,82 @@ def test_td702_silent_under_no_grad_and_for_frozen_batchnorm_finetuning() -> Non
     assert codes(doctor) == []
 
 
+# ---------------------------------------------------------------- windows of layer patches
+def _layer_forwards() -> list:
+    return [vars(cls)["forward"] for cls in (nn.Conv2d, nn.BatchNorm2d.__mro__[1], nn.Dropout, nn.Linear)]
+
+
+def test_layers_run_their_own_forward_in_steady_training_and_are_watched_in_evaluation() -> None:
+    """The layer patches cost about 2 us per layer call: they are in place for the first
+    optimizer steps and again whenever an evaluation starts or ends, not in steady training."""
+    from traindoctor.runtime.probes.modules import WINDOW_STEPS
+
+    own = _layer_forwards()
+    model = conv_bn_net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with traindoctor.watch(select=["TD701", "TD702"]) as doctor:
+        patched = _layer_forwards()
+        assert all(p is not o for p, o in zip(patched, own))  # watched from the start
+        train_steps(model, opt, steps=WINDOW_STEPS)
+        assert all(p is o for p, o in zip(_layer_forwards(), own))  # steady training: own forward
+        model.eval()  # a switch to eval mode opens a window
+        assert all(p is not o for p, o in zip(_layer_forwards(), own))
+        _evaluate(model, batches=2)
+        model.train()
+        train_steps(model, opt, steps=WINDOW_STEPS + 1)
+        assert all(p is o for p, o in zip(_layer_forwards(), own))
+        with torch.no_grad():  # no eval(): the root's grad mode changed, which opens a window
+            model(images(4, seed=50)[0])
+        assert all(p is not o for p, o in zip(_layer_forwards(), own))
+    assert all(p is o for p, o in zip(_layer_forwards(), own))
+    from traindoctor.runtime.probes.modules import module_stats
+
+    bn = module_stats(doctor).of_kind("batchnorm")[0]
+    assert bn.total(training=False, grad=False) == 2  # both evaluation forwards, counted
+    assert bn.total(training=True, grad=True) >= WINDOW_STEPS  # the windows' training forwards
+    assert codes(doctor) == ["TD701"]  # the last forward: train mode under no_grad
+
+
+def test_td702_after_long_training_and_a_late_evaluation() -> None:
+    model = conv_bn_net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with traindoctor.watch(select=["TD702"]) as doctor:
+        train_steps(model, opt, steps=6)  # the first window closed long ago
+        model.eval()
+        _evaluate(model, batches=4, no_grad=False)
+        model.train()
+        train_steps(model, opt, steps=1)
+    assert finding(doctor, "TD702").evidence == {"forwards": 4, "layers": 4}
+
+
+def test_a_compiled_model_keeps_the_layer_patches_and_is_not_recompiled() -> None:
+    """torch.compile guards on the forwards it traced: once it compiled, the window stays open
+    (windows opening and closing would recompile the model at every evaluation)."""
+    from torch._dynamo.utils import counters
+
+    from traindoctor.runtime.probes.modules import WINDOW_STEPS
+
+    torch._dynamo.reset()
+    own = _layer_forwards()
+    model = conv_bn_net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with traindoctor.watch(select=["TD701", "TD702"]) as doctor:
+        compiled = torch.compile(model, backend="eager")
+        train_steps(compiled, opt, steps=WINDOW_STEPS + 2)
+        assert all(p is not o for p, o in zip(_layer_forwards(), own))  # still patched
+        frames = counters["frames"]["total"]
+        for _ in range(2):  # two evaluations: no new compilation from the doctor
+            compiled.eval()
+            with torch.no_grad():
+                compiled(images(4, seed=60)[0])
+            compiled.train()
+            train_steps(compiled, opt, steps=1)
+        recompiled = counters["frames"]["total"] - frames
+    torch._dynamo.reset()
+    assert recompiled <= 2  # the eval-mode and no_grad variants, once each
+    assert codes(doctor) == []
+
+
 # ---------------------------------------------------------------- the rule probes themselves
 def _patched_namespaces() -> list:
     import torch.amp.autocast_mode
@@ -113,7 +189,7 @@ def _patched_namespaces() -> list:
     from torch.nn.modules.batchnorm import _BatchNorm
     from torch.utils.data.distributed import DistributedSampler
 
-    return [_BatchNorm, nn.SyncBatchNorm, nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d,
+    return [nn.Module, _BatchNorm, nn.SyncBatchNorm, nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d,
             nn.ConvTranspose2d, nn.Dropout, nn.Dropout2d, nn.AlphaDropout, torch.nn.utils,
             torch.nn.utils.clip_grad, type(torch.backends.cudnn), torch.amp.autocast_mode.autocast,
             torch.amp.GradScaler, sched.LRScheduler, sched.ReduceLROnPlateau, DistributedSampler,

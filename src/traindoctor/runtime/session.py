@@ -220,6 +220,7 @@ class Session:
         self._primary_opt: weakref.ReferenceType[Any] | None = None
         self._other_opt_steps: dict[int, int] = {}
         self._step_listeners: list[Callable[[StepRecord], None]] = []
+        self._mode_listeners: list[Callable[[], None]] = []
         self._loose_batches = 0
         self._loose_samples = 0
         self._loose_wait = 0.0
@@ -408,6 +409,18 @@ class Session:
     def remove_step_listener(self, fn: Callable[[StepRecord], None]) -> None:
         """Stop calling ``fn`` at step ends (a probe that has seen enough: hot path)."""
         self._step_listeners = [f for f in self._step_listeners if f != fn]
+
+    def add_mode_listener(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` when a root model is called in a (train mode, grad mode) it was not
+        called in last time (the module probe opens a window of layer patches)."""
+        self._mode_listeners = self._mode_listeners + [fn]
+
+    def root_mode_changed(self) -> None:
+        for fn in self._mode_listeners:
+            try:
+                fn()
+            except Exception as exc:  # fail-open
+                self.internal_error("mode listener", exc)
 
     def remove_batch_observer(self, fn: Callable[[Any, Any], None]) -> None:
         """Stop showing batches to ``fn`` (hot path)."""

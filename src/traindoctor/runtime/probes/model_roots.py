@@ -7,7 +7,9 @@ torch's slow path, so they are removed as soon as the roots are known.
 
 Each root's *class* also gets a timing ``__call__`` (the class attribute, restored on uninstall;
 nothing is set on the user's module objects): the outermost model call is the profile's
-``forward`` row. Nested calls (a root used inside another root) pass straight through.
+``forward`` row. Nested calls (a root used inside another root) pass straight through. The same
+wrapper tells the session when a root is called in a (train mode, grad mode) other than last
+time, so that the module probe watches the layers of an evaluation that starts.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class ModelRootsProbe(Probe):
         self._done = False
         self._timed: set[type] = set()
         self._forward_depth = 0
+        #: (train mode, grad mode) of each root's last call, by ``id()``.
+        self._root_modes: dict[int, tuple[bool, bool]] = {}
 
     def install(self, session: Any) -> None:
         super().install(session)
@@ -51,6 +55,7 @@ class ModelRootsProbe(Probe):
         import torch
 
         self._is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
+        self._is_grad_enabled = torch.is_grad_enabled
 
     def _enter(self, module: Any, args: Any) -> None:
         try:
@@ -73,14 +78,26 @@ class ModelRootsProbe(Probe):
         from traindoctor.runtime.profile import PHASE_FORWARD
 
         probe = self
-        timer = self.session.timer  # type: ignore[union-attr]
+        session = self.session
+        timer = session.timer  # type: ignore[union-attr]
         perf = time.perf_counter
         compiling = self._is_compiling
+        grad_enabled = self._is_grad_enabled
+        modes = self._root_modes
 
         @functools.wraps(orig)
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
             if probe._forward_depth or compiling():
                 return orig(module, *args, **kwargs)
+            try:
+                mode = (module.training, grad_enabled())
+                last = modes.get(id(module))
+                if last != mode:
+                    modes[id(module)] = mode
+                    if last is not None:  # evaluation starts or ends: watch the layers
+                        session.root_mode_changed()  # type: ignore[union-attr]
+            except Exception as exc:  # fail-open
+                probe.fail("root mode", exc)
             probe._forward_depth = 1
             phase = timer.phase
             timer.phase = PHASE_FORWARD

@@ -13,6 +13,16 @@ matters (TD701/TD702): a train-mode forward with autograd off (of a BN/Dropout l
 matters), an eval-mode forward that records an autograd graph, and the first forward of a layer
 after its (train mode, grad mode) changed. Healthy training emits only at mode switches. A monitor that wants the
 user's line calls :func:`traindoctor.runtime.live.forward_call_site` inside the event.
+
+The layer patches are in place only while a *window* is open: from the start of the watch, and
+again whenever a module switches between train and eval mode (``Module.train``, which ``eval()``
+calls) or a root model is called with its (train mode, grad mode) changed (the model-roots probe
+tells the session). A window closes :data:`WINDOW_STEPS` optimizer steps after it opened; an
+evaluation loop, which makes no optimizer step, is watched to its end. Once ``torch.compile`` has
+compiled anything, the window stays open (compiled code guards on the functions it traced). Steady training then runs
+the layers' own ``forward`` (each patched call cost about 2 us a layer, a deep model's many
+layers per step), and what the rules judge (the modes of evaluation forwards, the typical batch
+of training forwards) is still seen.
 """
 
 from __future__ import annotations
@@ -23,10 +33,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from traindoctor.runtime.live import session_state
-from traindoctor.runtime.probes.base import Probe
+from traindoctor.runtime.probes.base import _MISSING, Probe
 
 #: Distinct signatures kept per layer; further new ones only bump ``overflow``.
 MAX_SIGNATURES = 64
+#: Optimizer steps a window of layer patches stays open (see the module docstring).
+WINDOW_STEPS = 2
 
 Shape = tuple[int, ...]
 #: (input shape, device type, training, grad enabled)
@@ -131,6 +143,21 @@ def mode_sensitive(module: Any, kind: str) -> bool:
     return False
 
 
+def _dynamo_compiled() -> bool:
+    """Whether ``torch.compile`` has compiled any frame in this process (dynamo's counters,
+    read without adding a key to them)."""
+    import sys
+
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return False
+    try:
+        frames = utils.counters.get("frames")
+        return bool(frames and frames.get("total", 0))
+    except Exception:  # pragma: no cover - a torch without these counters: keep the patches
+        return True
+
+
 def _as_original(wrapper: Callable[..., Any], original: Callable[..., Any]) -> Callable[..., Any]:
     """``wrapper`` rebuilt with ``original``'s globals, name and ``__wrapped__``.
 
@@ -182,8 +209,75 @@ class ModuleProbe(Probe):
         self._is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
         self._is_grad_enabled = torch.is_grad_enabled
         self._tensor = torch.Tensor
-        for cls, kind in _patch_targets():
-            self.patch(cls, "forward", functools.partial(self._wrap, kind=kind))
+        self._targets = _patch_targets()
+        #: The layer patches of the open window: (class, its own ``forward`` entry).
+        self._layer_patches: list[tuple[Any, Any]] = []
+        self._window_steps = 0
+        self.patch(torch.nn.Module, "train", self._wrap_train)
+        session.add_mode_listener(self.open_window)
+        self.open_window()
+
+    # ---------------------------------------------------------------- windows
+    def open_window(self) -> None:
+        """Patch the layer classes (if not already) and watch for ``WINDOW_STEPS`` steps more."""
+        self._window_steps = 0
+        if self._layer_patches or self.session is None:
+            return
+        for cls, kind in self._targets:
+            own = vars(cls).get("forward", _MISSING)
+            cls.forward = self._wrap(getattr(cls, "forward"), kind=kind)
+            self._layer_patches.append((cls, own))
+        self.session.add_step_listener(self._on_step)
+
+    def close_window(self) -> None:
+        """Give the layer classes their own ``forward`` back (exactly, as ``uninstall`` does)."""
+        if self.session is not None:
+            self.session.remove_step_listener(self._on_step)
+        while self._layer_patches:
+            cls, own = self._layer_patches.pop()
+            if own is _MISSING:
+                try:
+                    delattr(cls, "forward")
+                except AttributeError:  # pragma: no cover
+                    pass
+            else:
+                cls.forward = own
+
+    @property
+    def window_open(self) -> bool:
+        return bool(self._layer_patches)
+
+    def _on_step(self, record: Any) -> None:
+        self._window_steps += 1
+        if self._window_steps < WINDOW_STEPS:
+            return
+        if _dynamo_compiled():
+            # torch.compile guards on the functions it traced: a ``forward`` that changes at
+            # every window would recompile the model (and past the recompile limit, run it
+            # eagerly). Once anything is compiled the patches stay, as they always did.
+            if self.session is not None:
+                self.session.remove_step_listener(self._on_step)
+            return
+        self.close_window()
+
+    def uninstall(self) -> None:
+        self.close_window()
+        super().uninstall()
+
+    def _wrap_train(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        probe = self
+
+        @functools.wraps(original)
+        def train(module: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                mode = args[0] if args else kwargs.get("mode", True)
+                if not probe._layer_patches and module.training != bool(mode):
+                    probe.open_window()  # a switch between train and eval mode
+            except Exception as exc:  # fail-open
+                probe.fail("Module.train", exc)
+            return original(module, *args, **kwargs)
+
+        return train
 
     def _wrap(self, original: Callable[..., Any], *, kind: str) -> Callable[..., Any]:
         probe = self
