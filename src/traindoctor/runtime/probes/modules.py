@@ -18,11 +18,12 @@ The layer patches are in place only while a *window* is open: from the start of 
 again whenever a module switches between train and eval mode (``Module.train``, which ``eval()``
 calls) or a root model is called with its (train mode, grad mode) changed (the model-roots probe
 tells the session). A window closes :data:`WINDOW_STEPS` optimizer steps after it opened; an
-evaluation loop, which makes no optimizer step, is watched to its end. Once ``torch.compile`` has
-compiled anything, the window stays open (compiled code guards on the functions it traced). Steady training then runs
-the layers' own ``forward`` (each patched call cost about 2 us a layer, a deep model's many
-layers per step), and what the rules judge (the modes of evaluation forwards, the typical batch
-of training forwards) is still seen.
+evaluation loop, which makes no optimizer step, is watched to its end. Steady training then runs
+the layers' own ``forward`` (a patched call costs about 2 us, paid by every layer of a deep model
+at every step), and what the rules judge (the modes of evaluation forwards, the typical batch of
+training forwards) is still seen. Once ``torch.compile`` has compiled anything, the window stays
+open: compiled code guards on the functions it traced, and a ``forward`` that changes would make
+it recompile.
 """
 
 from __future__ import annotations
@@ -242,10 +243,6 @@ class ModuleProbe(Probe):
                     pass
             else:
                 cls.forward = own
-
-    @property
-    def window_open(self) -> bool:
-        return bool(self._layer_patches)
 
     def _on_step(self, record: Any) -> None:
         self._window_steps += 1
