@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Any
 
 import pytest
 import torch
@@ -44,7 +45,7 @@ class BusyDataset(Dataset):
         return self.x[i], self.y[i]
 
 
-def _loader_info(doctor: traindoctor.Session) -> object:
+def _loader_info(doctor: Any) -> Any:
     (info,) = doctor.loaders
     return info
 
