@@ -55,14 +55,7 @@ class Probe:
             except Exception:  # pragma: no cover - torch removed it already
                 pass
         while self._patches:
-            owner, attr, original = self._patches.pop()
-            if original is _MISSING:
-                try:
-                    delattr(owner, attr)
-                except AttributeError:  # pragma: no cover
-                    pass
-            else:
-                setattr(owner, attr, original)
+            _restore(*self._patches.pop())
 
     # ---------------------------------------------------------------- helpers
     def patch(self, owner: Any, attr: str, make: Callable[[Any], Any]) -> None:
@@ -76,6 +69,14 @@ class Probe:
         setattr(owner, attr, make(current))
         self._patches.append((owner, attr, own))
 
+    def unpatch(self, owner: Any, attr: str) -> None:
+        """Restore one attribute :meth:`patch` replaced (before ``uninstall``: a probe that
+        patches only while it needs to). Nothing happens if it is not patched."""
+        for i in range(len(self._patches) - 1, -1, -1):
+            if self._patches[i][0] is owner and self._patches[i][1] == attr:
+                _restore(*self._patches.pop(i))
+                return
+
     def keep_handle(self, handle: Any) -> Any:
         """Remember a torch ``RemovableHandle`` (or anything with ``remove()``) for uninstall."""
         self._handles.append(handle)
@@ -85,6 +86,17 @@ class Probe:
         """Record an internal error of this probe (fail-open: the user's call already happened)."""
         if self.session is not None:
             self.session.internal_error(f"probe {self.name or type(self).__name__} ({where})", exc)
+
+
+def _restore(owner: Any, attr: str, original: Any) -> None:
+    """Put back ``owner.attr`` as :meth:`Probe.patch` found it (or delete it: it was inherited)."""
+    if original is _MISSING:
+        try:
+            delattr(owner, attr)
+        except AttributeError:  # pragma: no cover
+            pass
+    else:
+        setattr(owner, attr, original)
 
 
 def _iter_probe_modules() -> list[str]:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from traindoctor.runtime.live import session_state
-from traindoctor.runtime.probes.base import _MISSING, Probe
+from traindoctor.runtime.probes.base import Probe
 
 #: Distinct signatures kept per layer; further new ones only bump ``overflow``.
 MAX_SIGNATURES = 64
@@ -211,8 +211,8 @@ class ModuleProbe(Probe):
         self._is_grad_enabled = torch.is_grad_enabled
         self._tensor = torch.Tensor
         self._targets = _patch_targets()
-        #: The layer patches of the open window: (class, its own ``forward`` entry).
-        self._layer_patches: list[tuple[Any, Any]] = []
+        #: Whether the layer classes are patched (a window is open).
+        self._window_open = False
         self._window_steps = 0
         self.patch(torch.nn.Module, "train", self._wrap_train)
         session.add_mode_listener(self.open_window)
@@ -222,27 +222,21 @@ class ModuleProbe(Probe):
     def open_window(self) -> None:
         """Patch the layer classes (if not already) and watch for ``WINDOW_STEPS`` steps more."""
         self._window_steps = 0
-        if self._layer_patches or self.session is None:
+        if self._window_open or self.session is None:
             return
         for cls, kind in self._targets:
-            own = vars(cls).get("forward", _MISSING)
-            cls.forward = self._wrap(getattr(cls, "forward"), kind=kind)
-            self._layer_patches.append((cls, own))
+            self.patch(cls, "forward", functools.partial(self._wrap, kind=kind))
+        self._window_open = True
         self.session.add_step_listener(self._on_step)
 
     def close_window(self) -> None:
         """Give the layer classes their own ``forward`` back (exactly, as ``uninstall`` does)."""
         if self.session is not None:
             self.session.remove_step_listener(self._on_step)
-        while self._layer_patches:
-            cls, own = self._layer_patches.pop()
-            if own is _MISSING:
-                try:
-                    delattr(cls, "forward")
-                except AttributeError:  # pragma: no cover
-                    pass
-            else:
-                cls.forward = own
+        if self._window_open:
+            for cls, _kind in reversed(self._targets):
+                self.unpatch(cls, "forward")
+            self._window_open = False
 
     def _on_step(self, record: Any) -> None:
         self._window_steps += 1
@@ -268,7 +262,7 @@ class ModuleProbe(Probe):
         def train(module: Any, *args: Any, **kwargs: Any) -> Any:
             try:
                 mode = args[0] if args else kwargs.get("mode", True)
-                if not probe._layer_patches and module.training != bool(mode):
+                if not probe._window_open and module.training != bool(mode):
                     probe.open_window()  # a switch between train and eval mode
             except Exception as exc:  # fail-open
                 probe.fail("Module.train", exc)
