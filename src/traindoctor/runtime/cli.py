@@ -434,7 +434,7 @@ def _start_rank_guard(session: Any, opts: RunOptions) -> Any:
 def _needs_timeline(session: Any, opts: RunOptions) -> bool:
     """Whether any output reads the per-step timeline: the JSON report, the HTML report, and a
     multi-rank run (rank 0's timeline travels in the merged report)."""
-    return opts.output_format == "json" or bool(opts.html) or (getattr(session, "world_size", 1) or 1) > 1
+    return opts.output_format == "json" or bool(opts.html) or session.world_size > 1
 
 
 def _base_report(session: Any, opts: RunOptions, code: int) -> dict[str, Any]:
