@@ -3,7 +3,6 @@ on the CPU (``--rehearse-on-cpu``) where no GPU-only finding may fire; its table
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,20 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from benchmark_scripts import benchmark_module
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
 
 
 @pytest.fixture(scope="module")
 def gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_check"] = module  # dataclasses look their module up while the class is built
-    try:
-        spec.loader.exec_module(module)
+    with benchmark_module("gpu_check") as module:
         yield module
-    finally:
-        sys.modules.pop("gpu_check", None)
 
 
 def test_without_cuda_it_says_it_needs_a_gpu_and_exits_0(tmp_path: Path, gpu_check) -> None:

@@ -3,23 +3,19 @@ comes from marks the benchmark loop itself writes, and adds up to the child's CP
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "runtime_overhead.py"
+from benchmark_scripts import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("runtime_overhead_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    with benchmark_module("runtime_overhead") as module:
+        yield module
 
 
 def test_loop_marks_training_and_the_split_adds_up(tmp_path: Path, bench) -> None:
