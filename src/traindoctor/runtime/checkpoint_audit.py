@@ -23,8 +23,9 @@ state never advances it).
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
 from typing import Any
+
+from traindoctor.runtime.live import fields_repr
 
 MAX_NODES = 20000
 MAX_DEPTH = 8
@@ -33,19 +34,44 @@ POSITION_WORDS = ("step", "iter", "batch", "position", "sample", "index", "idx",
 CUDA_STATE_NUMEL = 16
 
 
-@dataclass
 class Contents:
     """What one saved object holds."""
 
-    models: list[Any] = field(default_factory=list)
-    optimizer_states: list[tuple[int, ...]] = field(default_factory=list)
-    optimizer_objects: list[Any] = field(default_factory=list)
-    has_scheduler: bool = False
-    has_scaler: bool = False
-    rng: set[str] = field(default_factory=set)
+    __slots__ = ("models", "optimizer_states", "optimizer_objects", "has_scheduler", "has_scaler",
+                 "rng", "int_keys", "nodes")
+
+    models: list[Any]
+    optimizer_states: list[tuple[int, ...]]
+    optimizer_objects: list[Any]
+    has_scheduler: bool
+    has_scaler: bool
+    rng: set[str]
     #: Keys of integer leaves outside recognised state dicts (``epoch``, ``step``, ...).
-    int_keys: list[str] = field(default_factory=list)
-    nodes: int = 0
+    int_keys: list[str]
+    nodes: int
+
+    def __init__(
+        self,
+        models: list[Any] | None = None,
+        optimizer_states: list[tuple[int, ...]] | None = None,
+        optimizer_objects: list[Any] | None = None,
+        has_scheduler: bool = False,
+        has_scaler: bool = False,
+        rng: set[str] | None = None,
+        int_keys: list[str] | None = None,
+        nodes: int = 0,
+    ) -> None:
+        self.models = [] if models is None else models
+        self.optimizer_states = [] if optimizer_states is None else optimizer_states
+        self.optimizer_objects = [] if optimizer_objects is None else optimizer_objects
+        self.has_scheduler = has_scheduler
+        self.has_scaler = has_scaler
+        self.rng = set() if rng is None else rng
+        self.int_keys = [] if int_keys is None else int_keys
+        self.nodes = nodes
+
+    def __repr__(self) -> str:
+        return fields_repr(self, self.__slots__)
 
     @property
     def has_model(self) -> bool:

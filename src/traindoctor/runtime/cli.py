@@ -20,8 +20,9 @@ import runpy
 import signal
 import sys
 import traceback
-from dataclasses import dataclass, field
 from typing import Any, Sequence
+
+from traindoctor.runtime.live import fields_repr
 
 USAGE = """\
 usage: traindoctor run [--output-format text|json] [-o FILE] [--select CODES] [--ignore CODES]
@@ -70,20 +71,55 @@ class UsageError(ValueError):
     """A command line that cannot be used."""
 
 
-@dataclass
 class RunOptions:
-    output_format: str = "text"
-    output_file: str | None = None
-    select: list[str] | None = None
-    ignore: list[str] = field(default_factory=list)
-    thresholds: dict[str, Any] = field(default_factory=dict)
-    config: str | None = None
-    module: str | None = None
-    script: str | None = None
-    args: list[str] = field(default_factory=list)
-    help: bool = False
-    html: str | None = None
-    tensorboard: str | None = None
+    """The parsed ``traindoctor run`` command line (see :func:`parse_args`)."""
+
+    __slots__ = ("output_format", "output_file", "select", "ignore", "thresholds", "config",
+                 "module", "script", "args", "help", "html", "tensorboard")
+
+    output_format: str
+    output_file: str | None
+    select: list[str] | None
+    ignore: list[str]
+    thresholds: dict[str, Any]
+    config: str | None
+    module: str | None
+    script: str | None
+    args: list[str]
+    help: bool
+    html: str | None
+    tensorboard: str | None
+
+    def __init__(
+        self,
+        output_format: str = "text",
+        output_file: str | None = None,
+        select: list[str] | None = None,
+        ignore: list[str] | None = None,
+        thresholds: dict[str, Any] | None = None,
+        config: str | None = None,
+        module: str | None = None,
+        script: str | None = None,
+        args: list[str] | None = None,
+        help: bool = False,
+        html: str | None = None,
+        tensorboard: str | None = None,
+    ) -> None:
+        self.output_format = output_format
+        self.output_file = output_file
+        self.select = select
+        self.ignore = [] if ignore is None else ignore
+        self.thresholds = {} if thresholds is None else thresholds
+        self.config = config
+        self.module = module
+        self.script = script
+        self.args = [] if args is None else args
+        self.help = help
+        self.html = html
+        self.tensorboard = tensorboard
+
+    def __repr__(self) -> str:
+        return fields_repr(self, self.__slots__)
 
 
 def _csv(value: str) -> list[str]:

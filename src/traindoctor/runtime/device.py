@@ -9,35 +9,91 @@ must still be testable on a CPU-only machine. Everything device-specific therefo
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
 from typing import Any
 
+from traindoctor.runtime.live import fields_repr
 
-@dataclass(frozen=True)
+
 class DeviceInfo:
     """The accelerator a run may target.
 
     ``type`` is ``"cuda"`` when a CUDA device is available, else ``"cpu"``. Whether the run
     actually used it is a separate fact (``Session.uses_cuda``): a GPU-only finding needs both.
+
+    An immutable value (equal and hashing alike when the fields are equal; setting a field raises
+    ``AttributeError``), written as a plain class because a ``@dataclass`` costs start-up time.
     """
 
-    type: str = "cpu"
-    name: str = "cpu"
-    capability: tuple[int, int] | None = None
-    bf16_supported: bool = False
-    cuda_available: bool = False
+    __slots__ = ("type", "name", "capability", "bf16_supported", "cuda_available", "total_memory",
+                 "device_count")
+
+    type: str
+    name: str
+    capability: tuple[int, int] | None
+    bf16_supported: bool
+    cuda_available: bool
     #: Total memory of the device in bytes (CUDA only; None when unknown).
-    total_memory: int | None = None
-    device_count: int = 0
+    total_memory: int | None
+    device_count: int
+
+    def __init__(
+        self,
+        type: str = "cpu",
+        name: str = "cpu",
+        capability: tuple[int, int] | None = None,
+        bf16_supported: bool = False,
+        cuda_available: bool = False,
+        total_memory: int | None = None,
+        device_count: int = 0,
+    ) -> None:
+        init = object.__setattr__
+        init(self, "type", type)
+        init(self, "name", name)
+        init(self, "capability", capability)
+        init(self, "bf16_supported", bf16_supported)
+        init(self, "cuda_available", cuda_available)
+        init(self, "total_memory", total_memory)
+        init(self, "device_count", device_count)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}: DeviceInfo is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}: DeviceInfo is immutable")
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.type, self.name, self.capability, self.bf16_supported, self.cuda_available,
+                self.total_memory, self.device_count)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, DeviceInfo) and other.__class__ is self.__class__:
+            return self._fields() == other._fields()
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickle and copy rebuild it through __init__ (restoring slots would call __setattr__)
+        return (self.__class__, self._fields())
+
+    def __repr__(self) -> str:
+        return fields_repr(self, self.__slots__)
 
     @property
     def is_cuda(self) -> bool:
         return self.type == "cuda"
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["capability"] = list(self.capability) if self.capability else None
-        return data
+        return {
+            "type": self.type,
+            "name": self.name,
+            "capability": list(self.capability) if self.capability else None,
+            "bf16_supported": self.bf16_supported,
+            "cuda_available": self.cuda_available,
+            "total_memory": self.total_memory,
+            "device_count": self.device_count,
+        }
 
 
 def detect_device() -> DeviceInfo:

@@ -8,6 +8,8 @@
   ``model(x)`` line of an evaluation loop rather than a line inside ``model.forward``.
 * :func:`session_state` gives probes and monitors one shared, per-session dictionary (for
   aggregated statistics that are too hot to emit as events).
+* :func:`fields_repr` writes the ``ClassName(field=value, ...)`` repr of the runtime's small
+  record classes (plain classes with ``__slots__``: a ``@dataclass`` costs start-up time).
 
 This module must not import torch at module level (rule modules import it lazily).
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 from types import FrameType
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterable, TypeVar
 
 T = TypeVar("T")
 
@@ -230,6 +232,11 @@ def session_state(session: Any, key: str, factory: Callable[[], T]) -> T:
     if key not in store:
         store[key] = factory()
     return store[key]
+
+
+def fields_repr(obj: Any, names: Iterable[str]) -> str:
+    """``ClassName(a=1, b='x')`` for the attributes ``names`` of ``obj`` (a dataclass-like repr)."""
+    return f"{type(obj).__name__}({', '.join(f'{name}={getattr(obj, name)!r}' for name in names)})"
 
 
 def emit(session: Any, hook: str, *args: Any, **kwargs: Any) -> None:

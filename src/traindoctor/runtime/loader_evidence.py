@@ -14,17 +14,27 @@ LoaderInfo`; this module turns them into the evidence the rules report, so every
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from typing import Any, Iterable
 
+from traindoctor.runtime.live import fields_repr
 
-@dataclass(frozen=True)
+
 class LoaderTiming:
     """Steady-state data-wait numbers of one loader."""
+
+    __slots__ = ("batches", "wait_s", "active_s")
 
     batches: int
     wait_s: float
     active_s: float
+
+    def __init__(self, batches: int, wait_s: float, active_s: float) -> None:
+        self.batches = batches
+        self.wait_s = wait_s
+        self.active_s = active_s
+
+    def __repr__(self) -> str:
+        return fields_repr(self, self.__slots__)
 
     @property
     def wait_share(self) -> float:
@@ -145,14 +155,24 @@ def site(info: Any) -> dict[str, Any]:
     return out
 
 
-@dataclass(frozen=True)
 class LargeContainer:
     """A big Python container found on a dataset object."""
+
+    __slots__ = ("path", "type_name", "items", "approx_bytes")
 
     path: str
     type_name: str
     items: int
     approx_bytes: int
+
+    def __init__(self, path: str, type_name: str, items: int, approx_bytes: int) -> None:
+        self.path = path
+        self.type_name = type_name
+        self.items = items
+        self.approx_bytes = approx_bytes
+
+    def __repr__(self) -> str:
+        return fields_repr(self, self.__slots__)
 
 
 def _approx_bytes(container: Any, items: int) -> int:

@@ -12,33 +12,61 @@ Imports torch (through the recipes) lazily: call these functions from monitors o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Iterable
+
+from traindoctor.runtime.live import fields_repr
 
 #: Parameter names listed in evidence at most.
 MAX_NAMES = 10
 
 
-@dataclass
 class ParamOwner:
+    __slots__ = ("name", "module", "local")
+
     name: str
     module: Any
     local: str
 
+    def __init__(self, name: str, module: Any, local: str) -> None:
+        self.name = name
+        self.module = module
+        self.local = local
 
-@dataclass
+    def __repr__(self) -> str:
+        return fields_repr(self, self.__slots__)
+
+
 class DecayAudit:
     """The result of :func:`audit_optimizer`."""
 
+    __slots__ = ("decayed", "no_decay_total", "decays", "empty_zero_groups", "groups")
+
     #: (name, kind) of no-decay parameters that sit in a group with weight_decay > 0, in model order.
-    decayed: list[tuple[str, str]] = field(default_factory=list)
+    decayed: list[tuple[str, str]]
     #: All no-decay parameters the optimizer holds.
-    no_decay_total: int = 0
+    no_decay_total: int
     #: weight_decay of the groups that decay no-decay parameters.
-    decays: list[float] = field(default_factory=list)
+    decays: list[float]
     #: Indices of groups with weight_decay == 0 that hold no parameters while another group decays.
-    empty_zero_groups: list[int] = field(default_factory=list)
-    groups: int = 0
+    empty_zero_groups: list[int]
+    groups: int
+
+    def __init__(
+        self,
+        decayed: list[tuple[str, str]] | None = None,
+        no_decay_total: int = 0,
+        decays: list[float] | None = None,
+        empty_zero_groups: list[int] | None = None,
+        groups: int = 0,
+    ) -> None:
+        self.decayed = [] if decayed is None else decayed
+        self.no_decay_total = no_decay_total
+        self.decays = [] if decays is None else decays
+        self.empty_zero_groups = [] if empty_zero_groups is None else empty_zero_groups
+        self.groups = groups
+
+    def __repr__(self) -> str:
+        return fields_repr(self, self.__slots__)
 
     def kinds(self) -> dict[str, int]:
         out: dict[str, int] = {}

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
+
+from traindoctor.runtime.live import fields_repr
 
 #: Default number of warm-up steps is ``clamp(steps // 10, 1, MAX_WARMUP)`` (0 for a 1-step run).
 MAX_WARMUP = 5
@@ -39,13 +40,17 @@ MAX_WARMUP = 5
 MEMORY_BOUND_SHARE = 0.9
 
 
-@dataclass(slots=True)
 class StepRecord:
     """Timings of one training step (seconds, wall clock).
 
     ``forward_s``/``backward_s`` are ``None`` when they were not measured in this step (no model
     forward seen yet); then ``other_s`` is ``None`` too and ``compute_s`` is the whole remainder.
     """
+
+    __slots__ = (
+        "index", "start", "end", "data_s", "transfer_s", "optimizer_s", "batches", "samples",
+        "backward_calls", "device_s", "forward_s", "backward_s", "closure_backward_calls",
+    )
 
     index: int
     start: float
@@ -56,13 +61,46 @@ class StepRecord:
     batches: int
     samples: int
     backward_calls: int
-    device_s: float | None = None
-    forward_s: float | None = None
-    backward_s: float | None = None
+    device_s: float | None
+    forward_s: float | None
+    backward_s: float | None
     #: Of ``backward_calls``, those run inside ``optimizer.step()`` by a closure (LBFGS re-evaluates
     #: the loss up to ``max_iter`` times on the same batch; Lightning runs the step's backward
     #: there): they are not gradient accumulation.
-    closure_backward_calls: int = 0
+    closure_backward_calls: int
+
+    def __init__(
+        self,
+        index: int,
+        start: float,
+        end: float,
+        data_s: float,
+        transfer_s: float,
+        optimizer_s: float,
+        batches: int,
+        samples: int,
+        backward_calls: int,
+        device_s: float | None = None,
+        forward_s: float | None = None,
+        backward_s: float | None = None,
+        closure_backward_calls: int = 0,
+    ) -> None:
+        self.index = index
+        self.start = start
+        self.end = end
+        self.data_s = data_s
+        self.transfer_s = transfer_s
+        self.optimizer_s = optimizer_s
+        self.batches = batches
+        self.samples = samples
+        self.backward_calls = backward_calls
+        self.device_s = device_s
+        self.forward_s = forward_s
+        self.backward_s = backward_s
+        self.closure_backward_calls = closure_backward_calls
+
+    def __repr__(self) -> str:
+        return fields_repr(self, self.__slots__)
 
     @property
     def accumulated_backward_calls(self) -> int:
@@ -262,7 +300,6 @@ def measure_memory(uses_cuda: bool) -> dict[str, Any]:
     return out
 
 
-@dataclass
 class Profile:
     """The run's profile. ``to_dict()`` is what the JSON report's ``"profile"`` holds.
 
@@ -270,37 +307,104 @@ class Profile:
     ``measured``); the report prints "not measured" for them instead of a 0.
     """
 
-    steps: int = 0
-    warmup_steps: int = 0
-    steady_steps: int = 0
-    run_s: float = 0.0
-    batches: int = 0
-    samples: int = 0
+    __slots__ = (
+        "steps", "warmup_steps", "steady_steps", "run_s", "batches", "samples",
+        "step_s", "data_s", "transfer_s", "compute_s", "optimizer_s", "forward_s", "backward_s",
+        "other_s", "loader_seen", "optimizer_seen", "median_step_s", "device_step_s",
+        "samples_per_s", "backward_per_step", "memory", "host_work", "host_work_samples",
+        "verdict", "reason", "partial",
+    )
+
+    steps: int
+    warmup_steps: int
+    steady_steps: int
+    run_s: float
+    batches: int
+    samples: int
     #: Steady-state seconds per step (means) by component.
-    step_s: float = 0.0
-    data_s: float = 0.0
-    transfer_s: float = 0.0
-    compute_s: float = 0.0
-    optimizer_s: float = 0.0
-    forward_s: float | None = None
-    backward_s: float | None = None
-    other_s: float | None = None
+    step_s: float
+    data_s: float
+    transfer_s: float
+    compute_s: float
+    optimizer_s: float
+    forward_s: float | None
+    backward_s: float | None
+    other_s: float | None
     #: Whether the steady steps read their batches through a ``DataLoader``.
-    loader_seen: bool = False
+    loader_seen: bool
     #: False when no ``torch.optim`` optimizer stepped: steps end at ``backward()`` and the
     #: loop's own parameter update is part of ``other``.
-    optimizer_seen: bool = True
-    median_step_s: float = 0.0
-    device_step_s: float | None = None
-    samples_per_s: float | None = None
-    backward_per_step: float | None = None
-    memory: dict[str, Any] = field(default_factory=dict)
+    optimizer_seen: bool
+    median_step_s: float
+    device_step_s: float | None
+    samples_per_s: float | None
+    backward_per_step: float | None
+    memory: dict[str, Any]
     #: Where the loop's own host work goes (sampled), when it was large: see ``Session``.
-    host_work: list[dict[str, Any]] = field(default_factory=list)
-    host_work_samples: int = 0
-    verdict: str = "unknown"
-    reason: str = ""
-    partial: bool = False
+    host_work: list[dict[str, Any]]
+    host_work_samples: int
+    verdict: str
+    reason: str
+    partial: bool
+
+    def __init__(
+        self,
+        steps: int = 0,
+        warmup_steps: int = 0,
+        steady_steps: int = 0,
+        run_s: float = 0.0,
+        batches: int = 0,
+        samples: int = 0,
+        step_s: float = 0.0,
+        data_s: float = 0.0,
+        transfer_s: float = 0.0,
+        compute_s: float = 0.0,
+        optimizer_s: float = 0.0,
+        forward_s: float | None = None,
+        backward_s: float | None = None,
+        other_s: float | None = None,
+        loader_seen: bool = False,
+        optimizer_seen: bool = True,
+        median_step_s: float = 0.0,
+        device_step_s: float | None = None,
+        samples_per_s: float | None = None,
+        backward_per_step: float | None = None,
+        memory: dict[str, Any] | None = None,
+        host_work: list[dict[str, Any]] | None = None,
+        host_work_samples: int = 0,
+        verdict: str = "unknown",
+        reason: str = "",
+        partial: bool = False,
+    ) -> None:
+        self.steps = steps
+        self.warmup_steps = warmup_steps
+        self.steady_steps = steady_steps
+        self.run_s = run_s
+        self.batches = batches
+        self.samples = samples
+        self.step_s = step_s
+        self.data_s = data_s
+        self.transfer_s = transfer_s
+        self.compute_s = compute_s
+        self.optimizer_s = optimizer_s
+        self.forward_s = forward_s
+        self.backward_s = backward_s
+        self.other_s = other_s
+        self.loader_seen = loader_seen
+        self.optimizer_seen = optimizer_seen
+        self.median_step_s = median_step_s
+        self.device_step_s = device_step_s
+        self.samples_per_s = samples_per_s
+        self.backward_per_step = backward_per_step
+        self.memory = {} if memory is None else memory
+        self.host_work = [] if host_work is None else host_work
+        self.host_work_samples = host_work_samples
+        self.verdict = verdict
+        self.reason = reason
+        self.partial = partial
+
+    def __repr__(self) -> str:
+        return fields_repr(self, self.__slots__)
 
     @property
     def shares(self) -> dict[str, float]:

@@ -12,9 +12,9 @@ No torch import at module level.
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass, field
 from typing import Any
 
+from traindoctor.runtime.live import fields_repr
 from traindoctor.runtime.probes.modules import LayerStats, module_stats
 
 
@@ -66,7 +66,6 @@ def forward_batch(session: Any) -> int | None:
     return None
 
 
-@dataclass
 class StepFacts:
     """Per-step counts (backward calls per optimizer step), from the session's step records.
 
@@ -78,7 +77,15 @@ class StepFacts:
     at the end (:meth:`of`) instead of copying a number at every step.
     """
 
-    backward_calls: list[int] = field(default_factory=list)
+    __slots__ = ("backward_calls",)
+
+    backward_calls: list[int]
+
+    def __init__(self, backward_calls: list[int] | None = None) -> None:
+        self.backward_calls = [] if backward_calls is None else backward_calls
+
+    def __repr__(self) -> str:
+        return fields_repr(self, self.__slots__)
 
     @classmethod
     def of(cls, session: Any) -> "StepFacts":
@@ -111,13 +118,25 @@ def samples_per_step(session: Any) -> int | None:
     return _median_low(samples)
 
 
-@dataclass
 class EffectiveBatch:
+    __slots__ = ("per_process", "world_size", "accumulation", "per_forward", "source")
+
     per_process: int
     world_size: int
     accumulation: int
     per_forward: int | None
     source: str
+
+    def __init__(self, per_process: int, world_size: int, accumulation: int,
+                 per_forward: int | None, source: str) -> None:
+        self.per_process = per_process
+        self.world_size = world_size
+        self.accumulation = accumulation
+        self.per_forward = per_forward
+        self.source = source
+
+    def __repr__(self) -> str:
+        return fields_repr(self, self.__slots__)
 
     @property
     def total(self) -> int:
@@ -156,16 +175,30 @@ def _lr_value(value: Any) -> float | None:
         return None
 
 
-@dataclass
 class LrTrace:
     """Learning rates of the primary optimizer's groups at its first steps, and the peak."""
 
-    keep: int = 3
-    first: list[list[float]] = field(default_factory=list)
-    peak: list[float] = field(default_factory=list)
-    steps: int = 0
-    optimizer_ref: Any = None
-    optimizer_name: str = ""
+    __slots__ = ("keep", "first", "peak", "steps", "optimizer_ref", "optimizer_name")
+
+    keep: int
+    first: list[list[float]]
+    peak: list[float]
+    steps: int
+    optimizer_ref: Any
+    optimizer_name: str
+
+    def __init__(self, keep: int = 3, first: list[list[float]] | None = None,
+                 peak: list[float] | None = None, steps: int = 0, optimizer_ref: Any = None,
+                 optimizer_name: str = "") -> None:
+        self.keep = keep
+        self.first = [] if first is None else first
+        self.peak = [] if peak is None else peak
+        self.steps = steps
+        self.optimizer_ref = optimizer_ref
+        self.optimizer_name = optimizer_name
+
+    def __repr__(self) -> str:
+        return fields_repr(self, self.__slots__)
 
     def add(self, optimizer: Any) -> None:
         if self.optimizer_ref is None:

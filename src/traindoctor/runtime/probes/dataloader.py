@@ -20,15 +20,28 @@ from __future__ import annotations
 import functools
 import time
 import weakref
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from traindoctor.runtime.live import fields_repr
 from traindoctor.runtime.probes.base import Probe, user_site
 
 
-@dataclass(eq=False)
 class LoaderInfo:
-    """One DataLoader as the doctor sees it: its configuration and its measured behaviour."""
+    """One DataLoader as the doctor sees it: its configuration (the constructor's arguments) and
+    its measured behaviour (starting at zero).
+
+    A plain class (a ``@dataclass`` costs start-up time); equality is identity.
+    """
+
+    __slots__ = (
+        "id", "num_workers", "pin_memory", "persistent_workers", "batch_size", "prefetch_factor",
+        "drop_last", "dataset_type", "dataset_len", "iterable_dataset", "sampler_type", "filename",
+        "row", "loader_ref", "dataset_ref", "seen_late", "column",
+        "epochs", "spawns", "batches", "wait_s", "wait_cpu_s", "cpu_batches", "max_wait_s",
+        "first_batches", "first_wait_s", "startup_s", "reuse_first_s", "active_s",
+        "concurrent_workers", "max_concurrent_workers", "feeds_training",
+        "_epoch_open", "_epoch_start", "_epoch_last", "_epoch_batches", "_epoch_spawned",
+    )
 
     id: int
     num_workers: int
@@ -43,44 +56,99 @@ class LoaderInfo:
     sampler_type: str
     filename: str
     row: int | None
-    loader_ref: "weakref.ReferenceType[Any] | None" = None
-    dataset_ref: "weakref.ReferenceType[Any] | None" = None
+    loader_ref: weakref.ReferenceType[Any] | None
+    dataset_ref: weakref.ReferenceType[Any] | None
     #: True when the loader was built before the watch started (seen first at ``iter()``).
-    seen_late: bool = False
+    seen_late: bool
     #: 1-based column of the ``DataLoader(...)`` call (None when unknown).
-    column: int | None = None
+    column: int | None
 
     # measured
-    epochs: int = 0
-    spawns: int = 0
-    batches: int = 0
-    wait_s: float = 0.0
+    epochs: int
+    spawns: int
+    batches: int
+    wait_s: float
     #: CPU time of the training thread inside ``next()`` over the ``cpu_batches`` batches it was
     #: read for (see :func:`samples_cpu`): with ``num_workers=0`` that is the CPU cost of loading
     #: (a dataset that sleeps or waits on I/O has little), read by the pipeline model
     #: (:mod:`traindoctor.tune.model`) behind TD102's worker count.
-    wait_cpu_s: float = 0.0
-    cpu_batches: int = 0
-    max_wait_s: float = 0.0
-    first_batches: int = 0
-    first_wait_s: float = 0.0
+    wait_cpu_s: float
+    cpu_batches: int
+    max_wait_s: float
+    first_batches: int
+    first_wait_s: float
     #: Time from ``iter()`` to the first batch, for epochs that spawned workers / reused them.
-    startup_s: list[float] = field(default_factory=list)
-    reuse_first_s: list[float] = field(default_factory=list)
+    startup_s: list[float]
+    reuse_first_s: list[float]
     #: Wall time the loader was being iterated (``iter()`` to its last batch, summed over epochs).
-    active_s: float = 0.0
+    active_s: float
     #: Worker processes alive in this process (all loaders) when this loader last started an epoch.
-    concurrent_workers: int = 0
-    max_concurrent_workers: int = 0
+    concurrent_workers: int
+    max_concurrent_workers: int
     #: True once a batch of this loader was followed by ``backward()`` or an optimizer step: it
     #: feeds training. A loader only iterated for evaluation stays False (see ``Session``).
-    feeds_training: bool = False
+    feeds_training: bool
 
-    _epoch_open: bool = False
-    _epoch_start: float = 0.0
-    _epoch_last: float = 0.0
-    _epoch_batches: int = 0
-    _epoch_spawned: bool = False
+    _epoch_open: bool
+    _epoch_start: float
+    _epoch_last: float
+    _epoch_batches: int
+    _epoch_spawned: bool
+
+    def __init__(
+        self,
+        id: int,
+        num_workers: int,
+        pin_memory: bool,
+        persistent_workers: bool,
+        batch_size: int | None,
+        prefetch_factor: int | None,
+        drop_last: bool,
+        dataset_type: str,
+        dataset_len: int | None,
+        iterable_dataset: bool,
+        sampler_type: str,
+        filename: str,
+        row: int | None,
+        loader_ref: weakref.ReferenceType[Any] | None = None,
+        dataset_ref: weakref.ReferenceType[Any] | None = None,
+        seen_late: bool = False,
+        column: int | None = None,
+    ) -> None:
+        self.id = id
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory
+        self.persistent_workers = persistent_workers
+        self.batch_size = batch_size
+        self.prefetch_factor = prefetch_factor
+        self.drop_last = drop_last
+        self.dataset_type = dataset_type
+        self.dataset_len = dataset_len
+        self.iterable_dataset = iterable_dataset
+        self.sampler_type = sampler_type
+        self.filename = filename
+        self.row = row
+        self.loader_ref = loader_ref
+        self.dataset_ref = dataset_ref
+        self.seen_late = seen_late
+        self.column = column
+        # measured
+        self.epochs = self.spawns = self.batches = 0
+        self.wait_s = self.wait_cpu_s = self.max_wait_s = 0.0
+        self.cpu_batches = self.first_batches = 0
+        self.first_wait_s = 0.0
+        self.startup_s = []
+        self.reuse_first_s = []
+        self.active_s = 0.0
+        self.concurrent_workers = self.max_concurrent_workers = 0
+        self.feeds_training = False
+        self._epoch_open = False
+        self._epoch_start = self._epoch_last = 0.0
+        self._epoch_batches = 0
+        self._epoch_spawned = False
+
+    def __repr__(self) -> str:
+        return fields_repr(self, self.__slots__)
 
     @property
     def loader(self) -> Any:

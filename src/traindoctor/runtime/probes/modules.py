@@ -30,10 +30,9 @@ from __future__ import annotations
 
 import functools
 import weakref
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from traindoctor.runtime.live import session_state
+from traindoctor.runtime.live import fields_repr, session_state
 from traindoctor.runtime.probes.base import Probe
 
 #: Distinct signatures kept per layer; further new ones only bump ``overflow``.
@@ -46,9 +45,11 @@ Shape = tuple[int, ...]
 Signature = tuple[Shape | None, str, bool, bool]
 
 
-@dataclass(frozen=True, slots=True)
 class ForwardInfo:
     """One notable forward, as passed to ``Monitor.on_module_forward``."""
+
+    __slots__ = ("kind", "shape", "device_type", "training", "grad_enabled", "builds_graph",
+                 "mode_sensitive")
 
     kind: str
     shape: Shape | None
@@ -60,20 +61,48 @@ class ForwardInfo:
     #: statistics, Dropout with p > 0).
     mode_sensitive: bool
 
+    def __init__(self, kind: str, shape: Shape | None, device_type: str, training: bool,
+                 grad_enabled: bool, builds_graph: bool, mode_sensitive: bool) -> None:
+        self.kind = kind
+        self.shape = shape
+        self.device_type = device_type
+        self.training = training
+        self.grad_enabled = grad_enabled
+        self.builds_graph = builds_graph
+        self.mode_sensitive = mode_sensitive
 
-@dataclass(slots=True)
+    def __repr__(self) -> str:
+        return fields_repr(self, self.__slots__)
+
+
 class LayerStats:
     """Forward counts of one layer, keyed by :data:`Signature`."""
+
+    __slots__ = ("kind", "type_name", "ref", "sensitive", "counts", "overflow", "last_mode")
 
     kind: str
     type_name: str
     ref: Any
     #: :func:`mode_sensitive` at the first forward (kept: the module may be gone at run end).
-    sensitive: bool = False
-    counts: dict[Signature, int] = field(default_factory=dict)
-    overflow: int = 0
+    sensitive: bool
+    counts: dict[Signature, int]
+    overflow: int
     #: (training, grad enabled) of the previous forward.
-    last_mode: tuple[bool, bool] | None = None
+    last_mode: tuple[bool, bool] | None
+
+    def __init__(self, kind: str, type_name: str, ref: Any, sensitive: bool = False,
+                 counts: dict[Signature, int] | None = None, overflow: int = 0,
+                 last_mode: tuple[bool, bool] | None = None) -> None:
+        self.kind = kind
+        self.type_name = type_name
+        self.ref = ref
+        self.sensitive = sensitive
+        self.counts = {} if counts is None else counts
+        self.overflow = overflow
+        self.last_mode = last_mode
+
+    def __repr__(self) -> str:
+        return fields_repr(self, self.__slots__)
 
     def module(self) -> Any:
         return self.ref()
