@@ -43,3 +43,22 @@ def test_mean_ci_uses_students_t(bench) -> None:
     mean, half = bench.mean_ci([1.0, 2.0, 3.0])
     assert mean == 2.0
     assert half == pytest.approx(4.303 * 1.0 / 3 ** 0.5)
+
+
+def test_layout_options_set_the_same_environment_for_both_sides(bench, monkeypatch) -> None:
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
+    plain = bench._env()
+    assert "GLIBC_TUNABLES" not in plain and "THP_MEM_ALLOC_ENABLE" not in plain
+    env = bench._env(fixed_heap=True, huge_pages=True)
+    assert env["GLIBC_TUNABLES"] == bench.FIXED_HEAP
+    assert env["THP_MEM_ALLOC_ENABLE"] == "1"
+    assert env["OMP_NUM_THREADS"] == "1"
+
+
+def test_a_huge_page_child_gets_the_setting(tmp_path: Path, bench) -> None:
+    # what torch reads at allocation time reaches the child process
+    (tmp_path / "show.py").write_text(
+        "import os\nopen('seen.txt', 'w').write(os.environ.get('THP_MEM_ALLOC_ENABLE', '-'))\n")
+    bench._child_times([sys.executable, "show.py"], str(tmp_path), bench._env(huge_pages=True))
+    assert (tmp_path / "seen.txt").read_text() == "1"
