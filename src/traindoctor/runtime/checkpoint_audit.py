@@ -50,25 +50,14 @@ class Contents:
     int_keys: list[str]
     nodes: int
 
-    def __init__(
-        self,
-        models: list[Any] | None = None,
-        optimizer_states: list[tuple[int, ...]] | None = None,
-        optimizer_objects: list[Any] | None = None,
-        has_scheduler: bool = False,
-        has_scaler: bool = False,
-        rng: set[str] | None = None,
-        int_keys: list[str] | None = None,
-        nodes: int = 0,
-    ) -> None:
-        self.models = [] if models is None else models
-        self.optimizer_states = [] if optimizer_states is None else optimizer_states
-        self.optimizer_objects = [] if optimizer_objects is None else optimizer_objects
-        self.has_scheduler = has_scheduler
-        self.has_scaler = has_scaler
-        self.rng = set() if rng is None else rng
-        self.int_keys = [] if int_keys is None else int_keys
-        self.nodes = nodes
+    def __init__(self) -> None:
+        self.models = []
+        self.optimizer_states = []
+        self.optimizer_objects = []
+        self.has_scheduler = self.has_scaler = False
+        self.rng = set()
+        self.int_keys = []
+        self.nodes = 0
 
     def __repr__(self) -> str:
         return fields_repr(self, self.__slots__)

@@ -90,33 +90,15 @@ class RunOptions:
     html: str | None
     tensorboard: str | None
 
-    def __init__(
-        self,
-        output_format: str = "text",
-        output_file: str | None = None,
-        select: list[str] | None = None,
-        ignore: list[str] | None = None,
-        thresholds: dict[str, Any] | None = None,
-        config: str | None = None,
-        module: str | None = None,
-        script: str | None = None,
-        args: list[str] | None = None,
-        help: bool = False,
-        html: str | None = None,
-        tensorboard: str | None = None,
-    ) -> None:
-        self.output_format = output_format
-        self.output_file = output_file
-        self.select = select
-        self.ignore = [] if ignore is None else ignore
-        self.thresholds = {} if thresholds is None else thresholds
-        self.config = config
-        self.module = module
-        self.script = script
-        self.args = [] if args is None else args
-        self.help = help
-        self.html = html
-        self.tensorboard = tensorboard
+    def __init__(self) -> None:
+        """The defaults: text to stdout, every default rule, no script yet."""
+        self.output_format = "text"
+        self.output_file = self.select = self.config = self.module = self.script = None
+        self.ignore = []
+        self.thresholds = {}
+        self.args = []
+        self.help = False
+        self.html = self.tensorboard = None
 
     def __repr__(self) -> str:
         return fields_repr(self, self.__slots__)

@@ -51,18 +51,11 @@ class DecayAudit:
     empty_zero_groups: list[int]
     groups: int
 
-    def __init__(
-        self,
-        decayed: list[tuple[str, str]] | None = None,
-        no_decay_total: int = 0,
-        decays: list[float] | None = None,
-        empty_zero_groups: list[int] | None = None,
-        groups: int = 0,
-    ) -> None:
-        self.decayed = [] if decayed is None else decayed
-        self.no_decay_total = no_decay_total
-        self.decays = [] if decays is None else decays
-        self.empty_zero_groups = [] if empty_zero_groups is None else empty_zero_groups
+    def __init__(self, groups: int = 0) -> None:
+        self.decayed = []
+        self.no_decay_total = 0
+        self.decays = []
+        self.empty_zero_groups = []
         self.groups = groups
 
     def __repr__(self) -> str:

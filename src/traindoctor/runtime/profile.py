@@ -347,61 +347,24 @@ class Profile:
     reason: str
     partial: bool
 
-    def __init__(
-        self,
-        steps: int = 0,
-        warmup_steps: int = 0,
-        steady_steps: int = 0,
-        run_s: float = 0.0,
-        batches: int = 0,
-        samples: int = 0,
-        step_s: float = 0.0,
-        data_s: float = 0.0,
-        transfer_s: float = 0.0,
-        compute_s: float = 0.0,
-        optimizer_s: float = 0.0,
-        forward_s: float | None = None,
-        backward_s: float | None = None,
-        other_s: float | None = None,
-        loader_seen: bool = False,
-        optimizer_seen: bool = True,
-        median_step_s: float = 0.0,
-        device_step_s: float | None = None,
-        samples_per_s: float | None = None,
-        backward_per_step: float | None = None,
-        memory: dict[str, Any] | None = None,
-        host_work: list[dict[str, Any]] | None = None,
-        host_work_samples: int = 0,
-        verdict: str = "unknown",
-        reason: str = "",
-        partial: bool = False,
-    ) -> None:
-        self.steps = steps
-        self.warmup_steps = warmup_steps
-        self.steady_steps = steady_steps
+    def __init__(self, run_s: float = 0.0, memory: dict[str, Any] | None = None,
+                 partial: bool = False, optimizer_seen: bool = True) -> None:
+        """An empty profile (the "unknown" verdict); :func:`build_profile` fills it in."""
         self.run_s = run_s
-        self.batches = batches
-        self.samples = samples
-        self.step_s = step_s
-        self.data_s = data_s
-        self.transfer_s = transfer_s
-        self.compute_s = compute_s
-        self.optimizer_s = optimizer_s
-        self.forward_s = forward_s
-        self.backward_s = backward_s
-        self.other_s = other_s
-        self.loader_seen = loader_seen
-        self.optimizer_seen = optimizer_seen
-        self.median_step_s = median_step_s
-        self.device_step_s = device_step_s
-        self.samples_per_s = samples_per_s
-        self.backward_per_step = backward_per_step
         self.memory = {} if memory is None else memory
-        self.host_work = [] if host_work is None else host_work
-        self.host_work_samples = host_work_samples
-        self.verdict = verdict
-        self.reason = reason
         self.partial = partial
+        self.optimizer_seen = optimizer_seen
+        self.steps = self.warmup_steps = self.steady_steps = 0
+        self.batches = self.samples = 0
+        self.step_s = self.data_s = self.transfer_s = self.compute_s = self.optimizer_s = 0.0
+        self.forward_s = self.backward_s = self.other_s = None
+        self.loader_seen = False
+        self.median_step_s = 0.0
+        self.device_step_s = self.samples_per_s = self.backward_per_step = None
+        self.host_work = []
+        self.host_work_samples = 0
+        self.verdict = "unknown"
+        self.reason = ""
 
     def __repr__(self) -> str:
         return fields_repr(self, self.__slots__)

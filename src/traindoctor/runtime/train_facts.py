@@ -81,8 +81,8 @@ class StepFacts:
 
     backward_calls: list[int]
 
-    def __init__(self, backward_calls: list[int] | None = None) -> None:
-        self.backward_calls = [] if backward_calls is None else backward_calls
+    def __init__(self) -> None:
+        self.backward_calls = []
 
     def __repr__(self) -> str:
         return fields_repr(self, self.__slots__)
@@ -187,15 +187,13 @@ class LrTrace:
     optimizer_ref: Any
     optimizer_name: str
 
-    def __init__(self, keep: int = 3, first: list[list[float]] | None = None,
-                 peak: list[float] | None = None, steps: int = 0, optimizer_ref: Any = None,
-                 optimizer_name: str = "") -> None:
+    def __init__(self, keep: int = 3) -> None:
         self.keep = keep
-        self.first = [] if first is None else first
-        self.peak = [] if peak is None else peak
-        self.steps = steps
-        self.optimizer_ref = optimizer_ref
-        self.optimizer_name = optimizer_name
+        self.first = []
+        self.peak = []
+        self.steps = 0
+        self.optimizer_ref = None
+        self.optimizer_name = ""
 
     def __repr__(self) -> str:
         return fields_repr(self, self.__slots__)

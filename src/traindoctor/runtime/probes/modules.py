@@ -90,16 +90,14 @@ class LayerStats:
     #: (training, grad enabled) of the previous forward.
     last_mode: tuple[bool, bool] | None
 
-    def __init__(self, kind: str, type_name: str, ref: Any, sensitive: bool = False,
-                 counts: dict[Signature, int] | None = None, overflow: int = 0,
-                 last_mode: tuple[bool, bool] | None = None) -> None:
+    def __init__(self, kind: str, type_name: str, ref: Any, sensitive: bool = False) -> None:
         self.kind = kind
         self.type_name = type_name
         self.ref = ref
         self.sensitive = sensitive
-        self.counts = {} if counts is None else counts
-        self.overflow = overflow
-        self.last_mode = last_mode
+        self.counts = {}
+        self.overflow = 0
+        self.last_mode = None
 
     def __repr__(self) -> str:
         return fields_repr(self, self.__slots__)
