@@ -39,14 +39,25 @@ def package_roots() -> dict[str, Path]:
     for name in PACKAGES:
         spec = importlib.util.find_spec(name)  # locating a package does not import it
         if spec is not None and spec.submodule_search_locations:
-            roots[f"pkg-{name}"] = Path(list(spec.submodule_search_locations)[0])
+            roots[f"pkg-{name}"] = Path(next(iter(spec.submodule_search_locations)))
     return roots
 
 
 def check_json(root: Path) -> bytes:
     done = subprocess.run(
         # -P: the tree's root is not put on sys.path (torch's own ``types.py`` would shadow the stdlib's)
-        [sys.executable, "-P", "-m", "traindoctor", "check", ".", "--output-format", "json", "--no-cache", "--exit-zero"],
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "traindoctor",
+            "check",
+            ".",
+            "--output-format",
+            "json",
+            "--no-cache",
+            "--exit-zero",
+        ],
         cwd=root,
         capture_output=True,
         timeout=3600,

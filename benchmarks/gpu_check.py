@@ -34,15 +34,18 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-NEEDS_GPU = ("gpu_check needs an NVIDIA GPU with CUDA: torch.cuda.is_available() is False here, "
-             "so nothing was run. Run it on a GPU machine: make gpu-check")
+NEEDS_GPU = (
+    "gpu_check needs an NVIDIA GPU with CUDA: torch.cuda.is_available() is False here, "
+    "so nothing was run. Run it on a GPU machine: make gpu-check"
+)
 FRAMEWORK_SCRIPTS = ROOT / "tests" / "integrations" / "scripts"
 
 
@@ -64,8 +67,10 @@ class Result:
         numbers = ", ".join(f"{k}={_fmt(v)}" for k, v in self.numbers.items())
         if self.error:
             numbers = f"{numbers}; {self.error}" if numbers else self.error
-        return (f"| {self.check} | {self.variant} | {', '.join(self.expected) or '-'} | "
-                f"{', '.join(self.observed) or '-'} | {status} | {self.seconds:.1f} | {numbers} |")
+        return (
+            f"| {self.check} | {self.variant} | {', '.join(self.expected) or '-'} | "
+            f"{', '.join(self.observed) or '-'} | {status} | {self.seconds:.1f} | {numbers} |"
+        )
 
 
 def _fmt(value: Any) -> str:
@@ -88,6 +93,7 @@ class Context:
     def small(self) -> bool:
         """Smaller workloads on a CPU rehearsal (same code paths, seconds instead of minutes)."""
         return self.rehearsal
+
     @property
     def gpu(self) -> bool:
         return self.device == "cuda"
@@ -154,16 +160,23 @@ def copy_bandwidth(ctx: Context, megabytes: int = 64, repeats: int = 5) -> dict[
     return out
 
 
-def image_loop(ctx: Context, *, pin_memory: bool, batches: int = 16, batch: int = 64,
-               shapes: list[int] | None = None) -> None:
+def image_loop(
+    ctx: Context, *, pin_memory: bool, batches: int = 16, batch: int = 64, shapes: list[int] | None = None
+) -> None:
     """A small conv net trained on image batches copied from a DataLoader to ``ctx.device``."""
     import torch
     from torch import nn
     from torch.utils.data import DataLoader, TensorDataset
 
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10)).to(ctx.device)
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(16, 10),
+    ).to(ctx.device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     side = 48
     if ctx.small:
@@ -184,8 +197,9 @@ def image_loop(ctx: Context, *, pin_memory: bool, batches: int = 16, batch: int 
     _sync(ctx)
 
 
-def linear_loop(ctx: Context, *, batch: int, dtype: str | None, scaler: bool, clip: str | None = None,
-                steps: int = 12) -> None:
+def linear_loop(
+    ctx: Context, *, batch: int, dtype: str | None, scaler: bool, clip: str | None = None, steps: int = 12
+) -> None:
     """An MLP under autocast ``dtype`` (None: float32), with or without a GradScaler.
 
     ``clip``: "before" clips while the gradients are still scaled (TD302), "after" unscales first.
@@ -195,9 +209,13 @@ def linear_loop(ctx: Context, *, batch: int, dtype: str | None, scaler: bool, cl
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 10)).to(ctx.device)
-    opt = torch.optim.AdamW([{"params": [p for p in model.parameters() if p.ndim > 1], "weight_decay": 0.01},
-                             {"params": [p for p in model.parameters() if p.ndim <= 1], "weight_decay": 0.0}],
-                            lr=1e-3)
+    opt = torch.optim.AdamW(
+        [
+            {"params": [p for p in model.parameters() if p.ndim > 1], "weight_decay": 0.01},
+            {"params": [p for p in model.parameters() if p.ndim <= 1], "weight_decay": 0.0},
+        ],
+        lr=1e-3,
+    )
     grad_scaler = torch.amp.GradScaler(ctx.device) if scaler else None
     cast = getattr(torch, dtype) if dtype else None
     for _ in range(steps):
@@ -280,10 +298,24 @@ def verify_resume(ctx: Context, timeout_s: float = 120.0) -> dict[str, Any]:
     """``traindoctor verify-resume`` on :data:`RESUME_SCRIPT` on ``ctx.device``: the JSON verdict."""
     script = ctx.workdir / "resume_cuda.py"
     script.write_text(RESUME_SCRIPT)
-    cmd = [sys.executable, "-m", "traindoctor", "verify-resume", str(script), "--device", ctx.device,
-           "--resume-args", "--resume", "--steps", "12", "--interrupt-at", "7", "--output-format", "json"]
-    proc = subprocess.run(cmd, cwd=ctx.workdir, env=_python_env(), capture_output=True, text=True,
-                          timeout=timeout_s)
+    cmd = [
+        sys.executable,
+        "-m",
+        "traindoctor",
+        "verify-resume",
+        str(script),
+        "--device",
+        ctx.device,
+        "--resume-args",
+        "--resume",
+        "--steps",
+        "12",
+        "--interrupt-at",
+        "7",
+        "--output-format",
+        "json",
+    ]
+    proc = subprocess.run(cmd, cwd=ctx.workdir, env=_python_env(), capture_output=True, text=True, timeout=timeout_s)
     try:
         verdict = json.loads(proc.stdout)
     except ValueError:
@@ -300,13 +332,23 @@ def tune_pinned(ctx: Context) -> Any:
     from traindoctor.tune.measure import Candidate, tune_loader
 
     n, side = (256, 32) if ctx.small else (1024, 96)
-    data = TensorDataset(torch.randint(0, 255, (n, 3, side, side), dtype=torch.uint8),
-                         torch.randint(0, 10, (n,)))
-    candidates = [Candidate(0), Candidate(0, pin_memory=True),
-                  Candidate(2, 2, persistent_workers=True), Candidate(2, 2, persistent_workers=True, pin_memory=True)]
-    return tune_loader(data, batch_size=32 if ctx.small else 64, candidates=candidates,
-                       batches=6 if ctx.small else 12, warmup_batches=2, time_budget_s=8.0,
-                       device=ctx.device, max_workers=2)
+    data = TensorDataset(torch.randint(0, 255, (n, 3, side, side), dtype=torch.uint8), torch.randint(0, 10, (n,)))
+    candidates = [
+        Candidate(0),
+        Candidate(0, pin_memory=True),
+        Candidate(2, 2, persistent_workers=True),
+        Candidate(2, 2, persistent_workers=True, pin_memory=True),
+    ]
+    return tune_loader(
+        data,
+        batch_size=32 if ctx.small else 64,
+        candidates=candidates,
+        batches=6 if ctx.small else 12,
+        warmup_batches=2,
+        time_budget_s=8.0,
+        device=ctx.device,
+        max_workers=2,
+    )
 
 
 def framework_run(ctx: Context, script: str, args: list[str], timeout_s: float = 180.0) -> dict[str, Any]:
@@ -314,34 +356,65 @@ def framework_run(ctx: Context, script: str, args: list[str], timeout_s: float =
     report = ctx.workdir / f"{Path(script).stem}-report.json"
     out = ctx.workdir / Path(script).stem
     out.mkdir(exist_ok=True)
-    cmd = [sys.executable, "-m", "traindoctor", "run", "--output-format", "json", "-o", str(report),
-           str(FRAMEWORK_SCRIPTS / script), *args, "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "traindoctor",
+        "run",
+        "--output-format",
+        "json",
+        "-o",
+        str(report),
+        str(FRAMEWORK_SCRIPTS / script),
+        *args,
+        "--out",
+        str(out),
+    ]
     if ctx.gpu:
         cmd.append("--gpu")
-    proc = subprocess.run(cmd, cwd=ctx.workdir, env=_python_env(), capture_output=True, text=True,
-                          timeout=timeout_s)
+    proc = subprocess.run(cmd, cwd=ctx.workdir, env=_python_env(), capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0 or not report.exists():
         raise RuntimeError(f"{script} exited {proc.returncode}: {proc.stderr.strip()[-400:]}")
     return json.loads(report.read_text())
 
 
 # ---------------------------------------------------------------------------- checks
-def _timed(check: str, variant: str, expected: list[str], body: Callable[[], tuple[list[str], dict[str, Any]]],
-           passed: Callable[[list[str], dict[str, Any]], bool] | None = None) -> Result:
+def _timed(
+    check: str,
+    variant: str,
+    expected: list[str],
+    body: Callable[[], tuple[list[str], dict[str, Any]]],
+    passed: Callable[[list[str], dict[str, Any]], bool] | None = None,
+) -> Result:
     start = time.perf_counter()
     try:
         observed, numbers = body()
         ok = passed(observed, numbers) if passed else observed == expected
         return Result(check, variant, expected, observed, ok, time.perf_counter() - start, numbers)
     except Exception as exc:  # one broken check must not hide the others
-        return Result(check, variant, expected, [], False, time.perf_counter() - start,
-                      error=f"{type(exc).__name__}: {str(exc)[:300]}")
+        return Result(
+            check,
+            variant,
+            expected,
+            [],
+            False,
+            time.perf_counter() - start,
+            error=f"{type(exc).__name__}: {str(exc)[:300]}",
+        )
 
 
 def check_td101(ctx: Context) -> list[Result]:
-    results = [_timed("H2D copy bandwidth", "64 MiB x5", [], lambda: ([], copy_bandwidth(ctx)),
-                      passed=lambda _o, n: not ctx.gpu or n["pinned_GBps"] > 0)]
+    results = [
+        _timed(
+            "H2D copy bandwidth",
+            "64 MiB x5",
+            [],
+            lambda: ([], copy_bandwidth(ctx)),
+            passed=lambda _o, n: not ctx.gpu or n["pinned_GBps"] > 0,
+        )
+    ]
     for pin in (False, True):
+
         def body(pin: bool = pin) -> tuple[list[str], dict[str, Any]]:
             doctor = _watch(["TD101"], lambda: image_loop(ctx, pin_memory=pin))
             ev = _evidence(doctor, "TD101")
@@ -351,8 +424,7 @@ def check_td101(ctx: Context) -> list[Result]:
             numbers["verdict"] = profile.get("verdict")
             return _codes(doctor), numbers
 
-        results.append(_timed("TD101 pin-memory-off", f"pin_memory={pin}",
-                              [] if pin else ctx.expect("TD101"), body))
+        results.append(_timed("TD101 pin-memory-off", f"pin_memory={pin}", [] if pin else ctx.expect("TD101"), body))
     return results
 
 
@@ -360,17 +432,18 @@ def check_td201_td306(ctx: Context) -> list[Result]:
     results = []
     bf16 = ctx.bf16_capable or not ctx.gpu
     variants: list[tuple[str, int, str | None, list[str]]] = [
-        ("fp16 autocast, batch 30", 30, "float16",
-         ctx.expect("TD201", *(["TD306"] if ctx.bf16_capable else []))),
+        ("fp16 autocast, batch 30", 30, "float16", ctx.expect("TD201", *(["TD306"] if ctx.bf16_capable else []))),
         ("fp32, batch 30", 30, None, []),
         ("fp16 autocast, batch 32", 32, "float16", ctx.expect(*(["TD306"] if ctx.bf16_capable else []))),
     ]
     if bf16:
         variants.insert(1, ("bf16 autocast, batch 30", 30, "bfloat16", ctx.expect("TD201")))
     for name, batch, dtype, expected in variants:
+
         def body(batch: int = batch, dtype: str | None = dtype) -> tuple[list[str], dict[str, Any]]:
-            doctor = _watch(["TD201", "TD306"], lambda: linear_loop(ctx, batch=batch, dtype=dtype,
-                                                                     scaler=dtype == "float16"))
+            doctor = _watch(
+                ["TD201", "TD306"], lambda: linear_loop(ctx, batch=batch, dtype=dtype, scaler=dtype == "float16")
+            )
             return _codes(doctor), {"batch": batch}
 
         results.append(_timed("TD201/TD306 autocast", name, expected, body))
@@ -384,11 +457,14 @@ def check_td301_td302(ctx: Context) -> list[Result]:
         ("fp16, clip before unscale_", True, "before", ["TD302"]),
         ("fp16, unscale_ then clip", True, "after", []),
     ]:
+
         def body(scaler: bool = scaler, clip: str | None = clip) -> tuple[list[str], dict[str, Any]]:
-            doctor = _watch(["TD301", "TD302"], lambda: linear_loop(ctx, batch=32, dtype="float16",
-                                                                     scaler=scaler, clip=clip))
-            return _codes(doctor), {k: v for k, v in _evidence(doctor, "TD301").items()
-                                    if k in ("zero_grad_fraction", "autocast_dtype")}
+            doctor = _watch(
+                ["TD301", "TD302"], lambda: linear_loop(ctx, batch=32, dtype="float16", scaler=scaler, clip=clip)
+            )
+            return _codes(doctor), {
+                k: v for k, v in _evidence(doctor, "TD301").items() if k in ("zero_grad_fraction", "autocast_dtype")
+            }
 
         results.append(_timed("TD301/TD302 scaler", name, expected, body))
     return results
@@ -401,11 +477,11 @@ def check_td401_td402(ctx: Context) -> list[Result]:
         ("benchmark on, varying shapes", True, [16 + 4 * (i % 10) for i in range(30)], ctx.expect("TD402")),
         ("benchmark on, fixed shapes", True, [32] * 20, []),
     ]:
+
         def body(bench: bool = bench, shapes: list[int] = shapes) -> tuple[list[str], dict[str, Any]]:
             with _cudnn_benchmark(bench):
                 start = time.perf_counter()
-                doctor = _watch(["TD401", "TD402"], lambda: image_loop(ctx, pin_memory=False, batch=16,
-                                                                        shapes=shapes))
+                doctor = _watch(["TD401", "TD402"], lambda: image_loop(ctx, pin_memory=False, batch=16, shapes=shapes))
                 seconds = time.perf_counter() - start
             ev = _evidence(doctor, "TD402")
             numbers = {"loop_s": seconds}
@@ -424,12 +500,22 @@ def check_verify_resume(ctx: Context) -> list[Result]:
 
     def body() -> tuple[list[str], dict[str, Any]]:
         verdict = verify_resume(ctx)
-        numbers = {"exit_code": verdict["exit_code"], "exact": verdict.get("exact"),
-                   "tolerance": verdict.get("tolerance")}
+        numbers = {
+            "exit_code": verdict["exit_code"],
+            "exact": verdict.get("exact"),
+            "tolerance": verdict.get("tolerance"),
+        }
         return (["exact"] if verdict.get("exact") else ["not exact"]), numbers
 
-    return [_timed("verify-resume", f"tolerance {tolerance:g}", ["exact"], body,
-                   passed=lambda o, n: o == ["exact"] and n["tolerance"] == tolerance)]
+    return [
+        _timed(
+            "verify-resume",
+            f"tolerance {tolerance:g}",
+            ["exact"],
+            body,
+            passed=lambda o, n: o == ["exact"] and n["tolerance"] == tolerance,
+        )
+    ]
 
 
 def check_tune(ctx: Context) -> list[Result]:
@@ -456,15 +542,26 @@ def check_frameworks(ctx: Context) -> list[Result]:
         try:
             __import__(package)
         except ImportError:
-            results.append(Result(f"{package} healthy twin", "not installed", expected, [], True, 0.0,
-                                  error=f"skipped: {package} is not installed"))
+            results.append(
+                Result(
+                    f"{package} healthy twin",
+                    "not installed",
+                    expected,
+                    [],
+                    True,
+                    0.0,
+                    error=f"skipped: {package} is not installed",
+                )
+            )
             continue
 
         def body(script: str = script) -> tuple[list[str], dict[str, Any]]:
             report = framework_run(ctx, script, [])
             profile = report["profile"]
-            return (sorted({f["code"] for f in report["findings"]}),
-                    {"steps": profile.get("steps"), "verdict": profile.get("verdict")})
+            return (
+                sorted({f["code"] for f in report["findings"]}),
+                {"steps": profile.get("steps"), "verdict": profile.get("verdict")},
+            )
 
         variant = "fp16 + framework scaler, checkpoints" if ctx.gpu else "CPU"
         results.append(_timed(f"{package} healthy twin", variant, expected, body))
@@ -472,18 +569,25 @@ def check_frameworks(ctx: Context) -> list[Result]:
 
 
 CHECKS: list[Callable[[Context], list[Result]]] = [
-    check_td101, check_td201_td306, check_td301_td302, check_td401_td402, check_verify_resume,
-    check_tune, check_frameworks,
+    check_td101,
+    check_td201_td306,
+    check_td301_td302,
+    check_td401_td402,
+    check_verify_resume,
+    check_tune,
+    check_frameworks,
 ]
 
 
 # ---------------------------------------------------------------------------- output
 def markdown(results: list[Result], header: dict[str, Any]) -> str:
-    lines = [f"GPU check on {header['device_name']} (capability {header['capability']}, "
-             f"torch {header['torch']}), {header['total_s']:.0f} s",
-             "",
-             "| check | variant | expected | reported | result | s | numbers |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"GPU check on {header['device_name']} (capability {header['capability']}, "
+        f"torch {header['torch']}), {header['total_s']:.0f} s",
+        "",
+        "| check | variant | expected | reported | result | s | numbers |",
+        "|---|---|---|---|---|---|---|",
+    ]
     lines += [r.row() for r in results]
     return "\n".join(lines) + "\n"
 
@@ -504,8 +608,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default="gpu_check.json", help="JSON results (default: %(default)s)")
     parser.add_argument("--markdown", default="gpu_check.md", help="markdown table (default: %(default)s)")
     parser.add_argument("--only", default="", help="comma-separated check function names (e.g. check_td101)")
-    parser.add_argument("--rehearse-on-cpu", action="store_true",
-                        help="without CUDA, run the workloads on the CPU (GPU-only findings must stay silent)")
+    parser.add_argument(
+        "--rehearse-on-cpu",
+        action="store_true",
+        help="without CUDA, run the workloads on the CPU (GPU-only findings must stay silent)",
+    )
     args = parser.parse_args(argv)
     try:
         import torch
@@ -538,8 +645,12 @@ def main(argv: list[str] | None = None) -> int:
         "rehearsal": ctx.rehearsal,
     }
     failed = [r for r in results if not r.passed]
-    Path(args.json).write_text(json.dumps({"header": header, "results": [asdict(r) for r in results],
-                                           "failed": len(failed)}, indent=2, default=str) + "\n")
+    Path(args.json).write_text(
+        json.dumps(
+            {"header": header, "results": [asdict(r) for r in results], "failed": len(failed)}, indent=2, default=str
+        )
+        + "\n"
+    )
     table = markdown(results, header)
     Path(args.markdown).write_text(table)
     print("\n" + table)

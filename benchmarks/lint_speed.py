@@ -35,11 +35,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from traindoctor.config import Settings  # noqa: E402
-from traindoctor.static.discovery import iter_python_files  # noqa: E402
-from traindoctor.static.cache import Cache  # noqa: E402
-from traindoctor.static.engine import decode_source, instantiate  # noqa: E402
-from traindoctor.static.runner import RunOptions, check_many, usable_cores  # noqa: E402
+from traindoctor.config import Settings
+from traindoctor.static.cache import Cache
+from traindoctor.static.discovery import iter_python_files
+from traindoctor.static.engine import decode_source, instantiate
+from traindoctor.static.runner import RunOptions, check_many, usable_cores
 
 
 def default_corpus() -> list[str]:
@@ -104,8 +104,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--limit", type=int, default=None, help="check only the first N files")
     ap.add_argument("--jobs", type=int, default=0, help="workers for the parallel row (default: all cores)")
-    ap.add_argument("--cpu-time", action="store_true",
-                    help="time the in-process rows by CPU time (steadier on a shared machine)")
+    ap.add_argument(
+        "--cpu-time", action="store_true", help="time the in-process rows by CPU time (steadier on a shared machine)"
+    )
     args = ap.parse_args()
     global clock
     clock = time.process_time if args.cpu_time else time.perf_counter
@@ -135,8 +136,10 @@ def main() -> int:
     tp = best["parse"]
     load_avg = ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
     print(f"corpus: {', '.join(paths)}")
-    print(f"{len(files)} files, {lines} lines, {len(rules)} static rules, best of {args.repeat}; "
-          f"{usable_cores()} usable cores, load average {load_avg}")
+    print(
+        f"{len(files)} files, {lines} lines, {len(rules)} static rules, best of {args.repeat}; "
+        f"{usable_cores()} usable cores, load average {load_avg}"
+    )
     if args.cpu_time:
         print("in-process rows timed by CPU time; the parallel row by wall time")
     print()

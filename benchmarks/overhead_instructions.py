@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import runtime_overhead as ro  # noqa: E402
+import runtime_overhead as ro
 
 DRIVER = textwrap.dedent(
     """
@@ -66,7 +66,11 @@ def _instructions(cmd: list[str], cwd: str) -> int:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ro.SRC), env.get("PYTHONPATH")) if p)
     out = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *cmd],
-        cwd=cwd, env=env, capture_output=True, text=True, check=True,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     match = re.search(r"refs:\s+([\d,]+)", out.stderr)
     if not match:
@@ -94,32 +98,46 @@ def main(argv: list[str] | None = None) -> int:
         py = sys.executable
         counts = {
             (mode, n): _instructions([py, "driver.py", str(n), mode], tmp)
-            for mode in ("plain", "watched") for n in (args.short, args.long)
+            for mode in ("plain", "watched")
+            for n in (args.short, args.long)
         }
         extra = args.long - args.short
         plain = (counts["plain", args.long] - counts["plain", args.short]) / extra
         watched = (counts["watched", args.long] - counts["watched", args.short]) / extra
         startup = None
         if args.startup:
-            startup = (_instructions([py, "-m", "traindoctor", "run", "startup.py"], tmp)
-                       - _instructions([py, "startup.py"], tmp))
+            startup = _instructions([py, "-m", "traindoctor", "run", "startup.py"], tmp) - _instructions(
+                [py, "startup.py"], tmp
+            )
         # The plain loop's native step time, to turn instructions into microseconds.
-        proc = subprocess.run([py, "-c", "import time, runpy, sys; sys.argv = ['loop.py', '1'];"
-                               "ns = runpy.run_path('loop.py'); import torch;"
-                               "torch.set_num_threads(1); ns['main'](20);"
-                               f"t = time.thread_time(); ns['main']({args.long});"
-                               f"print((time.thread_time() - t) / {args.long})"],
-                              cwd=tmp, capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [
+                py,
+                "-c",
+                "import time, runpy, sys; sys.argv = ['loop.py', '1'];"
+                "ns = runpy.run_path('loop.py'); import torch;"
+                "torch.set_num_threads(1); ns['main'](20);"
+                f"t = time.thread_time(); ns['main']({args.long});"
+                f"print((time.thread_time() - t) / {args.long})",
+            ],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         step_s = float(proc.stdout.strip().splitlines()[-1])
     added = watched - plain
-    print(f"Doctor cost in instructions (callgrind), loop width {args.width}, steps "
-          f"{args.short} vs {args.long}; load average {os.getloadavg()[0]:.1f}; "
-          f"{time.strftime('%Y-%m-%d %H:%M')}")
+    print(
+        f"Doctor cost in instructions (callgrind), loop width {args.width}, steps "
+        f"{args.short} vs {args.long}; load average {os.getloadavg()[0]:.1f}; "
+        f"{time.strftime('%Y-%m-%d %H:%M')}"
+    )
     print(f"| plain loop, instructions per step | {plain:,.0f} |")
     print(f"| added by the doctor per step | {added:,.0f} ({100 * added / plain:.1f}%) |")
     print(f"| plain step time here (CPU) | {step_s * 1e3:.3f} ms |")
-    print(f"| added per step, lower bound at the loop's instructions per second | "
-          f"{added / plain * step_s * 1e6:.0f} us |")
+    print(
+        f"| added per step, lower bound at the loop's instructions per second | {added / plain * step_s * 1e6:.0f} us |"
+    )
     if startup is not None:
         print(f"| start-up + report added | {startup:,.0f} instructions |")
     return 0

@@ -149,8 +149,9 @@ def _env(fixed_heap: bool = False, huge_pages: bool = False) -> dict[str, str]:
     return env
 
 
-def _child_times(cmd: list[str], cwd: str, env: dict[str, str]
-                 ) -> tuple[float, float, tuple[float, float, float] | None]:
+def _child_times(
+    cmd: list[str], cwd: str, env: dict[str, str]
+) -> tuple[float, float, tuple[float, float, float] | None]:
     """(wall seconds, CPU seconds user+sys, CPU split) of one child process.
 
     The split is (until training starts, training, after training) in CPU seconds when the child
@@ -162,8 +163,14 @@ def _child_times(cmd: list[str], cwd: str, env: dict[str, str]
         os.remove(marks)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run(cmd, cwd=cwd, env=dict(env, TD_BENCH_SEGMENTS=marks), check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        cmd,
+        cwd=cwd,
+        env=dict(env, TD_BENCH_SEGMENTS=marks),
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -181,12 +188,16 @@ def _split(marks: str, cpu: float) -> tuple[float, float, float] | None:
 
 
 #: The parts of the whole process that ``_split`` separates, as printed.
-SEGMENTS = ("until training starts (interpreter, doctor start-up, import torch)",
-            "training (the script's main())", "after training (report, exit)")
+SEGMENTS = (
+    "until training starts (interpreter, doctor start-up, import torch)",
+    "training (the script's main())",
+    "after training (report, exit)",
+)
 
 
-def _pairs(plain: list[str], watched: list[str], pairs: int, cwd: str, env: dict[str, str],
-           loaded: list[str] | None = None) -> dict[str, list]:
+def _pairs(
+    plain: list[str], watched: list[str], pairs: int, cwd: str, env: dict[str, str], loaded: list[str] | None = None
+) -> dict[str, list]:
     """Interleaved runs of ``plain`` and ``watched`` (and ``loaded``: a third side); the order
     rotates every round, so with two sides it alternates."""
     sides = [("plain", plain), ("td", watched)] + ([("loaded", loaded)] if loaded else [])
@@ -239,9 +250,38 @@ def _diff_ms(series: dict[str, list[float]], kind: str) -> float:
 
 
 #: Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom (then the normal 1.96).
-_T95 = (12.71, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
-        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-        2.052, 2.048, 2.045, 2.042)
+_T95 = (
+    12.71,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def mean_ci(diffs: list[float]) -> tuple[float, float]:
@@ -270,7 +310,7 @@ def per_step_cost(steps: int, rounds: int, width: int) -> tuple[float, float, fl
     plain: list[float] = []
     watched: list[float] = []
     for i in range(rounds):
-        for mode in (("plain", "watched") if i % 2 == 0 else ("watched", "plain")):
+        for mode in ("plain", "watched") if i % 2 == 0 else ("watched", "plain"):
             if mode == "watched":
                 with traindoctor.watch():  # start/stop are start-up costs, measured above
                     t0 = time.thread_time()
@@ -291,15 +331,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=896, help="MLP width (~15 ms CPU steps at 896)")
     parser.add_argument("--step-rounds", type=int, default=8, help="in-process rounds for per-step")
     parser.add_argument("--quick", action="store_true", help="3 pairs, 60 steps (a smoke run)")
-    parser.add_argument("--fixed-heap", action="store_true",
-                        help="run both sides with glibc's heap thresholds fixed (less spread)")
-    parser.add_argument("--huge-pages", action="store_true",
-                        help="run both sides with torch's huge-page CPU allocations (less spread)")
-    parser.add_argument("--whole-only", action="store_true",
-                        help="only the whole-process pairs (no start-up pairs, no per-step rounds)")
+    parser.add_argument(
+        "--fixed-heap", action="store_true", help="run both sides with glibc's heap thresholds fixed (less spread)"
+    )
+    parser.add_argument(
+        "--huge-pages", action="store_true", help="run both sides with torch's huge-page CPU allocations (less spread)"
+    )
+    parser.add_argument(
+        "--whole-only", action="store_true", help="only the whole-process pairs (no start-up pairs, no per-step rounds)"
+    )
     parser.add_argument("--raw", metavar="FILE", help="also write every pair's times as JSON")
-    parser.add_argument("--loaded", action="store_true",
-                        help="a third side: the doctor loaded, the script run unwatched")
+    parser.add_argument(
+        "--loaded", action="store_true", help="a third side: the doctor loaded, the script run unwatched"
+    )
     parser.add_argument("--per-step-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.per_step_child:  # in a child process, so that --fixed-heap applies to it too
@@ -318,17 +362,34 @@ def main(argv: list[str] | None = None) -> int:
         Path(tmp, "startup.py").write_text(STARTUP)
         Path(tmp, "loaded.py").write_text(LOADED)
         py, td = [sys.executable], [sys.executable, "-m", "traindoctor", "run"]
-        whole = _pairs(py + ["loop.py", str(args.steps)], td + ["loop.py", str(args.steps)],
-                       args.pairs, tmp, env,
-                       loaded=py + ["loaded.py", "loop.py", str(args.steps)] if args.loaded else None)
-        start = None if args.whole_only else _pairs(py + ["startup.py"], td + ["startup.py"],
-                                                    args.pairs, tmp, env)
+        whole = _pairs(
+            py + ["loop.py", str(args.steps)],
+            td + ["loop.py", str(args.steps)],
+            args.pairs,
+            tmp,
+            env,
+            loaded=py + ["loaded.py", "loop.py", str(args.steps)] if args.loaded else None,
+        )
+        start = None if args.whole_only else _pairs(py + ["startup.py"], td + ["startup.py"], args.pairs, tmp, env)
     per_step = None
     if not args.whole_only:
         child = subprocess.run(
-            [sys.executable, __file__, "--per-step-child", "--steps", str(args.steps),
-             "--step-rounds", str(args.step_rounds), "--width", str(args.width)],
-            env=env, check=True, capture_output=True, text=True)
+            [
+                sys.executable,
+                __file__,
+                "--per-step-child",
+                "--steps",
+                str(args.steps),
+                "--step-rounds",
+                str(args.step_rounds),
+                "--width",
+                str(args.width),
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         per_step = tuple(json.loads(child.stdout.strip().splitlines()[-1]))
     elapsed = time.perf_counter() - started
     if args.raw:
@@ -336,62 +397,78 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    print(f"Runtime overhead: {args.pairs} interleaved pairs; loop of {args.steps} steps, width "
-          f"{args.width}, 1 thread; torch {torch.__version__}; Python {sys.version.split()[0]}; "
-          f"load average {load:.1f} at start; {elapsed:.0f} s")
+    print(
+        f"Runtime overhead: {args.pairs} interleaved pairs; loop of {args.steps} steps, width "
+        f"{args.width}, 1 thread; torch {torch.__version__}; Python {sys.version.split()[0]}; "
+        f"load average {load:.1f} at start; {elapsed:.0f} s"
+    )
     if args.fixed_heap:
         print(f"heap: GLIBC_TUNABLES={FIXED_HEAP} for both sides (--fixed-heap)")
     if args.huge_pages:
-        print(f"tensors: {HUGE_PAGES[0]}={HUGE_PAGES[1]} for both sides (--huge-pages; transparent "
-              f"huge pages: {_thp_mode()})")
+        print(
+            f"tensors: {HUGE_PAGES[0]}={HUGE_PAGES[1]} for both sides (--huge-pages; transparent "
+            f"huge pages: {_thp_mode()})"
+        )
     if no_bytecode:
-        print("note: PYTHONDONTWRITEBYTECODE is set; bytecode was compiled up front "
-              f"(compileall ok={bool(compiled)}), as a pip install does")
+        print(
+            "note: PYTHONDONTWRITEBYTECODE is set; bytecode was compiled up front "
+            f"(compileall ok={bool(compiled)}), as a pip install does"
+        )
     print()
     print("| measurement | python | traindoctor run | ratio / added |")
     print("|---|---:|---:|---:|")
     for label, series in (("whole process, wall (s)", whole), ("start-up only, wall (s)", start)):
         if series is not None:
-            print(f"| {label} | {statistics.median(series['plain_wall']):.3f} | "
-                  f"{statistics.median(series['td_wall']):.3f} | {_ratio(series, 'wall'):.3f}x |")
+            print(
+                f"| {label} | {statistics.median(series['plain_wall']):.3f} | "
+                f"{statistics.median(series['td_wall']):.3f} | {_ratio(series, 'wall'):.3f}x |"
+            )
     for label, series in (("whole process, CPU (s)", whole), ("start-up only, CPU (s)", start)):
         if series is not None:
-            print(f"| {label} | {statistics.median(series['plain_cpu']):.3f} | "
-                  f"{statistics.median(series['td_cpu']):.3f} | {_ratio(series, 'cpu'):.3f}x |")
+            print(
+                f"| {label} | {statistics.median(series['plain_cpu']):.3f} | "
+                f"{statistics.median(series['td_cpu']):.3f} | {_ratio(series, 'cpu'):.3f}x |"
+            )
     cpu_diffs = [t - p for t, p in zip(whole["td_cpu"], whole["plain_cpu"])]
     mean, half = mean_ci(cpu_diffs)
     base = statistics.fmean(whole["plain_cpu"])
-    print(f"| whole process, CPU, mean added (95% CI) | {base:.3f} | | {1000 * mean:.0f} ms "
-          f"+- {1000 * half:.0f} ms = {1 + mean / base:.3f}x "
-          f"({1 + (mean - half) / base:.3f}-{1 + (mean + half) / base:.3f}) |")
+    print(
+        f"| whole process, CPU, mean added (95% CI) | {base:.3f} | | {1000 * mean:.0f} ms "
+        f"+- {1000 * half:.0f} ms = {1 + mean / base:.3f}x "
+        f"({1 + (mean - half) / base:.3f}-{1 + (mean + half) / base:.3f}) |"
+    )
     # (label, baseline side, compared side): the whole comparison, and with --loaded its two halves
     comparisons = [("traindoctor run vs python", "plain", "td")]
     if args.loaded:
-        comparisons += [("doctor loaded, script unwatched, vs python", "plain", "loaded"),
-                        ("traindoctor run vs doctor loaded (the watching)", "loaded", "td")]
+        comparisons += [
+            ("doctor loaded, script unwatched, vs python", "plain", "loaded"),
+            ("traindoctor run vs doctor loaded (the watching)", "loaded", "td"),
+        ]
     for label, a, b in comparisons[1:]:  # the whole comparison's row is printed above
         m, h = mean_ci([y - x for x, y in zip(whole[f"{a}_cpu"], whole[f"{b}_cpu"])])
-        print(f"| {label}, CPU, mean added (95% CI) | | | {1000 * m:.0f} ms +- "
-              f"{1000 * h:.0f} ms |")
+        print(f"| {label}, CPU, mean added (95% CI) | | | {1000 * m:.0f} ms +- {1000 * h:.0f} ms |")
     for label, a, b in comparisons:
         if not (all(whole[f"{a}_split"]) and all(whole[f"{b}_split"])):
             continue
         for i, segment in enumerate(SEGMENTS):
             m, h = mean_ci([y[i] - x[i] for x, y in zip(whole[f"{a}_split"], whole[f"{b}_split"])])
             base_i = statistics.fmean(x[i] for x in whole[f"{a}_split"])
-            print(f"| split ({label}): {segment}, CPU, mean added (95% CI) | {base_i:.3f} | | "
-                  f"{1000 * m:.0f} ms +- {1000 * h:.0f} ms |")
+            print(
+                f"| split ({label}): {segment}, CPU, mean added (95% CI) | {base_i:.3f} | | "
+                f"{1000 * m:.0f} ms +- {1000 * h:.0f} ms |"
+            )
     if start is not None:
         print(f"| start-up added, CPU (ms) | | | {_diff_ms(start, 'cpu'):.0f} ms |")
     if per_step is not None:
         plain_ms, watched_ms, added_us = per_step
-        print(f"| per step, CPU (ms), in-process | {plain_ms:.2f} | {watched_ms:.2f} | "
-              f"{added_us:.0f} us/step |")
+        print(f"| per step, CPU (ms), in-process | {plain_ms:.2f} | {watched_ms:.2f} | {added_us:.0f} us/step |")
     print()
-    print("Ratios and differences are medians over pairs of (traindoctor run / python) in the same "
-          "pair. CPU = user + sys time of the child process (whole process, start-up) or "
-          "time.thread_time() of the training thread (per step, which includes each epoch's "
-          "DataLoader construction and iter()). Targets: whole process <= 1.03x, <= 100 us/step.")
+    print(
+        "Ratios and differences are medians over pairs of (traindoctor run / python) in the same "
+        "pair. CPU = user + sys time of the child process (whole process, start-up) or "
+        "time.thread_time() of the training thread (per step, which includes each epoch's "
+        "DataLoader construction and iter()). Targets: whole process <= 1.03x, <= 100 us/step."
+    )
     return 0
 
 

@@ -33,9 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
-from traindoctor.tune.measure import usable_cores, worker_counts  # noqa: E402
-from traindoctor.tune.progress import Progress  # noqa: E402
-from traindoctor.tune.script import (  # noqa: E402
+from traindoctor.tune.measure import usable_cores, worker_counts
+from traindoctor.tune.progress import Progress
+from traindoctor.tune.script import (
     Runner,
     Settings,
     _thread_counts,
@@ -56,8 +56,14 @@ def grid(cores: int) -> list[dict]:
                 continue
             for persistent in (False, True):
                 for prefetch in (2, 4):
-                    configs.append({"num_workers": workers, "persistent_workers": persistent,
-                                    "prefetch_factor": prefetch, "torch_threads": threads})
+                    configs.append(
+                        {
+                            "num_workers": workers,
+                            "persistent_workers": persistent,
+                            "prefetch_factor": prefetch,
+                            "torch_threads": threads,
+                        }
+                    )
     return configs
 
 
@@ -80,8 +86,10 @@ def main() -> int:
     cores = usable_cores()
     settings = Settings(budget=args.budget)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"# tune quality on {os.path.relpath(args.script)} ({cores} usable cores, "
-          f"load average {load:.1f} at start, {settings.measure_s():.2f} s per measurement)\n")
+    print(
+        f"# tune quality on {os.path.relpath(args.script)} ({cores} usable cores, "
+        f"load average {load:.1f} at start, {settings.measure_s():.2f} s per measurement)\n"
+    )
 
     # 1. tune
     t0 = time.perf_counter()
@@ -116,7 +124,7 @@ def main() -> int:
         rates: dict[str, list[float]] = {name: [] for name in names}
         progress = Progress("final", args.rounds * len(names))
         for r in range(args.rounds):
-            order = names[r % len(names):] + names[:r % len(names)]
+            order = names[r % len(names) :] + names[: r % len(names)]
             for name in order:
                 progress.start(f"round {r + 1} {name}")
                 rate, _ = trial(runner, contenders[name], site)
@@ -131,29 +139,43 @@ def main() -> int:
     speedup = median["tuned"] / median["default"] if median["default"] else 0.0
     load_end = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
-    print("| configuration | settings | samples/s (median of %d) | vs default |" % args.rounds)
+    print(f"| configuration | settings | samples/s (median of {args.rounds}) | vs default |")
     print("|---|---|---:|---:|")
     for name in names:
         ratio = median[name] / median["default"] if median["default"] else 0.0
         print(f"| {name} | `{label(contenders[name])}` | {median[name]:.1f} | {ratio:.2f}x |")
     print()
-    print(f"tune:  {tune_s:.1f} s wall ({len(tuned.trials)} measurements; "
-          f"bottleneck {tuned.bottleneck_before} -> {tuned.bottleneck_after})")
+    print(
+        f"tune:  {tune_s:.1f} s wall ({len(tuned.trials)} measurements; "
+        f"bottleneck {tuned.bottleneck_before} -> {tuned.bottleneck_after})"
+    )
     print(f"grid:  {grid_s:.1f} s wall ({len(configs)} configurations)")
-    print(f"tuned / grid-best samples/s = {quality:.3f} (target >= 0.95): "
-          f"{'PASS' if quality >= 0.95 else 'FAIL'}")
+    print(f"tuned / grid-best samples/s = {quality:.3f} (target >= 0.95): {'PASS' if quality >= 0.95 else 'FAIL'}")
     print(f"tune time / grid time = {cost:.3f} (target <= 0.25): {'PASS' if cost <= 0.25 else 'FAIL'}")
     print(f"speed-up of the tuned configuration over the script's default: {speedup:.2f}x")
-    print(f"load average {load:.1f} at start, {load_end:.1f} at the end (the machine is shared: "
-          "numbers are noisy)")
+    print(f"load average {load:.1f} at start, {load_end:.1f} at the end (the machine is shared: numbers are noisy)")
     if args.json:
-        Path(args.json).write_text(json.dumps({
-            "cores": cores, "rounds": args.rounds, "budget_s": args.budget,
-            "configs": {k: v for k, v in contenders.items()},
-            "samples_per_s": median, "runs": rates, "tune_s": tune_s, "grid_s": grid_s,
-            "quality": quality, "cost": cost, "speedup": speedup,
-            "load_average": [load, load_end], "tune": tuned.to_dict(),
-        }, indent=2) + "\n")
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "cores": cores,
+                    "rounds": args.rounds,
+                    "budget_s": args.budget,
+                    "configs": {k: v for k, v in contenders.items()},
+                    "samples_per_s": median,
+                    "runs": rates,
+                    "tune_s": tune_s,
+                    "grid_s": grid_s,
+                    "quality": quality,
+                    "cost": cost,
+                    "speedup": speedup,
+                    "load_average": [load, load_end],
+                    "tune": tuned.to_dict(),
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     return 0 if quality >= 0.95 and cost <= 0.25 else 1
 
 

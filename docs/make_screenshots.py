@@ -46,9 +46,21 @@ def main() -> int:
         if run_json:
             write_html(render_run_html(json.loads(run_json.read_text())), str(run_html))
         else:
-            subprocess.run([sys.executable, "-m", "traindoctor", "run", "--html", str(run_html),
-                            "-o", str(Path(tmp) / "run.txt"), "examples/runtime/slow_pipeline.py"],
-                           cwd=ROOT, check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "traindoctor",
+                    "run",
+                    "--html",
+                    str(run_html),
+                    "-o",
+                    str(Path(tmp) / "run.txt"),
+                    "examples/runtime/slow_pipeline.py",
+                ],
+                cwd=ROOT,
+                check=True,
+            )
         console = chromium.screenshot(run_html, out / "run-report.png", height=2160)
         saved = Path(args.tune_json) if args.tune_json else ROOT / "docs" / "img" / "tune-slow_pipeline.json"
         tune = json.loads(saved.read_text()) if saved.exists() else tune_result()

@@ -115,7 +115,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     train_set = SyntheticShapes(args.samples, seed=1)
     val_set = SyntheticShapes(128, seed=2)
-    train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, drop_last=True, **loader_kwargs(train_set, device=device))
+    train_loader = DataLoader(
+        train_set, batch_size=args.batch_size, shuffle=True, drop_last=True, **loader_kwargs(train_set, device=device)
+    )
     val_loader = DataLoader(val_set, batch_size=64, **loader_kwargs(val_set, device=device))
 
     model = build_model().to(device)

@@ -15,9 +15,23 @@ from traindoctor.static.cache import Cache
 from traindoctor.static.runner import RunOptions, check_many
 
 DEPRECATED = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
-NOTEBOOK = json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": 1,
-                                  "source": ["import torch\n", "with torch.cuda.amp.autocast():\n", "    pass\n"]}],
-                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1)
+NOTEBOOK = json.dumps(
+    {
+        "cells": [
+            {
+                "cell_type": "code",
+                "metadata": {},
+                "outputs": [],
+                "execution_count": 1,
+                "source": ["import torch\n", "with torch.cuda.amp.autocast():\n", "    pass\n"],
+            }
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    },
+    indent=1,
+)
 
 
 def write(root: Path, rel: str, text: str) -> Path:
@@ -235,17 +249,25 @@ def test_speed_benchmark_reports_all_rows_and_agrees_with_itself(project, extra)
     import sys
 
     script = Path(__file__).resolve().parent.parent / "benchmarks" / "lint_speed.py"
-    proc = subprocess.run([sys.executable, str(script), str(project / "pkg"), "--repeat", "1", "--jobs", "2", *extra],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(project / "pkg"), "--repeat", "1", "--jobs", "2", *extra],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ("timed by CPU time" in proc.stdout) == bool(extra)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for row in ("`ast.parse` alone", "`traindoctor check --jobs 1`", "`traindoctor check` (2 jobs)",
-                "`traindoctor check`, cached re-run"):
+    for row in (
+        "`ast.parse` alone",
+        "`traindoctor check --jobs 1`",
+        "`traindoctor check` (2 jobs)",
+        "`traindoctor check`, cached re-run",
+    ):
         assert row in proc.stdout
     assert "findings: 13;" in proc.stdout and "MISMATCH" not in proc.stdout
 
 
-PROJECT_UTILS = '''
+PROJECT_UTILS = """
 import torchvision
 from torch.utils.data import DataLoader
 
@@ -253,9 +275,9 @@ from torch.utils.data import DataLoader
 def get_training_dataloader(batch_size=16, num_workers=2):
     training = torchvision.datasets.CIFAR100(root="./data", train=True)
     return DataLoader(training, shuffle=True, num_workers=num_workers, batch_size=batch_size)
-'''
+"""
 
-PROJECT_TRAIN = '''
+PROJECT_TRAIN = """
 import torch
 from utils import get_training_dataloader
 
@@ -276,11 +298,13 @@ if __name__ == "__main__":
     training_loader = get_training_dataloader(num_workers=4, batch_size=128)
     for epoch in range(1, 200):
         train(epoch)
-'''
+"""
 
 
-@pytest.mark.skipif(not hasattr(engine.FileContext, "project_dependencies"),
-                    reason="needs the project context (FileContext.project_dependencies)")
+@pytest.mark.skipif(
+    not hasattr(engine.FileContext, "project_dependencies"),
+    reason="needs the project context (FileContext.project_dependencies)",
+)
 def test_cache_follows_a_real_imported_project_module(tmp_path, capsys, counted, cache_on):
     """With the project context on, the loader factory in utils.py decides train.py's TD101."""
     write(tmp_path, "utils.py", PROJECT_UTILS)
@@ -292,7 +316,8 @@ def test_cache_follows_a_real_imported_project_module(tmp_path, capsys, counted,
     counted.clear()
     assert run(capsys, *argv) == first and counted == []  # related locations survive the cache
     # utils.py now pins memory: train.py is unchanged but its finding must go.
-    write(tmp_path, "utils.py", PROJECT_UTILS.replace("batch_size=batch_size)",
-                                                      "batch_size=batch_size, pin_memory=True)"))
+    write(
+        tmp_path, "utils.py", PROJECT_UTILS.replace("batch_size=batch_size)", "batch_size=batch_size, pin_memory=True)")
+    )
     code, out, _ = run(capsys, *argv)
     assert counted == ["train.py"] and json.loads(out) == []

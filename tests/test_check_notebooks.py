@@ -18,8 +18,7 @@ FIXED = 'scaler = torch.amp.GradScaler("cuda")\n'
 
 
 def code(source, outputs=None, count=1):
-    return {"cell_type": "code", "execution_count": count, "metadata": {},
-            "outputs": outputs or [], "source": source}
+    return {"cell_type": "code", "execution_count": count, "metadata": {}, "outputs": outputs or [], "source": source}
 
 
 def markdown(text):
@@ -27,8 +26,12 @@ def markdown(text):
 
 
 def notebook(*cells, indent=1) -> str:
-    doc = {"cells": list(cells), "metadata": {"kernelspec": {"name": "python3", "language": "python"}},
-           "nbformat": 4, "nbformat_minor": 5}
+    doc = {
+        "cells": list(cells),
+        "metadata": {"kernelspec": {"name": "python3", "language": "python"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     return json.dumps(doc, indent=indent, ensure_ascii=False) + "\n"
 
 
@@ -43,10 +46,13 @@ def training_notebook() -> str:
         markdown("# Training\n"),
         code(["%matplotlib inline\n", "import torch\n", "!pip install tqdm"]),
         markdown("Scaler:"),
-        code(["model = None\n", DEPRECATED, "x = 1"],
-             outputs=[{"output_type": "stream", "name": "stdout", "text": ["résumé ✓\n"]},
-                      {"output_type": "display_data", "data": {"image/png": "iVBORw0KGgo=\n"},
-                       "metadata": {}}]),
+        code(
+            ["model = None\n", DEPRECATED, "x = 1"],
+            outputs=[
+                {"output_type": "stream", "name": "stdout", "text": ["résumé ✓\n"]},
+                {"output_type": "display_data", "data": {"image/png": "iVBORw0KGgo=\n"}, "metadata": {}},
+            ],
+        ),
         code(["%%bash\n", "echo 'this is not python' (\n"]),
         code("with torch.cuda.amp.autocast():\n    y = 2\n"),
     )
@@ -99,17 +105,25 @@ def test_cells_form_one_program(tmp_path, capsys):
 
 def test_ipython_syntax_is_skipped_and_rows_stay_right(tmp_path, capsys):
     nb = tmp_path / "nb.ipynb"
-    nb.write_text(notebook(code([
-        "import torch\n",
-        "%load_ext autoreload\n",
-        "files = !ls\n",
-        "torch.cuda?\n",
-        "for i in range(2):\n",
-        "    !echo $i\n",
-        "!pip install a \\\n",
-        "    b\n",
-        DEPRECATED,
-    ]), code(["%%writefile x.py\n", "def broken(:\n"]), code(["%%time\n", DEPRECATED])))
+    nb.write_text(
+        notebook(
+            code(
+                [
+                    "import torch\n",
+                    "%load_ext autoreload\n",
+                    "files = !ls\n",
+                    "torch.cuda?\n",
+                    "for i in range(2):\n",
+                    "    !echo $i\n",
+                    "!pip install a \\\n",
+                    "    b\n",
+                    DEPRECATED,
+                ]
+            ),
+            code(["%%writefile x.py\n", "def broken(:\n"]),
+            code(["%%time\n", DEPRECATED]),
+        )
+    )
     code_, out, _ = run(capsys, str(nb))
     assert "TD000" not in out
     assert f"{nb}:cell 1:9:10: TD304" in out
@@ -129,12 +143,15 @@ def test_syntax_error_in_a_cell_is_td000_located_in_that_cell(tmp_path, capsys):
     assert code_ == 1 and f"{nb}:cell 3:2:5: TD000 SyntaxError" in out and "Traceback" not in err
 
 
-@pytest.mark.parametrize("content, reason", [
-    ("{not json", "not valid JSON"),
-    ("[1, 2]", "no 'cells' list"),
-    ('{"cells": [{"cell_type": "code", "source": 3}]}', "neither text nor a list"),
-    (b"\xff\xfe{", "not UTF-8"),
-])
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "no 'cells' list"),
+        ('{"cells": [{"cell_type": "code", "source": 3}]}', "neither text nor a list"),
+        (b"\xff\xfe{", "not UTF-8"),
+    ],
+)
 def test_broken_notebook_is_td000_never_a_traceback(tmp_path, capsys, content, reason):
     nb = tmp_path / "broken.ipynb"
     nb.write_bytes(content if isinstance(content, bytes) else content.encode())
@@ -195,8 +212,9 @@ def test_diff_shows_cells_and_changes_nothing(tmp_path, capsys):
 
 
 def test_fix_that_adds_and_removes_lines_maps_back_to_cells():
-    nb = read_notebook(notebook(
-        code(["import torch\n", "%time x = 1\n"]), markdown("m"), code(["a = 1\n", "b = 2"])).encode())
+    nb = read_notebook(
+        notebook(code(["import torch\n", "%time x = 1\n"]), markdown("m"), code(["a = 1\n", "b = 2"])).encode()
+    )
     assert nb.source == "import torch\npass\na = 1\nb = 2\n"
     changed = nb.cells_after("import os\nimport torch\npass\na = 1\nc = 0\nb = 2\n")
     # Lines added at the top go to the first cell; magic lines come back as they were.
@@ -213,8 +231,7 @@ def test_noqa_works_inside_cells(tmp_path, capsys):
 def test_folder_scan_includes_notebooks_but_not_checkpoints(tmp_path, capsys):
     (tmp_path / "nb.ipynb").write_text(notebook(code(["import torch\n", DEPRECATED])))
     (tmp_path / ".ipynb_checkpoints").mkdir()
-    (tmp_path / ".ipynb_checkpoints" / "nb-checkpoint.ipynb").write_text(
-        notebook(code(["import torch\n", DEPRECATED])))
+    (tmp_path / ".ipynb_checkpoints" / "nb-checkpoint.ipynb").write_text(notebook(code(["import torch\n", DEPRECATED])))
     code_, out, _ = run(capsys, "--output-format", "json", str(tmp_path))
     assert [Path(d["filename"]).name for d in json.loads(out)] == ["nb.ipynb"]
 
@@ -223,7 +240,8 @@ def test_notebook_on_stdin(tmp_path, capsys, monkeypatch):
     import io
     import sys
 
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(
-        notebook(code(["import torch\n", DEPRECATED])).encode())))
+    monkeypatch.setattr(
+        sys, "stdin", io.TextIOWrapper(io.BytesIO(notebook(code(["import torch\n", DEPRECATED])).encode()))
+    )
     code_, out, _ = run(capsys, "--stdin-filename", "nb.ipynb", "-")
     assert code_ == 1 and "nb.ipynb:cell 1:2:10: TD304" in out

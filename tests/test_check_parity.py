@@ -63,10 +63,11 @@ def test_cli_select_overrides_configured_ignore_like_ruff(two_codes, capsys):
 
 def test_selection_flags_repeat_and_accumulate(two_codes, capsys):
     assert codes(capsys, "--select", "TD000", "--select", "TD304", str(two_codes)) == ["TD000", "TD304"]
-    assert codes(capsys, "--select", "TD000,TD304", "--ignore", "TD000", "--ignore", "TD304",
-                 str(two_codes)) == []
-    assert codes(capsys, "--select", "TD000", "--extend-select", "TD1", "--extend-select", "TD304",
-                 str(two_codes)) == ["TD000", "TD304"]
+    assert codes(capsys, "--select", "TD000,TD304", "--ignore", "TD000", "--ignore", "TD304", str(two_codes)) == []
+    assert codes(capsys, "--select", "TD000", "--extend-select", "TD1", "--extend-select", "TD304", str(two_codes)) == [
+        "TD000",
+        "TD304",
+    ]
 
 
 # -- discovery ------------------------------------------------------------------------------------
@@ -135,8 +136,12 @@ def test_stdin_with_stdin_filename(tmp_path, capsys, monkeypatch):
 
 
 def test_stdin_config_per_file_ignores_and_force_exclude_use_the_stdin_filename(tmp_path, capsys, monkeypatch):
-    write(tmp_path, "pyproject.toml", '[tool.traindoctor]\nmin-torch-version = "2.13"\n'
-                                      'per-file-ignores = {"legacy/*" = ["TD304"]}\nextend-exclude = ["gen"]\n')
+    write(
+        tmp_path,
+        "pyproject.toml",
+        '[tool.traindoctor]\nmin-torch-version = "2.13"\n'
+        'per-file-ignores = {"legacy/*" = ["TD304"]}\nextend-exclude = ["gen"]\n',
+    )
     _stdin(monkeypatch, DEPRECATED)
     assert run(capsys, "--stdin-filename", str(tmp_path / "legacy" / "t.py"), "-")[0] == 0
     _stdin(monkeypatch, DEPRECATED)
@@ -148,9 +153,21 @@ def test_stdin_config_per_file_ignores_and_force_exclude_use_the_stdin_filename(
 
 def test_stdin_fix_prints_the_fixed_source(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "traindoctor", "check", "--min-torch-version", "2.13", "--fix",
-         "--stdin-filename", "t.py", "-"],
-        input=DEPRECATED.encode(), capture_output=True, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "traindoctor",
+            "check",
+            "--min-torch-version",
+            "2.13",
+            "--fix",
+            "--stdin-filename",
+            "t.py",
+            "-",
+        ],
+        input=DEPRECATED.encode(),
+        capture_output=True,
+        cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": SRC},
     )
     assert proc.returncode == 0, proc.stderr
@@ -166,18 +183,21 @@ def test_file_level_noqa(tmp_path, capsys):
     assert run(capsys, "--min-torch-version", "2.13", str(path))[0] == 0
     path.write_text("# traindoctor: noqa: TD1\n" + DEPRECATED)
     assert "TD304" in run(capsys, "--min-torch-version", "2.13", str(path))[1]
-    # Only a comment line of its own counts, as ruff's `# ruff: noqa`.
+    # Only a comment line of its own counts, as ruff's file-level noqa comment.
     path.write_text(DEPRECATED.rstrip("\n") + "  # traindoctor: noqa\n")
     assert "TD304" in run(capsys, "--min-torch-version", "2.13", str(path))[1]
 
 
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="needs an interpreter older than 3.12")
-@pytest.mark.parametrize("source, feature", [
-    ("type Batch = list[int]\n", "`type` aliases"),
-    ("def first[T](xs: list[T]) -> T:\n    return xs[0]\n", "type parameter lists"),
-    ("class Box[T]:\n    pass\n", "type parameter lists"),
-    ('x = {"a": 1}\nprint(f"{x["a"]}")\n', "f-strings"),
-])
+@pytest.mark.parametrize(
+    "source, feature",
+    [
+        ("type Batch = list[int]\n", "`type` aliases"),
+        ("def first[T](xs: list[T]) -> T:\n    return xs[0]\n", "type parameter lists"),
+        ("class Box[T]:\n    pass\n", "type parameter lists"),
+        ('x = {"a": 1}\nprint(f"{x["a"]}")\n', "f-strings"),
+    ],
+)
 def test_newer_python_grammar_gets_a_message_that_says_so(tmp_path, capsys, source, feature):
     path = write(tmp_path, "new.py", source)
     code, out, err = run(capsys, str(path))

@@ -134,8 +134,13 @@ def test_json_fields_follow_ruff(project, capsys):
 
 def _finding_with_fix() -> Finding:
     return Finding(
-        code="TD101", name="pin-memory-off", severity=Severity.WARNING, message="Pass it.",
-        filename="train.py", location=Location(3, 5), end_location=Location(3, 20),
+        code="TD101",
+        name="pin-memory-off",
+        severity=Severity.WARNING,
+        message="Pass it.",
+        filename="train.py",
+        location=Location(3, 5),
+        end_location=Location(3, 20),
         origin=Origin.STATIC,
         fix=Fix("Pass `pin_memory=True`", (Edit(", pin_memory=True", Location(3, 19), Location(3, 19)),)),
     )
@@ -147,8 +152,15 @@ def test_sarif_is_valid_against_schema(project, capsys):
     doc = json.loads(out)
     jsonschema.validate(doc, schema)
     runtime = Finding(
-        code="TD102", name="loader-in-main-process", severity=Severity.WARNING, message="m.",
-        filename="", location=None, origin=Origin.RUNTIME, evidence={"data_wait_share": 0.5}, step=3,
+        code="TD102",
+        name="loader-in-main-process",
+        severity=Severity.WARNING,
+        message="m.",
+        filename="",
+        location=None,
+        origin=Origin.RUNTIME,
+        evidence={"data_wait_share": 0.5},
+        step=3,
     )
     doc = sarif.build([_finding_with_fix(), runtime])
     jsonschema.validate(doc, schema)
@@ -198,13 +210,18 @@ def test_static_checker_never_imports_torch(project):
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     src = str(Path(__file__).resolve().parent.parent / "src")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"}
+    )
     assert proc.returncode == 0, proc.stderr
 
 
 def test_module_entry_point(project):
     src = str(Path(__file__).resolve().parent.parent / "src")
-    proc = subprocess.run([sys.executable, "-m", "traindoctor", "check", str(project)],
-                          capture_output=True, text=True, env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "traindoctor", "check", str(project)],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 1 and "TD000" in proc.stdout and "Traceback" not in proc.stderr

@@ -28,7 +28,9 @@ class LoaderNoWorkers(Rule):
         for call in ctx.calls_to("torch.utils.data.DataLoader"):
             value = ctx.arg_value(call, "num_workers", default=0)
             if value == 0:
-                yield ctx.report(self, call, "No workers.", fix=ctx.fix_add_keyword(call, "num_workers=2", "Add workers"))
+                yield ctx.report(
+                    self, call, "No workers.", fix=ctx.fix_add_keyword(call, "num_workers=2", "Add workers")
+                )
 
 
 def run(src: str, **kw):
@@ -180,7 +182,7 @@ def test_noqa(suffix, suppressed):
 def test_bad_input_is_one_td000_finding(data, needle):
     result = check_source(data, "bad.py", Settings(), [LoaderNoWorkers()])
     assert [f.code for f in result.findings] == ["TD000"]
-    assert needle in result.findings[0].message or needle == "nested" and "nest" in result.findings[0].message
+    assert needle in result.findings[0].message or (needle == "nested" and "nest" in result.findings[0].message)
 
 
 def test_deeply_nested_expression_is_reported_not_raised():
@@ -190,7 +192,9 @@ def test_deeply_nested_expression_is_reported_not_raised():
 
 
 def test_latin1_file_with_cookie_parses():
-    data = "# -*- coding: latin-1 -*-\nfrom torch.utils.data import DataLoader\nname = 'café'\nDataLoader(ds)\n".encode("latin-1")
+    data = "# -*- coding: latin-1 -*-\nfrom torch.utils.data import DataLoader\nname = 'café'\nDataLoader(ds)\n".encode(
+        "latin-1"
+    )
     result = check_source(data, "l.py", Settings(), [LoaderNoWorkers()])
     assert [f.location.row for f in result.findings] == [4]
 

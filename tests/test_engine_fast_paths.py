@@ -23,7 +23,7 @@ from traindoctor.static.engine import _TRAINING_WORDS, _WordTest, check_source, 
 from traindoctor.static.names import CANONICAL
 from traindoctor.static.project import ProjectView, import_bindings, project_for
 
-TRAINING_SCRIPT = '''\
+TRAINING_SCRIPT = """\
 import torch
 from torch.utils.data import DataLoader
 from torch.cuda.amp import autocast as ac
@@ -45,7 +45,7 @@ def main():
             opt.step()
         print(f"{epoch:>3} {loss.item():.3f}", f"a{b}c{c!r:>{a}}d")
         torch.save({"model": model.state_dict()}, "ckpt.pt")
-'''
+"""
 
 
 def ctx_of(src: str) -> FileContext:
@@ -69,8 +69,16 @@ def test_rules_without_a_check_of_their_own_do_not_count_as_active():
 
 def test_nodes_come_in_source_order_with_ties_kept_in_walk_order():
     ctx = ctx_of(TRAINING_SCRIPT)
-    for kinds in [(ast.Constant,), (ast.Call,), (ast.Name,), (ast.comprehension,), (ast.withitem,),
-                  (ast.With, ast.For), (ast.Call, ast.Attribute, ast.keyword), (ast.arguments, ast.arg)]:
+    for kinds in [
+        (ast.Constant,),
+        (ast.Call,),
+        (ast.Name,),
+        (ast.comprehension,),
+        (ast.withitem,),
+        (ast.With, ast.For),
+        (ast.Call, ast.Attribute, ast.keyword),
+        (ast.arguments, ast.arg),
+    ]:
         expected: list[ast.AST] = []
         for kind in kinds:
             expected.extend(ctx.nodes.get(kind, ()))  # the walk's order, before any sort
@@ -137,8 +145,13 @@ def test_a_checked_file_s_tree_is_freed_without_the_cycle_collector(tmp_path):
     rules = instantiate(Settings().enabled_codes())
     tree = ast.parse(TRAINING_SCRIPT)
     ref = weakref.ref(tree)
-    ctx = FileContext(str(path), TRAINING_SCRIPT, tree, Settings(),
-                      project=lambda c: __import__("traindoctor.static.project", fromlist=["x"]).view_for(c))
+    ctx = FileContext(
+        str(path),
+        TRAINING_SCRIPT,
+        tree,
+        Settings(),
+        project=lambda c: __import__("traindoctor.static.project", fromlist=["x"]).view_for(c),
+    )
     del tree
     gc.disable()
     try:

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from benchmark_scripts import benchmark_module
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,8 +26,13 @@ def test_without_cuda_it_says_it_needs_a_gpu_and_exits_0(tmp_path: Path, gpu_che
 
     if torch.cuda.is_available():  # pragma: no cover - a GPU machine runs the real check
         pytest.skip("CUDA is available here: the check would really run")
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--json", "r.json", "--markdown", "r.md"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--json", "r.json", "--markdown", "r.md"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == gpu_check.NEEDS_GPU
     assert "needs an NVIDIA GPU" in proc.stdout and "make gpu-check" in proc.stdout
@@ -37,8 +41,17 @@ def test_without_cuda_it_says_it_needs_a_gpu_and_exits_0(tmp_path: Path, gpu_che
 
 def test_workloads_rehearsed_on_cpu_report_no_gpu_only_finding(tmp_path: Path, gpu_check, capsys) -> None:
     checks = "check_td101,check_td201_td306,check_td301_td302,check_td401_td402,check_tune"
-    code = gpu_check.main(["--rehearse-on-cpu", "--only", checks, "--json", str(tmp_path / "r.json"),
-                           "--markdown", str(tmp_path / "r.md")])
+    code = gpu_check.main(
+        [
+            "--rehearse-on-cpu",
+            "--only",
+            checks,
+            "--json",
+            str(tmp_path / "r.json"),
+            "--markdown",
+            str(tmp_path / "r.md"),
+        ]
+    )
     report = json.loads((tmp_path / "r.json").read_text())
     assert code == 0, report
     assert report["header"]["rehearsal"] is True and report["failed"] == 0
@@ -65,8 +78,9 @@ def test_a_failing_check_makes_the_exit_code_1(tmp_path: Path, gpu_check, monkey
         return [gpu_check._timed("missed", "v", ctx.expect("TD101", gpu_only=False), lambda: ([], {}))]
 
     monkeypatch.setattr(gpu_check, "CHECKS", [broken, missed])
-    code = gpu_check.main(["--rehearse-on-cpu", "--json", str(tmp_path / "r.json"),
-                           "--markdown", str(tmp_path / "r.md")])
+    code = gpu_check.main(
+        ["--rehearse-on-cpu", "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md")]
+    )
     assert code == 1
     results = json.loads((tmp_path / "r.json").read_text())["results"]
     assert results[0]["error"] == "RuntimeError: boom" and results[1]["passed"] is False

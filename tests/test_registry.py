@@ -33,7 +33,11 @@ def test_rule_metadata_matches_catalog(row):
     rule = get_rule(code)
     assert rule is not None
     assert (rule.name, rule.static, rule.runtime, rule.severity.value, rule.gpu_only) == (
-        name, static, runtime, severity, gpu
+        name,
+        static,
+        runtime,
+        severity,
+        gpu,
     )
 
 
@@ -69,10 +73,23 @@ def test_every_runtime_rule_has_a_monitor_and_only_those():
         assert monitor.__module__ == monitor.rule.__module__  # one rule, one module
 
 
-@pytest.mark.parametrize("text", [
-    "", "\n", "  a\n    b\n  c", "\ta\n\t\tb", "\ta\n  b", "  a\n \n\t \n  b\n", "   x", "x\n  y",
-    "  a\n  \n  b  \n", " \t a\n \t b", "  a\r\n  b\r\n", "\n\n    def f():\n        pass\n    ",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "\n",
+        "  a\n    b\n  c",
+        "\ta\n\t\tb",
+        "\ta\n  b",
+        "  a\n \n\t \n  b\n",
+        "   x",
+        "x\n  y",
+        "  a\n  \n  b  \n",
+        " \t a\n \t b",
+        "  a\r\n  b\r\n",
+        "\n\n    def f():\n        pass\n    ",
+    ],
+)
 def test_rule_examples_dedent_like_textwrap(text):
     import textwrap
 

@@ -89,9 +89,5 @@ def test_invalid_example_fix(rule, example):
 
 def test_every_static_rule_has_enough_examples():
     """The issue asks for at least three realistic positives and three negatives per rule."""
-    thin = [
-        r.code
-        for r in all_rules()
-        if r.static and r.code != "TD000" and (len(r.invalid) < 3 or len(r.valid) < 3)
-    ]
+    thin = [r.code for r in all_rules() if r.static and r.code != "TD000" and (len(r.invalid) < 3 or len(r.valid) < 3)]
     assert thin == []

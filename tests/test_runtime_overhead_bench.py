@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from benchmark_scripts import benchmark_module
 
 
@@ -42,7 +41,7 @@ def test_a_script_without_marks_has_no_split(tmp_path: Path, bench) -> None:
 def test_mean_ci_uses_students_t(bench) -> None:
     mean, half = bench.mean_ci([1.0, 2.0, 3.0])
     assert mean == 2.0
-    assert half == pytest.approx(4.303 * 1.0 / 3 ** 0.5)
+    assert half == pytest.approx(4.303 * 1.0 / 3**0.5)
 
 
 def test_layout_options_set_the_same_environment_for_both_sides(bench, monkeypatch) -> None:
@@ -59,6 +58,7 @@ def test_layout_options_set_the_same_environment_for_both_sides(bench, monkeypat
 def test_a_huge_page_child_gets_the_setting(tmp_path: Path, bench) -> None:
     # what torch reads at allocation time reaches the child process
     (tmp_path / "show.py").write_text(
-        "import os\nopen('seen.txt', 'w').write(os.environ.get('THP_MEM_ALLOC_ENABLE', '-'))\n")
+        "import os\nopen('seen.txt', 'w').write(os.environ.get('THP_MEM_ALLOC_ENABLE', '-'))\n"
+    )
     bench._child_times([sys.executable, "show.py"], str(tmp_path), bench._env(huge_pages=True))
     assert (tmp_path / "seen.txt").read_text() == "1"

@@ -68,10 +68,15 @@ class JpegDataset(Dataset):
 
 def model() -> nn.Module:
     return nn.Sequential(
-        nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU(),
-        nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.ReLU(),
-        nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(), nn.Linear(32, 10),
+        nn.Conv2d(3, 8, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(8, 16, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, 10),
     )
 
 
@@ -85,8 +90,13 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.manual_seed(0)
     dataset = JpegDataset(make_jpegs(args.images))
-    loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True,
-                        num_workers=args.num_workers, persistent_workers=args.num_workers > 0)
+    loader = DataLoader(
+        dataset,
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.num_workers,
+        persistent_workers=args.num_workers > 0,
+    )
     net = model()
     optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
     for epoch in range(args.epochs):

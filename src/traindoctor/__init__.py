@@ -11,7 +11,7 @@ from traindoctor.finding import Edit, Finding, Fix, Location, Origin, Severity
 
 __version__ = "0.1.0"
 
-__all__ = ["Edit", "Finding", "Fix", "Location", "Origin", "Severity", "watch", "__version__"]
+__all__ = ["Edit", "Finding", "Fix", "Location", "Origin", "Severity", "__version__", "watch"]
 
 
 def __getattr__(name: str) -> Any:

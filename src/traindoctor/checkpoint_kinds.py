@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 CHECKPOINT = "checkpoint"
 EXPORT = "export"

@@ -13,7 +13,7 @@ import argparse
 import importlib
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from traindoctor import __version__
 
@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(argv)
     except BrokenPipeError:  # `traindoctor rules | head`
         try:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+            sys.stdout = open(os.devnull, "w")
         except OSError:
             pass
         return EXIT_OK
@@ -105,8 +105,12 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
             data = [
                 {
-                    "code": r.code, "name": r.name, "severity": r.severity.value,
-                    "summary": r.summary, "origins": r.origins(), "gpu_only": r.gpu_only,
+                    "code": r.code,
+                    "name": r.name,
+                    "severity": r.severity.value,
+                    "summary": r.summary,
+                    "origins": r.origins(),
+                    "gpu_only": r.gpu_only,
                     "fix": r.fixable,
                 }
                 for r in all_rules()

@@ -11,15 +11,32 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 DEFAULT_EXCLUDE = (
-    ".git", ".hg", ".svn", ".venv", "venv", ".env", "env", "__pycache__", "build", "dist",
-    "node_modules", ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache",
-    "site-packages", ".eggs", "*.egg-info",
+    ".git",
+    ".hg",
+    ".svn",
+    ".venv",
+    "venv",
+    ".env",
+    "env",
+    "__pycache__",
+    "build",
+    "dist",
+    "node_modules",
+    ".tox",
+    ".nox",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    "site-packages",
+    ".eggs",
+    "*.egg-info",
 )
 
 
@@ -106,7 +123,7 @@ class Settings:
                 out.extend(codes)
         return out
 
-    def with_overrides(self, **changes: Any) -> "Settings":
+    def with_overrides(self, **changes: Any) -> Settings:
         clean = {k: v for k, v in changes.items() if v is not None}
         new = dataclasses.replace(self, **clean)
         new.__dict__.pop("min_torch", None)

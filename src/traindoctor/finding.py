@@ -9,8 +9,9 @@ ruff's JSON output where ruff has an equivalent (``code``, ``message``, ``filena
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any
 
 DOCS_URL = "https://traindoctor.dev/rules/{code}"
 
@@ -132,7 +133,7 @@ class Finding:
         loc = self.location or Location(0, 0)
         return (self.filename, self.cell or 0, loc.row, loc.column, self.code, self.message)
 
-    def with_(self, **changes: Any) -> "Finding":
+    def with_(self, **changes: Any) -> Finding:
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:

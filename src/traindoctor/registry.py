@@ -10,12 +10,12 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
-from functools import lru_cache
+from collections.abc import Iterable
+from functools import cache
 from types import ModuleType
-from typing import Iterable, TypeVar
+from typing import TypeVar
 
 from traindoctor.rules.base import Rule
-
 
 T = TypeVar("T")
 
@@ -71,7 +71,7 @@ def _iter_rule_modules() -> Iterable[str]:
                 yield f"{pkg.__name__}.{topic}.{stem}"
 
 
-@lru_cache(maxsize=None)
+@cache
 def all_rules() -> tuple[type[Rule], ...]:
     """Every rule class, sorted by code. Each code appears exactly once."""
     found: dict[str, type[Rule]] = {}
@@ -85,7 +85,7 @@ def all_rules() -> tuple[type[Rule], ...]:
     return tuple(found[c] for c in sorted(found))
 
 
-@lru_cache(maxsize=None)
+@cache
 def rules_by_code() -> dict[str, type[Rule]]:
     return {r.code: r for r in all_rules()}
 

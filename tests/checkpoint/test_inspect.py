@@ -33,8 +33,7 @@ def _codes(path) -> list[str]:
 
 def test_full_traindoctor_checkpoint_is_safe_and_resumable(tmp_path, capsys):
     model, opt, sched = _model_and_optimizer(scheduler=True)
-    path = checkpoint.save(tmp_path / "ck.pt", model=model, optimizer=opt, scheduler=sched,
-                           step=7, epoch=1)
+    path = checkpoint.save(tmp_path / "ck.pt", model=model, optimizer=opt, scheduler=sched, step=7, epoch=1)
     assert main(["inspect", str(path)]) == 0
     out = capsys.readouterr().out
     assert "safety: safe" in out
@@ -43,8 +42,7 @@ def test_full_traindoctor_checkpoint_is_safe_and_resumable(tmp_path, capsys):
     assert "state for 4 param(s) (exp_avg, exp_avg_sq, step)" in out
     assert "group 0: params=4 lr=0.001 initial_lr=0.001 betas=(0.9, 0.999)" in out
     assert re.search(r"^  model\.0\.weight +float32 +\[3, 4\] +48 B$", out, re.M)
-    assert "RNG states: torch CPU present, CUDA not needed (no CUDA tensors), NumPy present, " \
-           "Python present" in out
+    assert "RNG states: torch CPU present, CUDA not needed (no CUDA tensors), NumPy present, Python present" in out
     assert out.rstrip().endswith("nothing missing found")
 
 
@@ -66,20 +64,19 @@ def test_model_only_checkpoint_reports_td501_and_td504(tmp_path, capsys):
 def test_scheduler_evidence_without_scheduler_state_reports_td502(tmp_path):
     model, opt, _ = _model_and_optimizer(scheduler=True)  # sets initial_lr in the groups
     path = tmp_path / "ck.pt"
-    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                "rng": torch.get_rng_state()}, path)
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "rng": torch.get_rng_state()}, path)
     assert _codes(path) == ["TD502"]
     model, opt, _ = _model_and_optimizer(scheduler=False)  # no scheduler: nothing to miss
-    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                "rng": torch.get_rng_state()}, path)
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "rng": torch.get_rng_state()}, path)
     assert _codes(path) == []
 
 
 def test_empty_scaler_entry_reports_td503(tmp_path):
     model, opt, _ = _model_and_optimizer()
     path = tmp_path / "ck.pt"
-    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scaler": {},
-                "rng": torch.get_rng_state()}, path)
+    torch.save(
+        {"model": model.state_dict(), "optimizer": opt.state_dict(), "scaler": {}, "rng": torch.get_rng_state()}, path
+    )
     assert _codes(path) == ["TD503"]
 
 
@@ -87,6 +84,7 @@ def _evil_class(marker):
     class Evil:
         def __reduce__(self):
             return (os.system, (f"touch {marker}",))
+
     return Evil
 
 
@@ -94,8 +92,7 @@ def test_malicious_checkpoint_is_reported_and_its_command_never_runs(tmp_path, c
     marker = tmp_path / "pwned"
     model, opt, _ = _model_and_optimizer()
     path = tmp_path / "evil.pt"
-    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                "payload": _evil_class(marker)()}, path)
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "payload": _evil_class(marker)()}, path)
     assert main(["inspect", str(path)]) == 1
     out = capsys.readouterr().out
     system = f"{os.system.__module__}.system"  # posix.system on Linux
@@ -125,11 +122,14 @@ def test_unknown_module_is_never_imported(tmp_path):
     assert "td_c1_no_such_module" not in sys.modules
 
 
-@pytest.mark.parametrize("content, message", [
-    (None, "truncated"),
-    (b"", "empty file"),
-    (b"hello world", "not a torch checkpoint"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "truncated"),
+        (b"", "empty file"),
+        (b"hello world", "not a torch checkpoint"),
+    ],
+)
 def test_unreadable_files_get_a_clear_error_and_exit_2(tmp_path, capsys, content, message):
     path = tmp_path / "bad.pt"
     if content is None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import pickle
-from pathlib import Path
 
 import pytest
 import torch
@@ -28,8 +27,16 @@ def test_whole_pickled_module_lists_its_tensors_and_the_classes_it_would_import(
     torch.save(Net(), path)
     result = inspect_checkpoint(path)
     assert [k for k, _ in result.tensors] == [
-        "a.weight", "a.bias", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var",
-        "bn.num_batches_tracked", "b.weight", "b.bias"]
+        "a.weight",
+        "a.bias",
+        "bn.weight",
+        "bn.bias",
+        "bn.running_mean",
+        "bn.running_var",
+        "bn.num_batches_tracked",
+        "b.weight",
+        "b.bias",
+    ]
     assert dict(result.tensors)["a.weight"].shape == (8, 4)
     assert f"{__name__}.Net" in result.imports
     assert "torch.nn.modules.batchnorm.BatchNorm1d" in result.imports
@@ -56,8 +63,7 @@ def test_hand_written_dcp_save_of_model_only_is_td501_and_td504(tmp_path, capsys
     dcp.save({"model": model.state_dict()}, checkpoint_id=tmp_path / "ck", no_dist=True)
     result = inspect_checkpoint(tmp_path / "ck")
     assert result.format.startswith("DCP directory")
-    assert [k for k, _ in result.tensors] == ["model.0.weight", "model.0.bias",
-                                              "model.1.weight", "model.1.bias"]
+    assert [k for k, _ in result.tensors] == ["model.0.weight", "model.0.bias", "model.1.weight", "model.1.bias"]
     assert {f.code for f in result.findings} == {"TD501", "TD504"}
     assert result.ranks[1].startswith("rank 0: __0_0.distcp, 4 item(s)")
     assert ckpt_main(["inspect", str(tmp_path / "ck")]) == 1
@@ -71,7 +77,7 @@ def test_dcp_save_with_optimizer_is_td502_without_scheduler_and_td504_without_rn
     result = inspect_checkpoint(tmp_path / "ck")
     assert {c.kind for c in result.components} == {"model", "optimizer"}
     assert {f.code for f in result.findings} == {"TD502", "TD504"}
-    assert ("optim.state.0.weight.exp_avg" in dict(result.tensors))
+    assert "optim.state.0.weight.exp_avg" in dict(result.tensors)
 
 
 def test_traindoctor_sharded_checkpoint_written_by_one_process_is_complete(tmp_path):
@@ -83,8 +89,14 @@ def test_traindoctor_sharded_checkpoint_written_by_one_process_is_complete(tmp_p
     model_sd, optim_sd = get_state_dict(model, opt)
     folder = tmp_path / "ck"
     dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=folder, no_dist=True)
-    torch.save({"format": sharded.SHARDED_FORMAT, "step": 4, "scheduler": {
-        "last_epoch": 1, "base_lrs": [0.1], "_last_lr": [0.1]}}, folder / sharded.COMMON_FILE)
+    torch.save(
+        {
+            "format": sharded.SHARDED_FORMAT,
+            "step": 4,
+            "scheduler": {"last_epoch": 1, "base_lrs": [0.1], "_last_lr": [0.1]},
+        },
+        folder / sharded.COMMON_FILE,
+    )
     torch.save({"rank": 0, "rng": capture_rng()}, folder / "rank_0.pt")
     (folder / sharded.MANIFEST).write_text(json.dumps({"world_size": 1, "step": 4}))
     result = inspect_checkpoint(folder)
@@ -115,9 +127,8 @@ def test_a_crafted_metadata_is_reported_and_never_run(tmp_path, capsys):
         inspect_checkpoint(folder)
     from traindoctor import checkpoint
 
-    with pytest.raises(ValueError, match="builtins.print.*refusing to unpickle"):
-        checkpoint.load(folder, model=torch.nn.Sequential(torch.nn.Linear(4, 8),
-                                                          torch.nn.Linear(8, 1)))
+    with pytest.raises(ValueError, match=r"builtins\.print.*refusing to unpickle"):
+        checkpoint.load(folder, model=torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1)))
     assert "PWNED" not in capsys.readouterr().out
 
 

@@ -45,8 +45,16 @@ def test_save_then_load_restores_everything_and_continues_bit_exactly(tmp_path):
     model, opt, sched, scaler = _train_objects()
     for _ in range(3):
         _step(model, opt, sched, scaler)
-    path = checkpoint.save(tmp_path / "ck.pt", model=model, optimizer=opt, scheduler=sched,
-                           scaler=scaler, step=3, epoch=0, extra={"best": 0.5})
+    path = checkpoint.save(
+        tmp_path / "ck.pt",
+        model=model,
+        optimizer=opt,
+        scheduler=sched,
+        scaler=scaler,
+        step=3,
+        epoch=0,
+        extra={"best": 0.5},
+    )
     expected = [_step(model, opt, sched, scaler) for _ in range(3)]
     expected_weights = {k: v.clone() for k, v in model.state_dict().items()}
 
@@ -57,8 +65,7 @@ def test_save_then_load_restores_everything_and_continues_bit_exactly(tmp_path):
     info = checkpoint.load(path, model=model2, optimizer=opt2, scheduler=sched2, scaler=scaler2)
     assert (info.step, info.epoch, info.extra) == (3, 0, {"best": 0.5})
     assert info.missing == []
-    assert {"model", "optimizer", "scheduler", "scaler", "rng:torch", "rng:numpy",
-            "rng:python"} <= set(info.restored)
+    assert {"model", "optimizer", "scheduler", "scaler", "rng:torch", "rng:numpy", "rng:python"} <= set(info.restored)
     got = [_step(model2, opt2, sched2, scaler2) for _ in range(3)]
     assert got == expected
     for key, value in model2.state_dict().items():
@@ -68,8 +75,7 @@ def test_save_then_load_restores_everything_and_continues_bit_exactly(tmp_path):
 def test_checkpoint_loads_with_weights_only_and_holds_plain_rng_state(tmp_path):
     model, opt, sched, scaler = _train_objects()
     _step(model, opt, sched, scaler)
-    path = checkpoint.save(tmp_path / "ck.pt", model=model, optimizer=opt, scheduler=sched,
-                           scaler=scaler, step=1)
+    path = checkpoint.save(tmp_path / "ck.pt", model=model, optimizer=opt, scheduler=sched, scaler=scaler, step=1)
     data = torch.load(path, weights_only=True)
     assert data["format"] == "traindoctor.checkpoint/1"
     assert data["rng"]["torch"].dtype == torch.uint8
@@ -104,8 +110,7 @@ def test_keep_last_rotates_numbered_and_plain_names(tmp_path):
     for step in range(4):
         checkpoint.save(plain / "last.pt", model=model, step=step, keep_last=3)
     assert sorted(p.name for p in plain.iterdir()) == ["last.pt", "last.pt.1", "last.pt.2"]
-    steps = [torch.load(plain / n, weights_only=True)["step"] for n in ("last.pt", "last.pt.1",
-                                                                        "last.pt.2")]
+    steps = [torch.load(plain / n, weights_only=True)["step"] for n in ("last.pt", "last.pt.1", "last.pt.2")]
     assert steps == [3, 2, 1]
 
 
@@ -113,8 +118,7 @@ def test_resumable_loader_resumes_mid_epoch_with_workers_bit_exactly():
     data = TensorDataset(torch.arange(36).float().unsqueeze(1))
 
     def make():
-        return checkpoint.ResumableLoader(data, batch_size=4, shuffle=True, seed=7,
-                                          num_workers=2)
+        return checkpoint.ResumableLoader(data, batch_size=4, shuffle=True, seed=7, num_workers=2)
 
     reference = []
     full = make()
@@ -180,8 +184,7 @@ def test_sigkill_during_save_leaves_the_previous_checkpoint_loadable(tmp_path):
     script.write_text(KILLED_WRITER)
     path = tmp_path / "ck" / "last.pt"
     env = dict(os.environ, PYTHONPATH=SRC)
-    proc = subprocess.Popen([sys.executable, str(script), str(path)], stdout=subprocess.PIPE,
-                            env=env)
+    proc = subprocess.Popen([sys.executable, str(script), str(path)], stdout=subprocess.PIPE, env=env)
     try:
         line = proc.stdout.readline()
         assert line.strip() == b"HALF-WRITTEN"
@@ -192,7 +195,7 @@ def test_sigkill_during_save_leaves_the_previous_checkpoint_loadable(tmp_path):
     assert proc.returncode == -signal.SIGKILL
     partial = [p for p in path.parent.iterdir() if p.name != "last.pt"]
     assert len(partial) == 1 and ".tmp-" in partial[0].name
-    with pytest.raises(CheckpointReadError, match="truncated|corrupt"):
+    with pytest.raises(CheckpointReadError, match=r"truncated|corrupt"):
         inspect_checkpoint(partial[0])
     assert torch.load(path, weights_only=True)["step"] == 1
     model = torch.nn.Linear(64, 64)

@@ -29,9 +29,24 @@ def torchrun(out: Path, *args: str, nproc: int = 2) -> subprocess.CompletedProce
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
     return subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-         str(nproc), str(SCRIPT), "--out", str(out), *args],
-        capture_output=True, text=True, timeout=240, env=env, cwd=out)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            str(nproc),
+            str(SCRIPT),
+            "--out",
+            str(out),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        cwd=out,
+    )
 
 
 def result(out: Path, rank: int = 0) -> dict:
@@ -74,8 +89,14 @@ def crash_and_resume(tmp_path: Path, kind: str, *extra: str) -> tuple[Path, Path
     manifest = json.loads((ckpt / "traindoctor.json").read_text())
     assert manifest["step"] == 5 and manifest["world_size"] == 2
     assert sorted(p.name for p in ckpt.iterdir()) == [
-        ".metadata", "__0_0.distcp", "__1_0.distcp", "rank_0.pt", "rank_1.pt",
-        "train_state.pt", "traindoctor.json"]
+        ".metadata",
+        "__0_0.distcp",
+        "__1_0.distcp",
+        "rank_0.pt",
+        "rank_1.pt",
+        "train_state.pt",
+        "traindoctor.json",
+    ]
     leftovers = [p.name for p in ckpt.parent.iterdir() if p.name != "last"]
     assert len(leftovers) == 1 and leftovers[0].startswith(".last.tmp-")
     resumed = tmp_path / "resumed"
@@ -97,8 +118,7 @@ def test_fsdp2_resumes_bit_identically_after_a_kill_and_reshards_to_one_rank(tmp
     # 2 ranks -> 1 rank: DCP reshards the weights and Adam moments; the loader deals out the
     # rest of the interrupted epoch to the single rank.
     one = tmp_path / "one_rank"
-    proc = torchrun(one, "--kind", "fsdp", "--resume", str(crashed / "ckpt" / "last"),
-                    "--check-errors", nproc=1)
+    proc = torchrun(one, "--kind", "fsdp", "--resume", str(crashed / "ckpt" / "last"), "--check-errors", nproc=1)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = result(one)
     assert res["world"] == 1 and res["resumed_from"] == 5
@@ -109,8 +129,10 @@ def test_fsdp2_resumes_bit_identically_after_a_kill_and_reshards_to_one_rank(tmp
     assert res["steps"][6] == 12 and res["seen"][6] != res["seen"][0]  # epoch 2 began
     assert "restored" in res and "loader" in res["restored"] and "rng:torch" in res["restored"]
     assert "without a process group" not in res["save_error"]
-    assert "model (FSDPSequential): parameter '0.weight' is a DTensor but torch.distributed " \
-           "has no process group" in res["save_error"]
+    assert (
+        "model (FSDPSequential): parameter '0.weight' is a DTensor but torch.distributed "
+        "has no process group" in res["save_error"]
+    )
     assert not (one / "late").exists()
 
 
@@ -118,7 +140,6 @@ def test_ddp_async_save_resumes_bit_identically_after_a_kill(tmp_path):
     crashed, _ = crash_and_resume(tmp_path, "ddp", "--async")
     manifest = json.loads((crashed / "ckpt" / "last" / "traindoctor.json").read_text())
     assert manifest["async"] is True and manifest["model_class"] == "DistributedDataParallel"
-
 
 
 def _loaders(world: int, consumed: int = 0) -> list[ResumableLoader]:
@@ -183,8 +204,11 @@ def test_commit_renames_into_place_and_keep_last_rotates_directories(tmp_path):
     for step in (1, 2, 3):
         _commit(_fake_tmp(tmp_path, "last", step), tmp_path / "last", {"step": step}, 3)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last", "last.1", "last.2"]
-    assert [json.loads((tmp_path / n / MANIFEST).read_text())["step"]
-            for n in ("last", "last.1", "last.2")] == [3, 2, 1]
+    assert [json.loads((tmp_path / n / MANIFEST).read_text())["step"] for n in ("last", "last.1", "last.2")] == [
+        3,
+        2,
+        1,
+    ]
     for step in (10, 20, 30):
         dest = tmp_path / "run" / f"step_{step:06d}"
         dest.parent.mkdir(exist_ok=True)
@@ -210,13 +234,23 @@ def test_a_position_that_cannot_move_to_another_world_size_is_named(tmp_path):
     for rank in (0, 1):
         torch.save({"sampler": plain}, tmp_path / f"rank_{rank}.pt")
     message = _load_resharded_position(tmp_path, "sampler", sampler, 2, 1)
-    assert message.startswith("sampler (DistributedSampler): its position cannot be moved from "
-                              "2 to 1 rank(s)")
+    assert message.startswith("sampler (DistributedSampler): its position cannot be moved from 2 to 1 rank(s)")
     assert sampler.epoch == 3  # the epoch still carries over
     loader = ResumableLoader(data, batch_size=2)
     for rank, done in ((0, 4), (1, 6)):
-        torch.save({"loader": {"kind": "ResumableLoader", "epoch": 0, "global_samples_done": done,
-                               "world_size": 2, "samples_done": done // 2, "seed": 0,
-                               "batch_size": 2}}, tmp_path / f"rank_{rank}.pt")
+        torch.save(
+            {
+                "loader": {
+                    "kind": "ResumableLoader",
+                    "epoch": 0,
+                    "global_samples_done": done,
+                    "world_size": 2,
+                    "samples_done": done // 2,
+                    "seed": 0,
+                    "batch_size": 2,
+                }
+            },
+            tmp_path / f"rank_{rank}.pt",
+        )
     message = _load_resharded_position(tmp_path, "loader", loader, 2, 1)
     assert "the 2 ranks were at different positions" in message

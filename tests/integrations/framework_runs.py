@@ -32,7 +32,8 @@ def need(*modules: str) -> None:
             pytest.skip(
                 f"{name} cannot be imported ({exc}); `make test` installs the framework test "
                 "dependencies: pip install -e '.[dev,frameworks]' -c constraints.txt",
-                allow_module_level=True)
+                allow_module_level=True,
+            )
 
 
 @dataclass
@@ -52,9 +53,16 @@ class Run:
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-                "TOKENIZERS_PARALLELISM": "false", "PYTHONWARNINGS": "ignore",
-                "CUDA_VISIBLE_DEVICES": ""})
+    env.update(
+        {
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONWARNINGS": "ignore",
+            "CUDA_VISIBLE_DEVICES": "",
+        }
+    )
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
     return env
 
@@ -71,10 +79,11 @@ class Pending:
         self.proc: subprocess.Popen | None = None
         self._run: Run | None = None
 
-    def start(self) -> "Pending":
+    def start(self) -> Pending:
         if self.proc is None:
-            self.proc = subprocess.Popen(self.cmd, cwd=self.cwd, env=_env(), stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, text=True)
+            self.proc = subprocess.Popen(
+                self.cmd, cwd=self.cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
         return self
 
     def close(self) -> None:
@@ -92,8 +101,9 @@ class Pending:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 out, err = self.proc.communicate()
-            assert self.proc.returncode == self.returncode, \
+            assert self.proc.returncode == self.returncode, (
                 f"{self.cmd} failed ({self.proc.returncode}):\n{out[-3000:]}\n{err[-6000:]}"
+            )
             self._run = Run(json.loads(self.report.read_text()), out, err)
         return self._run
 
@@ -101,15 +111,35 @@ class Pending:
 def under_run(script: str, args: list[str], tmp: Path) -> Pending:
     """Start ``traindoctor run --output-format json -o report.json SCRIPT ARGS --out tmp``."""
     report = tmp / "run-report.json"
-    return Pending([sys.executable, "-m", "traindoctor", "run", "--output-format", "json", "-o", str(report),
-                    str(SCRIPTS / script), *args, "--out", str(tmp)], tmp, report)
+    return Pending(
+        [
+            sys.executable,
+            "-m",
+            "traindoctor",
+            "run",
+            "--output-format",
+            "json",
+            "-o",
+            str(report),
+            str(SCRIPTS / script),
+            *args,
+            "--out",
+            str(tmp),
+        ],
+        tmp,
+        report,
+    )
 
 
 def with_callback(script: str, args: list[str], tmp: Path, returncode: int = 0) -> Pending:
     """Start ``python SCRIPT --callback --report report.json ARGS --out tmp`` (no ``traindoctor run``)."""
     report = tmp / "callback-report.json"
-    return Pending([sys.executable, str(SCRIPTS / script), "--callback", "--report", str(report),
-                    *args, "--out", str(tmp)], tmp, report, returncode)
+    return Pending(
+        [sys.executable, str(SCRIPTS / script), "--callback", "--report", str(report), *args, "--out", str(tmp)],
+        tmp,
+        report,
+        returncode,
+    )
 
 
 def line_of(script: str, marker: str) -> int:

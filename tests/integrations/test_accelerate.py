@@ -3,10 +3,9 @@ twin (bf16 autocast, ``accelerator.save_state`` every epoch) with none."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
-
 from framework_runs import Pending, need, under_run
 
 need("accelerate")
@@ -17,8 +16,10 @@ SCRIPT = "accelerate_train.py"
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Iterator[dict[str, Pending]]:
     tmp = tmp_path_factory.mktemp
-    started = {"seeded": under_run(SCRIPT, ["--mistakes", "decay,bn,save,slow"], tmp("acc-seeded")),
-            "healthy": under_run(SCRIPT, [], tmp("acc-healthy"))}
+    started = {
+        "seeded": under_run(SCRIPT, ["--mistakes", "decay,bn,save,slow"], tmp("acc-seeded")),
+        "healthy": under_run(SCRIPT, [], tmp("acc-healthy")),
+    }
     yield started
     for pending in started.values():
         pending.close()
@@ -46,4 +47,5 @@ def test_healthy_twin_with_save_state_has_no_findings(runs) -> None:
     assert run.report["findings"] == []
     assert run.report["profile"]["steps"] == 8
     assert {"pytorch_model.bin", "optimizer.bin", "random_states_0.pkl"} <= {
-        p.name for p in (runs["healthy"].report.parent / "state").iterdir()}
+        p.name for p in (runs["healthy"].report.parent / "state").iterdir()
+    }

@@ -63,8 +63,9 @@ def test_passive_inside_another_watch_and_partial_after_an_error(capsys) -> None
 
 def test_adapt_rewrites_findings_before_they_are_published(tmp_path) -> None:
     path = tmp_path / "r.json"
-    watch = CallbackWatch(report=str(path), print_report=False, select=["TD204"],
-                          adapt=lambda f: f.with_(help="framework hint"))
+    watch = CallbackWatch(
+        report=str(path), print_report=False, select=["TD204"], adapt=lambda f: f.with_(help="framework hint")
+    )
     watch.start(logging.getLogger("x"))
     _train_with_decayed_bias()
     (finding,) = watch.finish(logging.getLogger("x"))

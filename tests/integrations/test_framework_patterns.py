@@ -32,7 +32,7 @@ def test_closure_step_counts_the_backward_inside_step_for_accumulation() -> None
     x, y = torch.randn(64, 8), torch.randn(64, 1)
     with traindoctor.watch(select=["TD202"]) as doctor:
         for step in range(4):
-            chunks = [(x[i:i + 4], y[i:i + 4]) for i in range(step * 16, step * 16 + 16, 4)]
+            chunks = [(x[i : i + 4], y[i : i + 4]) for i in range(step * 16, step * 16 + 16, 4)]
             for xb, yb in chunks[:-1]:  # accumulated micro-batches, backward outside step()
                 nn.functional.mse_loss(model(xb), yb).backward()
             xb, yb = chunks[-1]
@@ -76,7 +76,8 @@ def fake_accelerate(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
 
 
 def test_framework_checkpoint_writer_is_not_judged_but_a_user_save_through_a_wrapper_is(
-        tmp_path, fake_accelerate) -> None:
+    tmp_path, fake_accelerate
+) -> None:
     assert "Accelerator.save_state" in CHECKPOINT_WRITERS["accelerate.accelerator"]
     model = nn.Linear(4, 2)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -100,8 +101,7 @@ def test_framework_checkpoint_writer_is_not_judged_but_a_user_save_through_a_wra
 def test_framework_writer_names_the_writer_and_ignores_user_frames(fake_accelerate) -> None:
     seen = []
     code = "def save_state(self):\n    seen.append(framework_writer(sys._getframe()))\n"
-    namespace = {"__name__": "accelerate.accelerator", "seen": seen, "sys": sys,
-                 "framework_writer": framework_writer}
+    namespace = {"__name__": "accelerate.accelerator", "seen": seen, "sys": sys, "framework_writer": framework_writer}
     exec(compile("class Accelerator:\n" + textwrap.indent(code, "    "), "<fake>", "exec"), namespace)
     namespace["Accelerator"]().save_state()
     assert seen == ["accelerate.accelerator:Accelerator.save_state"]

@@ -4,10 +4,9 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
-
 from framework_runs import Pending, Run, line_of, need, under_run, with_callback
 
 need("lightning", "pytorch_lightning")
@@ -60,7 +59,7 @@ def test_seeded_mistakes_through_the_callback_with_pytorch_lightning(runs) -> No
     # Each finding on Lightning's logger, then the text report with evidence, at the end of fit.
     for code, name in [("TD204", "weight-decay-on-bias-norm"), ("TD501", "checkpoint-without-optimizer")]:
         assert f"traindoctor {code} {name}:" in run.stderr
-    report = run.stderr[run.stderr.index("traindoctor report"):]
+    report = run.stderr[run.stderr.index("traindoctor report") :]
     assert "Found 5 runtime findings" in report and "missing_optimizers: [AdamW]" in report
     assert "final train_loss" in run.stdout
 
@@ -82,8 +81,9 @@ def test_healthy_twin_through_the_callback_has_no_findings(runs) -> None:
 
 
 def test_an_exception_in_fit_gives_a_partial_report_before_the_traceback(tmp_path) -> None:
-    run = with_callback(SCRIPT, ["--mistakes", "decay", "--raise-at-step", "3", "--epochs", "1"], tmp_path,
-                        returncode=1).result()
+    run = with_callback(
+        SCRIPT, ["--mistakes", "decay", "--raise-at-step", "3", "--epochs", "1"], tmp_path, returncode=1
+    ).result()
     assert run.report["partial"] is True and run.codes == ["TD204"]
     err = run.stderr
     assert "partial report" in err

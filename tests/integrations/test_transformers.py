@@ -4,10 +4,9 @@ A one-layer BERT built from a config: nothing is downloaded (``HF_HUB_OFFLINE=1`
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
-
 from framework_runs import Pending, Run, line_of, need, under_run, with_callback
 
 need("transformers", "accelerate")

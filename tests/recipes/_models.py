@@ -83,7 +83,14 @@ class TransformerBlock(nn.Module):
         return self.head(x[:, 0])
 
 
-TRANSFORMER_DECAYED = {"embed.weight", "attn.in_proj_weight", "attn.out_proj.weight", "mlp.0.weight", "mlp.2.weight", "head.weight"}
+TRANSFORMER_DECAYED = {
+    "embed.weight",
+    "attn.in_proj_weight",
+    "attn.out_proj.weight",
+    "mlp.0.weight",
+    "mlp.2.weight",
+    "head.weight",
+}
 
 
 class MyNorm(nn.LayerNorm):

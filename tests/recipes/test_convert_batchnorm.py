@@ -54,7 +54,9 @@ def test_group_replaces_every_batchnorm_and_keeps_affine_parameters() -> None:
         assert gn.weight is not bn.weight
         assert not gn.training  # the mode is kept
     # same parameter names and shapes: the optimizer groups look the same
-    assert [(n, p.shape) for n, p in converted.named_parameters()] == [(n, p.shape) for n, p in model.named_parameters()]
+    assert [(n, p.shape) for n, p in converted.named_parameters()] == [
+        (n, p.shape) for n, p in model.named_parameters()
+    ]
     assert not any("running" in key for key in converted.state_dict())
 
 

@@ -38,7 +38,7 @@ def test_the_same_script_written_by_hand_is_reported() -> None:
     source = EXAMPLE.read_text(encoding="utf-8")
     replacements = {
         "param_groups(model, args.weight_decay), lr=lr": "model.parameters(), lr=lr",
-        "**loader_kwargs(train_set, device=device))": "num_workers=4)",
+        "**loader_kwargs(train_set, device=device)\n": "num_workers=4\n",
         "                amp.scaler.unscale_(optimizer)\n": "",
     }
     for old, new in replacements.items():
@@ -50,8 +50,15 @@ def test_the_same_script_written_by_hand_is_reported() -> None:
 
 def test_example_uses_only_recipes_for_what_traindoctor_checks() -> None:
     source = EXAMPLE.read_text(encoding="utf-8")
-    for name in ("loader_kwargs(", "param_groups(", "scale_lr(", "effective_batch(", "warmup_schedule(",
-                 "autocast_settings(", "seed_everything("):
+    for name in (
+        "loader_kwargs(",
+        "param_groups(",
+        "scale_lr(",
+        "effective_batch(",
+        "warmup_schedule(",
+        "autocast_settings(",
+        "seed_everything(",
+    ):
         assert name in source
     for hand_written in ("num_workers=", "pin_memory=", "weight_decay=", "GradScaler(", "torch.autocast("):
         assert hand_written not in source

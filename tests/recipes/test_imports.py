@@ -25,8 +25,16 @@ def test_recipes_export_the_announced_names() -> None:
     import traindoctor.recipes as recipes
 
     assert sorted(recipes.__all__) == [
-        "AmpSettings", "autocast_settings", "convert_batchnorm", "effective_batch", "loader_kwargs",
-        "param_groups", "scale_lr", "seed_everything", "warmup_schedule", "worker_init_fn",
+        "AmpSettings",
+        "autocast_settings",
+        "convert_batchnorm",
+        "effective_batch",
+        "loader_kwargs",
+        "param_groups",
+        "scale_lr",
+        "seed_everything",
+        "warmup_schedule",
+        "worker_init_fn",
     ]
     for name in recipes.__all__:
         assert getattr(recipes, name).__doc__, name
@@ -35,9 +43,11 @@ def test_recipes_export_the_announced_names() -> None:
 def test_one_recipe_imports_only_its_own_module() -> None:
     """A watched run words TD204's fix with ``param_groups``: that must not load the AMP, data
     and norm recipes too (the package resolves its names on first use)."""
-    statement = ("from traindoctor.recipes import param_groups; "
-                 "loaded = sorted(m for m in sys.modules if m.startswith('traindoctor.recipes.')); "
-                 "assert loaded == ['traindoctor.recipes.optim'], loaded")
+    statement = (
+        "from traindoctor.recipes import param_groups; "
+        "loaded = sorted(m for m in sys.modules if m.startswith('traindoctor.recipes.')); "
+        "assert loaded == ['traindoctor.recipes.optim'], loaded"
+    )
     assert imported_after(statement)
 
 
@@ -47,5 +57,5 @@ def test_unknown_recipe_is_an_attribute_error() -> None:
     import traindoctor.recipes as recipes
 
     with pytest.raises(AttributeError, match="no attribute 'no_such_recipe'"):
-        recipes.no_such_recipe  # noqa: B018
+        recipes.no_such_recipe
     assert "param_groups" in dir(recipes)

@@ -101,7 +101,9 @@ def write(tmp_path: Path, document: object) -> Path:
 
 def test_tuned_file_overrides_the_computed_values(cores, tmp_path: Path) -> None:
     cores(16)
-    path = write(tmp_path, {"recommended": {"num_workers": 3, "prefetch_factor": 4, "pin_memory": True}, "measured": {}})
+    path = write(
+        tmp_path, {"recommended": {"num_workers": 3, "prefetch_factor": 4, "pin_memory": True}, "measured": {}}
+    )
     kw = loader_kwargs(Squares(), device="cpu", tuned=path)
     assert kw == {"num_workers": 3, "pin_memory": True, "persistent_workers": True, "prefetch_factor": 4}
     assert loader_kwargs(Squares(), device="cpu", tuned=str(path)) == kw

@@ -15,12 +15,23 @@ import tempfile
 from pathlib import Path
 
 FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-default-apps", "--disable-extensions", "--hide-scrollbars", "--mute-audio",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
+    "--hide-scrollbars",
+    "--mute-audio",
 ]
-SKIP_REASON = ("Chromium is not installed (apt-get install chromium; .ci/run installs it): "
-               "the HTML report's browser test is skipped")
+SKIP_REASON = (
+    "Chromium is not installed (apt-get install chromium; .ci/run installs it): "
+    "the HTML report's browser test is skipped"
+)
 
 
 def find_chromium() -> str | None:
@@ -41,9 +52,11 @@ def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess:
         raise RuntimeError(SKIP_REASON)
     with tempfile.TemporaryDirectory(prefix="td-chromium-") as profile:
         return subprocess.run(
-            [binary, *FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
-             *args],
-            capture_output=True, text=True, timeout=timeout, check=False,
+            [binary, *FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
             env={**os.environ, "HOME": profile},
         )
 
@@ -54,18 +67,25 @@ def console_messages(stderr: str) -> list[str]:
 
 def load(page: Path, *, budget_ms: int = 10000, timeout: float = 180.0) -> tuple[str, list[str]]:
     """(DOM after the page's scripts ran, console messages) of the local file ``page``."""
-    proc = _run([f"--virtual-time-budget={budget_ms}", "--dump-dom", page.resolve().as_uri()],
-                timeout)
+    proc = _run([f"--virtual-time-budget={budget_ms}", "--dump-dom", page.resolve().as_uri()], timeout)
     if proc.returncode != 0 or "<html" not in proc.stdout:
         raise RuntimeError(f"chromium exited {proc.returncode}: {proc.stderr[-2000:]}")
     return proc.stdout, console_messages(proc.stderr)
 
 
-def screenshot(page: Path, out: Path, *, width: int = 1280, height: int = 2000,
-               budget_ms: int = 10000, timeout: float = 180.0) -> list[str]:
+def screenshot(
+    page: Path, out: Path, *, width: int = 1280, height: int = 2000, budget_ms: int = 10000, timeout: float = 180.0
+) -> list[str]:
     """Save a PNG of ``page`` at ``width`` x ``height``; returns the console messages."""
-    proc = _run([f"--virtual-time-budget={budget_ms}", f"--window-size={width},{height}",
-                 f"--screenshot={out.resolve()}", page.resolve().as_uri()], timeout)
+    proc = _run(
+        [
+            f"--virtual-time-budget={budget_ms}",
+            f"--window-size={width},{height}",
+            f"--screenshot={out.resolve()}",
+            page.resolve().as_uri(),
+        ],
+        timeout,
+    )
     if proc.returncode != 0 or not out.exists():
         raise RuntimeError(f"chromium exited {proc.returncode}: {proc.stderr[-2000:]}")
     return console_messages(proc.stderr)

@@ -45,12 +45,16 @@ def run_report(folder: Path, *extra: str) -> tuple[int, dict[str, Any], Path]:
     return code, json.loads(out.read_text()), script
 
 
-def _trial(phase: str, workers: int, threads: int, rate: float, wait: float | None,
-           verdict: str, **more: Any) -> dict[str, Any]:
-    config = {"num_workers": workers, "prefetch_factor": more.pop("prefetch_factor", None),
-              "persistent_workers": workers > 0, "torch_threads": threads}
-    return {"config": config, "phase": phase, "samples_per_s": rate, "data_wait_share": wait,
-            "verdict": verdict}
+def _trial(
+    phase: str, workers: int, threads: int, rate: float, wait: float | None, verdict: str, **more: Any
+) -> dict[str, Any]:
+    config = {
+        "num_workers": workers,
+        "prefetch_factor": more.pop("prefetch_factor", None),
+        "persistent_workers": workers > 0,
+        "torch_threads": threads,
+    }
+    return {"config": config, "phase": phase, "samples_per_s": rate, "data_wait_share": wait, "verdict": verdict}
 
 
 def tune_result() -> dict[str, Any]:
@@ -71,12 +75,14 @@ def tune_result() -> dict[str, Any]:
     return {
         "script": "examples/runtime/slow_pipeline.py",
         "baseline": {"config": trials[0]["config"], "samples_per_s": 301.0},
-        "recommended": {"num_workers": 2, "prefetch_factor": 2, "persistent_workers": True,
-                        "torch_threads": 1},
+        "recommended": {"num_workers": 2, "prefetch_factor": 2, "persistent_workers": True, "torch_threads": 1},
         "best": best,
         "speedup": 575.0 / 301.0,
-        "limit": {"samples_per_s": 590.0, "bound": "loader",
-                  "detail": "2 workers load 590 samples/s alone; compute alone runs 1450 samples/s"},
+        "limit": {
+            "samples_per_s": 590.0,
+            "bound": "loader",
+            "detail": "2 workers load 590 samples/s alone; compute alone runs 1450 samples/s",
+        },
         "bottleneck_before": "data-bound (main process)",
         "bottleneck_after": "compute-bound",
         "trials": trials,
@@ -89,14 +95,18 @@ def resume_result(exact: bool = False) -> dict[str, Any]:
     resumed = {str(s): (2.0 / s if exact or s < 8 else 2.0 / s + 0.05) for s in range(7, 11)}
     return {
         "exact": exact,
-        "summary": ("resume is exact: 10 steps, per-step losses and final model/optimizer state "
-                    "identical (bitwise)") if exact else
-                   "resume is NOT exact: first divergent step 8: loss 0.3 after resume, 0.25 uninterrupted",
-        "checkpoint_step": 6, "first_divergent_step": None if exact else 8,
+        "summary": ("resume is exact: 10 steps, per-step losses and final model/optimizer state identical (bitwise)")
+        if exact
+        else "resume is NOT exact: first divergent step 8: loss 0.3 after resume, 0.25 uninterrupted",
+        "checkpoint_step": 6,
+        "first_divergent_step": None if exact else 8,
         "cause": None if exact else "optimizer state lost (momentum/moments zero after resume)",
         "explanation": None if exact else "the resumed optimizer held no state at step 7",
-        "also": [], "notes": [], "script": "train.py", "steps": 10, "interrupt_at": 5,
+        "also": [],
+        "notes": [],
+        "script": "train.py",
+        "steps": 10,
+        "interrupt_at": 5,
         "tolerance": 0.0,
-        "losses": {"reference": ref, "interrupted": {k: v for k, v in ref.items() if int(k) <= 6},
-                   "resumed": resumed},
+        "losses": {"reference": ref, "interrupted": {k: v for k, v in ref.items() if int(k) <= 6}, "resumed": resumed},
     }

@@ -15,10 +15,10 @@ from traindoctor.report.html_charts import step_parts
 
 pytest.importorskip("plotly", reason="the html extra (plotly) is not installed: pip install 'traindoctor[html]'")
 
-import chromium  # noqa: E402
-from html_fixtures import resume_result, run_report, tune_result  # noqa: E402
+import chromium
+from html_fixtures import resume_result, run_report, tune_result
 
-from traindoctor.report.html import render_resume_html, render_tune_html, write_html  # noqa: E402
+from traindoctor.report.html import render_resume_html, render_tune_html, write_html
 
 pytestmark = pytest.mark.skipif(chromium.find_chromium() is None, reason=chromium.SKIP_REASON)
 

@@ -15,10 +15,10 @@ import pytest
 
 pytest.importorskip("plotly", reason="the html extra (plotly) is not installed: pip install 'traindoctor[html]'")
 
-from traindoctor.report import html as html_report  # noqa: E402
-from traindoctor.report.html import render_resume_html, render_run_html, render_tune_html  # noqa: E402
+from html_fixtures import resume_result, run_report, tune_result
 
-from html_fixtures import resume_result, run_report, tune_result  # noqa: E402
+from traindoctor.report import html as html_report
+from traindoctor.report.html import render_resume_html, render_run_html, render_tune_html
 
 
 def _figures(page: str) -> dict[str, dict]:
@@ -33,8 +33,8 @@ def _figures(page: str) -> dict[str, dict]:
 
 def _assert_offline(page: str) -> None:
     # No external script, stylesheet, image or font: everything is inlined.
-    assert not re.search(r'<script[^>]+src=', page)
-    assert not re.search(r'<link[^>]+href=', page)
+    assert not re.search(r"<script[^>]+src=", page)
+    assert not re.search(r"<link[^>]+href=", page)
     assert not re.search(r'<img[^>]+src="(?!data:)', page)
     assert not re.search(r'url\(\s*["\']?https?:', page)
     assert "cdn.plot.ly" not in page.split("</head>", 1)[1]
@@ -73,8 +73,14 @@ def test_run_page_charts_hold_the_per_step_series(run_page) -> None:
     split = figures["chart-step-time"]["data"]
     names = [t["name"] for t in split]
     # forward and backward timed apart; `compute` (their sum) only for steps where they were not
-    assert [n for n in names if n != "compute"] == ["data wait", "host-to-device", "forward", "backward",
-                                                   "optimizer step", "other host work"]
+    assert [n for n in names if n != "compute"] == [
+        "data wait",
+        "host-to-device",
+        "forward",
+        "backward",
+        "optimizer step",
+        "other host work",
+    ]
     steps = len(report["timeline"])
     assert steps == 16 and all(len(t["y"]) == steps for t in split)
     # The stacked bars add up to each step's wall time.
@@ -89,17 +95,30 @@ def test_run_page_charts_hold_the_per_step_series(run_page) -> None:
 
 
 def test_run_page_without_steps_or_findings_says_so() -> None:
-    page = render_run_html({"findings": [], "profile": {"verdict": "unknown"}, "timeline": [],
-                            "environment": {}, "notes": ["nested watch ignored"]})
+    page = render_run_html(
+        {
+            "findings": [],
+            "profile": {"verdict": "unknown"},
+            "timeline": [],
+            "environment": {},
+            "notes": ["nested watch ignored"],
+        }
+    )
     assert 'id="no-findings"' in page and "no per-step timeline" in page
     assert "nested watch ignored" in page
     assert _figures(page) == {}
 
 
 def test_user_text_is_escaped() -> None:
-    finding = {"code": "TD102", "name": "x", "severity": "error",
-               "message": "<script>alert(1)</script> and `a<b`", "evidence": {"k": "<i>"},
-               "filename": "", "location": None}
+    finding = {
+        "code": "TD102",
+        "name": "x",
+        "severity": "error",
+        "message": "<script>alert(1)</script> and `a<b`",
+        "evidence": {"k": "<i>"},
+        "filename": "",
+        "location": None,
+    }
     page = render_run_html({"findings": [finding], "profile": {}, "environment": {}})
     body = page.split("<body>", 1)[1]
     assert "<script>alert(1)" not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
@@ -150,8 +169,7 @@ def test_resume_page_marks_the_resume_point_and_the_first_divergent_step() -> No
 
 def test_missing_plotly_is_a_clear_message_before_the_run(tmp_path, monkeypatch, capsys) -> None:
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "plotly" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "plotly" else real(name, *a))
     assert html_report.missing_dependency() == html_report.MISSING_PLOTLY
     from traindoctor.runtime.cli import main
 
@@ -173,8 +191,21 @@ def test_verify_resume_writes_its_html_report(tmp_path, capsys) -> None:
 
     scripts = Path(__file__).parents[1] / "resume" / "scripts"
     out = tmp_path / "resume.html"
-    code = verify([str(scripts / "model_only.py"), "--resume-args", "--resume", "--steps", "9",
-                   "--interrupt-at", "4", "--output-format", "json", "--html", str(out)])
+    code = verify(
+        [
+            str(scripts / "model_only.py"),
+            "--resume-args",
+            "--resume",
+            "--steps",
+            "9",
+            "--interrupt-at",
+            "4",
+            "--output-format",
+            "json",
+            "--html",
+            str(out),
+        ]
+    )
     result = json.loads(capsys.readouterr().out)
     assert code == 1 and result["first_divergent_step"] == 8
     # The JSON now carries the three runs' per-step losses, which the page draws.
@@ -190,9 +221,11 @@ def test_verify_resume_writes_its_html_report(tmp_path, capsys) -> None:
 
 def test_a_saved_json_result_becomes_a_page(tmp_path, run_page, capsys) -> None:
     _, report = run_page
-    for name, data, marker in (("run", report, "traindoctor run report"),
-                               ("tune", tune_result(), "traindoctor tune report"),
-                               ("resume", resume_result(), "traindoctor verify-resume report")):
+    for name, data, marker in (
+        ("run", report, "traindoctor run report"),
+        ("tune", tune_result(), "traindoctor tune report"),
+        ("resume", resume_result(), "traindoctor verify-resume report"),
+    ):
         saved = tmp_path / f"{name}.json"
         saved.write_text(json.dumps(data))
         assert html_report.main([str(saved), str(tmp_path / f"{name}.html")]) == 0
@@ -223,5 +256,7 @@ def test_a_bound_far_above_every_real_configuration_runs_off_the_scale_with_its_
     fig = _figures(render_tune_html(result))["chart-trials"]
     assert fig["layout"]["yaxis"]["range"] == [0, pytest.approx(1.3 * 590.0)]  # the limit sets it
     clipped = [a for a in fig["layout"]["annotations"] if "&#8593;" in a["text"]]
-    assert [(a["x"], a["text"]) for a in clipped] == [("#4 w=0 thr=1", "44.2k&#8593;"),
-                                                      ("#5 w=0 thr=2", "1.39k&#8593;")]
+    assert [(a["x"], a["text"]) for a in clipped] == [
+        ("#4 w=0 thr=1", "44.2k&#8593;"),
+        ("#5 w=0 thr=2", "1.39k&#8593;"),
+    ]

@@ -11,8 +11,19 @@ SCRIPTS = Path(__file__).parent / "scripts"
 
 
 def _verify(capsys, script: str, steps: int, interrupt_at: int, fmt: str = "json"):
-    code = main([str(SCRIPTS / script), "--resume-args", "--resume", "--steps", str(steps),
-                 "--interrupt-at", str(interrupt_at), "--output-format", fmt])
+    code = main(
+        [
+            str(SCRIPTS / script),
+            "--resume-args",
+            "--resume",
+            "--steps",
+            str(steps),
+            "--interrupt-at",
+            str(interrupt_at),
+            "--output-format",
+            fmt,
+        ]
+    )
     out = capsys.readouterr().out
     return code, (json.loads(out) if fmt == "json" else out)
 
@@ -33,8 +44,7 @@ def test_missing_scheduler_state_is_caught_as_scheduler_restart(capsys):
     code, out = _verify(capsys, "no_scheduler.py", steps=10, interrupt_at=4, fmt="text")
     assert code == 1
     lines = out.splitlines()
-    assert lines[0].endswith("interrupted after the checkpoint written at step 6, resumed for "
-                             "steps 7-10")
+    assert lines[0].endswith("interrupted after the checkpoint written at step 6, resumed for steps 7-10")
     assert lines[1].startswith("resume is NOT exact: first divergent step 10: loss ")
     assert lines[2] == "cause: scheduler restarted (LR differs)"
     assert lines[3] == "  at step 9 the learning rate is 0.025, the uninterrupted run had 0.0125"
@@ -45,13 +55,13 @@ def test_traindoctor_checkpoint_resumes_bit_exactly_mid_epoch_with_workers(capsy
     assert code == 0, out
     # Checkpoint at step 9: epoch 1 covers steps 6-10, so the resume is mid-epoch.
     assert "interrupted after the checkpoint written at step 9" in out
-    assert "resume is exact: 12 steps, per-step losses and final model/optimizer state " \
-           "identical (bitwise)" in out
+    assert "resume is exact: 12 steps, per-step losses and final model/optimizer state identical (bitwise)" in out
 
 
 def test_our_options_are_split_from_the_scripts():
-    ours, script, rest = split_argv(["train.py", "--lr", "0.1", "--resume-args", "--resume x",
-                                     "--steps=8", "--", "--steps", "3"])
+    ours, script, rest = split_argv(
+        ["train.py", "--lr", "0.1", "--resume-args", "--resume x", "--steps=8", "--", "--steps", "3"]
+    )
     assert script == "train.py"
     assert ours == ["--resume-args=--resume x", "--steps=8"]
     assert rest == ["--lr", "0.1", "--steps", "3"]
@@ -68,8 +78,7 @@ def test_resuming_the_saved_epoch_instead_of_the_next_is_named(capsys):
     assert result["checkpoint_step"] == 8  # saved at the end of epoch 1 (4 steps per epoch)
     assert result["first_divergent_step"] == 9
     assert result["cause"] == "epoch counter off by one"
-    assert result["explanation"] == ("at step 9 set_epoch(1) was called; the uninterrupted run "
-                                     "was in epoch 2")
+    assert result["explanation"] == ("at step 9 set_epoch(1) was called; the uninterrupted run was in epoch 2")
 
 
 def test_a_gradscaler_left_out_of_the_checkpoint_is_named_loss_scale_reset(capsys):
@@ -78,14 +87,27 @@ def test_a_gradscaler_left_out_of_the_checkpoint_is_named_loss_scale_reset(capsy
     assert result["checkpoint_step"] == 6
     assert result["first_divergent_step"] == 7
     assert result["cause"] == "loss scale reset"
-    assert result["explanation"] == ("at step 7 the GradScaler scale is 256, the uninterrupted "
-                                     "run had 2048")
+    assert result["explanation"] == ("at step 7 the GradScaler scale is 256, the uninterrupted run had 2048")
 
 
 def _verify_ranks(capsys, kind: str, fmt: str = "json"):
-    code = main(["--nproc-per-node", "2", str(SCRIPTS / "dist_train.py"), "--kind", kind,
-                 "--resume-args", "--resume", "--steps", "12", "--interrupt-at", "5",
-                 "--output-format", fmt])
+    code = main(
+        [
+            "--nproc-per-node",
+            "2",
+            str(SCRIPTS / "dist_train.py"),
+            "--kind",
+            kind,
+            "--resume-args",
+            "--resume",
+            "--steps",
+            "12",
+            "--interrupt-at",
+            "5",
+            "--output-format",
+            fmt,
+        ]
+    )
     out = capsys.readouterr().out
     return code, (json.loads(out) if fmt == "json" else out)
 
@@ -94,10 +116,12 @@ def test_two_rank_fsdp2_run_with_traindoctor_checkpoints_resumes_exactly_on_each
     code, out = _verify_ranks(capsys, "fsdp", fmt="text")
     assert code == 0, out
     lines = out.splitlines()
-    assert lines[0].endswith("2 ranks (torchrun), 12 steps; interrupted after the checkpoint "
-                             "written at step 8, resumed for steps 9-12")
-    assert lines[1] == ("resume is exact on every rank (2): per-step losses and final "
-                        "model/optimizer state identical (bitwise)")
+    assert lines[0].endswith(
+        "2 ranks (torchrun), 12 steps; interrupted after the checkpoint written at step 8, resumed for steps 9-12"
+    )
+    assert lines[1] == (
+        "resume is exact on every rank (2): per-step losses and final model/optimizer state identical (bitwise)"
+    )
     assert lines[2].startswith("rank 0: resume is exact") and lines[3].startswith("rank 1: ")
 
 

@@ -67,8 +67,9 @@ def test_relative_paths_work_and_user_files_stay_untouched(tmp_path: Path, monke
     project = _project(tmp_path)
     before = {p: p.read_bytes() for p in project.rglob("*") if p.is_file()}
     monkeypatch.chdir(project)
-    code = main(["train.py", "--resume-args", "--resume", "--steps", "8", "--interrupt-at", "3",
-                 "--output-format", "json"])
+    code = main(
+        ["train.py", "--resume-args", "--resume", "--steps", "8", "--interrupt-at", "3", "--output-format", "json"]
+    )
     result = json.loads(capsys.readouterr().out)
     assert code == 0, result
     assert result["exact"] is True and result["checkpoint_step"] == 4

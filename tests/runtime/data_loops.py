@@ -7,7 +7,8 @@ the measured shares stay stable on a loaded two-core machine.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn

@@ -17,8 +17,7 @@ def main():
     torch.manual_seed(0)
     model = DDP(torch.nn.Linear(4, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 4)),
-                                       batch_size=4)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 4)), batch_size=4)
     for step, (x,) in enumerate(data, start=1):
         if step == 3 and rank == 1:
             if mode == "raise":

@@ -10,10 +10,24 @@ from torch import nn
 
 from traindoctor.runtime.device import DeviceInfo
 
-FAKE_A100 = DeviceInfo(type="cuda", name="Fake A100", capability=(8, 0), bf16_supported=True,
-                       cuda_available=True, total_memory=80 * 2**30, device_count=1)
-FAKE_V100 = DeviceInfo(type="cuda", name="Fake V100", capability=(7, 0), bf16_supported=False,
-                       cuda_available=True, total_memory=16 * 2**30, device_count=1)
+FAKE_A100 = DeviceInfo(
+    type="cuda",
+    name="Fake A100",
+    capability=(8, 0),
+    bf16_supported=True,
+    cuda_available=True,
+    total_memory=80 * 2**30,
+    device_count=1,
+)
+FAKE_V100 = DeviceInfo(
+    type="cuda",
+    name="Fake V100",
+    capability=(7, 0),
+    bf16_supported=False,
+    cuda_available=True,
+    total_memory=16 * 2**30,
+    device_count=1,
+)
 
 
 def codes(doctor: Any) -> list[str]:
@@ -69,8 +83,9 @@ def vectors(batch: int, seed: int = 0, features: int = 8) -> tuple[torch.Tensor,
     return torch.randn(batch, features, generator=gen), torch.randint(0, 2, (batch,), generator=gen)
 
 
-def train_steps(model: nn.Module, optimizer: Any, *, steps: int = 3, batch: int = 8,
-                accumulation: int = 1, data: Any = images) -> None:
+def train_steps(
+    model: nn.Module, optimizer: Any, *, steps: int = 3, batch: int = 8, accumulation: int = 1, data: Any = images
+) -> None:
     """Plain fp32 training steps (``accumulation`` backward calls per optimizer step)."""
     loss_fn = nn.CrossEntropyLoss()
     model.train()

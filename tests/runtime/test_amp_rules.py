@@ -9,15 +9,23 @@ from __future__ import annotations
 import warnings
 
 import torch
+from rule_loops import FAKE_A100, FAKE_V100, codes, finding, line_of, mlp, vectors
 from torch import nn
 
 import traindoctor
-from rule_loops import FAKE_A100, FAKE_V100, codes, finding, line_of, mlp, vectors
 
 
-def _amp_steps(model: nn.Module, opt: torch.optim.Optimizer, *, dtype: torch.dtype, scaler=None,
-               clip: str | None = None, unscale: bool = False, steps: int = 3,
-               loss_factor: float = 1.0) -> None:
+def _amp_steps(
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    *,
+    dtype: torch.dtype,
+    scaler=None,
+    clip: str | None = None,
+    unscale: bool = False,
+    steps: int = 3,
+    loss_factor: float = 1.0,
+) -> None:
     for step in range(steps):
         x, y = vectors(8, seed=step)
         with torch.autocast("cpu", dtype=dtype):  # autocast line
@@ -95,8 +103,7 @@ def test_td302_silent_after_unscale() -> None:
     model = mlp(norm=False)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with traindoctor.watch(select=["TD302"]) as doctor:
-        _amp_steps(model, opt, dtype=torch.bfloat16, scaler=torch.amp.GradScaler("cpu"), clip="norm",
-                   unscale=True)
+        _amp_steps(model, opt, dtype=torch.bfloat16, scaler=torch.amp.GradScaler("cpu"), clip="norm", unscale=True)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # plain fp32 clipping, no scaler
     assert codes(doctor) == []
 

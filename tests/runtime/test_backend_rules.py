@@ -6,14 +6,14 @@ forwards a CUDA run would record are replayed into the module statistics. TD403 
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 import torch
+from rule_loops import FAKE_A100, codes, conv_bn_net, finding, line_of, train_steps
 
 import traindoctor
 from traindoctor.runtime.probes.modules import module_stats
-from rule_loops import FAKE_A100, codes, conv_bn_net, finding, line_of, train_steps
 
 
 @pytest.fixture(autouse=True)
@@ -41,8 +41,12 @@ def test_td401_fixed_shapes_without_benchmark() -> None:
     with traindoctor.watch(select=["TD401"], device=FAKE_A100) as doctor:
         _cuda_conv_run(doctor, [(32, 3, 8, 8)] * 19 + [(8, 3, 8, 8)])  # last batch is partial
     f = finding(doctor, "TD401")
-    assert f.evidence == {"conv_layers": 1, "conv_forwards": 20, "max_distinct_shapes": 2,
-                          "example_shape": [32, 3, 8, 8]}
+    assert f.evidence == {
+        "conv_layers": 1,
+        "conv_forwards": 20,
+        "max_distinct_shapes": 2,
+        "example_shape": [32, 3, 8, 8],
+    }
 
 
 def test_td401_silent_with_benchmark_deterministic_variable_shapes_or_cpu() -> None:

@@ -20,7 +20,7 @@ CODES = ("TD501", "TD502", "TD503", "TD504")
 #: What both must say for each example (and therefore what they agree on).
 EXPECTED = {
     "best_model_export.py": set(),  # best-so-far weights, never read back: an export
-    "best_model_resumed.py": {("TD501", 23), ("TD504", 23)},  # the resume path reads it back
+    "best_model_resumed.py": {("TD501", 24), ("TD504", 24)},  # the resume path reads it back
     "periodic_weights.py": {("TD501", 20), ("TD504", 20)},  # weights saved every epoch
     "full_without_rng.py": {("TD504", 18)},  # optimizer and epoch, but no RNG state
     "complete_checkpoint.py": set(),  # traindoctor.checkpoint.save holds everything
@@ -39,8 +39,7 @@ def _checked(script: Path) -> set[tuple[str, int]]:
 def _ran(script: Path, tmp_path: Path, monkeypatch) -> set[tuple[str, int]]:
     monkeypatch.chdir(tmp_path)  # the scripts write their checkpoints to the working folder
     out = tmp_path / "report.json"
-    assert run_main(["--select", ",".join(CODES), "--output-format", "json", "-o", str(out),
-                     str(script)]) == 0
+    assert run_main(["--select", ",".join(CODES), "--output-format", "json", "-o", str(out), str(script)]) == 0
     report = json.loads(out.read_text())
     return {(f["code"], f["location"]["row"]) for f in report["findings"]}
 
@@ -68,8 +67,12 @@ def test_the_shared_definition_does_not_import_torch() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, traindoctor.checkpoint_kinds, traindoctor.static.checkpoints; "
-            "print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env={"PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")})
+    code = "import sys, traindoctor.checkpoint_kinds, traindoctor.static.checkpoints; print('torch' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")},
+    )
     assert out.stdout.strip() == "False", out.stderr

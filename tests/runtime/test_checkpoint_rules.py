@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from rule_loops import codes, conv_bn_net, finding, images, line_of, train_steps
 from torch import nn
 
 import traindoctor
-from rule_loops import codes, conv_bn_net, finding, images, line_of, train_steps
 
 
 def _setup() -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -36,8 +36,7 @@ def test_td501_weights_only_checkpoint(tmp_path: Path) -> None:
             torch.save(model.state_dict(), tmp_path / "last.pt")  # weights-only save
     f = finding(doctor, "TD501")
     assert f.filename == __file__ and f.location.row == line_of("# weights-only save")
-    assert f.evidence == {"path": str(tmp_path / "last.pt"), "missing_optimizers": ["SGD"],
-                          "optimizer_states_saved": 0}
+    assert f.evidence == {"path": str(tmp_path / "last.pt"), "missing_optimizers": ["SGD"], "optimizer_states_saved": 0}
     assert f.step == 1
 
 
@@ -101,8 +100,10 @@ def test_td502_silent_with_scheduler_state_or_weights_export(tmp_path: Path) -> 
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
         train_steps(model, opt, steps=2)
         sched.step()
-        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                    "scheduler": sched.state_dict()}, tmp_path / "a.pt")
+        torch.save(
+            {"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict()},
+            tmp_path / "a.pt",
+        )
         torch.save(model.state_dict(), tmp_path / "weights.pt")  # an export: TD501's business
     assert codes(doctor) == []
 
@@ -139,8 +140,10 @@ def test_td504_only_torch_rng_saved(tmp_path: Path) -> None:
     model, opt = _setup()
     with traindoctor.watch(select=["TD504"]) as doctor:
         _draw_everywhere(model, opt)
-        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                    "rng": torch.get_rng_state()}, tmp_path / "a.pt")
+        torch.save(
+            {"model": model.state_dict(), "optimizer": opt.state_dict(), "rng": torch.get_rng_state()},
+            tmp_path / "a.pt",
+        )
     f = finding(doctor, "TD504")
     assert f.evidence["missing_rng"] == ["numpy", "python"]
     assert f.evidence["rng_saved"] == ["torch"]
@@ -151,8 +154,7 @@ def test_td504_silent_with_every_used_stream(tmp_path: Path) -> None:
     model, opt = _setup()
     with traindoctor.watch(select=["TD504"]) as doctor:
         _draw_everywhere(model, opt)
-        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "rng": _rng()},
-                   tmp_path / "a.pt")
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "rng": _rng()}, tmp_path / "a.pt")
     assert codes(doctor) == []
 
 
@@ -192,8 +194,15 @@ def test_traindoctor_checkpoint_save_satisfies_every_checkpoint_rule(tmp_path: P
             opt.zero_grad()
             sched.step()
             if i == 2:  # mid-epoch
-                save(tmp_path / "last.pt", model=model, optimizer=opt, scheduler=sched,
-                     scaler=scaler, step=i + 1, epoch=0)
+                save(
+                    tmp_path / "last.pt",
+                    model=model,
+                    optimizer=opt,
+                    scheduler=sched,
+                    scaler=scaler,
+                    step=i + 1,
+                    epoch=0,
+                )
             if i == 3:  # the same helper without the scheduler: the audit does see the checkpoint
                 save(tmp_path / "nosched.pt", model=model, optimizer=opt, scaler=scaler, step=4)  # !
     assert (tmp_path / "last.pt").exists()
@@ -218,8 +227,7 @@ def test_td504_no_data_position_for_a_sampler_drawing_with_replacement(tmp_path:
             opt.step()
             opt.zero_grad()
             if step % 3 == 0:
-                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()},
-                           tmp_path / "model.pt")
+                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, tmp_path / "model.pt")
     f = finding(doctor, "TD504")
     assert f.evidence["mid_epoch"] is None and f.evidence["missing_rng"] == ["torch"]
     assert "data position" not in f.message

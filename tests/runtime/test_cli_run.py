@@ -59,12 +59,12 @@ def test_runs_script_as_main_with_its_argv_and_path(tmp_path: Path, capsys) -> N
     code = main(["--select", "TD102", str(script), str(facts), "--lr", "3"])
     assert code == 0
     seen = json.loads(facts.read_text())
-    assert seen == {"argv": [str(script), str(facts), "--lr", "3"], "path0": str(tmp_path),
-                    "name": "__main__"}
+    assert seen == {"argv": [str(script), str(facts), "--lr", "3"], "path0": str(tmp_path), "name": "__main__"}
     assert (list(sys.argv), list(sys.path)) == saved  # restored for the caller
     out = capsys.readouterr().out
-    row, col = next((i, line.index("DataLoader(") + 1)
-                    for i, line in enumerate(LOOP.splitlines(), 1) if "in DataLoader(" in line)
+    row, col = next(
+        (i, line.index("DataLoader(") + 1) for i, line in enumerate(LOOP.splitlines(), 1) if "in DataLoader(" in line
+    )
     assert f"{script}:{row}:{col}: TD102" in out  # the call's column, as the checker reports it
     assert "data_wait_share:" in out and "Profile:" in out
 
@@ -72,8 +72,18 @@ def test_runs_script_as_main_with_its_argv_and_path(tmp_path: Path, capsys) -> N
 def test_json_report_shape(tmp_path: Path) -> None:
     script = _script(tmp_path)
     report_path = tmp_path / "report.json"
-    code = main(["--output-format", "json", "-o", str(report_path), "--select", "TD1",
-                 str(script), str(tmp_path / "facts.json")])
+    code = main(
+        [
+            "--output-format",
+            "json",
+            "-o",
+            str(report_path),
+            "--select",
+            "TD1",
+            str(script),
+            str(tmp_path / "facts.json"),
+        ]
+    )
     assert code == 0
     report = json.loads(report_path.read_text())
     assert sorted(report) == ["environment", "findings", "notes", "partial", "profile", "timeline"]
@@ -163,7 +173,11 @@ def test_process_exit_code_through_the_real_command(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     proc = subprocess.run(
         [sys.executable, "-m", "traindoctor", "run", str(script), str(tmp_path / "f")],
-        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
     )
     assert proc.returncode == 5, proc.stderr
     assert "TD102" in proc.stdout and "Profile:" in proc.stdout
@@ -174,9 +188,24 @@ def test_recipes_example_is_clean_under_run(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     proc = subprocess.run(
-        [sys.executable, "-m", "traindoctor", "run", "--output-format", "json", "-o", str(report),
-         str(ROOT / "examples" / "recipes_train.py"), "--out", str(tmp_path / "run")],
-        capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "traindoctor",
+            "run",
+            "--output-format",
+            "json",
+            "-o",
+            str(report),
+            str(ROOT / "examples" / "recipes_train.py"),
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(report.read_text())

@@ -7,18 +7,24 @@ import warnings
 
 import pytest
 import torch
+from data_loops import SleepyDataset, codes, finding, slow_worker_start, train
 from torch.utils.data import DataLoader, TensorDataset
 
 import traindoctor
 from traindoctor.runtime.device import DeviceInfo
 from traindoctor.runtime.probes.transfer import TransferProbe
 
-from data_loops import SleepyDataset, codes, finding, slow_worker_start, train
-
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 
-FAKE_GPU = DeviceInfo(type="cuda", name="Fake GPU", capability=(8, 0), bf16_supported=True,
-                      cuda_available=True, total_memory=80 * 2**30, device_count=1)
+FAKE_GPU = DeviceInfo(
+    type="cuda",
+    name="Fake GPU",
+    capability=(8, 0),
+    bf16_supported=True,
+    cuda_available=True,
+    total_memory=80 * 2**30,
+    device_count=1,
+)
 
 
 # ---------------------------------------------------------------- TD102
@@ -91,8 +97,7 @@ def test_td105_silent_when_workers_keep_up() -> None:
 # ---------------------------------------------------------------- TD103
 def test_td103_fires_when_workers_restart_every_epoch() -> None:
     with traindoctor.watch(select=["TD103"]) as doctor:
-        loader = DataLoader(SleepyDataset(8), batch_size=4, num_workers=1,
-                            worker_init_fn=slow_worker_start)
+        loader = DataLoader(SleepyDataset(8), batch_size=4, num_workers=1, worker_init_fn=slow_worker_start)
         train(loader, epochs=3)
     f = finding(doctor, "TD103")
     assert f.evidence["respawns"] == 2 and f.evidence["epochs"] == 3
@@ -102,8 +107,9 @@ def test_td103_fires_when_workers_restart_every_epoch() -> None:
 
 def test_td103_silent_with_persistent_workers() -> None:
     with traindoctor.watch(select=["TD103"]) as doctor:
-        loader = DataLoader(SleepyDataset(8), batch_size=4, num_workers=1,
-                            worker_init_fn=slow_worker_start, persistent_workers=True)
+        loader = DataLoader(
+            SleepyDataset(8), batch_size=4, num_workers=1, worker_init_fn=slow_worker_start, persistent_workers=True
+        )
         train(loader, epochs=3)
     assert codes(doctor) == []
     info = doctor.loaders[0]
@@ -128,18 +134,21 @@ def test_td104_silent_within_the_cores() -> None:
 
 
 def test_td603_fires_for_workers_times_local_ranks() -> None:
-    with traindoctor.watch(select=["TD104", "TD603"], cpu_count=4, machine_cores=4,
-                           local_world_size=2) as doctor:
+    with traindoctor.watch(select=["TD104", "TD603"], cpu_count=4, machine_cores=4, local_world_size=2) as doctor:
         train(DataLoader(SleepyDataset(12), batch_size=4, num_workers=3))
     f = finding(doctor, "TD603")
-    assert f.evidence == {"workers_per_rank": 3, "local_world_size": 2, "total_workers": 6,
-                          "machine_cores": 4, "recommended_num_workers": 1}
+    assert f.evidence == {
+        "workers_per_rank": 3,
+        "local_world_size": 2,
+        "total_workers": 6,
+        "machine_cores": 4,
+        "recommended_num_workers": 1,
+    }
     assert codes(doctor) == ["TD603"]  # not reported twice as TD104
 
 
 def test_td603_silent_when_ranks_fit() -> None:
-    with traindoctor.watch(select=["TD104", "TD603"], cpu_count=4, machine_cores=4,
-                           local_world_size=2) as doctor:
+    with traindoctor.watch(select=["TD104", "TD603"], cpu_count=4, machine_cores=4, local_world_size=2) as doctor:
         train(DataLoader(SleepyDataset(12), batch_size=4, num_workers=1))
     assert codes(doctor) == []
 
@@ -214,7 +223,7 @@ def test_td101_never_fires_on_a_cpu_run() -> None:
         def copy(batch: torch.Tensor) -> None:
             # The monitor sees a CUDA copy, but the device is a CPU: the session drops it.
             doctor.record_transfer(batch.numel() * 4, 0.004, False, "cuda", doctor.loaders[0])
-            info["monitor"] = [m for m in doctor.monitors if m.rule.code == "TD101"][0]
+            info["monitor"] = next(m for m in doctor.monitors if m.rule.code == "TD101")
 
         train(loader, on_batch=copy)
     assert info["monitor"].findings  # the monitor itself judged it a mistake...

@@ -58,10 +58,29 @@ def test_torchrun_two_ranks_merged_report(tmp_path: Path) -> None:
     report_path = tmp_path / "report.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         "-m", "traindoctor", "run", "--select", "TD1,TD6", "--output-format", "json",
-         "-o", str(report_path), str(script)],
-        capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "traindoctor",
+            "run",
+            "--select",
+            "TD1,TD6",
+            "--output-format",
+            "json",
+            "-o",
+            str(report_path),
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(report_path.read_text())
@@ -83,18 +102,30 @@ def test_torchrun_two_ranks_merged_report(tmp_path: Path) -> None:
 def test_merge_keeps_per_rank_evidence_and_lists_missing_ranks() -> None:
     def rank_report(share: float) -> dict:
         return {
-            "findings": [{"code": "TD102", "filename": "t.py", "location": {"row": 3, "column": 1},
-                          "message": "m", "evidence": {"data_wait_share": share}}],
-            "profile": {"verdict": "data-bound", "shares": {"data": share},
-                        "per_step_ms": {"step": 10.0}, "samples_per_s": 100.0},
-            "environment": {"world_size": 4}, "notes": ["x"], "partial": False,
+            "findings": [
+                {
+                    "code": "TD102",
+                    "filename": "t.py",
+                    "location": {"row": 3, "column": 1},
+                    "message": "m",
+                    "evidence": {"data_wait_share": share},
+                }
+            ],
+            "profile": {
+                "verdict": "data-bound",
+                "shares": {"data": share},
+                "per_step_ms": {"step": 10.0},
+                "samples_per_s": 100.0,
+            },
+            "environment": {"world_size": 4},
+            "notes": ["x"],
+            "partial": False,
         }
 
     merged = merge_reports({1: rank_report(0.5), 0: rank_report(0.4)}, world_size=4)
     (finding,) = merged["findings"]
     assert finding["evidence"]["data_wait_share"] == 0.4  # the lowest rank's numbers lead
-    assert finding["evidence"]["per_rank"] == {"0": {"data_wait_share": 0.4},
-                                               "1": {"data_wait_share": 0.5}}
+    assert finding["evidence"]["per_rank"] == {"0": {"data_wait_share": 0.4}, "1": {"data_wait_share": 0.5}}
     assert merged["environment"]["ranks_missing"] == [2, 3] and merged["partial"] is True
     assert merged["profile"]["samples_per_s_all_ranks"] == 200.0
     assert merged["notes"] == ["rank 0: x", "rank 1: x"]

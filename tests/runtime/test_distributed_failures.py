@@ -24,11 +24,28 @@ SCRIPT = Path(__file__).parent / "rank_failure_train.py"
 def run_failing(tmp_path: Path, mode: str) -> tuple[dict, subprocess.CompletedProcess[str], float]:
     report = tmp_path / f"{mode}.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "traindoctor", "run", "--output-format", "json", "-o", str(report),
-           "--threshold", f"distributed.stall_s={100 if mode == 'term' else 3}",
-           "--threshold", "distributed.wait_s=10",
-           str(SCRIPT), "--fail", mode]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "traindoctor",
+        "run",
+        "--output-format",
+        "json",
+        "-o",
+        str(report),
+        "--threshold",
+        f"distributed.stall_s={100 if mode == 'term' else 3}",
+        "--threshold",
+        "distributed.wait_s=10",
+        str(SCRIPT),
+        "--fail",
+        mode,
+    ]
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
     elapsed = time.monotonic() - start
@@ -49,14 +66,14 @@ def test_a_failing_rank_is_named_in_the_merged_partial_report(tmp_path, mode):
     if mode == "raise":
         assert first["how"] == "raised"
         assert first["exception"] == "RuntimeError: rank 1 lost its data shard"
-        assert first["where"].startswith("rank_failure_train.py:25 ")
+        assert first["where"].startswith("rank_failure_train.py:24 ")
         assert env["ranks_merged"] == [0, 1]
         assert "rank 0" in " ".join(report["notes"][1:])  # the survivor's evidence is merged
     elif mode == "term":  # rank 0 was busy in Python: torchrun's SIGTERM ends it with a report
         assert first["how"] == "raised"
         zero = env["ranks_failed"]["0"]
         assert zero["how"] == "terminated" and zero["signal"] == "SIGTERM"
-        assert zero["where"].startswith("rank_failure_train.py:33 ")  # its time.sleep
+        assert zero["where"].startswith("rank_failure_train.py:32 ")  # its time.sleep
         assert env["ranks_merged"] == [0, 1]
     elif mode == "kill":
         assert first["how"] == "killed"
@@ -65,7 +82,7 @@ def test_a_failing_rank_is_named_in_the_merged_partial_report(tmp_path, mode):
         assert report["profile"]["per_rank"]["0"]["step_ms"] is not None
     else:
         assert first["how"] == "stalled" and first["in_torch"] is False
-        assert first["where"].startswith("rank_failure_train.py:29 ")  # the time.sleep line
+        assert first["where"].startswith("rank_failure_train.py:28 ")  # the time.sleep line
         zero = env["ranks_failed"]["0"]
         if zero["how"] == "stalled":  # waiting in the all-reduce when its own timer fired
             assert zero["in_torch"] is True

@@ -7,20 +7,21 @@ world size is faked on the session (the multi-process harness is tested with the
 from __future__ import annotations
 
 import torch
+from rule_loops import codes, conv_bn_net, finding, images, line_of, train_steps
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 import traindoctor
-from rule_loops import codes, conv_bn_net, finding, images, line_of, train_steps
 
 
 def _data() -> TensorDataset:
     return TensorDataset(*images(16))
 
 
-def _epochs(model: nn.Module, opt: torch.optim.Optimizer, loader: DataLoader, sampler, *,
-            set_epoch: bool, epochs: int = 3) -> list[list[int]]:
+def _epochs(
+    model: nn.Module, opt: torch.optim.Optimizer, loader: DataLoader, sampler, *, set_epoch: bool, epochs: int = 3
+) -> list[list[int]]:
     orders = []
     for epoch in range(epochs):
         if set_epoch:
@@ -53,8 +54,7 @@ def test_td601_silent_with_set_epoch_or_without_shuffle() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with traindoctor.watch(select=["TD601"]) as doctor:
         sampler = DistributedSampler(_data(), num_replicas=2, rank=1)
-        orders = _epochs(model, opt, DataLoader(_data(), batch_size=4, sampler=sampler), sampler,
-                         set_epoch=True)
+        orders = _epochs(model, opt, DataLoader(_data(), batch_size=4, sampler=sampler), sampler, set_epoch=True)
         fixed = DistributedSampler(_data(), num_replicas=2, rank=0, shuffle=False)
         _epochs(model, opt, DataLoader(_data(), batch_size=4, sampler=fixed), fixed, set_epoch=False)
     assert orders[0] != orders[1]
@@ -70,7 +70,11 @@ def test_td602_small_per_rank_batchnorm_batch() -> None:
         train_steps(model, opt, steps=2, batch=4)
     assert codes(doctor) == ["TD602"]  # TD202 leaves the plain DDP case to TD602
     assert finding(doctor, "TD602").evidence == {
-        "per_rank_batch": 4, "world_size": 2, "global_batch": 8, "batchnorm_layers": 1, "min_batch": 16,
+        "per_rank_batch": 4,
+        "world_size": 2,
+        "global_batch": 8,
+        "batchnorm_layers": 1,
+        "min_batch": 16,
     }
 
 

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from data_loops import SleepyDataset, codes, finding
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import traindoctor
-
-from data_loops import SleepyDataset, codes, finding
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 

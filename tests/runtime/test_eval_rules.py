@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from rule_loops import codes, conv_bn_net, finding, images, line_of, train_steps
 from torch import nn
 
 import traindoctor
-from rule_loops import codes, conv_bn_net, finding, images, line_of, train_steps
 
 
 def _evaluate(model: nn.Module, batches: int = 3, *, no_grad: bool = True) -> None:
@@ -189,11 +189,29 @@ def _patched_namespaces() -> list:
     from torch.nn.modules.batchnorm import _BatchNorm
     from torch.utils.data.distributed import DistributedSampler
 
-    return [nn.Module, _BatchNorm, nn.SyncBatchNorm, nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d,
-            nn.ConvTranspose2d, nn.Dropout, nn.Dropout2d, nn.AlphaDropout, torch.nn.utils,
-            torch.nn.utils.clip_grad, type(torch.backends.cudnn), torch.amp.autocast_mode.autocast,
-            torch.amp.GradScaler, sched.LRScheduler, sched.ReduceLROnPlateau, DistributedSampler,
-            torch, torch.serialization]
+    return [
+        nn.Module,
+        _BatchNorm,
+        nn.SyncBatchNorm,
+        nn.Linear,
+        nn.Conv1d,
+        nn.Conv2d,
+        nn.Conv3d,
+        nn.ConvTranspose2d,
+        nn.Dropout,
+        nn.Dropout2d,
+        nn.AlphaDropout,
+        torch.nn.utils,
+        torch.nn.utils.clip_grad,
+        type(torch.backends.cudnn),
+        torch.amp.autocast_mode.autocast,
+        torch.amp.GradScaler,
+        sched.LRScheduler,
+        sched.ReduceLROnPlateau,
+        DistributedSampler,
+        torch,
+        torch.serialization,
+    ]
 
 
 def test_rule_probes_restore_every_patched_attribute() -> None:

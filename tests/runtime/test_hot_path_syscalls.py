@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from data_loops import SleepyDataset, train
 from torch.utils.data import DataLoader, Dataset
 
 import traindoctor
@@ -23,8 +24,6 @@ from traindoctor.runtime import timeline
 from traindoctor.runtime.probes.dataloader import CPU_SAMPLE_EVERY
 from traindoctor.runtime.profile import StepRecord
 from traindoctor.runtime.timeline import MemorySampler, RssReader
-
-from data_loops import SleepyDataset, train
 
 
 class BusyDataset(Dataset):
@@ -95,8 +94,7 @@ def test_memory_is_sampled_at_most_every_interval() -> None:
     assert [s["step"] for s in slow.samples] == list(range(1, 21))
 
 
-@pytest.mark.skipif(not hasattr(os, "fork") or not sys.platform.startswith("linux"),
-                    reason="fork and /proc")
+@pytest.mark.skipif(not hasattr(os, "fork") or not sys.platform.startswith("linux"), reason="fork and /proc")
 def test_a_forked_child_reads_its_own_memory() -> None:
     """The reader keeps ``/proc/self/statm`` open, and ``/proc/self`` names the process that
     opened it: after a fork the child must reopen it (told by the at-fork hook, not getpid())."""
@@ -110,8 +108,13 @@ def test_a_forked_child_reads_its_own_memory() -> None:
             before = reader()
             ballast = b"x" * (64 << 20)
             after = reader()
-            ok = (timeline._fork_generation == generation + 1 and before is not None
-                  and after is not None and after - before >= 60 << 20 and len(ballast) > 0)
+            ok = (
+                timeline._fork_generation == generation + 1
+                and before is not None
+                and after is not None
+                and after - before >= 60 << 20
+                and len(ballast) > 0
+            )
         finally:
             os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)

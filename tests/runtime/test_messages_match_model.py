@@ -92,7 +92,6 @@ def test_td504_asks_for_the_data_position_only_with_a_loader() -> None:
         """
     )
     assert check_source(get_batch_loop, "t.py", Settings(), [rule()]).findings == []
-    loader_loop = get_batch_loop.replace('while True:\n    X, Y = get_batch("train")',
-                                         "for X, Y in loader:")
+    loader_loop = get_batch_loop.replace('while True:\n    X, Y = get_batch("train")', "for X, Y in loader:")
     (finding,) = check_source(loader_loop, "t.py", Settings(), [rule()]).findings
     assert "data position" in finding.message

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import torch
+from rule_loops import FAKE_A100, codes, conv_bn_net, finding, mlp, train_steps, vectors
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import traindoctor
 from traindoctor.recipes import param_groups
-from rule_loops import FAKE_A100, codes, conv_bn_net, finding, mlp, train_steps, vectors
 
 
 def _loader(batch: int, samples: int | None = None, features: int = 8) -> DataLoader:
@@ -234,11 +234,13 @@ def _lbfgs_steps(model: nn.Module, opt: torch.optim.Optimizer, x, y, steps: int)
     """pytorch/examples time_sequence_prediction's shape: the whole data set as one batch,
     LBFGS re-evaluating the loss in a closure up to ``max_iter`` times per step."""
     for _ in range(steps):
+
         def closure():
             opt.zero_grad()
             loss = nn.functional.mse_loss(model(x), y)
             loss.backward()
             return loss
+
         opt.step(closure)
 
 
@@ -303,8 +305,21 @@ def test_cli_reference_options_reach_td203(tmp_path) -> None:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     out = tmp_path / "report.json"
-    rc = main(["--select", "TD203", "--reference-batch", "16", "--reference-lr", "0.1",
-               "--output-format", "json", "-o", str(out), str(script)])
+    rc = main(
+        [
+            "--select",
+            "TD203",
+            "--reference-batch",
+            "16",
+            "--reference-lr",
+            "0.1",
+            "--output-format",
+            "json",
+            "-o",
+            str(out),
+            str(script),
+        ]
+    )
     assert rc == 0
     [f] = json.loads(out.read_text())["findings"]
     assert f["code"] == "TD203" and f["evidence"]["effective_batch"] == 64

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import pytest
+from data_loops import SleepyDataset, train
 from torch.utils.data import DataLoader
 
 import traindoctor
 from traindoctor.runtime.profile import StepRecord, StepTimer, build_profile, default_warmup
 from traindoctor.runtime.report import render_text
 
-from data_loops import SleepyDataset, train
 
-
-def _records(n: int, *, wall: float, data: float = 0.0, transfer: float = 0.0,
-             optimizer: float = 0.0, samples: int = 8) -> list[StepRecord]:
+def _records(
+    n: int, *, wall: float, data: float = 0.0, transfer: float = 0.0, optimizer: float = 0.0, samples: int = 8
+) -> list[StepRecord]:
     out, t = [], 0.0
     for i in range(n):
         out.append(StepRecord(i + 1, t, t + wall, data, transfer, optimizer, 1, samples, 1))
@@ -37,8 +37,9 @@ def test_memory_bound_when_peak_memory_is_near_capacity() -> None:
     mem = {"cuda_reserved_peak_bytes": 76 * 2**30, "cuda_total_bytes": 80 * 2**30}
     prof = build_profile(_records(10, wall=0.1, data=0.08), run_s=1.0, memory=mem)
     assert prof.verdict == "memory-bound" and "95%" in prof.reason
-    relaxed = build_profile(_records(10, wall=0.1, data=0.08), run_s=1.0, memory=mem,
-                            thresholds={"profile.memory_bound_share": 0.99})
+    relaxed = build_profile(
+        _records(10, wall=0.1, data=0.08), run_s=1.0, memory=mem, thresholds={"profile.memory_bound_share": 0.99}
+    )
     assert relaxed.verdict == "data-bound"
 
 
@@ -90,9 +91,8 @@ def test_text_profile_rows_match_the_verdict_reason() -> None:
     assert "host-to-device" not in text
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["per", "step"])
-    table = [line.split("  ")[1] for line in lines[start + 1:start + 4]]
-    assert table == ["data wait (DataLoader next())", "forward + backward + other host work",
-                     "optimizer step"]
+    table = [line.split("  ")[1] for line in lines[start + 1 : start + 4]]
+    assert table == ["data wait (DataLoader next())", "forward + backward + other host work", "optimizer step"]
     assert "(not separated: no nn.Module forward was seen)" in text
     copies = build_profile(_records(20, wall=0.1, transfer=0.02), run_s=2.0)
     text = render_text({"findings": [], "profile": copies.to_dict()})

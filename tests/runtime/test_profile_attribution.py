@@ -37,7 +37,7 @@ def _memmap_loop(path: str, steps: int, delay_s: float) -> None:
     def get_batch() -> tuple[torch.Tensor, torch.Tensor]:
         data = np.memmap(path, dtype=np.uint16, mode="r")
         ix = torch.randint(len(data) - 17, (4,))
-        x = torch.stack([torch.from_numpy(data[i:i + 16].astype(np.int64)) for i in ix]) % 64
+        x = torch.stack([torch.from_numpy(data[i : i + 16].astype(np.int64)) for i in ix]) % 64
         time.sleep(delay_s)  # SLOW-DISK
         return x, x
 
@@ -55,8 +55,9 @@ def _memmap_loop(path: str, steps: int, delay_s: float) -> None:
 
 def _row(marker: str) -> int:
     with open(HERE, encoding="utf-8") as fh:
-        return next(i for i, line in enumerate(fh, 1) if marker in line and "def _row" not in line
-                    and "_row(" not in line)
+        return next(
+            i for i, line in enumerate(fh, 1) if marker in line and "def _row" not in line and "_row(" not in line
+        )
 
 
 @pytest.fixture()
@@ -100,11 +101,13 @@ def test_lbfgs_closure_forward_and_backward_are_not_optimizer_time(one_thread) -
     opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=4, history_size=3)
     with traindoctor.watch(select=[]) as doctor:
         for _ in range(10):
+
             def closure() -> torch.Tensor:
                 opt.zero_grad()
                 loss = nn.functional.mse_loss(model(x), y)
                 loss.backward()
                 return loss
+
             opt.step(closure)
     prof = doctor.profile
     assert prof.steps == 10 and prof.backward_per_step == 4
@@ -113,8 +116,7 @@ def test_lbfgs_closure_forward_and_backward_are_not_optimizer_time(one_thread) -
     assert inner > prof.optimizer_s  # the closure's work is forward/backward, not "optimizer"
     assert prof.optimizer_s < 0.5 * prof.step_s
     assert prof.verdict == "compute-bound"
-    assert prof.forward_s + prof.backward_s + prof.optimizer_s + prof.other_s == pytest.approx(
-        prof.step_s, rel=1e-6)
+    assert prof.forward_s + prof.backward_s + prof.optimizer_s + prof.other_s == pytest.approx(prof.step_s, rel=1e-6)
 
 
 def test_dataloader_loop_measures_every_row(one_thread) -> None:
@@ -148,8 +150,7 @@ def test_functional_model_says_forward_is_not_separated() -> None:
             opt.step()
     prof = doctor.profile
     assert prof.forward_s is None and prof.other_s is None and prof.compute_s > 0
-    assert prof.measured == {"data_wait": False, "optimizer": True, "forward": False, "backward": False,
-                             "other": False}
+    assert prof.measured == {"data_wait": False, "optimizer": True, "forward": False, "backward": False, "other": False}
     text = render_text(doctor.report_dict())
     assert "(not separated: no nn.Module forward was seen)" in text
 

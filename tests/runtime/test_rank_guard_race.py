@@ -60,8 +60,7 @@ def test_main_thread_end_waits_for_a_running_emergency_report(guard_env, monkeyp
 
     monkeypatch.setattr(distributed, "gather", slow_gather)
     session = FakeSession()
-    guard = distributed.RankGuard(session, written.append,
-                                  base_report=lambda: {"environment": {}, "notes": []})
+    guard = distributed.RankGuard(session, written.append, base_report=lambda: {"environment": {}, "notes": []})
     guard.failure = {"how": "stalled", "seconds": 3.0, "time": time.time()}
     emergency = threading.Thread(target=lambda: _swallow(guard._emergency, 124))
     emergency.start()
@@ -80,8 +79,7 @@ def test_finish_then_emergency_is_a_no_op(guard_env, tmp_path):
     exits, _ = guard_env
     written: list[dict] = []
     session = FakeSession()
-    guard = distributed.RankGuard(session, written.append,
-                                  base_report=lambda: {"environment": {}, "notes": []})
+    guard = distributed.RankGuard(session, written.append, base_report=lambda: {"environment": {}, "notes": []})
     guard.wait_s = 0.1
     merged = guard.finish({"environment": {}, "notes": [], "profile": {}}, 0)
     assert merged is not None and merged["environment"]["ranks_merged"] == [0]
@@ -106,8 +104,7 @@ def test_stall_watchdog_fires_only_while_the_script_runs(guard_env, monkeypatch)
     session = FakeSession()
     session.thresholds = {"distributed.wait_s": 0.1, "distributed.stall_s": 0.1}
     written: list[dict] = []
-    guard = distributed.RankGuard(session, written.append,
-                                  base_report=lambda: {"environment": {}, "notes": []}).start()
+    guard = distributed.RankGuard(session, written.append, base_report=lambda: {"environment": {}, "notes": []}).start()
     try:
         time.sleep(0.5)  # no progress, but outside the script: silence
         assert exits == [] and guard.failure is None

@@ -50,9 +50,14 @@ def _script(tmp_path: Path, steps: int = 5, pause: float = 0.0, tail: str = "") 
 
 def test_json_without_output_file_is_parseable_when_the_script_prints(tmp_path: Path) -> None:
     script = _script(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "traindoctor", "run", "--output-format", "json",
-                           str(script)], capture_output=True, text=True, timeout=120,
-                          env=_env(), cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "traindoctor", "run", "--output-format", "json", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(),
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)  # stdout holds the report only
     assert report["profile"]["steps"] == 5
@@ -74,9 +79,14 @@ def test_a_raising_script_gives_a_partial_report(tmp_path: Path, capsys) -> None
 def test_sigterm_writes_the_partial_report(tmp_path: Path) -> None:
     script = _script(tmp_path, steps=100000, pause=0.01)
     out = tmp_path / "r.json"
-    proc = subprocess.Popen([sys.executable, "-m", "traindoctor", "run", "--output-format", "json",
-                             "-o", str(out), str(script)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env=_env(), cwd=tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "traindoctor", "run", "--output-format", "json", "-o", str(out), str(script)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        cwd=tmp_path,
+    )
     try:
         assert proc.stderr is not None
         deadline = time.monotonic() + 120
@@ -104,8 +114,9 @@ def test_a_directory_is_a_one_line_error(tmp_path: Path, capsys) -> None:
 
 def test_a_script_that_exits_before_training_prints_no_empty_profile(tmp_path: Path, capsys) -> None:
     script = tmp_path / "cli.py"
-    script.write_text("import argparse\np = argparse.ArgumentParser()\n"
-                      "p.add_argument('--lr', type=float)\np.parse_args()\n")
+    script.write_text(
+        "import argparse\np = argparse.ArgumentParser()\np.add_argument('--lr', type=float)\np.parse_args()\n"
+    )
     assert main([str(script), "--lr", "fast"]) == 2
     out = capsys.readouterr().out
     assert "Profile:" not in out and "unknown" not in out

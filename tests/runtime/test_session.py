@@ -7,20 +7,19 @@ from typing import Any
 
 import pytest
 import torch
+from data_loops import SleepyDataset, codes, train
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 import traindoctor
-from traindoctor.runtime.events import Monitor
-from traindoctor.runtime.probes.base import Probe
-from traindoctor.runtime.probes.dataloader import DataLoaderProbe
-from traindoctor.runtime.probes.optimizer import OptimizerProbe
 from traindoctor.rules.data.td102_loader_in_main_process import (
     LoaderInMainProcess,
     LoaderInMainProcessMonitor,
 )
-
-from data_loops import SleepyDataset, codes, train
+from traindoctor.runtime.events import Monitor
+from traindoctor.runtime.probes.base import Probe
+from traindoctor.runtime.probes.dataloader import DataLoaderProbe
+from traindoctor.runtime.probes.optimizer import OptimizerProbe
 
 
 def _namespaces() -> list[Any]:
@@ -35,10 +34,24 @@ def _namespaces() -> list[Any]:
     import torch.utils.data.distributed
 
     return [
-        torch, torch.autograd, torch.Tensor, torch._C.TensorBase, dl, dl.DataLoader,
-        dl._BaseDataLoaderIter, nn.Module, module_mod, torch.optim.Optimizer, optimizer_mod,
-        torch.optim.lr_scheduler.LRScheduler, torch.amp, torch.amp.GradScaler, torch.autocast,
-        torch.nn.utils, torch.serialization, torch.backends.cudnn,
+        torch,
+        torch.autograd,
+        torch.Tensor,
+        torch._C.TensorBase,
+        dl,
+        dl.DataLoader,
+        dl._BaseDataLoaderIter,
+        nn.Module,
+        module_mod,
+        torch.optim.Optimizer,
+        optimizer_mod,
+        torch.optim.lr_scheduler.LRScheduler,
+        torch.amp,
+        torch.amp.GradScaler,
+        torch.autocast,
+        torch.nn.utils,
+        torch.serialization,
+        torch.backends.cudnn,
         torch.utils.data.distributed.DistributedSampler,
     ]
 
@@ -170,8 +183,7 @@ def test_fake_cuda_run_on_a_cpu_build_still_records_every_step() -> None:
     from traindoctor.runtime.device import DeviceInfo
     from traindoctor.runtime.probes.transfer import TransferProbe
 
-    fake = DeviceInfo(type="cuda", name="Fake GPU", capability=(8, 0), bf16_supported=True,
-                      cuda_available=True)
+    fake = DeviceInfo(type="cuda", name="Fake GPU", capability=(8, 0), bf16_supported=True, cuda_available=True)
     with traindoctor.watch(monitors=[StepCounter], device=fake) as doctor:
         doctor.uses_cuda = True
         train(DataLoader(SleepyDataset(16), batch_size=4))
@@ -215,13 +227,17 @@ def test_watch_reference_keywords_healthy_twin_with_scaled_lr() -> None:
 
 
 def test_watch_reference_keywords_merge_with_thresholds_and_reject_bad_values() -> None:
-    with traindoctor.watch(thresholds={"TD102.min_wait_share": 0.3}, no_decay=["bias", "bn"],
-                           reference_lr=1) as doctor:
+    with traindoctor.watch(thresholds={"TD102.min_wait_share": 0.3}, no_decay=["bias", "bn"], reference_lr=1) as doctor:
         pass
-    assert doctor.thresholds == {"TD102.min_wait_share": 0.3, "no_decay": ["bias", "bn"],
-                                 "reference_lr": 1.0}
-    for bad in ({"reference_batch": 0}, {"reference_batch": 6.5}, {"reference_lr": -0.1},
-                {"reference_lr": "0.1"}, {"no_decay": 3}, {"no_decay": ["bias", 3]}):
+    assert doctor.thresholds == {"TD102.min_wait_share": 0.3, "no_decay": ["bias", "bn"], "reference_lr": 1.0}
+    for bad in (
+        {"reference_batch": 0},
+        {"reference_batch": 6.5},
+        {"reference_lr": -0.1},
+        {"reference_lr": "0.1"},
+        {"no_decay": 3},
+        {"no_decay": ["bias", 3]},
+    ):
         with pytest.raises(ValueError, match="watch\\(" + next(iter(bad))):
             traindoctor.watch(**bad)  # at the call, before any run starts
 
@@ -254,8 +270,11 @@ def test_nested_watch_is_inert() -> None:
 def test_session_tracks_steps_backward_calls_models_and_optimizers() -> None:
     seen: list[list[Any]] = []
     with traindoctor.watch() as doctor:
-        model, _ = train(DataLoader(SleepyDataset(32), batch_size=4), accumulation=2,
-                         on_batch=lambda x: seen.append(list(doctor.optimizers)))
+        model, _ = train(
+            DataLoader(SleepyDataset(32), batch_size=4),
+            accumulation=2,
+            on_batch=lambda x: seen.append(list(doctor.optimizers)),
+        )
     assert seen[0] == [] and [type(o) for o in seen[-1]] == [torch.optim.SGD]
     assert doctor.step == 4
     assert [r.backward_calls for r in doctor.records] == [2, 2, 2, 2]

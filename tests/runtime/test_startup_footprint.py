@@ -16,8 +16,13 @@ import textwrap
 from pathlib import Path
 
 #: Static modules a watched run may import: plain constants and small helpers.
-LIGHT = {"traindoctor.static", "traindoctor.static.vocab", "traindoctor.static.names",
-         "traindoctor.static.args", "traindoctor.static.protocols"}
+LIGHT = {
+    "traindoctor.static",
+    "traindoctor.static.vocab",
+    "traindoctor.static.names",
+    "traindoctor.static.args",
+    "traindoctor.static.protocols",
+}
 
 DRIVER = textwrap.dedent(
     """
@@ -48,8 +53,9 @@ TRAIN = textwrap.dedent(
 
 def _run(tmp_path: Path) -> dict:
     (tmp_path / "train.py").write_text(TRAIN)
-    out = subprocess.run([sys.executable, "-c", DRIVER], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", DRIVER], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

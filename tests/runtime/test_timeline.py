@@ -7,13 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from data_loops import SleepyDataset, train
 from torch.utils.data import DataLoader
 
 import traindoctor
 from traindoctor.runtime.profile import StepRecord
 from traindoctor.runtime.timeline import MAX_POINTS, MemorySampler, build_timeline
-
-from data_loops import SleepyDataset, train
 
 
 def _records(n: int, wall: float = 0.01, data: float = 0.004) -> list[StepRecord]:
@@ -53,8 +52,15 @@ def test_components_added_to_step_records_later_show_up() -> None:
         end: float
 
         def to_dict(self) -> dict[str, Any]:
-            return {"index": self.index, "wall_s": 0.01, "data_s": 0.002, "other_host_s": 0.003,
-                    "samples": 4, "device_s": None, "flag_s": True}
+            return {
+                "index": self.index,
+                "wall_s": 0.01,
+                "data_s": 0.002,
+                "other_host_s": 0.003,
+                "samples": 4,
+                "device_s": None,
+                "flag_s": True,
+            }
 
     points = build_timeline([WithOther(1, 0.01), WithOther(2, 0.02)])
     assert points[0]["other_host_ms"] == pytest.approx(3.0)
@@ -100,8 +106,14 @@ def test_a_distributed_report_keeps_rank_zeros_timeline() -> None:
     from traindoctor.runtime.distributed import merge_reports
 
     def report(rank: int) -> dict[str, Any]:
-        return {"findings": [], "profile": {"samples_per_s": 10.0}, "environment": {"rank": rank},
-                "notes": [], "partial": False, "timeline": [{"step": 1, "rank": rank}]}
+        return {
+            "findings": [],
+            "profile": {"samples_per_s": 10.0},
+            "environment": {"rank": rank},
+            "notes": [],
+            "partial": False,
+            "timeline": [{"step": 1, "rank": rank}],
+        }
 
     merged = merge_reports({1: report(1), 0: report(0)}, world_size=2)
     assert merged["timeline"] == [{"step": 1, "rank": 0}]

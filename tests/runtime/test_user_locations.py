@@ -58,8 +58,11 @@ def _where(marker: str, call: str) -> tuple[int, int]:
 
 
 def _sites(report: dict) -> dict[str, tuple[str, int, int]]:
-    return {f["code"]: (f["filename"], f["location"]["row"], f["location"]["column"])
-            for f in report["findings"] if f.get("location")}
+    return {
+        f["code"]: (f["filename"], f["location"]["row"], f["location"]["column"])
+        for f in report["findings"]
+        if f.get("location")
+    }
 
 
 @pytest.fixture()
@@ -76,8 +79,7 @@ def test_user_script_in_a_folder_named_like_a_library_keeps_its_locations(tmp_pa
     script.parent.mkdir()
     script.write_text(SCRIPT)
     out = tmp_path / "report.json"
-    assert main(["--output-format", "json", "-o", str(out), "--select", "TD102,TD204,TD701",
-                 str(script)]) == 0
+    assert main(["--output-format", "json", "-o", str(out), "--select", "TD102,TD204,TD701", str(script)]) == 0
     sites = _sites(json.loads(out.read_text()))
     assert sites["TD102"] == (str(script), *_where("# LOADER", "DataLoader("))
     assert sites["TD204"] == (str(script), *_where("# OPTIMIZER", "torch.optim.AdamW("))
@@ -88,17 +90,33 @@ def test_repository_cloned_into_a_folder_named_traindoctor(tmp_path: Path) -> No
     """The package itself lives in .../traindoctor/src/traindoctor and the user's script in
     .../traindoctor/tests/: the script is still user code, the package is not."""
     repo = tmp_path / "traindoctor"
-    shutil.copytree(ROOT / "src" / "traindoctor", repo / "src" / "traindoctor",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "src" / "traindoctor", repo / "src" / "traindoctor", ignore=shutil.ignore_patterns("__pycache__")
+    )
     script = repo / "tests" / "train.py"
     script.parent.mkdir()
     script.write_text(SCRIPT)
     out = tmp_path / "report.json"
     env = dict(os.environ, PYTHONPATH=str(repo / "src"))
     proc = subprocess.run(
-        [sys.executable, "-m", "traindoctor", "run", "--output-format", "json", "-o", str(out),
-         "--select", "TD102,TD204,TD701", str(script)],
-        capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "traindoctor",
+            "run",
+            "--output-format",
+            "json",
+            "-o",
+            str(out),
+            "--select",
+            "TD102,TD204,TD701",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
     sites = _sites(json.loads(out.read_text()))
@@ -131,8 +149,14 @@ def test_torch_warning_through_traindoctor_run(tmp_path: Path) -> None:
     script = tmp_path / "amp.py"
     script.write_text("import torch\nscaler = torch.amp.GradScaler('cuda')\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    proc = subprocess.run([sys.executable, "-m", "traindoctor", "run", str(script)],
-                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "traindoctor", "run", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"{script}:2: UserWarning: torch.cuda.amp.GradScaler is enabled" in proc.stderr
     assert "probes" not in proc.stderr

@@ -161,8 +161,9 @@ def test_td301_is_per_function_not_per_file():
 
 def test_td301_silent_for_fp16_branch_with_scaler_and_fp32_branch_without():
     # The common "if use_fp16: autocast + scaler, else: plain" shape (seen in real scripts).
-    assert found(
-        """
+    assert (
+        found(
+            """
         import torch
 
         def main():
@@ -177,13 +178,16 @@ def test_td301_silent_for_fp16_branch_with_scaler_and_fp32_branch_without():
                     loss = criterion(model(batch), batch) / accum
                     loss.backward()
         """,
-        ["TD301"],
-    ) == []
+            ["TD301"],
+        )
+        == []
+    )
 
 
 def test_td301_silent_when_backward_is_not_of_the_autocast_loss():
-    assert found(
-        """
+    assert (
+        found(
+            """
         import torch
 
         for x, y in loader:
@@ -193,8 +197,10 @@ def test_td301_silent_when_backward_is_not_of_the_autocast_loss():
             with torch.no_grad(), torch.autocast("cuda"):
                 preview = model(x_val)
         """,
-        ["TD301"],
-    ) == []
+            ["TD301"],
+        )
+        == []
+    )
 
 
 def test_td301_unknown_device_reported_only_when_the_file_targets_cuda():
@@ -260,21 +266,25 @@ def test_td302_no_fix_when_step_takes_an_expression():
 
 def test_td302_silent_without_a_following_scaler_step():
     # Scaled gradients go straight to optimizer.step(): another bug, but not "before unscale_".
-    assert found(
-        """
+    assert (
+        found(
+            """
         import torch
 
         scaler.scale(loss).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         """,
-        ["TD302"],
-    ) == []
+            ["TD302"],
+        )
+        == []
+    )
 
 
 def test_td302_accumulation_with_unscale_under_the_same_condition():
-    assert found(
-        """
+    assert (
+        found(
+            """
         import torch
 
         def train(self, loader):
@@ -288,8 +298,10 @@ def test_td302_accumulation_with_unscale_under_the_same_condition():
                     self.scaler.step(self.optimizer)
                     self.scaler.update()
         """,
-        ["TD302"],
-    ) == []
+            ["TD302"],
+        )
+        == []
+    )
 
 
 # ---------------------------------------------------------------------- TD303
@@ -310,20 +322,24 @@ def test_td303_position_and_message():
 
 
 def test_td303_silent_for_unknown_objects_with_step():
-    assert found(
-        """
+    assert (
+        found(
+            """
         def train(engine, sched, opt):
             engine.step(opt)     # a framework's own step
             sched.step()
             opt.step()
         """,
-        ["TD303"],
-    ) == []
+            ["TD303"],
+        )
+        == []
+    )
 
 
 def test_td303_returned_scaler_may_be_updated_by_the_caller():
-    assert found(
-        """
+    assert (
+        found(
+            """
         import torch
 
         def make(opt):
@@ -331,8 +347,10 @@ def test_td303_returned_scaler_may_be_updated_by_the_caller():
             scaler.step(opt)
             return scaler
         """,
-        ["TD303"],
-    ) == []
+            ["TD303"],
+        )
+        == []
+    )
 
 
 # ---------------------------------------------------------------------- TD304
@@ -380,8 +398,9 @@ def test_td304_positional_cache_enabled_becomes_keyword():
 
 
 def test_td304_version_gated_fallbacks_are_not_reported():
-    assert found(
-        """
+    assert (
+        found(
+            """
         import torch
 
         scaler = torch.amp.GradScaler(device="cuda") if TORCH_2_4 else torch.cuda.amp.GradScaler()
@@ -390,8 +409,10 @@ def test_td304_version_gated_fallbacks_are_not_reported():
         else:
             s2 = torch.cuda.amp.GradScaler()
         """,
-        ["TD304"],
-    ) == []
+            ["TD304"],
+        )
+        == []
+    )
 
 
 def test_td304_import_inside_a_function_does_not_count_for_the_fix():
@@ -417,8 +438,9 @@ def test_td304_old_torch_minimum():
 
 # ---------------------------------------------------------------------- TD305
 def test_td305_silent_when_the_dtype_comes_from_config():
-    assert found(
-        """
+    assert (
+        found(
+            """
         import torch
 
         ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
@@ -428,8 +450,10 @@ def test_td305_silent_when_the_dtype_comes_from_config():
             logits, loss = model(X, Y)
         scaler.scale(loss).backward()
         """,
-        ["TD305"],
-    ) == []
+            ["TD305"],
+        )
+        == []
+    )
 
 
 def test_td305_message_and_position():
@@ -491,8 +515,9 @@ def test_td308_half_after_to_device_on_a_pretrained_model():
 
 
 def test_td308_helper_that_casts_for_evaluation_is_silent():
-    assert found(
-        """
+    assert (
+        found(
+            """
         import torch
 
         def evaluate(model, loader):
@@ -505,22 +530,27 @@ def test_td308_helper_that_casts_for_evaluation_is_silent():
                 model(x).sum().backward()
                 opt.step()
         """,
-        ["TD308"],
-    ) == []
+            ["TD308"],
+        )
+        == []
+    )
 
 
 def test_td308_fp32_master_weights_recipe_is_silent():
     # Pre-AMP mixed precision: fp16 model, fp32 master copies in the optimizer.
-    assert found(
-        """
+    assert (
+        found(
+            """
         import torch
 
         model = Net().cuda().half()
         master = [p.detach().clone().float() for p in model.parameters()]
         optimizer = torch.optim.SGD(master, lr=0.1)
         """,
-        ["TD308"],
-    ) == []
+            ["TD308"],
+        )
+        == []
+    )
 
 
 def test_td308_module_subclass_chain_and_type_cast():

@@ -28,8 +28,12 @@ CODES = ["TD501", "TD502", "TD503", "TD504", "TD505", "TD506", "TD507"]
 def run(source: str, min_torch: str = "2.13", fix: bool = False, unsafe: bool = False):
     source = textwrap.dedent(source).lstrip("\n")
     result = check_source(
-        source, "train.py", Settings(min_torch_version=min_torch), instantiate(CODES),
-        fix=fix, unsafe_fixes=unsafe,
+        source,
+        "train.py",
+        Settings(min_torch_version=min_torch),
+        instantiate(CODES),
+        fix=fix,
+        unsafe_fixes=unsafe,
     )
     assert not result.internal_errors, result.internal_errors
     return result
@@ -193,7 +197,7 @@ def test_best_model_export_without_a_resume_path_is_an_export():
 def test_best_model_save_read_back_by_a_resume_path_is_a_checkpoint():
     resumed = BEST_ONLY_TUTORIAL.replace(
         "best_acc = 0.0\n",
-        "best_acc = 0.0\nif args.resume:\n    net.load_state_dict(torch.load(\"best.pth\"))\n",
+        'best_acc = 0.0\nif args.resume:\n    net.load_state_dict(torch.load("best.pth"))\n',
     )
     result = run(resumed)
     codes = [(f.code, f.location.row) for f in result.findings if f.code in ("TD501", "TD504")]
@@ -201,7 +205,9 @@ def test_best_model_save_read_back_by_a_resume_path_is_a_checkpoint():
 
 
 def test_lone_weights_only_save_in_the_loop_fires():
-    periodic = BEST_ONLY_TUTORIAL.replace("    if acc > best_acc:\n        best_acc = acc\n", "    if True:\n        pass\n")
+    periodic = BEST_ONLY_TUTORIAL.replace(
+        "    if acc > best_acc:\n        best_acc = acc\n", "    if True:\n        pass\n"
+    )
     periodic = periodic.replace('"best.pth"', '"ckpt.pth"')
     result = run(periodic)
     assert [(f.code, f.location.row) for f in result.findings] == [("TD501", 18), ("TD504", 18)]
@@ -212,9 +218,12 @@ def test_lone_weights_only_save_in_the_loop_fires():
 
 
 def test_best_export_next_to_a_full_checkpoint_is_silent():
-    src = BEST_ONLY_TUTORIAL + """    torch.save({"net": net.state_dict(), "optimizer": optimizer.state_dict(),
+    src = (
+        BEST_ONLY_TUTORIAL
+        + """    torch.save({"net": net.state_dict(), "optimizer": optimizer.state_dict(),
                 "rng": torch.get_rng_state(), "epoch": epoch}, "last.pth")
 """
+    )
     assert found(src) == []
 
 
@@ -427,8 +436,10 @@ def test_mid_epoch_checkpoint_needs_data_position_and_all_rngs():
     result = run(src)
     assert [(f.code, f.location.row) for f in result.findings] == [("TD504", 16)]
     msg = result.findings[0].message
-    assert msg.startswith("This checkpoint misses the CUDA generators, NumPy's global generator, "
-                          "Python's `random` generator, the data position within the epoch")
+    assert msg.startswith(
+        "This checkpoint misses the CUDA generators, NumPy's global generator, "
+        "Python's `random` generator, the data position within the epoch"
+    )
     assert "`np.random.get_state()`" in msg and "`random.getstate()`" in msg
 
 
@@ -461,9 +472,7 @@ def test_unsafe_torch_load_fixes():
     assert run(src, min_torch="2.5", fix=True).fixed_source is None
     fixed = run(src, min_torch="2.5", fix=True, unsafe=True).fixed_source
     assert fixed == (
-        "import torch\n\n"
-        'a = torch.load("a.pt", weights_only=True)\n'
-        'b = torch.load("b.pt", weights_only=True)\n'
+        'import torch\n\na = torch.load("a.pt", weights_only=True)\nb = torch.load("b.pt", weights_only=True)\n'
     )
     assert found(fixed, min_torch="2.5") == []
     finding = run(src).findings[0]

@@ -32,8 +32,7 @@ CODES = ["TD501", "TD502", "TD503", "TD504", "TD505"]
 
 
 def run(source: str, codes: list[str] = CODES):
-    result = check_source(textwrap.dedent(source), "train.py",
-                          Settings(min_torch_version="2.13"), instantiate(codes))
+    result = check_source(textwrap.dedent(source), "train.py", Settings(min_torch_version="2.13"), instantiate(codes))
     assert not result.internal_errors, result.internal_errors
     return result.findings
 
@@ -43,16 +42,20 @@ def found(source: str) -> list[tuple[str, int]]:
 
 
 def test_dcp_save_of_model_optimizer_scheduler_and_rng_is_complete():
-    save = ('msd, osd = get_state_dict(model, optimizer); dcp.save({"model": msd, "optim": osd, '
-            '"sched": scheduler.state_dict(), "rng": torch.get_rng_state(), "epoch": epoch}, '
-            'checkpoint_id=f"ckpt/{epoch}")')
+    save = (
+        'msd, osd = get_state_dict(model, optimizer); dcp.save({"model": msd, "optim": osd, '
+        '"sched": scheduler.state_dict(), "rng": torch.get_rng_state(), "epoch": epoch}, '
+        'checkpoint_id=f"ckpt/{epoch}")'
+    )
     assert found(TRAIN.format(save=save)) == []
 
 
 def test_dcp_getters_without_unpacking_are_understood():
-    save = ('dcp.save({"model": get_model_state_dict(model), '
-            '"optim": get_optimizer_state_dict(model, optimizer), "sched": scheduler.state_dict(), '
-            '"rng": torch.get_rng_state(), "epoch": epoch}, checkpoint_id="ckpt")')
+    save = (
+        'dcp.save({"model": get_model_state_dict(model), '
+        '"optim": get_optimizer_state_dict(model, optimizer), "sched": scheduler.state_dict(), '
+        '"rng": torch.get_rng_state(), "epoch": epoch}, checkpoint_id="ckpt")'
+    )
     assert found(TRAIN.format(save=save)) == []
 
 
@@ -72,9 +75,11 @@ def test_dcp_async_save_counts_like_save():
 
 
 def test_dcp_load_that_skips_the_saved_optimizer_is_td505_and_a_full_one_is_not():
-    save = ('msd, osd = get_state_dict(model, optimizer); dcp.save({"model": msd, "optim": osd, '
-            '"sched": scheduler.state_dict(), "rng": torch.get_rng_state(), "epoch": epoch}, '
-            'checkpoint_id="ckpt")')
+    save = (
+        'msd, osd = get_state_dict(model, optimizer); dcp.save({"model": msd, "optim": osd, '
+        '"sched": scheduler.state_dict(), "rng": torch.get_rng_state(), "epoch": epoch}, '
+        'checkpoint_id="ckpt")'
+    )
     partial = TRAIN.format(save=save) + textwrap.dedent("""
         def resume():
             msd, osd = get_state_dict(model, optimizer)

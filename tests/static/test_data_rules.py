@@ -34,16 +34,36 @@ def _rows(src: str, codes=CODES, filename: str = "train.py") -> list[tuple[str, 
 
 
 @pytest.mark.parametrize(
-    "name", ["val_loader", "valloader", "testloader", "eval_dl", "validation_data", "test_dataloader",
-             "valLoader", "dev_set", "evaluate", "predict_dataloader"],
+    "name",
+    [
+        "val_loader",
+        "valloader",
+        "testloader",
+        "eval_dl",
+        "validation_data",
+        "test_dataloader",
+        "valLoader",
+        "dev_set",
+        "evaluate",
+        "predict_dataloader",
+    ],
 )
 def test_evaluation_names(name):
     assert is_evaluation_name(name)
 
 
 @pytest.mark.parametrize(
-    "name", ["train_loader", "interval_loader", "latest_loader", "loader", "contest", "trainval_loader",
-             "evaluator_cfg", "value"],
+    "name",
+    [
+        "train_loader",
+        "interval_loader",
+        "latest_loader",
+        "loader",
+        "contest",
+        "trainval_loader",
+        "evaluator_cfg",
+        "value",
+    ],
 )
 def test_training_names(name):
     assert not is_evaluation_name(name)
@@ -474,7 +494,7 @@ def test_kwargs_dict_with_item_assignment_is_read():
 
 
 def test_kwargs_dict_changed_opaquely_or_elsewhere_stays_opaque():
-    for change in ('kw.update(extra)', 'kw.pop("pin_memory")', 'kw |= extra', 'kw[key] = 8'):
+    for change in ("kw.update(extra)", 'kw.pop("pin_memory")', "kw |= extra", "kw[key] = 8"):
         src = f"""
         import torch
         from torch.utils.data import DataLoader

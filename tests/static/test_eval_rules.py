@@ -19,7 +19,9 @@ def _ctx(src: str) -> FileContext:
 
 
 def _result(src: str, codes=CODES, **kw):
-    result = check_source(textwrap.dedent(src), "train.py", Settings(min_torch_version="2.13"), instantiate(codes), **kw)
+    result = check_source(
+        textwrap.dedent(src), "train.py", Settings(min_torch_version="2.13"), instantiate(codes), **kw
+    )
     assert not result.internal_errors
     return result
 
@@ -256,7 +258,10 @@ for epoch in range(10):
 def test_validation_loop_without_eval_or_no_grad_gets_both_rules():
     found = _result(UNGUARDED).findings
     assert [(f.code, f.location.row, f.location.column) for f in found] == [
-        ("TD701", 15, 49), ("TD702", 15, 49), ("TD701", 16, 14), ("TD702", 16, 14),
+        ("TD701", 15, 49),
+        ("TD702", 15, 49),
+        ("TD701", 16, 14),
+        ("TD702", 16, 14),
     ]
     assert "neither `eval()` nor `no_grad`" in found[0].message and "BatchNorm" in found[0].message
     assert "torch.inference_mode()" in found[1].message
@@ -276,7 +281,8 @@ def test_guarding_either_way_leaves_the_other_rule():
 
 def test_evaluation_loop_that_trains_or_has_no_mode_evidence_is_left_alone():
     # a backward after the loop uses what it computed (e.g. a meta-learning outer step)
-    assert _rows("""
+    assert (
+        _rows("""
     import torch
     from torch import nn
 
@@ -284,12 +290,17 @@ def test_evaluation_loop_that_trains_or_has_no_mode_evidence_is_left_alone():
     model.train()
     meta = sum(model(x).sum() for x, _ in val_loader)
     meta.backward()
-    """) == []
+    """)
+        == []
+    )
     # a helper whose model comes from outside: its mode is unknown
-    assert _rows("""
+    assert (
+        _rows("""
     def evaluate(model, val_loader):
         return [model(x) for x, _ in val_loader]
-    """) == []
+    """)
+        == []
+    )
 
 
 def test_comprehension_is_an_evaluation_loop_under_no_grad():

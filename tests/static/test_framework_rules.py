@@ -5,7 +5,6 @@ the checker reads the calls, it never imports the libraries."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import subprocess
 import sys
 import textwrap
@@ -22,9 +21,7 @@ ALL = [r.code for r in all_rules() if r.static and r.code != "TD000"]
 
 
 def _findings(src: str, codes=None, filename: str = "train.py"):
-    result = check_source(
-        textwrap.dedent(src), filename, Settings(min_torch_version="2.13"), instantiate(codes or ALL)
-    )
+    result = check_source(textwrap.dedent(src), filename, Settings(min_torch_version="2.13"), instantiate(codes or ALL))
     assert not result.internal_errors
     return result.findings
 
@@ -103,8 +100,11 @@ def test_hf_training_arguments_each_mistake_at_its_keyword():
 
 def test_hf_fixes_turn_on_pinning_and_persistence():
     result = check_source(
-        textwrap.dedent(HF_SCRIPT), "train.py", Settings(min_torch_version="2.13"),
-        instantiate(["TD101", "TD103"]), fix=True,
+        textwrap.dedent(HF_SCRIPT),
+        "train.py",
+        Settings(min_torch_version="2.13"),
+        instantiate(["TD101", "TD103"]),
+        fix=True,
     )
     assert "dataloader_pin_memory=True," in result.fixed_source
     assert "    save_only_model=True, dataloader_persistent_workers=True,\n)" in result.fixed_source
@@ -118,34 +118,45 @@ def test_hf_default_workers_reported_and_cli_arguments_left_alone():
     Trainer(model=model, args=args, train_dataset=ds).train()
     """) == [("TD102", 4)]
     # arguments parsed from the command line: nothing is known
-    assert _rows("""
+    assert (
+        _rows("""
     from transformers import HfArgumentParser, Trainer, TrainingArguments
 
     (training_args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()
     Trainer(model=model, args=training_args, train_dataset=ds).train()
-    """) == []
+    """)
+        == []
+    )
 
 
 def test_hf_arguments_without_training_are_not_judged():
     # an evaluation script: arguments built, Trainer used for predict() only
-    assert _rows("""
+    assert (
+        _rows("""
     from transformers import Trainer, TrainingArguments
 
     args = TrainingArguments("out", fp16=True, save_only_model=True)
     trainer = Trainer(model=model, args=args)
     print(trainer.predict(test_ds))
-    """) == []
+    """)
+        == []
+    )
     # opaque **kwargs may hold the loader settings
-    assert _rows("""
+    assert (
+        _rows("""
     from transformers import Trainer, TrainingArguments
 
     args = TrainingArguments("out", **config)
     Trainer(model=model, args=args, train_dataset=ds).train()
-    """) == []
+    """)
+        == []
+    )
 
 
 def test_hf_weight_decay_left_alone_with_own_optimizer_or_layernorm_only_model():
-    assert _rows("""
+    assert (
+        _rows(
+            """
     import torch.nn as nn
     from transformers import Trainer, TrainingArguments
 
@@ -153,22 +164,35 @@ def test_hf_weight_decay_left_alone_with_own_optimizer_or_layernorm_only_model()
     args = TrainingArguments("out", weight_decay=0.05, dataloader_num_workers=2, dataloader_persistent_workers=True)
     trainer = Trainer(model=model, args=args, optimizers=(my_optimizer, None), train_dataset=ds)
     trainer.train()
-    """, ["TD204"]) == []
-    assert _rows("""
+    """,
+            ["TD204"],
+        )
+        == []
+    )
+    assert (
+        _rows(
+            """
     import torch.nn as nn
     from transformers import Trainer, TrainingArguments
 
     model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8))
     args = TrainingArguments("out", weight_decay=0.05)
     Trainer(model=model, args=args, train_dataset=ds).train()
-    """, ["TD204"]) == []
+    """,
+            ["TD204"],
+        )
+        == []
+    )
 
 
 def test_hf_trainer_exclusion_patterns_match_transformers():
     params = (
-        ("encoder.bn1.weight", "torch.nn.BatchNorm2d"), ("encoder.bn1.bias", "torch.nn.BatchNorm2d"),
-        ("down.0.norm1.weight", "torch.nn.GroupNorm"), ("mid.norm.weight", "torch.nn.GroupNorm"),
-        ("input_layernorm.weight", "torch.nn.RMSNorm"), ("ln_f.weight", "torch.nn.LayerNorm"),
+        ("encoder.bn1.weight", "torch.nn.BatchNorm2d"),
+        ("encoder.bn1.bias", "torch.nn.BatchNorm2d"),
+        ("down.0.norm1.weight", "torch.nn.GroupNorm"),
+        ("mid.norm.weight", "torch.nn.GroupNorm"),
+        ("input_layernorm.weight", "torch.nn.RMSNorm"),
+        ("ln_f.weight", "torch.nn.LayerNorm"),
         ("block.post_norm.weight", "torch.nn.GroupNorm"),
     )
     assert hf_decayed_norm_params(params) == ["encoder.bn1.weight", "down.0.norm1.weight"]
@@ -211,7 +235,12 @@ def test_lightning_module_hooks_and_trainer_flags():
     found = _findings(LIT)
     rows = sorted((f.code, f.location.row) for f in found)
     assert rows == [
-        ("TD101", 23), ("TD103", 23), ("TD202", 23), ("TD204", 20), ("TD304", 26), ("TD306", 26),
+        ("TD101", 23),
+        ("TD103", 23),
+        ("TD202", 23),
+        ("TD204", 20),
+        ("TD304", 26),
+        ("TD306", 26),
     ]
     by = {f.code: f for f in found}
     assert "`LitNet`" in by["TD204"].message and "weight_decay=0.0005" in by["TD204"].message
@@ -300,19 +329,28 @@ def test_lightning_cli_trainer_defaults_set_benchmark():
 
 
 def test_lightning_benchmark_with_deterministic():
-    assert _rows("""
+    assert _rows(
+        """
     import pytorch_lightning as pl
 
     trainer = pl.Trainer(
         benchmark=True,
         deterministic=True,
     )
-    """, ["TD403"]) == [("TD403", 6)]
-    assert _rows("""
+    """,
+        ["TD403"],
+    ) == [("TD403", 6)]
+    assert (
+        _rows(
+            """
     import pytorch_lightning as pl
 
     trainer = pl.Trainer(benchmark=False, deterministic=True)
-    """, ["TD403"]) == []
+    """,
+            ["TD403"],
+        )
+        == []
+    )
 
 
 def test_fabric_checkpoint_is_judged_by_what_it_holds():
@@ -335,6 +373,7 @@ def test_fabric_checkpoint_is_judged_by_what_it_holds():
 
 
 # ------------------------------------------------------------------------------ accelerate
+
 
 def test_accelerate_owns_the_scaler_and_saves_complete_state():
     found = _findings("""
@@ -364,6 +403,7 @@ def test_accelerate_owns_the_scaler_and_saves_complete_state():
 
 # ------------------------------------------------------------------------------ apex
 
+
 def test_apex_amp_is_deprecated_without_fix():
     found = _findings("""
     import torch
@@ -382,10 +422,13 @@ def test_apex_amp_is_deprecated_without_fix():
 
 @pytest.mark.parametrize("name", ["transformers", "lightning", "accelerate"])
 def test_framework_names_in_strings_alone_do_not_fire(name):
-    assert _rows(f"""
+    assert (
+        _rows(f"""
     # a script that mentions {name} but uses none of it
     print("{name} TrainingArguments Trainer(precision=16) fp16=True")
-    """) == []
+    """)
+        == []
+    )
 
 
 def test_frameworks_that_set_the_sampler_epoch_are_not_reported():

@@ -70,7 +70,7 @@ def test_one_dict_saved_to_two_paths_is_reported_once_per_rule() -> None:
 def test_rebinding_between_the_saves_makes_two_checkpoints() -> None:
     src = TWO_PATHS.replace(
         "        if epoch % 10 == 0:\n",
-        "        state = {\"model\": model.state_dict(), \"optimizer\": optimizer.state_dict()}\n"
+        '        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}\n'
         "        if epoch % 10 == 0:\n",
     )
     assert found(src, ["TD504"]) == [("TD504", 19), ("TD504", 22)]
@@ -265,7 +265,9 @@ def test_argparse_default_is_unknown_once_the_option_is_reassigned() -> None:
 
 
 def test_an_attribute_of_self_does_not_hide_the_option() -> None:
-    ctx = context(PARSER.replace("{reassign}", "pass") + "\nclass Cfg:\n    def __init__(self):\n        self.workers = 2\n")
+    ctx = context(
+        PARSER.replace("{reassign}", "pass") + "\nclass Cfg:\n    def __init__(self):\n        self.workers = 2\n"
+    )
     assert ctx.argparse_default(_workers_attr(ctx)) == 32
 
 

@@ -86,10 +86,14 @@ def test_next_iter_repeated_by_a_loop_is_still_training(tmp_path):
 
 
 def test_a_peeked_loader_that_is_also_trained_on_is_reported(tmp_path):
-    source = PEEK.replace("train_loader_local = data.DataLoader(train_set, batch_size=256, shuffle=True, pin_memory=True)",
-                          "train_loader_local = small_peek = data.DataLoader(train_set, batch_size=256, shuffle=True, pin_memory=True)")
-    source = source.replace("    for epoch in range(max_epochs):\n",
-                            "    print(next(iter(small_peek)))\n    for epoch in range(max_epochs):\n")
+    source = PEEK.replace(
+        "train_loader_local = data.DataLoader(train_set, batch_size=256, shuffle=True, pin_memory=True)",
+        "train_loader_local = small_peek = data.DataLoader(train_set, batch_size=256, shuffle=True, pin_memory=True)",
+    )
+    source = source.replace(
+        "    for epoch in range(max_epochs):\n",
+        "    print(next(iter(small_peek)))\n    for epoch in range(max_epochs):\n",
+    )
     got = findings(tmp_path, {"train.py": source}, "train.py", ["TD102"])
     assert ("TD102", 22) in got
 
@@ -141,14 +145,20 @@ for epoch in range(10):
 
 
 def test_an_in_memory_dataset_of_another_project_module_needs_no_workers(tmp_path):
-    files = {"datautils.py": DATAUTILS, "train.py": DDP_SCRIPT.format(cls="MyTrainDataset", arg="2048"),
-             "pyproject.toml": ""}
+    files = {
+        "datautils.py": DATAUTILS,
+        "train.py": DDP_SCRIPT.format(cls="MyTrainDataset", arg="2048"),
+        "pyproject.toml": "",
+    }
     assert findings(tmp_path, files, "train.py", ["TD102"]) == []
 
 
 def test_a_file_reading_dataset_of_another_project_module_still_needs_workers(tmp_path):
-    files = {"datautils.py": DATAUTILS, "train.py": DDP_SCRIPT.format(cls="ImageFiles", arg="paths"),
-             "pyproject.toml": ""}
+    files = {
+        "datautils.py": DATAUTILS,
+        "train.py": DDP_SCRIPT.format(cls="ImageFiles", arg="paths"),
+        "pyproject.toml": "",
+    }
     assert findings(tmp_path, files, "train.py", ["TD102"]) == [("TD102", 7)]
 
 
@@ -351,8 +361,7 @@ def test_the_same_save_in_a_training_script_is_reported(tmp_path):
 
 
 def notebook(*sources: str) -> str:
-    cells = [{"cell_type": "code", "execution_count": 1, "metadata": {}, "outputs": [], "source": s}
-             for s in sources]
+    cells = [{"cell_type": "code", "execution_count": 1, "metadata": {}, "outputs": [], "source": s} for s in sources]
     return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1) + "\n"
 
 
@@ -364,8 +373,9 @@ def run(capsys, *argv: str) -> tuple[int, str]:
 
 def test_wildcard_help_is_ipython_syntax_not_a_syntax_error(tmp_path, capsys):
     nb = tmp_path / "tensors.ipynb"
-    nb.write_text(notebook("import torch\n", "# all the tensor types\ntorch.*Tensor?\n",
-                           "scaler = torch.cuda.amp.GradScaler()\n"))
+    nb.write_text(
+        notebook("import torch\n", "# all the tensor types\ntorch.*Tensor?\n", "scaler = torch.cuda.amp.GradScaler()\n")
+    )
     code, out = run(capsys, str(nb))
     assert "TD000" not in out
     assert f"{nb}:cell 3:1:10: TD304" in out and code == 1

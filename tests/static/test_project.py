@@ -87,8 +87,9 @@ if __name__ == "__main__":
 
 
 def test_loader_built_by_a_project_factory_is_reported_at_the_call_with_the_factory_cited(tmp_path):
-    result = check(tmp_path, {"utils.py": UTILS_FACTORY, "train.py": TRAIN_WITH_FACTORY}, "train.py",
-                   ["TD101", "TD102", "TD103"])
+    result = check(
+        tmp_path, {"utils.py": UTILS_FACTORY, "train.py": TRAIN_WITH_FACTORY}, "train.py", ["TD101", "TD102", "TD103"]
+    )
     assert rows(result) == [("TD101", 18), ("TD103", 18)]
     td101, td103 = result.findings
     assert td101.location == Location(18, 23)
@@ -113,15 +114,17 @@ def test_factory_that_pins_and_persists_is_silent(tmp_path):
         "batch_size=batch_size)\n    return loader",
         "batch_size=batch_size,\n                        pin_memory=True, persistent_workers=num_workers > 0)\n    return loader",
     )
-    result = check(tmp_path, {"utils.py": utils, "train.py": TRAIN_WITH_FACTORY}, "train.py",
-                   ["TD101", "TD102", "TD103"])
+    result = check(
+        tmp_path, {"utils.py": utils, "train.py": TRAIN_WITH_FACTORY}, "train.py", ["TD101", "TD102", "TD103"]
+    )
     assert rows(result) == []
 
 
 def test_unknown_factory_keyword_stays_unknown(tmp_path):
     utils = UTILS_FACTORY.replace("num_workers=num_workers, batch_size", "num_workers=os.cpu_count(), batch_size")
-    result = check(tmp_path, {"utils.py": "import os\n" + utils, "train.py": TRAIN_WITH_FACTORY}, "train.py",
-                   ["TD102", "TD103"])
+    result = check(
+        tmp_path, {"utils.py": "import os\n" + utils, "train.py": TRAIN_WITH_FACTORY}, "train.py", ["TD102", "TD103"]
+    )
     assert rows(result) == []
 
 
@@ -182,7 +185,7 @@ def test_engine_function_that_does_not_iterate_its_argument_gives_nothing(tmp_pa
 
 def test_loader_only_evaluated_by_a_no_grad_engine_function_is_an_evaluation_loader(tmp_path):
     main = MAIN_WITH_ENGINE.replace(
-        "train_one_epoch(model, criterion, data_loader_train, optimizer, \"cuda\", epoch)", "pass"
+        'train_one_epoch(model, criterion, data_loader_train, optimizer, "cuda", epoch)', "pass"
     )
     result = check(tmp_path, {"engine.py": ENGINE, "main.py": main}, "main.py", ["TD103"])
     assert rows(result) == []
@@ -357,7 +360,7 @@ def test_import_cycles_are_cut_and_unknown_stays_silent(tmp_path):
         "a.py": "from b import helper\n\ndef build():\n    return helper()\n",
         "b.py": "from a import build\n\ndef helper():\n    return build()\n",
         "train.py": "import torch\nfrom a import build\n\nloader = build()\nfor epoch in range(3):\n"
-                    "    for x in loader:\n        x.cuda().sum().backward()\n",
+        "    for x in loader:\n        x.cuda().sum().backward()\n",
     }
     result = check(tmp_path, files, "train.py", ["TD101", "TD102", "TD103", "TD304", "TD401"])
     assert rows(result) == []
@@ -464,8 +467,7 @@ def test_values_read_from_a_yaml_config_loaded_by_an_argparse_default_path(tmp_p
 
 def test_config_changed_in_place_or_missing_stays_unknown(tmp_path):
     changed = TRAIN_WITH_CONFIG.replace("model = torch", "cfg.num_workers = args.workers\nmodel = torch")
-    assert rows(check(tmp_path, {"configs/train.yaml": CONFIG_YAML, "train.py": changed}, "train.py",
-                      ["TD103"])) == []
+    assert rows(check(tmp_path, {"configs/train.yaml": CONFIG_YAML, "train.py": changed}, "train.py", ["TD103"])) == []
     # the config file is not in the project: nothing is known
     assert rows(check(tmp_path / "other", {"train.py": TRAIN_WITH_CONFIG}, "train.py", ["TD103", "TD201"])) == []
 
@@ -565,8 +567,9 @@ def test_project_registry_names_a_local_model(tmp_path):
     files = {
         "models/__init__.py": "from .nets import *\n",
         "models/nets.py": MODELS_PARTS + "\n\ndef tiny():\n    return DoubleConv(3, 8)\n",
-        "main.py": IMAGENET_STYLE.replace("import torchvision.models as models\n", "import models\n")
-        .replace('default="resnet18"', 'default="tiny"'),
+        "main.py": IMAGENET_STYLE.replace("import torchvision.models as models\n", "import models\n").replace(
+            'default="resnet18"', 'default="tiny"'
+        ),
     }
     assert rows(check(tmp_path, files, "main.py", ["TD401"])) == [("TD401", 18)]
 
@@ -610,7 +613,8 @@ def test_accelerator_scripts_and_a_data_pipeline_in_another_module(tmp_path):
     assert rows(result) == [("TD101", 10), ("TD103", 10), ("TD401", 11)]
     # the images are resized at random in the helper module: no fixed shape, no TD401
     files["data.py"] = DATA_MODULE.replace("CenterCrop(crop_size)", "RandomResize(crop_size, 2 * crop_size)").replace(
-        "import CenterCrop", "import RandomResize")
+        "import CenterCrop", "import RandomResize"
+    )
     assert rows(check(tmp_path, files, "main.py", ["TD401"])) == []
 
 
@@ -667,7 +671,8 @@ def test_a_resume_path_makes_a_missing_scaler_more_certain_not_less(tmp_path):
     assert rows(result) == [("TD503", 22)]
     # the same script restoring the scaler on resume (and so saving it) is fine
     fixed = NANOGPT_STYLE.replace(
-        '    iter_num = checkpoint["iter_num"]', '    scaler.load_state_dict(checkpoint["scaler"])\n    iter_num = checkpoint["iter_num"]'
+        '    iter_num = checkpoint["iter_num"]',
+        '    scaler.load_state_dict(checkpoint["scaler"])\n    iter_num = checkpoint["iter_num"]',
     ).replace('"iter_num": iter_num,', '"iter_num": iter_num, "scaler": scaler.state_dict(),')
     assert rows(check(tmp_path, {"train.py": fixed}, "train.py", ["TD503"])) == []
 
@@ -700,8 +705,11 @@ def test_factory_batch_size_feeds_td201_and_a_local_cycle_generator_repeats_the_
     src = textwrap.dedent(src).lstrip("\n")
     assert rows(check(tmp_path, {"ddpm.py": src}, "ddpm.py", ["TD103"])) == [("TD103", 11)]
     # itertools.cycle caches the first pass: the loader is iterated once
-    cached = src.replace("def cycle(dl):\n    while True:\n        for data in dl:\n            yield data\n", "").replace(
-        "from multiprocessing import cpu_count", "from multiprocessing import cpu_count\nfrom itertools import cycle")
+    cached = src.replace(
+        "def cycle(dl):\n    while True:\n        for data in dl:\n            yield data\n", ""
+    ).replace(
+        "from multiprocessing import cpu_count", "from multiprocessing import cpu_count\nfrom itertools import cycle"
+    )
     assert rows(check(tmp_path, {"ddpm.py": cached}, "ddpm.py", ["TD103"])) == []
 
 
@@ -758,7 +766,7 @@ def test_batch_split_per_node_grows_with_the_nodes_and_a_schedule_is_no_scaling(
 def test_whole_model_saved_every_epoch_without_optimizer_is_a_model_only_checkpoint(tmp_path):
     files = {
         "model.py": "import torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n"
-                    "        super().__init__()\n        self.conv = nn.Conv2d(1, 8, 3)\n",
+        "        super().__init__()\n        self.conv = nn.Conv2d(1, 8, 3)\n",
         "main.py": """
         import torch
         from model import Net

@@ -42,8 +42,14 @@ def test_writes_renames_and_deletes_never_reach_the_users_files(tmp_path: Path) 
     before = {p.relative_to(user): p.read_bytes() for p in user.rglob("*") if p.is_file()}
     scratch = tmp_path / "scratch"
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(CHILD), str(scratch)], cwd=user,
-                          capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(CHILD), str(scratch)],
+        cwd=user,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
     after = {p.relative_to(user): p.read_bytes() for p in user.rglob("*") if p.is_file()}

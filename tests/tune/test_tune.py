@@ -84,15 +84,24 @@ def test_grid_has_no_pin_memory_on_cpu_and_pairs_prefetch_with_workers() -> None
     assert all(c.persistent_workers == (c.num_workers > 0) for c in cpu)
     cuda = default_candidates(1, cuda=True)
     assert sorted((c.num_workers, c.prefetch_factor or 0, c.pin_memory) for c in cuda) == [
-        (0, 0, False), (0, 0, True), (1, 2, False), (1, 2, True), (1, 4, False), (1, 4, True),
+        (0, 0, False),
+        (0, 0, True),
+        (1, 2, False),
+        (1, 2, True),
+        (1, 4, False),
+        (1, 4, True),
     ]
 
 
 def test_pin_memory_candidates_are_dropped_without_cuda() -> None:
     ds = TensorDataset(torch.arange(16.0))
     result = tune_loader(
-        ds, batch_size=4, candidates=[{"num_workers": 0}, {"num_workers": 0, "pin_memory": True}],
-        batches=2, warmup_batches=1, device="cpu",
+        ds,
+        batch_size=4,
+        candidates=[{"num_workers": 0}, {"num_workers": 0, "pin_memory": True}],
+        batches=2,
+        warmup_batches=1,
+        device="cpu",
     )
     assert [m.candidate.pin_memory for m in result.measurements] == [False]
     assert "pin_memory" not in result.recommended
@@ -182,8 +191,12 @@ def test_bad_arguments_raise_tune_error() -> None:
 
 def test_a_candidate_past_its_time_budget_is_capped() -> None:
     result = tune_loader(
-        SleepyDataset(size=32, sleep_s=0.01), batch_size=4, candidates=[{"num_workers": 0}],
-        batches=50, warmup_batches=1, time_budget_s=0.3,
+        SleepyDataset(size=32, sleep_s=0.01),
+        batch_size=4,
+        candidates=[{"num_workers": 0}],
+        batches=50,
+        warmup_batches=1,
+        time_budget_s=0.3,
     )
     (only,) = result.measurements
     assert only.capped and 0 < only.batches < 50
@@ -266,8 +279,9 @@ def test_cli_imports_the_bundled_slow_pipeline_without_running_it(
 ) -> None:
     monkeypatch.chdir(REPO)
     spec = "examples/runtime/slow_pipeline.py:SlowDecodeDataset"
-    code = traindoctor_main(["tune", spec, "--batch-size", "4", "--max-workers", "0", "--batches", "2",
-                             "--warmup", "1"])
+    code = traindoctor_main(
+        ["tune", spec, "--batch-size", "4", "--max-workers", "0", "--batches", "2", "--warmup", "1"]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert out.startswith(f"{spec} (192 samples): batch_size=4")
@@ -287,8 +301,12 @@ def test_cli_imports_the_bundled_slow_pipeline_without_running_it(
     ],
 )
 def test_cli_errors_are_messages_with_exit_2(
-    spec: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str], isolated_imports: None,
+    spec: str,
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    isolated_imports: None,
 ) -> None:
     _write_module(tmp_path, "tune_fixture_err")
     monkeypatch.chdir(tmp_path)

@@ -63,13 +63,22 @@ def test_tune_script_json_is_complete_and_the_tuned_file_feeds_loader_kwargs(
     sleepy: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     before = _files(sleepy)
-    code = traindoctor_main(["tune", "--budget", "1", "--output-format", "json", "-o", "tuned.json",
-                             "train.py", "--delay-ms", "1"])
+    code = traindoctor_main(
+        ["tune", "--budget", "1", "--output-format", "json", "-o", "tuned.json", "train.py", "--delay-ms", "1"]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     data = json.loads(captured.out)
-    for key in ("baseline", "recommended", "best", "speedup", "limit", "bottleneck_before",
-                "bottleneck_after", "trials"):
+    for key in (
+        "baseline",
+        "recommended",
+        "best",
+        "speedup",
+        "limit",
+        "bottleneck_before",
+        "bottleneck_after",
+        "trials",
+    ):
         assert key in data, key
     assert data["baseline"]["config"]["num_workers"] == 0
     assert data["baseline"]["samples_per_s"] > 0
@@ -84,8 +93,7 @@ def test_tune_script_json_is_complete_and_the_tuned_file_feeds_loader_kwargs(
     loader_bounds = [t["config"]["num_workers"] for t in data["trials"] if t["phase"] == "bound-loader"]
     assert loader_bounds[:2] == [0, 1]
     assert data["recommended"]["num_workers"] == data["best"]["config"]["num_workers"]
-    assert data["speedup"] == pytest.approx(
-        data["best"]["samples_per_s"] / data["baseline"]["samples_per_s"], rel=1e-2)
+    assert data["speedup"] == pytest.approx(data["best"]["samples_per_s"] / data["baseline"]["samples_per_s"], rel=1e-2)
     # the progress went to stderr as plain lines (not a terminal)
     assert "traindoctor tune [1/" in captured.err and "\r" not in captured.err
     tuned = json.loads((sleepy / "tuned.json").read_text())
@@ -104,9 +112,7 @@ def test_fast_in_memory_batches_keep_num_workers_zero(tmp_path: Path) -> None:
     assert tuned.speedup is not None and tuned.best["samples_per_s"] > 0
 
 
-def test_a_script_without_training_steps_is_a_message(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_script_without_training_steps_is_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     script = tmp_path / "nothing.py"
     script.write_text("print('no training here')\n")
     assert traindoctor_main(["tune", "--budget", "1", str(script)]) == 2
@@ -114,9 +120,7 @@ def test_a_script_without_training_steps_is_a_message(
     assert "could not measure the script's training loop" in err and "Traceback" not in err
 
 
-def test_a_crashing_script_is_a_message_with_its_output(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_crashing_script_is_a_message_with_its_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     script = tmp_path / "crash.py"
     script.write_text("raise RuntimeError('bad config file')\n")
     assert traindoctor_main(["tune", "--budget", "1", str(script)]) == 2
@@ -155,13 +159,13 @@ def test_script_mode_and_dataset_mode_are_told_apart(tmp_path: Path) -> None:
 
 
 def test_the_bounds_predict_serial_loading_without_workers_and_the_minimum_with() -> None:
-    bounds = Bounds(loader={0: 100.0, 2: 180.0}, compute={1: 300.0}, loader_cpu=None,
-                    compute_cpu={}, cores=2)
+    bounds = Bounds(loader={0: 100.0, 2: 180.0}, compute={1: 300.0}, loader_cpu=None, compute_cpu={}, cores=2)
     assert bounds.predict(0, 1) == pytest.approx(75.0)  # 1 / (1/100 + 1/300)
     assert bounds.predict(2, 1) == pytest.approx(180.0)
     # loading and compute both need the CPU: 2 cores / (5 ms + 5 ms) per sample
-    cpu_bound = Bounds(loader={0: 200.0, 2: 400.0}, compute={1: 400.0}, loader_cpu=0.005,
-                       compute_cpu={1: 0.005}, cores=2)
+    cpu_bound = Bounds(
+        loader={0: 200.0, 2: 400.0}, compute={1: 400.0}, loader_cpu=0.005, compute_cpu={1: 0.005}, cores=2
+    )
     assert cpu_bound.predict(2, 1) == pytest.approx(200.0)
     limit = bounds.limit()
     assert limit is not None and limit["bound"] == "loader" and limit["samples_per_s"] == 180.0

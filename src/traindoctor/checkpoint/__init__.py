@@ -14,8 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
-    "PendingCheckpoint", "ResumeInfo", "ResumableLoader", "ResumableSampler",
-    "inspect_checkpoint", "load", "save", "wait",
+    "PendingCheckpoint",
+    "ResumableLoader",
+    "ResumableSampler",
+    "ResumeInfo",
+    "inspect_checkpoint",
+    "load",
+    "save",
+    "wait",
 ]
 
 _LAZY = {

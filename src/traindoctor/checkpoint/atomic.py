@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 import re
 import secrets
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
 
 TMP_MARKER = ".tmp-"
 
@@ -41,8 +42,7 @@ def _fsync_dir(folder: Path) -> None:
 
 def _stale_temporaries(path: Path) -> list[Path]:
     prefix = f".{path.name}{TMP_MARKER}"
-    return sorted(p for p in path.parent.glob(f".{glob_escape(path.name)}{TMP_MARKER}*")
-                  if p.name.startswith(prefix))
+    return sorted(p for p in path.parent.glob(f".{glob_escape(path.name)}{TMP_MARKER}*") if p.name.startswith(prefix))
 
 
 def glob_escape(name: str) -> str:
@@ -50,8 +50,9 @@ def glob_escape(name: str) -> str:
     return re.sub(r"([\[\]*?])", r"[\1]", name)
 
 
-def atomic_write(path: str | os.PathLike[str], obj: Any,
-                 serialize: Callable[[Any, BinaryIO], None] | None = None) -> Path:
+def atomic_write(
+    path: str | os.PathLike[str], obj: Any, serialize: Callable[[Any, BinaryIO], None] | None = None
+) -> Path:
     """Write ``obj`` to ``path`` so that a crash never leaves a partial file at ``path``."""
     dest = Path(path)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -108,7 +109,7 @@ def rotation_siblings(path: Path) -> list[Path]:
     """
     match = _LAST_DIGITS.search(path.name)
     if match:
-        head, tail = path.name[: match.start()], path.name[match.end():]
+        head, tail = path.name[: match.start()], path.name[match.end() :]
         pattern = re.compile(re.escape(head) + r"(\d+)" + re.escape(tail) + r"\Z")
         found = []
         for candidate in path.parent.iterdir():
@@ -118,7 +119,7 @@ def rotation_siblings(path: Path) -> list[Path]:
         return [p for _, _, p in sorted(found)]
     backups = []
     for candidate in path.parent.glob(glob_escape(path.name) + ".*"):
-        suffix = candidate.name[len(path.name) + 1:]
+        suffix = candidate.name[len(path.name) + 1 :]
         if suffix.isdigit():
             backups.append((int(suffix), candidate))
     ordered = [p for _, p in sorted(backups, reverse=True)]

@@ -11,10 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from traindoctor.checkpoint.inspect import (
-    CheckpointReadError, Inspection, _fmt_bytes, inspect_checkpoint,
+    CheckpointReadError,
+    Inspection,
+    _fmt_bytes,
+    inspect_checkpoint,
 )
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -22,15 +25,14 @@ TENSORS_SHOWN = 40
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="traindoctor ckpt",
-                                     description="Inspect checkpoints without executing them.")
+    parser = argparse.ArgumentParser(prog="traindoctor ckpt", description="Inspect checkpoints without executing them.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     insp = sub.add_parser("inspect", help="list contents, check safety and resumability")
-    insp.add_argument("file", metavar="PATH",
-                      help="a torch checkpoint file or a torch.distributed.checkpoint directory")
+    insp.add_argument(
+        "file", metavar="PATH", help="a torch checkpoint file or a torch.distributed.checkpoint directory"
+    )
     insp.add_argument("--output-format", choices=["text", "json"], default="text")
-    insp.add_argument("--all", action="store_true", help=f"list every tensor (default: first "
-                      f"{TENSORS_SHOWN})")
+    insp.add_argument("--all", action="store_true", help=f"list every tensor (default: first {TENSORS_SHOWN})")
     return parser
 
 
@@ -39,8 +41,7 @@ def rng_line(result: Inspection) -> str:
     present = {c.summary.split(" ")[0].lower() for c in result.components if c.kind == "rng"}
     cuda_needed = any(t.device.startswith("cuda") for _, t in result.tensors)
     parts = []
-    for key, label in (("torch", "torch CPU"), ("cuda", "CUDA"), ("numpy", "NumPy"),
-                       ("python", "Python")):
+    for key, label in (("torch", "torch CPU"), ("cuda", "CUDA"), ("numpy", "NumPy"), ("python", "Python")):
         if key in present:
             parts.append(f"{label} present")
         elif key == "cuda" and not cuda_needed:
@@ -51,13 +52,11 @@ def rng_line(result: Inspection) -> str:
 
 
 def render_text(result: Inspection, show_all: bool = False) -> str:
-    lines = [f"{result.path}: {result.format}, {_fmt_bytes(result.size_bytes)}, "
-             f"{len(result.tensors)} tensors"]
+    lines = [f"{result.path}: {result.format}, {_fmt_bytes(result.size_bytes)}, {len(result.tensors)} tensors"]
     if result.safe:
         lines.append("safety: safe (every global is on torch's weights_only allowlist)")
     else:
-        lines.append("safety: UNSAFE: the pickle references globals outside torch's "
-                     "weights_only allowlist;")
+        lines.append("safety: UNSAFE: the pickle references globals outside torch's weights_only allowlist;")
         lines.append("  torch.load(weights_only=False) or pickle.load would import and run them:")
         seen = set()
         for use in result.unsafe:
@@ -76,8 +75,7 @@ def render_text(result: Inspection, show_all: bool = False) -> str:
     if counters:
         lines.append(", ".join(counters))
     if result.imports:
-        lines.append("a whole pickled object: unpickling it imports (and runs code of) "
-                     + ", ".join(result.imports))
+        lines.append("a whole pickled object: unpickling it imports (and runs code of) " + ", ".join(result.imports))
     if result.ranks:
         lines.append("")
         lines.append("ranks")
@@ -101,8 +99,9 @@ def render_text(result: Inspection, show_all: bool = False) -> str:
         shape = "[" + ", ".join(str(d) for d in tensor.shape) + "]"
         device = "" if tensor.device in ("cpu", "?") else f"  {tensor.device}"
         extra = "" if tensor.kind == "tensor" else f"  ({tensor.kind})"
-        lines.append(f"  {key:<{key_width}}  {tensor.dtype:<8} {shape:<14} "
-                     f"{_fmt_bytes(tensor.nbytes):>10}{device}{extra}")
+        lines.append(
+            f"  {key:<{key_width}}  {tensor.dtype:<8} {shape:<14} {_fmt_bytes(tensor.nbytes):>10}{device}{extra}"
+        )
     if len(shown) < len(result.tensors):
         lines.append(f"  ... {len(result.tensors) - len(shown)} more (use --all)")
     lines.append("")

@@ -52,8 +52,10 @@ def unwrap_model(model: Any) -> Any:
     """The module whose parameters are saved: strips DDP/DataParallel and torch.compile."""
     for _ in range(4):
         inner = getattr(model, "_orig_mod", None) or (
-            getattr(model, "module", None) if type(model).__name__ in (
-                "DistributedDataParallel", "DataParallel") else None)
+            getattr(model, "module", None)
+            if type(model).__name__ in ("DistributedDataParallel", "DataParallel")
+            else None
+        )
         if inner is None:
             return model
         model = inner
@@ -126,10 +128,21 @@ def _gather_rng(rng: dict[str, Any], world: int) -> list[dict[str, Any]]:
     return gathered
 
 
-def save(path: str | os.PathLike[str], *, model: Any, optimizer: Any = None,
-         scheduler: Any = None, scaler: Any = None, sampler: Any = None, loader: Any = None,
-         step: int | None = None, epoch: int | None = None, extra: Any = None,
-         keep_last: int | None = None, async_save: bool = False) -> Any:
+def save(
+    path: str | os.PathLike[str],
+    *,
+    model: Any,
+    optimizer: Any = None,
+    scheduler: Any = None,
+    scaler: Any = None,
+    sampler: Any = None,
+    loader: Any = None,
+    step: int | None = None,
+    epoch: int | None = None,
+    extra: Any = None,
+    keep_last: int | None = None,
+    async_save: bool = False,
+) -> Any:
     """Atomically write a full training checkpoint to ``path``; returns the path (rank 0).
 
     ``extra`` must be plain data (numbers, strings, tensors, dicts/lists of them).
@@ -146,27 +159,44 @@ def save(path: str | os.PathLike[str], *, model: Any, optimizer: Any = None,
     from traindoctor.checkpoint import sharded
 
     if sharded.wants_sharded(model):
-        return sharded.save(path, model=model, optimizer=optimizer, scheduler=scheduler,
-                            scaler=scaler, sampler=sampler, loader=loader, step=step,
-                            epoch=epoch, extra=extra, keep_last=keep_last,
-                            async_save=async_save)
+        return sharded.save(
+            path,
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            scaler=scaler,
+            sampler=sampler,
+            loader=loader,
+            step=step,
+            epoch=epoch,
+            extra=extra,
+            keep_last=keep_last,
+            async_save=async_save,
+        )
     if async_save:
-        raise ValueError("async_save=True is for sharded models (FSDP2/DTensor, DDP) under "
-                         "torch.distributed; a single-file checkpoint is written synchronously")
+        raise ValueError(
+            "async_save=True is for sharded models (FSDP2/DTensor, DDP) under "
+            "torch.distributed; a single-file checkpoint is written synchronously"
+        )
     rank, world = _dist()
     rng = capture_rng()
     per_rank = _gather_rng(rng, world) if world > 1 else None
     if rank != 0:
         torch.distributed.barrier()
         return None
-    payload: dict[str, Any] = {"format": FORMAT, "torch_version": str(torch.__version__),
-                               "world_size": world}
+    payload: dict[str, Any] = {"format": FORMAT, "torch_version": str(torch.__version__), "world_size": world}
     if step is not None:
         payload["step"] = int(step)
     if epoch is not None:
         payload["epoch"] = int(epoch)
-    for name, obj in (("model", model), ("optimizer", optimizer), ("scheduler", scheduler),
-                      ("scaler", scaler), ("sampler", sampler), ("loader", loader)):
+    for name, obj in (
+        ("model", model),
+        ("optimizer", optimizer),
+        ("scheduler", scheduler),
+        ("scaler", scaler),
+        ("sampler", sampler),
+        ("loader", loader),
+    ):
         if obj is not None:
             payload[name] = _state_of(obj, name)
     payload["rng"] = rng
@@ -188,9 +218,19 @@ def save(path: str | os.PathLike[str], *, model: Any, optimizer: Any = None,
     return dest
 
 
-def load(path: str | os.PathLike[str], *, model: Any, optimizer: Any = None,
-         scheduler: Any = None, scaler: Any = None, sampler: Any = None, loader: Any = None,
-         map_location: Any = "cpu", strict: bool = True, rng: bool = True) -> ResumeInfo:
+def load(
+    path: str | os.PathLike[str],
+    *,
+    model: Any,
+    optimizer: Any = None,
+    scheduler: Any = None,
+    scaler: Any = None,
+    sampler: Any = None,
+    loader: Any = None,
+    map_location: Any = "cpu",
+    strict: bool = True,
+    rng: bool = True,
+) -> ResumeInfo:
     """Restore a checkpoint written by :func:`save` (loaded with ``weights_only=True``).
 
     Components passed here but absent from the file are listed in ``info.missing`` and warned
@@ -201,18 +241,27 @@ def load(path: str | os.PathLike[str], *, model: Any, optimizer: Any = None,
     from traindoctor.checkpoint import sharded
 
     if sharded.is_sharded_checkpoint(sharded.resolve(path)):
-        return sharded.load(path, model=model, optimizer=optimizer, scheduler=scheduler,
-                            scaler=scaler, sampler=sampler, loader=loader, strict=strict,
-                            rng=rng)
+        return sharded.load(
+            path,
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            scaler=scaler,
+            sampler=sampler,
+            loader=loader,
+            strict=strict,
+            rng=rng,
+        )
     if sharded.wants_sharded(model):
-        raise ValueError(f"{path}: not a sharded checkpoint directory, but the model is sharded "
-                         "(FSDP2/DTensor or DDP): it was written by a single process or by an "
-                         "older traindoctor; load it into the unwrapped model before sharding")
+        raise ValueError(
+            f"{path}: not a sharded checkpoint directory, but the model is sharded "
+            "(FSDP2/DTensor or DDP): it was written by a single process or by an "
+            "older traindoctor; load it into the unwrapped model before sharding"
+        )
     payload = torch.load(path, map_location=map_location, weights_only=True)
     if not isinstance(payload, dict) or "model" not in payload:
         raise ValueError(f"{path}: not a traindoctor checkpoint (no 'model' entry)")
-    info = ResumeInfo(path=str(path), step=payload.get("step"), epoch=payload.get("epoch"),
-                      extra=payload.get("extra"))
+    info = ResumeInfo(path=str(path), step=payload.get("step"), epoch=payload.get("epoch"), extra=payload.get("extra"))
     models = model
     if not isinstance(models, (dict, list, tuple)):
         models = unwrap_model(model)
@@ -225,8 +274,13 @@ def load(path: str | os.PathLike[str], *, model: Any, optimizer: Any = None,
     else:
         models.load_state_dict(payload["model"], strict=strict)
     info.restored.append("model")
-    for name, obj in (("optimizer", optimizer), ("scheduler", scheduler), ("scaler", scaler),
-                      ("sampler", sampler), ("loader", loader)):
+    for name, obj in (
+        ("optimizer", optimizer),
+        ("scheduler", scheduler),
+        ("scaler", scaler),
+        ("sampler", sampler),
+        ("loader", loader),
+    ):
         if obj is None:
             continue
         if name not in payload:
@@ -235,7 +289,7 @@ def load(path: str | os.PathLike[str], *, model: Any, optimizer: Any = None,
         _load_into(obj, payload[name], name)
         info.restored.append(name)
     if rng:
-        rank, world = _dist()
+        rank, _world = _dist()
         per_rank = payload.get("rng_per_rank")
         state = per_rank[rank] if per_rank and rank < len(per_rank) else payload.get("rng")
         if state:
@@ -243,6 +297,7 @@ def load(path: str | os.PathLike[str], *, model: Any, optimizer: Any = None,
         else:
             info.missing.append("rng")
     if info.missing:
-        warnings.warn(f"{path}: checkpoint has no state for {', '.join(info.missing)}; "
-                      "those restart from scratch", stacklevel=2)
+        warnings.warn(
+            f"{path}: checkpoint has no state for {', '.join(info.missing)}; those restart from scratch", stacklevel=2
+        )
     return info

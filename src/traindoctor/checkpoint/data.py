@@ -14,7 +14,8 @@ This module imports torch; :mod:`traindoctor.checkpoint` exposes it lazily.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Iterator, Sized
+from collections.abc import Iterator, Sized
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Sampler
@@ -43,8 +44,15 @@ class ResumableSampler(Sampler[int]):
     ``skip(n)`` makes the *next* iteration start ``n`` samples into this rank's share.
     """
 
-    def __init__(self, data_source: Sized | int, *, shuffle: bool = True, seed: int = 0,
-                 num_replicas: int | None = None, rank: int | None = None) -> None:
+    def __init__(
+        self,
+        data_source: Sized | int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+    ) -> None:
         self.num_samples_total = data_source if isinstance(data_source, int) else len(data_source)
         self.shuffle = shuffle
         self.seed = int(seed)
@@ -55,7 +63,7 @@ class ResumableSampler(Sampler[int]):
         self._skip = 0
 
     def __len__(self) -> int:
-        return -(-self.num_samples_total // self.num_replicas)
+        return (self.num_samples_total + self.num_replicas - 1) // self.num_replicas
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -92,13 +100,13 @@ class ResumableSampler(Sampler[int]):
         """
         indices = self.global_order(epoch)
         n = len(indices)
-        rest = indices[min(skip_global, n):]
+        rest = indices[min(skip_global, n) :]
         if self.num_replicas > 1:
             total = -(-len(rest) // self.num_replicas) * self.num_replicas
             pad = total - len(rest)
             if pad and indices:
                 rest += (indices * (pad // n + 1))[:pad]
-            rest = rest[self.rank:total:self.num_replicas]
+            rest = rest[self.rank : total : self.num_replicas]
         return rest
 
     def __iter__(self) -> Iterator[int]:
@@ -106,8 +114,13 @@ class ResumableSampler(Sampler[int]):
         return iter(self.order(skip_global=start))
 
     def state_dict(self) -> dict[str, Any]:
-        return {"kind": "ResumableSampler", "epoch": self.epoch, "seed": self.seed,
-                "shuffle": self.shuffle, "num_samples": self.num_samples_total}
+        return {
+            "kind": "ResumableSampler",
+            "epoch": self.epoch,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "num_samples": self.num_samples_total,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch = int(state["epoch"])
@@ -130,8 +143,16 @@ class ResumableLoader(DataLoader):
     of the round-robin, so such augmentation is not bit-exact; seed per sample for that.
     """
 
-    def __init__(self, dataset: Any, batch_size: int | None = 1, shuffle: bool = False, *,
-                 seed: int = 0, drop_last: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int | None = 1,
+        shuffle: bool = False,
+        *,
+        seed: int = 0,
+        drop_last: bool = False,
+        **kwargs: Any,
+    ) -> None:
         if kwargs.get("batch_sampler") is not None or kwargs.get("sampler") is not None:
             raise ValueError("ResumableLoader builds its own sampler; pass shuffle= and seed=")
         if batch_size is None:
@@ -140,8 +161,7 @@ class ResumableLoader(DataLoader):
         if self._owns_generator:
             kwargs["generator"] = torch.Generator()
         sampler = ResumableSampler(dataset, shuffle=shuffle, seed=seed)
-        super().__init__(dataset, batch_size=batch_size, shuffle=False, sampler=sampler,
-                         drop_last=drop_last, **kwargs)
+        super().__init__(dataset, batch_size=batch_size, shuffle=False, sampler=sampler, drop_last=drop_last, **kwargs)
         self.seed = int(seed)
         self.epoch = 0
         self.batches_done = 0
@@ -176,19 +196,24 @@ class ResumableLoader(DataLoader):
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "kind": "ResumableLoader", "epoch": self.epoch, "batches_done": self.batches_done,
+            "kind": "ResumableLoader",
+            "epoch": self.epoch,
+            "batches_done": self.batches_done,
             "samples_done": self.batches_done * int(self.batch_size),  # type: ignore[arg-type]
             "world_size": int(self.sampler.num_replicas),  # type: ignore[attr-defined]
             "global_samples_done": self.global_samples_done,
-            "seed": self.seed, "batch_size": int(self.batch_size),  # type: ignore[arg-type]
+            "seed": self.seed,
+            "batch_size": int(self.batch_size),  # type: ignore[arg-type]
             "shuffle": bool(self.sampler.shuffle),  # type: ignore[attr-defined]
             "num_samples": int(self.sampler.num_samples_total),  # type: ignore[attr-defined]
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if int(state.get("seed", self.seed)) != self.seed:
-            warnings.warn(f"ResumableLoader: checkpoint seed {state['seed']} differs from "
-                          f"{self.seed}; using the checkpoint's", stacklevel=2)
+            warnings.warn(
+                f"ResumableLoader: checkpoint seed {state['seed']} differs from {self.seed}; using the checkpoint's",
+                stacklevel=2,
+            )
             self.seed = int(state["seed"])
         self.sampler.seed = self.seed  # type: ignore[attr-defined]
         world = int(self.sampler.num_replicas)  # type: ignore[attr-defined]
@@ -200,8 +225,7 @@ class ResumableLoader(DataLoader):
         samples = int(state.get("samples_done", 0))
         batch = int(self.batch_size)  # type: ignore[arg-type]
         if samples % batch:
-            warnings.warn("ResumableLoader: batch size changed; resuming at the nearest batch",
-                          stacklevel=2)
+            warnings.warn("ResumableLoader: batch size changed; resuming at the nearest batch", stacklevel=2)
         self.epoch = int(state["epoch"])
         self.batches_done = samples // batch
         if self.batches_done >= len(self):
@@ -218,11 +242,9 @@ class ResumableLoader(DataLoader):
         ``DistributedSampler`` does).
         """
         batch = int(self.batch_size)  # type: ignore[arg-type]
-        consumed = int(state.get("global_samples_done",
-                                 int(state.get("samples_done", 0)) * saved_world))
+        consumed = int(state.get("global_samples_done", int(state.get("samples_done", 0)) * saved_world))
         if int(state.get("batch_size", batch)) != batch:
-            warnings.warn("ResumableLoader: batch size changed; the global position is kept",
-                          stacklevel=3)
+            warnings.warn("ResumableLoader: batch size changed; the global position is kept", stacklevel=3)
         self.epoch = int(state["epoch"])
         self.batches_done = 0
         self.resumed_global = consumed

@@ -21,18 +21,23 @@ from pathlib import Path
 from typing import Any
 
 from traindoctor.checkpoint.pickle_reader import (
-    Call, CallKey, Global, PickleError, TensorInfo, read_pickle,
+    Call,
+    CallKey,
+    Global,
+    PickleError,
+    TensorInfo,
+    read_pickle,
 )
 
 _DISTCP = re.compile(r"__(\d+)_(\d+)\.distcp\Z")
-_OPT_BUFFERS = ("exp_avg", "exp_avg_sq", "momentum_buffer", "max_exp_avg_sq", "sum",
-                "square_avg", "acc_delta")
+_OPT_BUFFERS = ("exp_avg", "exp_avg_sq", "momentum_buffer", "max_exp_avg_sq", "sum", "square_avg", "acc_delta")
 
 
 def _dtype(props: Any) -> str:
     state = props.state if isinstance(props, Call) else None
-    first = state[0] if isinstance(state, tuple) and state else (
-        state.get("dtype") if isinstance(state, dict) else None)
+    first = (
+        state[0] if isinstance(state, tuple) and state else (state.get("dtype") if isinstance(state, dict) else None)
+    )
     return first.name if isinstance(first, Global) else "?"
 
 
@@ -53,7 +58,8 @@ def read_metadata(folder: Path) -> dict[str, Any]:
         leftovers = sorted(p.name for p in folder.iterdir())[:6]
         raise CheckpointReadError(
             "incomplete DCP checkpoint: no .metadata (a save that did not finish writes its "
-            f"shards but never the index); found {', '.join(leftovers) or 'nothing'}")
+            f"shards but never the index); found {', '.join(leftovers) or 'nothing'}"
+        )
     try:
         result = read_pickle(meta.read_bytes())
     except (OSError, PickleError) as exc:
@@ -69,7 +75,11 @@ def inspect_dcp(path: str) -> Any:
     """An :class:`~traindoctor.checkpoint.inspect.Inspection` of a DCP directory."""
     from traindoctor.checkpoint import sharded
     from traindoctor.checkpoint.inspect import (
-        Component, Inspection, _fmt_bytes, _resume_findings, inspect_checkpoint,
+        Component,
+        Inspection,
+        _fmt_bytes,
+        _resume_findings,
+        inspect_checkpoint,
     )
 
     folder = Path(path)
@@ -80,14 +90,21 @@ def inspect_dcp(path: str) -> Any:
     tensors: list[tuple[str, TensorInfo]] = []
     scalars: list[str] = []
     for fqn, entry in entries.items():
-        if isinstance(entry, Call) and entry.label.endswith("TensorStorageMetadata") \
-                and isinstance(entry.state, dict):
+        if isinstance(entry, Call) and entry.label.endswith("TensorStorageMetadata") and isinstance(entry.state, dict):
             chunks = entry.state.get("chunks") or []
             count = len(chunks) if isinstance(chunks, list) else 0
-            tensors.append((str(fqn), TensorInfo(
-                dtype=_dtype(entry.state.get("properties")), shape=_size(entry.state.get("size")),
-                storage_key=None, device="?",
-                kind="tensor" if count <= 1 else f"{count} shards")))
+            tensors.append(
+                (
+                    str(fqn),
+                    TensorInfo(
+                        dtype=_dtype(entry.state.get("properties")),
+                        shape=_size(entry.state.get("size")),
+                        storage_key=None,
+                        device="?",
+                        kind="tensor" if count <= 1 else f"{count} shards",
+                    ),
+                )
+            )
         else:
             scalars.append(str(fqn))
     # What each rank wrote: the storage index says which file holds each chunk.
@@ -110,13 +127,15 @@ def inspect_dcp(path: str) -> Any:
         exists = (folder / name).is_file()
         if not exists:
             missing_files.append(name)
-        rank_lines.append(f"{who}: {name}, {slot['items']} item(s), "
-                          f"{_fmt_bytes(slot['bytes'])}" + ("" if exists else "  MISSING"))
+        rank_lines.append(
+            f"{who}: {name}, {slot['items']} item(s), {_fmt_bytes(slot['bytes'])}" + ("" if exists else "  MISSING")
+        )
     if missing_files:
         from traindoctor.checkpoint.inspect import CheckpointReadError
 
-        raise CheckpointReadError(f"incomplete DCP checkpoint: {', '.join(missing_files)} "
-                                  "listed in .metadata but missing")
+        raise CheckpointReadError(
+            f"incomplete DCP checkpoint: {', '.join(missing_files)} listed in .metadata but missing"
+        )
     # traindoctor's own files in the folder.
     manifest: dict[str, Any] = {}
     try:
@@ -125,23 +144,28 @@ def inspect_dcp(path: str) -> Any:
         pass
     comps: list[Component] = []
     model_keys = [f for f, _ in tensors if f.startswith("model.")] or [
-        f for f, _ in tensors if ".state." not in f and not f.startswith(("optim", "optimizer"))]
-    opt_keys = [f for f, _ in tensors if f.rsplit(".", 1)[-1] in _OPT_BUFFERS
-                or (".state." in f and f.startswith("optim"))]
+        f for f, _ in tensors if ".state." not in f and not f.startswith(("optim", "optimizer"))
+    ]
+    opt_keys = [
+        f for f, _ in tensors if f.rsplit(".", 1)[-1] in _OPT_BUFFERS or (".state." in f and f.startswith("optim"))
+    ]
     if model_keys:
         values = sum(t.numel for f, t in tensors if f in set(model_keys))
-        comps.append(Component("model", "model", f"model weights: {len(model_keys)} tensors, "
-                               f"{values:,} values (global shapes)"))
+        comps.append(
+            Component("model", "model", f"model weights: {len(model_keys)} tensors, {values:,} values (global shapes)")
+        )
     if opt_keys:
-        comps.append(Component("optimizer", "optimizer",
-                               f"optimizer state: {len(opt_keys)} tensors"))
-    facts: dict[str, Any] = {"cuda_tensors": False, "rng": set(), "scaler_slots": [],
-                             "initial_lr": any(f.endswith(".initial_lr") for f in scalars)}
+        comps.append(Component("optimizer", "optimizer", f"optimizer state: {len(opt_keys)} tensors"))
+    facts: dict[str, Any] = {
+        "cuda_tensors": False,
+        "rng": set(),
+        "scaler_slots": [],
+        "initial_lr": any(f.endswith(".initial_lr") for f in scalars),
+    }
     step = manifest.get("step")
     epoch = manifest.get("epoch")
     extra_globals: set[str] = set()
-    for name in [sharded.COMMON_FILE] + sorted(
-            (p.name for p in folder.glob("rank_*.pt")), key=lambda n: (len(n), n)):
+    for name in [sharded.COMMON_FILE] + sorted((p.name for p in folder.glob("rank_*.pt")), key=lambda n: (len(n), n)):
         file = folder / name
         if not file.is_file():
             continue
@@ -159,21 +183,32 @@ def inspect_dcp(path: str) -> Any:
     saved_world = manifest.get("world_size")
     writers = sorted({int(m.group(1)) for n in per_file if (m := _DISTCP.match(n))})
     if saved_world is not None:
-        rank_files = sorted(int(p.stem.split("_")[1]) for p in folder.glob("rank_*.pt")
-                            if p.stem.split("_")[1].isdigit())
+        rank_files = sorted(
+            int(p.stem.split("_")[1]) for p in folder.glob("rank_*.pt") if p.stem.split("_")[1].isdigit()
+        )
         lacking = [r for r in range(int(saved_world)) if r not in rank_files]
         if lacking:
             rank_lines.append(f"no RNG/loader file for rank(s) {lacking}")
     findings = _resume_findings(str(folder), comps, facts)
     size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
     result = Inspection(
-        path=str(folder), format="DCP directory (torch.distributed.checkpoint)", size_bytes=size,
-        root=None, unsafe=unsafe,
+        path=str(folder),
+        format="DCP directory (torch.distributed.checkpoint)",
+        size_bytes=size,
+        root=None,
+        unsafe=unsafe,
         globals=sorted({u.ref.dotted for u in meta["globals"]} | extra_globals),
-        tensors=tensors, components=comps, findings=findings, step=step, epoch=epoch)
-    header = [f"written by {len(writers)} rank(s)"
-              + (f" (world size {saved_world})" if saved_world is not None else "")
-              + (", by traindoctor.checkpoint" if manifest else "")]
+        tensors=tensors,
+        components=comps,
+        findings=findings,
+        step=step,
+        epoch=epoch,
+    )
+    header = [
+        f"written by {len(writers)} rank(s)"
+        + (f" (world size {saved_world})" if saved_world is not None else "")
+        + (", by traindoctor.checkpoint" if manifest else "")
+    ]
     result.ranks = header + rank_lines
     result.scalars = scalars
     return result

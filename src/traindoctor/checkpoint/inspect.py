@@ -19,11 +19,18 @@ from __future__ import annotations
 
 import os
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from traindoctor.checkpoint.pickle_reader import (
-    Call, GlobalUse, Opaque, PickleError, ReadResult, TensorInfo, read_pickle,
+    Call,
+    GlobalUse,
+    Opaque,
+    PickleError,
+    ReadResult,
+    TensorInfo,
+    read_pickle,
 )
 from traindoctor.finding import Finding, Origin
 
@@ -77,17 +84,24 @@ class Inspection:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "file": self.path, "format": self.format, "size_bytes": self.size_bytes,
+            "file": self.path,
+            "format": self.format,
+            "size_bytes": self.size_bytes,
             "safe": self.safe,
             "unsafe_globals": sorted({u.ref.dotted for u in self.unsafe}),
             "globals": self.globals,
-            "tensors": [{"key": k, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.nbytes,
-                         "device": t.device} for k, t in self.tensors],
-            "components": [{"kind": c.kind, "key": c.path, "summary": c.summary,
-                            "details": c.details} for c in self.components],
-            "step": self.step, "epoch": self.epoch,
+            "tensors": [
+                {"key": k, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.nbytes, "device": t.device}
+                for k, t in self.tensors
+            ],
+            "components": [
+                {"kind": c.kind, "key": c.path, "summary": c.summary, "details": c.details} for c in self.components
+            ],
+            "step": self.step,
+            "epoch": self.epoch,
             "findings": [f.to_dict() for f in self.findings],
-            "ranks": self.ranks, "imports": self.imports,
+            "ranks": self.ranks,
+            "imports": self.imports,
         }
 
 
@@ -96,11 +110,10 @@ def _read_zip(path: str) -> tuple[ReadResult, dict[str, int]]:
         archive = zipfile.ZipFile(path)
     except zipfile.BadZipFile:
         raise CheckpointReadError(
-            "corrupt or truncated checkpoint: the zip archive's directory is missing "
-            "(was the write interrupted?)") from None
+            "corrupt or truncated checkpoint: the zip archive's directory is missing (was the write interrupted?)"
+        ) from None
     with archive:
-        pickles = [i for i in archive.infolist() if i.filename.endswith("data.pkl")
-                   and i.filename.count("/") == 1]
+        pickles = [i for i in archive.infolist() if i.filename.endswith("data.pkl") and i.filename.count("/") == 1]
         if len(pickles) != 1:
             raise CheckpointReadError("zip file is not a torch checkpoint (no <name>/data.pkl)")
         info = pickles[0]
@@ -111,8 +124,11 @@ def _read_zip(path: str) -> tuple[ReadResult, dict[str, int]]:
             data = archive.read(info)
         except (zipfile.BadZipFile, OSError, EOFError) as exc:
             raise CheckpointReadError(f"corrupt checkpoint: {exc}") from None
-        storages = {i.filename[len(prefix) + len("data/"):]: i.file_size
-                    for i in archive.infolist() if i.filename.startswith(prefix + "data/")}
+        storages = {
+            i.filename[len(prefix) + len("data/") :]: i.file_size
+            for i in archive.infolist()
+            if i.filename.startswith(prefix + "data/")
+        }
     try:
         return read_pickle(data), storages
     except PickleError as exc:
@@ -176,25 +192,35 @@ def _object_children(call: Call) -> list[tuple[Any, Any]]:
 
 
 def _is_module(value: Any) -> bool:
-    return (isinstance(value, Call) and isinstance(value.state, dict)
-            and "_parameters" in value.state and "_modules" in value.state)
+    return (
+        isinstance(value, Call)
+        and isinstance(value.state, dict)
+        and "_parameters" in value.state
+        and "_modules" in value.state
+    )
 
 
 def _is_state_dict(value: Any) -> bool:
-    return (isinstance(value, dict) and len(value) > 0
-            and all(isinstance(k, str) for k in value)
-            and all(isinstance(v, TensorInfo) for v in value.values())
-            and any(v.dtype.startswith(("float", "bfloat")) for v in value.values()))
+    return (
+        isinstance(value, dict)
+        and len(value) > 0
+        and all(isinstance(k, str) for k in value)
+        and all(isinstance(v, TensorInfo) for v in value.values())
+        and any(v.dtype.startswith(("float", "bfloat")) for v in value.values())
+    )
 
 
 def _is_optimizer(value: Any) -> bool:
-    return (isinstance(value, dict) and "state" in value and "param_groups" in value
-            and isinstance(value["param_groups"], list))
+    return (
+        isinstance(value, dict)
+        and "state" in value
+        and "param_groups" in value
+        and isinstance(value["param_groups"], list)
+    )
 
 
 def _is_scheduler(value: Any) -> bool:
-    return isinstance(value, dict) and "last_epoch" in value and (
-        "base_lrs" in value or "_last_lr" in value)
+    return isinstance(value, dict) and "last_epoch" in value and ("base_lrs" in value or "_last_lr" in value)
 
 
 def _is_scaler(value: Any) -> bool:
@@ -202,13 +228,16 @@ def _is_scaler(value: Any) -> bool:
 
 
 def _is_cpu_rng(value: Any) -> bool:
-    return (isinstance(value, TensorInfo) and value.dtype == "uint8"
-            and value.shape == (CPU_RNG_BYTES,))
+    return isinstance(value, TensorInfo) and value.dtype == "uint8" and value.shape == (CPU_RNG_BYTES,)
 
 
 def _is_cuda_rng(path: str, value: Any) -> bool:
-    return (isinstance(value, TensorInfo) and value.dtype == "uint8"
-            and value.shape in ((16,), (8,)) and "cuda" in path.lower())
+    return (
+        isinstance(value, TensorInfo)
+        and value.dtype == "uint8"
+        and value.shape in ((16,), (8,))
+        and "cuda" in path.lower()
+    )
 
 
 def _is_numpy_rng(path: str, value: Any) -> bool:
@@ -218,11 +247,20 @@ def _is_numpy_rng(path: str, value: Any) -> bool:
 
 
 def _is_python_rng(value: Any) -> bool:
-    if isinstance(value, (tuple, list)) and len(value) == 3 and value[0] == 3 \
-            and isinstance(value[1], (tuple, list)) and len(value[1]) == 625:
+    if (
+        isinstance(value, (tuple, list))
+        and len(value) == 3
+        and value[0] == 3
+        and isinstance(value[1], (tuple, list))
+        and len(value[1]) == 625
+    ):
         return True
-    return (isinstance(value, dict) and value.get("version") == 3
-            and isinstance(value.get("state"), TensorInfo) and value["state"].shape == (625,))
+    return (
+        isinstance(value, dict)
+        and value.get("version") == 3
+        and isinstance(value.get("state"), TensorInfo)
+        and value["state"].shape == (625,)
+    )
 
 
 def _is_data_position(value: Any) -> bool:
@@ -249,18 +287,21 @@ def _plain(value: Any) -> str:
 
 def _optimizer_component(path: str, value: dict[str, Any]) -> Component:
     state = value.get("state") if isinstance(value.get("state"), dict) else {}
-    buffers = sorted({str(k) for entry in state.values() if isinstance(entry, dict)
-                      for k in entry})
+    buffers = sorted({str(k) for entry in state.values() if isinstance(entry, dict) for k in entry})
     groups = value["param_groups"]
-    summary = (f"optimizer state: {len(groups)} param group(s), state for {len(state)} "
-               f"param(s)" + (f" ({', '.join(buffers)})" if buffers else " (empty)"))
+    summary = f"optimizer state: {len(groups)} param group(s), state for {len(state)} param(s)" + (
+        f" ({', '.join(buffers)})" if buffers else " (empty)"
+    )
     details = []
     for index, group in enumerate(groups):
         if not isinstance(group, dict):
             continue
         params = group.get("params")
-        shown = [f"{k}={_plain(group[k])}" for k in
-                 ("lr", "initial_lr", "momentum", "betas", "weight_decay", "eps") if k in group]
+        shown = [
+            f"{k}={_plain(group[k])}"
+            for k in ("lr", "initial_lr", "momentum", "betas", "weight_decay", "eps")
+            if k in group
+        ]
         count = len(params) if isinstance(params, list) else "?"
         details.append(f"group {index}: params={count} " + " ".join(shown))
     return Component("optimizer", path, summary, details)
@@ -269,8 +310,14 @@ def _optimizer_component(path: str, value: dict[str, Any]) -> Component:
 def _components(root: Any) -> tuple[list[Component], dict[str, Any]]:
     """Recognise the parts of a checkpoint by shape; also collect facts for the findings."""
     comps: list[Component] = []
-    facts: dict[str, Any] = {"cuda_tensors": False, "initial_lr": False, "scaler_slots": [],
-                             "rng": set(), "step": None, "epoch": None}
+    facts: dict[str, Any] = {
+        "cuda_tensors": False,
+        "initial_lr": False,
+        "scaler_slots": [],
+        "rng": set(),
+        "step": None,
+        "epoch": None,
+    }
     claimed: list[str] = []
 
     def inside_claimed(path: str) -> bool:
@@ -286,16 +333,25 @@ def _components(root: Any) -> tuple[list[Component], dict[str, Any]]:
         if _is_module(value):
             inner = [t for p, t in walk(value) if isinstance(t, TensorInfo)]
             params = sum(t.numel for t in inner)
-            comps.append(Component("model", label, f"whole pickled module {value.label}: "
-                                   f"{len(inner)} tensors, {params:,} values "
-                                   f"({_fmt_bytes(sum(t.nbytes for t in inner))}); loading it "
-                                   "imports and runs its classes' code"))
+            comps.append(
+                Component(
+                    "model",
+                    label,
+                    f"whole pickled module {value.label}: "
+                    f"{len(inner)} tensors, {params:,} values "
+                    f"({_fmt_bytes(sum(t.nbytes for t in inner))}); loading it "
+                    "imports and runs its classes' code",
+                )
+            )
             claimed.append(path)
         elif _is_state_dict(value):
             params = sum(t.numel for t in value.values())
             nbytes = sum(t.nbytes for t in value.values())
-            comps.append(Component("model", label, f"model weights: {len(value)} tensors, "
-                                   f"{params:,} values ({_fmt_bytes(nbytes)})"))
+            comps.append(
+                Component(
+                    "model", label, f"model weights: {len(value)} tensors, {params:,} values ({_fmt_bytes(nbytes)})"
+                )
+            )
             claimed.append(path)
         elif _is_optimizer(value):
             comp = _optimizer_component(label, value)
@@ -305,20 +361,30 @@ def _components(root: Any) -> tuple[list[Component], dict[str, Any]]:
                 facts["initial_lr"] = True
         elif _is_scheduler(value):
             last = value.get("_last_lr")
-            comps.append(Component("scheduler", label, f"LR scheduler state: last_epoch="
-                                   f"{_plain(value.get('last_epoch'))}"
-                                   + (f", last lr={_plain(last)}" if last is not None else "")))
+            comps.append(
+                Component(
+                    "scheduler",
+                    label,
+                    f"LR scheduler state: last_epoch="
+                    f"{_plain(value.get('last_epoch'))}" + (f", last lr={_plain(last)}" if last is not None else ""),
+                )
+            )
             claimed.append(path)
         elif _is_scaler(value):
-            comps.append(Component("scaler", label, f"GradScaler state: scale="
-                                   f"{_plain(value.get('scale'))}"))
+            comps.append(Component("scaler", label, f"GradScaler state: scale={_plain(value.get('scale'))}"))
             claimed.append(path)
         elif "scaler" in leaf and (value is None or value == {}):
             facts["scaler_slots"].append(label)
         elif _is_data_position(value):
-            comps.append(Component("data", label, "data position: epoch "
-                                   f"{_plain(value.get('epoch'))}, "
-                                   f"{_plain(value.get('batches_done'))} batches into it"))
+            comps.append(
+                Component(
+                    "data",
+                    label,
+                    "data position: epoch "
+                    f"{_plain(value.get('epoch'))}, "
+                    f"{_plain(value.get('batches_done'))} batches into it",
+                )
+            )
             claimed.append(path)
         elif _is_cpu_rng(value):
             facts["rng"].add("torch")
@@ -334,8 +400,7 @@ def _components(root: Any) -> tuple[list[Component], dict[str, Any]]:
             facts["rng"].add("python")
             comps.append(Component("rng", label, "Python random state"))
             claimed.append(path)
-        elif leaf in ("step", "global_step", "iteration") and isinstance(value, int) \
-                and facts["step"] is None:
+        elif leaf in ("step", "global_step", "iteration") and isinstance(value, int) and facts["step"] is None:
             facts["step"] = value
         elif leaf == "epoch" and isinstance(value, int) and facts["epoch"] is None:
             facts["epoch"] = value
@@ -347,42 +412,75 @@ def _finding(code: str, path: str, message: str, evidence: dict[str, Any]) -> Fi
 
     rule = get_rule(code)
     assert rule is not None, code
-    return Finding(code=code, name=rule.name, severity=rule.severity, message=message,
-                   filename=path, location=None, origin=Origin.STATIC, evidence=evidence)
+    return Finding(
+        code=code,
+        name=rule.name,
+        severity=rule.severity,
+        message=message,
+        filename=path,
+        location=None,
+        origin=Origin.STATIC,
+        evidence=evidence,
+    )
 
 
 def _resume_findings(path: str, comps: list[Component], facts: dict[str, Any]) -> list[Finding]:
     kinds = {c.kind for c in comps}
     found = []
     if "model" in kinds and "optimizer" not in kinds:
-        found.append(_finding(
-            "TD501", path, "Checkpoint holds model weights but no optimizer state: momentum and "
-            "Adam moments restart from zero on resume; save `optimizer.state_dict()` too.",
-            {"model": [c.path for c in comps if c.kind == "model"], "optimizer": "missing"}))
+        found.append(
+            _finding(
+                "TD501",
+                path,
+                "Checkpoint holds model weights but no optimizer state: momentum and "
+                "Adam moments restart from zero on resume; save `optimizer.state_dict()` too.",
+                {"model": [c.path for c in comps if c.kind == "model"], "optimizer": "missing"},
+            )
+        )
     if facts["initial_lr"] and "scheduler" not in kinds:
-        found.append(_finding(
-            "TD502", path, "The optimizer's param groups carry `initial_lr` (an LR scheduler "
-            "was used) but the checkpoint has no scheduler state: the schedule restarts on "
-            "resume; save `scheduler.state_dict()`.",
-            {"initial_lr_in_param_groups": True, "scheduler": "missing"}))
+        found.append(
+            _finding(
+                "TD502",
+                path,
+                "The optimizer's param groups carry `initial_lr` (an LR scheduler "
+                "was used) but the checkpoint has no scheduler state: the schedule restarts on "
+                "resume; save `scheduler.state_dict()`.",
+                {"initial_lr_in_param_groups": True, "scheduler": "missing"},
+            )
+        )
     if facts["scaler_slots"] and "scaler" not in kinds:
-        found.append(_finding(
-            "TD503", path, "The checkpoint's GradScaler entry is empty: the loss scale restarts "
-            "at its initial value on resume; save `scaler.state_dict()`.",
-            {"empty_scaler_entries": facts["scaler_slots"]}))
+        found.append(
+            _finding(
+                "TD503",
+                path,
+                "The checkpoint's GradScaler entry is empty: the loss scale restarts "
+                "at its initial value on resume; save `scaler.state_dict()`.",
+                {"empty_scaler_entries": facts["scaler_slots"]},
+            )
+        )
     if "model" in kinds or "optimizer" in kinds:
         rng = facts["rng"]
         if not rng:
-            found.append(_finding(
-                "TD504", path, "No RNG state in the checkpoint: dropout, augmentation and "
-                "shuffling draw different numbers after resume; save torch's, NumPy's and "
-                "Python's RNG states (`traindoctor.checkpoint.save` does).",
-                {"rng_states": [], "missing": ["torch", "numpy", "python"]}))
+            found.append(
+                _finding(
+                    "TD504",
+                    path,
+                    "No RNG state in the checkpoint: dropout, augmentation and "
+                    "shuffling draw different numbers after resume; save torch's, NumPy's and "
+                    "Python's RNG states (`traindoctor.checkpoint.save` does).",
+                    {"rng_states": [], "missing": ["torch", "numpy", "python"]},
+                )
+            )
         elif facts["cuda_tensors"] and "cuda" not in rng:
-            found.append(_finding(
-                "TD504", path, "The checkpoint holds CUDA tensors but no CUDA RNG state: "
-                "the CPU generator alone misses `torch.cuda.get_rng_state_all()`.",
-                {"rng_states": sorted(rng), "missing": ["cuda"]}))
+            found.append(
+                _finding(
+                    "TD504",
+                    path,
+                    "The checkpoint holds CUDA tensors but no CUDA RNG state: "
+                    "the CPU generator alone misses `torch.cuda.get_rng_state_all()`.",
+                    {"rng_states": sorted(rng), "missing": ["cuda"]},
+                )
+            )
     return found
 
 
@@ -398,8 +496,9 @@ def inspect_checkpoint(path: str | os.PathLike[str]) -> Inspection:
         from traindoctor.checkpoint.dcp_inspect import inspect_dcp, is_dcp_dir
 
         if not is_dcp_dir(name):
-            raise CheckpointReadError("a directory, but not a torch.distributed.checkpoint "
-                                      "one (no .metadata, no .distcp files)")
+            raise CheckpointReadError(
+                "a directory, but not a torch.distributed.checkpoint one (no .metadata, no .distcp files)"
+            )
         return inspect_dcp(name)
     try:
         size = os.path.getsize(name)
@@ -416,7 +515,8 @@ def inspect_checkpoint(path: str | os.PathLike[str]) -> Inspection:
         if not result.unsafe() and result.value == _LEGACY_MAGIC:
             raise CheckpointReadError(
                 "legacy (pre-1.6, non-zip) torch checkpoint: not supported by inspect; load it "
-                "in a trusted environment and re-save it with torch.save")
+                "in a trusted environment and re-save it with torch.save"
+            )
         fmt = "raw pickle (not a torch zip checkpoint)"
     elif not head:
         raise CheckpointReadError("empty file")
@@ -424,22 +524,36 @@ def inspect_checkpoint(path: str | os.PathLike[str]) -> Inspection:
         raise CheckpointReadError("not a torch checkpoint (neither a zip archive nor a pickle)")
     unsafe = result.unsafe()
     tensors = [(p or "<root>", v) for p, v in walk(result.value) if isinstance(v, TensorInfo)]
-    missing = sorted({t.storage_key for _, t in tensors
-                      if t.storage_key is not None and t.storage_key not in storages})
+    missing = sorted({t.storage_key for _, t in tensors if t.storage_key is not None and t.storage_key not in storages})
     if missing and fmt == "torch zip" and not unsafe:
         raise CheckpointReadError(
-            f"corrupt checkpoint: tensor data missing from the archive (storages "
-            f"{', '.join(missing[:5])})")
+            f"corrupt checkpoint: tensor data missing from the archive (storages {', '.join(missing[:5])})"
+        )
     comps, facts = _components(result.value)
     findings = _resume_findings(name, comps, facts) if fmt == "torch zip" else []
     imports = sorted({u.ref.dotted for u in unsafe if u.called})
     return Inspection(
-        path=name, format=fmt, size_bytes=size, root=result.value, unsafe=unsafe,
-        globals=sorted({u.ref.dotted for u in result.globals}), tensors=tensors,
-        components=comps, findings=findings, step=facts["step"], epoch=facts["epoch"],
+        path=name,
+        format=fmt,
+        size_bytes=size,
+        root=result.value,
+        unsafe=unsafe,
+        globals=sorted({u.ref.dotted for u in result.globals}),
+        tensors=tensors,
+        components=comps,
+        findings=findings,
+        step=facts["step"],
+        epoch=facts["epoch"],
         missing_storages=missing,
-        imports=imports if any(_is_module(v) for _, v in walk(result.value)) else [])
+        imports=imports if any(_is_module(v) for _, v in walk(result.value)) else [],
+    )
 
 
-__all__ = ["CheckpointReadError", "Component", "Inspection", "inspect_checkpoint", "Call",
-           "Opaque"]
+__all__ = [
+    "Call",
+    "CheckpointReadError",
+    "Component",
+    "Inspection",
+    "Opaque",
+    "inspect_checkpoint",
+]

@@ -108,41 +108,80 @@ class ReadResult:
 
 
 STORAGE_DTYPES = {
-    "Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
-    "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8",
-    "Bool": "bool", "ComplexFloat": "complex64", "ComplexDouble": "complex128",
-    "QInt8": "qint8", "QUInt8": "quint8", "QInt32": "qint32", "QUInt4x2": "quint4x2",
-    "QUInt2x4": "quint2x4", "Untyped": "uint8",
+    "Float": "float32",
+    "Double": "float64",
+    "Half": "float16",
+    "BFloat16": "bfloat16",
+    "Long": "int64",
+    "Int": "int32",
+    "Short": "int16",
+    "Char": "int8",
+    "Byte": "uint8",
+    "Bool": "bool",
+    "ComplexFloat": "complex64",
+    "ComplexDouble": "complex128",
+    "QInt8": "qint8",
+    "QUInt8": "quint8",
+    "QInt32": "qint32",
+    "QUInt4x2": "quint4x2",
+    "QUInt2x4": "quint2x4",
+    "Untyped": "uint8",
 }
 ITEMSIZE = {
-    "float64": 8, "int64": 8, "complex64": 8, "complex128": 16, "uint64": 8,
-    "float32": 4, "int32": 4, "qint32": 4, "uint32": 4,
-    "float16": 2, "bfloat16": 2, "int16": 2, "uint16": 2,
+    "float64": 8,
+    "int64": 8,
+    "complex64": 8,
+    "complex128": 16,
+    "uint64": 8,
+    "float32": 4,
+    "int32": 4,
+    "qint32": 4,
+    "uint32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "int16": 2,
+    "uint16": 2,
 }
 
 _REBUILD_TENSOR = {"_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3"}
 _ALLOWED_EXACT = {
-    "collections.OrderedDict", "collections.Counter", "builtins.set", "builtins.frozenset",
-    "builtins.bytearray", "builtins.complex", "_codecs.encode", "torch.Size", "torch.device",
-    "torch.Tensor", "torch.nn.parameter.Parameter", "torch.serialization._get_layout",
-    "torch.storage.TypedStorage", "torch.storage.UntypedStorage",
+    "collections.OrderedDict",
+    "collections.Counter",
+    "builtins.set",
+    "builtins.frozenset",
+    "builtins.bytearray",
+    "builtins.complex",
+    "_codecs.encode",
+    "torch.Size",
+    "torch.device",
+    "torch.Tensor",
+    "torch.nn.parameter.Parameter",
+    "torch.serialization._get_layout",
+    "torch.storage.TypedStorage",
+    "torch.storage.UntypedStorage",
     "torch._tensor._rebuild_from_type_v2",
 }
 _ALLOWED_REBUILD = re.compile(
     r"torch\._utils\._rebuild_(tensor(_v[23])?|parameter(_with_state)?|qtensor|sparse_tensor|"
-    r"nested_tensor|meta_tensor_no_storage|wrapper_subclass|device_tensor_from_cpu_tensor)\Z")
+    r"nested_tensor|meta_tensor_no_storage|wrapper_subclass|device_tensor_from_cpu_tensor)\Z"
+)
 _ALLOWED_TORCH_CLASS = re.compile(r"torch(\.cuda)?(\.sparse)?\.[A-Z][A-Za-z0-9]*(Storage|Tensor)\Z")
 _ALLOWED_TORCH_CONST = re.compile(
     r"torch\.(b?float\d+(_[a-z0-9]+)?|u?int\d+|bool|complex\d+|bits\w+|q?u?int\w+|per_\w+|"
     r"strided|sparse_(coo|csr|csc|bsr|bsc)|_mkldnn|contiguous_format|channels_last(_3d)?|"
-    r"preserve_format)\Z")
+    r"preserve_format)\Z"
+)
 
 
 def is_allowed(ref: Global) -> bool:
     """True for globals that torch's ``weights_only`` unpickler accepts (tensors and plain data)."""
     dotted = ref.dotted
-    return bool(dotted in _ALLOWED_EXACT or _ALLOWED_REBUILD.match(dotted)
-                or _ALLOWED_TORCH_CLASS.match(dotted) or _ALLOWED_TORCH_CONST.match(dotted))
+    return bool(
+        dotted in _ALLOWED_EXACT
+        or _ALLOWED_REBUILD.match(dotted)
+        or _ALLOWED_TORCH_CLASS.match(dotted)
+        or _ALLOWED_TORCH_CONST.match(dotted)
+    )
 
 
 def _storage_dtype(storage_type: Any) -> str:
@@ -168,11 +207,9 @@ def _interpret_call(func: Any, args: Any) -> Any:
     dotted = func.dotted
     if dotted in ("collections.OrderedDict", "collections.Counter") and not args:
         return {}
-    if dotted in ("builtins.set", "builtins.frozenset") and len(args) == 1 \
-            and isinstance(args[0], list):
+    if dotted in ("builtins.set", "builtins.frozenset") and len(args) == 1 and isinstance(args[0], list):
         return list(args[0])
-    if dotted == "_codecs.encode" and len(args) == 2 and isinstance(args[0], str) \
-            and args[1] in ("latin1", "latin-1"):
+    if dotted == "_codecs.encode" and len(args) == 2 and isinstance(args[0], str) and args[1] in ("latin1", "latin-1"):
         return args[0].encode("latin1")
     if dotted == "builtins.bytearray" and len(args) == 1 and isinstance(args[0], bytes):
         return args[0]
@@ -186,24 +223,33 @@ def _interpret_call(func: Any, args: Any) -> Any:
         if func.name == "_rebuild_tensor_v3" and len(args) >= 7:
             dtype = _dtype_name(args[6]) or dtype
         if shape is not None:
-            return TensorInfo(dtype=dtype, shape=shape,
-                              storage_key=storage.key if isinstance(storage, StorageRef) else None,
-                              device=storage.location if isinstance(storage, StorageRef) else "?")
-    if func.module == "torch._utils" and func.name.startswith("_rebuild_parameter") and args \
-            and isinstance(args[0], TensorInfo):
+            return TensorInfo(
+                dtype=dtype,
+                shape=shape,
+                storage_key=storage.key if isinstance(storage, StorageRef) else None,
+                device=storage.location if isinstance(storage, StorageRef) else "?",
+            )
+    if (
+        func.module == "torch._utils"
+        and func.name.startswith("_rebuild_parameter")
+        and args
+        and isinstance(args[0], TensorInfo)
+    ):
         t = args[0]
         return TensorInfo(t.dtype, t.shape, t.storage_key, t.device, parameter=True, kind=t.kind)
-    if dotted == "torch._tensor._rebuild_from_type_v2" and len(args) >= 3 \
-            and isinstance(args[2], tuple):
+    if dotted == "torch._tensor._rebuild_from_type_v2" and len(args) >= 3 and isinstance(args[2], tuple):
         return _interpret_call(args[0], args[2])
-    if func.module == "torch._utils" and func.name == "_rebuild_device_tensor_from_cpu_tensor" \
-            and args and isinstance(args[0], TensorInfo):
+    if (
+        func.module == "torch._utils"
+        and func.name == "_rebuild_device_tensor_from_cpu_tensor"
+        and args
+        and isinstance(args[0], TensorInfo)
+    ):
         t = args[0]
         device = args[2] if len(args) > 2 and isinstance(args[2], str) else t.device
         return TensorInfo(t.dtype, t.shape, t.storage_key, device, t.parameter, t.kind)
     if func.module == "torch._utils" and func.name.startswith("_rebuild_"):
-        return TensorInfo(dtype="?", shape=(), storage_key=None, device="?",
-                          kind=func.name[len("_rebuild_"):])
+        return TensorInfo(dtype="?", shape=(), storage_key=None, device="?", kind=func.name[len("_rebuild_") :])
     if func.module == "torch" and _ALLOWED_TORCH_CONST.match(dotted):
         return Call(func, args)
     return Call(func, args)
@@ -219,15 +265,31 @@ def _persistent(pid: Any) -> Any:
     if isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage":
         _, storage_type, key, location, numel = pid[:5]
         if isinstance(numel, int):
-            return StorageRef(key=str(key), dtype=_storage_dtype(storage_type),
-                              location=str(location), numel=numel)
+            return StorageRef(key=str(key), dtype=_storage_dtype(storage_type), location=str(location), numel=numel)
     return Opaque(f"persistent id {pid!r}"[:80])
 
 
 _CONSTANT_OPS = {
-    "INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "FLOAT", "BINFLOAT",
-    "STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "BINUNICODE", "SHORT_BINUNICODE",
-    "BINUNICODE8", "BINBYTES", "SHORT_BINBYTES", "BINBYTES8", "BYTEARRAY8",
+    "INT",
+    "BININT",
+    "BININT1",
+    "BININT2",
+    "LONG",
+    "LONG1",
+    "LONG4",
+    "FLOAT",
+    "BINFLOAT",
+    "STRING",
+    "BINSTRING",
+    "SHORT_BINSTRING",
+    "UNICODE",
+    "BINUNICODE",
+    "SHORT_BINUNICODE",
+    "BINUNICODE8",
+    "BINBYTES",
+    "SHORT_BINBYTES",
+    "BINBYTES8",
+    "BYTEARRAY8",
 }
 
 

@@ -75,8 +75,11 @@ def wants_sharded(model: Any) -> bool:
     A DTensor model without a process group is an error (its shards cannot be gathered), never
     a silently partial file.
     """
-    items = list(model.values()) if isinstance(model, dict) else (
-        list(model) if isinstance(model, (list, tuple)) else [model])
+    items = (
+        list(model.values())
+        if isinstance(model, dict)
+        else (list(model) if isinstance(model, (list, tuple)) else [model])
+    )
     sharded = []
     for index, item in enumerate(items):
         kind = type(item).__name__
@@ -90,15 +93,16 @@ def wants_sharded(model: Any) -> bool:
         return False
     if len(items) != 1:
         raise ShardedStateError(
-            "model: a sharded checkpoint takes one root model (the FSDP/DDP-wrapped module); "
-            f"got {len(items)} models")
+            f"model: a sharded checkpoint takes one root model (the FSDP/DDP-wrapped module); got {len(items)} models"
+        )
     if not _distributed_ready():
         _, kind, name = sharded[0]
         what = f"parameter {name!r} is a DTensor" if name else f"it is a {kind}"
         raise ShardedStateError(
             f"model ({kind}): {what} but torch.distributed has no process group: the shards "
             "on other ranks cannot be saved; call checkpoint.save on every rank before "
-            "destroy_process_group()")
+            "destroy_process_group()"
+        )
     return True
 
 
@@ -154,15 +158,15 @@ def _rank_state(rank: int, sampler: Any, loader: Any) -> dict[str, Any]:
     return state
 
 
-def _common_state(world: int, scheduler: Any, scaler: Any, step: int | None,
-                  epoch: int | None, extra: Any) -> dict[str, Any]:
+def _common_state(
+    world: int, scheduler: Any, scaler: Any, step: int | None, epoch: int | None, extra: Any
+) -> dict[str, Any]:
     import torch
 
     from traindoctor.checkpoint.core import _state_of
     from traindoctor.checkpoint.state import check_plain
 
-    state: dict[str, Any] = {"format": SHARDED_FORMAT, "torch_version": str(torch.__version__),
-                             "world_size": world}
+    state: dict[str, Any] = {"format": SHARDED_FORMAT, "torch_version": str(torch.__version__), "world_size": world}
     if step is not None:
         state["step"] = int(step)
     if epoch is not None:
@@ -220,10 +224,11 @@ def _prune_numbered(dest: Path, keep_last: int | None) -> None:
         return
     match = _LAST_DIGITS.search(dest.name)
     assert match is not None
-    head, tail = dest.name[: match.start()], dest.name[match.end():]
+    head, tail = dest.name[: match.start()], dest.name[match.end() :]
     pattern = re.compile(re.escape(head) + r"(\d+)" + re.escape(tail) + r"\Z")
-    found = sorted((int(m.group(1)), p) for p in dest.parent.iterdir()
-                   if (m := pattern.match(p.name)) and (p / MANIFEST).is_file())
+    found = sorted(
+        (int(m.group(1)), p) for p in dest.parent.iterdir() if (m := pattern.match(p.name)) and (p / MANIFEST).is_file()
+    )
     for _, old in found[: max(0, len(found) - max(1, keep_last))]:
         if old != dest:
             shutil.rmtree(old, ignore_errors=True)
@@ -307,10 +312,21 @@ def _async_group() -> Any:
     return _ASYNC_GROUP
 
 
-def save(path: str | os.PathLike[str], *, model: Any, optimizer: Any = None,
-         scheduler: Any = None, scaler: Any = None, sampler: Any = None, loader: Any = None,
-         step: int | None = None, epoch: int | None = None, extra: Any = None,
-         keep_last: int | None = None, async_save: bool = False) -> Any:
+def save(
+    path: str | os.PathLike[str],
+    *,
+    model: Any,
+    optimizer: Any = None,
+    scheduler: Any = None,
+    scaler: Any = None,
+    sampler: Any = None,
+    loader: Any = None,
+    step: int | None = None,
+    epoch: int | None = None,
+    extra: Any = None,
+    keep_last: int | None = None,
+    async_save: bool = False,
+) -> Any:
     """Every rank calls this. Returns the committed path, or a :class:`PendingCheckpoint`."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
@@ -319,8 +335,7 @@ def save(path: str | os.PathLike[str], *, model: Any, optimizer: Any = None,
     rank, world = dist.get_rank(), dist.get_world_size()
     dest = Path(path)
     if dest.exists() and not dest.is_dir():
-        raise ShardedStateError(f"{dest}: a sharded checkpoint is a directory, and a file is "
-                                "in the way")
+        raise ShardedStateError(f"{dest}: a sharded checkpoint is a directory, and a file is in the way")
     model = _single(model)
     optimizers = _optimizers(optimizer)
     # Everything is captured and checked before anything is written.
@@ -330,8 +345,7 @@ def save(path: str | os.PathLike[str], *, model: Any, optimizer: Any = None,
     if rank == 0:
         # Before the new temporary exists (this process's pending saves are done).
         _cleanup_stale(dest)
-    name = [f".{dest.name}{TMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}" if rank == 0
-            else None]
+    name = [f".{dest.name}{TMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}" if rank == 0 else None]
     dist.broadcast_object_list(name, src=0)
     tmp = dest.parent / str(name[0])
     error = None
@@ -350,13 +364,22 @@ def save(path: str | os.PathLike[str], *, model: Any, optimizer: Any = None,
             shutil.rmtree(tmp, ignore_errors=True)
         raise OSError(f"{dest}: checkpoint not written: {'; '.join(failed)}")
     manifest = {
-        "format": SHARDED_FORMAT, "world_size": world, "step": step, "epoch": epoch,
+        "format": SHARDED_FORMAT,
+        "world_size": world,
+        "step": step,
+        "epoch": epoch,
         "components": sorted(
             ["model", *(["optimizer"] if optimizers else [])]
-            + [n for n, o in (("scheduler", scheduler), ("scaler", scaler),
-                              ("sampler", sampler), ("loader", loader)) if o is not None]
-            + ["rng"] + (["extra"] if extra is not None else [])),
-        "optimizers": len(optimizers), "model_class": type(model).__name__,
+            + [
+                n
+                for n, o in (("scheduler", scheduler), ("scaler", scaler), ("sampler", sampler), ("loader", loader))
+                if o is not None
+            ]
+            + ["rng"]
+            + (["extra"] if extra is not None else [])
+        ),
+        "optimizers": len(optimizers),
+        "model_class": type(model).__name__,
         "async": bool(async_save),
     }
 
@@ -388,11 +411,13 @@ def resolve(path: str | os.PathLike[str]) -> Path:
     dest = Path(path)
     if dest.exists() or not dest.parent.is_dir():
         return dest
-    aside = sorted(p for p in dest.parent.glob(f".{dest.name}{OLD_MARKER}*")
-                   if (p / MANIFEST).is_file())
+    aside = sorted(p for p in dest.parent.glob(f".{dest.name}{OLD_MARKER}*") if (p / MANIFEST).is_file())
     if aside:
-        warnings.warn(f"{dest}: missing (a save was interrupted between its two renames); "
-                      f"loading the previous version {aside[-1].name}", stacklevel=3)
+        warnings.warn(
+            f"{dest}: missing (a save was interrupted between its two renames); "
+            f"loading the previous version {aside[-1].name}",
+            stacklevel=3,
+        )
         return aside[-1]
     return dest
 
@@ -414,8 +439,7 @@ class _SafeLoadPlanner:
             def load_bytes(self, read_item: Any, value: Any) -> None:
                 loaded = torch.load(value, weights_only=True)
                 if self.flatten_state_dict:
-                    set_element(self.original_state_dict,
-                                self.mappings[read_item.dest_index.fqn], loaded)
+                    set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], loaded)
                 else:
                     self.state_dict[read_item.dest_index.fqn] = loaded
 
@@ -438,8 +462,7 @@ def check_metadata(path: Path) -> set[str]:
         raise ValueError(f"{path}: unreadable DCP .metadata: {exc}") from None
     bad = sorted({u.ref.dotted for u in result.globals if not metadata_global_allowed(u.ref)})
     if bad:
-        raise ValueError(f"{path}: .metadata references {', '.join(bad)}: not DCP metadata; "
-                         "refusing to unpickle it")
+        raise ValueError(f"{path}: .metadata references {', '.join(bad)}: not DCP metadata; refusing to unpickle it")
     state = getattr(result.value, "state", None)
     entries = state.get("state_dict_metadata") if isinstance(state, dict) else None
     return {str(k) for k in entries} if isinstance(entries, dict) else set()
@@ -448,17 +471,32 @@ def check_metadata(path: Path) -> set[str]:
 def metadata_global_allowed(ref: Any) -> bool:
     from traindoctor.checkpoint.pickle_reader import is_allowed
 
-    return (is_allowed(ref) or ref.module in (
-        "torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.planner",
-        "torch.distributed.checkpoint.filesystem", "torch.distributed.checkpoint._extension",
-        "torch.distributed.checkpoint._hf_utils")
-        or ref.dotted in ("builtins.dict", "builtins.list", "torch.Size", "builtins.slice",
-                          "pathlib.PosixPath", "pathlib.WindowsPath", "pathlib.Path",
-                          "pathlib.PurePosixPath", "pathlib.PureWindowsPath",
-                          "torch.distributed._shard.sharded_tensor.metadata.TensorProperties",
-                          "torch.distributed._shard.metadata.ShardMetadata")
-        or (ref.module == "torch" and ref.name in ("strided", "contiguous_format",
-                                                   "preserve_format", "channels_last")))
+    return (
+        is_allowed(ref)
+        or ref.module
+        in (
+            "torch.distributed.checkpoint.metadata",
+            "torch.distributed.checkpoint.planner",
+            "torch.distributed.checkpoint.filesystem",
+            "torch.distributed.checkpoint._extension",
+            "torch.distributed.checkpoint._hf_utils",
+        )
+        or ref.dotted
+        in (
+            "builtins.dict",
+            "builtins.list",
+            "torch.Size",
+            "builtins.slice",
+            "pathlib.PosixPath",
+            "pathlib.WindowsPath",
+            "pathlib.Path",
+            "pathlib.PurePosixPath",
+            "pathlib.PureWindowsPath",
+            "torch.distributed._shard.sharded_tensor.metadata.TensorProperties",
+            "torch.distributed._shard.metadata.ShardMetadata",
+        )
+        or (ref.module == "torch" and ref.name in ("strided", "contiguous_format", "preserve_format", "channels_last"))
+    )
 
 
 def _torch_load(path: Path) -> Any:
@@ -467,13 +505,24 @@ def _torch_load(path: Path) -> Any:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def load(path: str | os.PathLike[str], *, model: Any, optimizer: Any = None,
-         scheduler: Any = None, scaler: Any = None, sampler: Any = None, loader: Any = None,
-         strict: bool = True, rng: bool = True) -> Any:
+def load(
+    path: str | os.PathLike[str],
+    *,
+    model: Any,
+    optimizer: Any = None,
+    scheduler: Any = None,
+    scaler: Any = None,
+    sampler: Any = None,
+    loader: Any = None,
+    strict: bool = True,
+    rng: bool = True,
+) -> Any:
     """Every rank calls this; the model may be sharded differently from the saving run."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions, set_model_state_dict, set_state_dict,
+        StateDictOptions,
+        set_model_state_dict,
+        set_state_dict,
     )
 
     from traindoctor.checkpoint.core import ResumeInfo, _dist, _load_into
@@ -497,13 +546,13 @@ def load(path: str | os.PathLike[str], *, model: Any, optimizer: Any = None,
     dcp.load(state, checkpoint_id=str(dest), planner=_SafeLoadPlanner())
     options = StateDictOptions(strict=strict)
     if use_optim:
-        set_state_dict(model, optimizers, model_state_dict=state["model"],
-                       optim_state_dict=state["optimizer"], options=options)
+        set_state_dict(
+            model, optimizers, model_state_dict=state["model"], optim_state_dict=state["optimizer"], options=options
+        )
     else:
         set_model_state_dict(model, state["model"], options=options)
     common = _torch_load(dest / COMMON_FILE) if (dest / COMMON_FILE).is_file() else {}
-    info = ResumeInfo(path=str(dest), step=common.get("step"), epoch=common.get("epoch"),
-                      extra=common.get("extra"))
+    info = ResumeInfo(path=str(dest), step=common.get("step"), epoch=common.get("epoch"), extra=common.get("extra"))
     info.restored.append("model")
     if optimizers:
         (info.restored if use_optim else info.missing).append("optimizer")
@@ -538,18 +587,22 @@ def load(path: str | os.PathLike[str], *, model: Any, optimizer: Any = None,
             info.restored.extend(f"rng:{r}" for r in restore_rng(mine["rng"]))
         else:
             info.missing.append("rng")
-            info.notes.append(f"rank {rank} has no saved RNG streams: the checkpoint was "
-                              f"written by {saved_world} rank(s); its random draws (dropout, "
-                              "augmentation) start from this run's seed")
+            info.notes.append(
+                f"rank {rank} has no saved RNG streams: the checkpoint was "
+                f"written by {saved_world} rank(s); its random draws (dropout, "
+                "augmentation) start from this run's seed"
+            )
     if info.missing:
         detail = "".join(f"\n  {n}" for n in info.notes)
-        warnings.warn(f"{dest}: checkpoint has no state for {', '.join(info.missing)} on rank "
-                      f"{rank}; those restart from scratch{detail}", stacklevel=3)
+        warnings.warn(
+            f"{dest}: checkpoint has no state for {', '.join(info.missing)} on rank "
+            f"{rank}; those restart from scratch{detail}",
+            stacklevel=3,
+        )
     return info
 
 
-def _load_resharded_position(dest: Path, name: str, obj: Any, saved_world: int,
-                             world: int) -> str | None:
+def _load_resharded_position(dest: Path, name: str, obj: Any, saved_world: int, world: int) -> str | None:
     """Move a data position saved on ``saved_world`` ranks to ``world`` ranks, or say why not."""
     states = []
     for r in range(saved_world):
@@ -560,18 +613,26 @@ def _load_resharded_position(dest: Path, name: str, obj: Any, saved_world: int,
     if not states:
         return f"{name}: no saved position"
     first = states[0]
-    if not (isinstance(first, dict) and first.get("kind") == "ResumableLoader"
-            and hasattr(obj, "load_state_dict") and type(obj).__name__ == "ResumableLoader"):
+    if not (
+        isinstance(first, dict)
+        and first.get("kind") == "ResumableLoader"
+        and hasattr(obj, "load_state_dict")
+        and type(obj).__name__ == "ResumableLoader"
+    ):
         kind = first.get("kind", "?") if isinstance(first, dict) else "?"
         if hasattr(obj, "set_epoch") and isinstance(first, dict) and "epoch" in first:
             obj.set_epoch(int(first["epoch"]))
-        return (f"{name} ({kind}): its position cannot be moved from {saved_world} to {world} "
-                "rank(s): the sampler deals samples out by world size, so the order of the "
-                "interrupted epoch changes; that epoch restarts from its beginning "
-                "(use traindoctor.checkpoint.ResumableLoader to continue it exactly)")
+        return (
+            f"{name} ({kind}): its position cannot be moved from {saved_world} to {world} "
+            "rank(s): the sampler deals samples out by world size, so the order of the "
+            "interrupted epoch changes; that epoch restarts from its beginning "
+            "(use traindoctor.checkpoint.ResumableLoader to continue it exactly)"
+        )
     keys = {(s.get("epoch"), s.get("global_samples_done")) for s in states}
     if len(keys) != 1:
-        return (f"{name}: the {saved_world} ranks were at different positions "
-                f"({sorted(keys)}); a position for {world} rank(s) is not defined")
+        return (
+            f"{name}: the {saved_world} ranks were at different positions "
+            f"({sorted(keys)}); a position for {world} rank(s) is not defined"
+        )
     obj.load_state_dict(first)
     return None

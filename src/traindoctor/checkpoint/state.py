@@ -64,13 +64,15 @@ def restore_rng(state: dict[str, Any]) -> list[str]:
     if np_state is not None:
         import numpy
 
-        numpy.random.set_state((
-            np_state["kind"],
-            np_state["keys"].numpy().astype(numpy.uint32),
-            int(np_state["pos"]),
-            int(np_state["has_gauss"]),
-            float(np_state["cached_gaussian"]),
-        ))
+        numpy.random.set_state(
+            (
+                np_state["kind"],
+                np_state["keys"].numpy().astype(numpy.uint32),
+                int(np_state["pos"]),
+                int(np_state["has_gauss"]),
+                float(np_state["cached_gaussian"]),
+            )
+        )
         restored.append("numpy")
     return restored
 
@@ -94,9 +96,9 @@ def check_plain(obj: Any, where: str = "checkpoint") -> None:
             raise NotPlainError(
                 f"{path} is a {type(value).__name__} (one rank's shard of a sharded tensor): a "
                 "single file would hold this rank's piece only; save sharded models with "
-                "traindoctor.checkpoint.save on every rank (it uses torch.distributed.checkpoint)")
-        if isinstance(value, _PRIMITIVES) or isinstance(value, (torch.Tensor, torch.dtype,
-                                                                torch.device, torch.Size)):
+                "traindoctor.checkpoint.save on every rank (it uses torch.distributed.checkpoint)"
+            )
+        if isinstance(value, _PRIMITIVES) or isinstance(value, (torch.Tensor, torch.dtype, torch.device, torch.Size)):
             continue
         if isinstance(value, dict):
             for key, item in value.items():

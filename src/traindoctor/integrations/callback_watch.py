@@ -21,7 +21,8 @@ import atexit
 import logging
 import sys
 import weakref
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from traindoctor.finding import Finding
 
@@ -47,8 +48,14 @@ class CallbackWatch:
     rewrites each finding before it is published (e.g. to name the framework's option in its help).
     """
 
-    def __init__(self, *, report: str | None = None, print_report: bool = True,
-                 adapt: Callable[[Finding], Finding] | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        *,
+        report: str | None = None,
+        print_report: bool = True,
+        adapt: Callable[[Finding], Finding] | None = None,
+        **options: Any,
+    ) -> None:
         from traindoctor.runtime.session import training_reference
 
         training_reference(  # a bad declared reference fails when the callback is built
@@ -93,8 +100,9 @@ class CallbackWatch:
             logger.warning("traindoctor: could not start watching: %s: %s", type(exc).__name__, exc)
             self.session = None
 
-    def finish(self, logger: logging.Logger, *, partial: bool = False,
-               extra: Mapping[str, Any] | None = None) -> list[Finding]:
+    def finish(
+        self, logger: logging.Logger, *, partial: bool = False, extra: Mapping[str, Any] | None = None
+    ) -> list[Finding]:
         """Stop watching and publish; returns the findings (empty when passive or not started)."""
         if not self.running:
             return self.findings

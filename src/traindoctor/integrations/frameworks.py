@@ -25,10 +25,16 @@ CHECKPOINT_WRITERS: dict[str, frozenset[str]] = {
     "accelerate.accelerator": frozenset({"Accelerator.save_state", "Accelerator.save_model"}),
     "accelerate.checkpointing": frozenset({"save_accelerator_state", "save_custom_state"}),
     # transformers: the Trainer's checkpoints and model saves, ``save_pretrained``.
-    "transformers.trainer": frozenset({
-        "Trainer._save_checkpoint", "Trainer.save_model", "Trainer._save",
-        "Trainer._save_rng_state", "Trainer._save_optimizer_and_scheduler", "Trainer._save_scaler",
-    }),
+    "transformers.trainer": frozenset(
+        {
+            "Trainer._save_checkpoint",
+            "Trainer.save_model",
+            "Trainer._save",
+            "Trainer._save_rng_state",
+            "Trainer._save_optimizer_and_scheduler",
+            "Trainer._save_scaler",
+        }
+    ),
     "transformers.modeling_utils": frozenset({"PreTrainedModel.save_pretrained"}),
     # Lightning (both package names) and Fabric: the trainer's checkpoint and its checkpoint IO.
     "lightning.pytorch.trainer.trainer": frozenset({"Trainer.save_checkpoint"}),

@@ -70,8 +70,7 @@ class DoctorCallback(TrainerCallback):
     """Watch a Hugging Face ``Trainer.train()`` with the runtime doctor (see the module docstring)."""
 
     def __init__(self, *, report: str | None = None, print_report: bool = True, **options: Any) -> None:
-        self._watch = CallbackWatch(report=report, print_report=print_report, adapt=trainer_help,
-                                    **options)
+        self._watch = CallbackWatch(report=report, print_report=print_report, adapt=trainer_help, **options)
 
     @property
     def findings(self) -> list[Finding]:

@@ -27,7 +27,18 @@ _HOMES = {
     "worker_init_fn": "data",
 }
 
-__all__ = sorted(_HOMES)
+__all__ = [
+    "AmpSettings",
+    "autocast_settings",
+    "convert_batchnorm",
+    "effective_batch",
+    "loader_kwargs",
+    "param_groups",
+    "scale_lr",
+    "seed_everything",
+    "warmup_schedule",
+    "worker_init_fn",
+]  # the keys of _HOMES (tests/recipes/test_imports.py checks they agree)
 
 
 def __getattr__(name: str) -> Any:

@@ -20,8 +20,9 @@ too (fp16 autocast without a tested GradScaler path is not a safe default).
 from __future__ import annotations
 
 import contextlib
+from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass
-from typing import Any, ContextManager
+from typing import Any
 
 import torch
 

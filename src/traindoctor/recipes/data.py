@@ -10,8 +10,9 @@ import hashlib
 import json
 import os
 import random
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
@@ -115,7 +116,7 @@ def _read_tuned(tuned: Any) -> dict[str, Any]:
             continue
         if (isinstance(value, bool) and expected is not bool) or not isinstance(value, expected):
             raise ValueError(f"loader_kwargs(tuned=...): {source}: {key}={value!r} has the wrong type")
-        if key in ("num_workers", "timeout") and value < 0 or key == "prefetch_factor" and value < 1:
+        if (key in ("num_workers", "timeout") and value < 0) or (key == "prefetch_factor" and value < 1):
             raise ValueError(f"loader_kwargs(tuned=...): {source}: {key}={value!r} is out of range")
         out[key] = value
     return out

@@ -34,9 +34,7 @@ def group_count(channels: int, groups: int) -> int:
 
 def _to_group_norm(bn: _BatchNorm, groups: int) -> nn.GroupNorm:
     if isinstance(bn, _LazyNormBase) and bn.has_uninitialized_params():
-        raise ValueError(
-            f"convert_batchnorm: {type(bn).__name__} is still uninitialised; run one forward pass first"
-        )
+        raise ValueError(f"convert_batchnorm: {type(bn).__name__} is still uninitialised; run one forward pass first")
     channels = bn.num_features
     # BatchNorm1d often sees (N, C) inputs, where per-sample groups of a few features would
     # normalise every value to 0; one group (LayerNorm over the features, per-channel affine) is

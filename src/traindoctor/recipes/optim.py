@@ -10,7 +10,8 @@ from __future__ import annotations
 import fnmatch
 import math
 import os
-from typing import TYPE_CHECKING, Any, Iterable, Sequence, Union
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Union
 
 import torch
 from torch import nn
@@ -29,7 +30,7 @@ __all__ = [
     "warmup_schedule",
 ]
 
-NoDecayPattern = Union[str, type]
+NoDecayPattern = Union[str, type]  # noqa: UP007 - a runtime alias; `str | type` is also fine on 3.10
 
 
 def _norm_types() -> tuple[type, ...]:
@@ -184,8 +185,10 @@ def param_groups(
     for name, param in named:
         if param.dim() <= 1:
             skip.add(id(param))
-        if any(name == entry or name.startswith(entry + ".") or _is_glob(entry) and fnmatch.fnmatchcase(name, entry)
-               for entry in listed):
+        if any(
+            name == entry or name.startswith(entry + ".") or (_is_glob(entry) and fnmatch.fnmatchcase(name, entry))
+            for entry in listed
+        ):
             skip.add(id(param))
         for pattern in patterns:
             if _name_matches(name, pattern):
@@ -310,10 +313,10 @@ def effective_batch(batch: int, accumulation: int = 1, world_size: int | None = 
 
 
 def warmup_schedule(
-    optimizer: "Optimizer",
+    optimizer: Optimizer,
     warmup_steps: int,
-    after: "LRScheduler | None" = None,
-) -> "LRScheduler":
+    after: LRScheduler | None = None,
+) -> LRScheduler:
     """Linear warmup over ``warmup_steps`` scheduler steps, then ``after`` (or a constant LR).
 
     It is PyTorch's ``LinearLR(start_factor=1/warmup_steps, total_iters=warmup_steps)``: after

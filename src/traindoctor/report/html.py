@@ -17,13 +17,13 @@ from __future__ import annotations
 import html
 import linecache
 import os
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from traindoctor.report import html_charts as charts
 
 MISSING_PLOTLY = (
-    "the HTML report needs plotly, the optional 'html' extra: "
-    "pip install 'traindoctor[html]' (or pip install plotly)"
+    "the HTML report needs plotly, the optional 'html' extra: pip install 'traindoctor[html]' (or pip install plotly)"
 )
 SEVERITIES = (("error", "Errors"), ("warning", "Warnings"), ("info", "Info"))
 
@@ -71,7 +71,7 @@ def _num(value: Any, unit: str = "", digits: int = 4) -> str:
     if isinstance(value, bool) or value is None:
         return "n/a"
     if isinstance(value, (int, float)):
-        if abs(value) >= 10 ** digits:
+        if abs(value) >= 10**digits:
             return f"{value:,.0f}{unit}"  # 44,161 rather than 4.416e+04
         return f"{value:.{digits}g}{unit}"
     return esc(value)
@@ -113,9 +113,11 @@ def _figure_html(fig: Any, div_id: str) -> str:
     import plotly.io as pio
 
     body = pio.to_html(
-        fig, full_html=False, include_plotlyjs=False, div_id=div_id,
-        config={"displaylogo": False, "responsive": True,
-                "modeBarButtonsToRemove": ["select2d", "lasso2d"]},
+        fig,
+        full_html=False,
+        include_plotlyjs=False,
+        div_id=div_id,
+        config={"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["select2d", "lasso2d"]},
         default_height=f"{fig.layout.height or 340}px",
     )
     return f'<figure class="chart" data-chart="{esc(div_id)}">{body}</figure>'
@@ -197,18 +199,17 @@ window.addEventListener('error', function (e) {
 """
 
 
-
 def _page(title: str, subtitle: str, body: str, plotly_js: str) -> str:
     from traindoctor import __version__
 
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>{_CSS}</style>"
         f"<script>{_ERROR_HOOK}</script>"
-        f"<script type=\"text/javascript\">{plotly_js}</script></head>"
-        f"<body><main><header><h1>{esc(title)}</h1><div class=\"sub\">{subtitle}</div></header>"
-        "<div id=\"td-errors\" role=\"alert\"></div>"
+        f'<script type="text/javascript">{plotly_js}</script></head>'
+        f'<body><main><header><h1>{esc(title)}</h1><div class="sub">{subtitle}</div></header>'
+        '<div id="td-errors" role="alert"></div>'
         f"{body}"
         f"<footer>Written by traindoctor {esc(__version__)}. Self-contained: works offline.</footer>"
         "</main></body></html>\n"
@@ -290,7 +291,9 @@ def _finding_html(finding: Mapping[str, Any]) -> str:
                 fix_html += f"<pre><code>{esc(shown)}</code></pre>"
         parts.append(f'<div class="fix">{fix_html}</div>')
     if finding.get("url"):
-        parts.append(f'<div class="note"><a href="{esc(finding["url"])}">rule {esc(finding.get("code"))} documentation</a></div>')
+        parts.append(
+            f'<div class="note"><a href="{esc(finding["url"])}">rule {esc(finding.get("code"))} documentation</a></div>'
+        )
     parts.append("</article>")
     return "".join(parts)
 
@@ -303,7 +306,7 @@ def findings_section(findings: Sequence[Mapping[str, Any]]) -> str:
     for severity, title in SEVERITIES:
         group = [f for f in findings if f.get("severity") == severity]
         if group:
-            out.append(f'<h2>{title} ({len(group)})</h2>')
+            out.append(f"<h2>{title} ({len(group)})</h2>")
             out.extend(_finding_html(f) for f in group)
     other = [f for f in findings if f.get("severity") not in {s for s, _ in SEVERITIES}]
     if other:
@@ -362,15 +365,29 @@ def render_run_html(report: Mapping[str, Any]) -> str:
     memory = profile.get("memory") or {}
     peak = memory.get("cuda_allocated_peak_bytes") or memory.get("rss_peak_bytes")
     peak_what = "CUDA allocated" if memory.get("cuda_allocated_peak_bytes") else "resident (RSS)"
-    body.append(_tiles([
-        ("Throughput", _num(profile.get("samples_per_s"), digits=4) + " <small>samples/s</small>",
-         "steady state"),
-        ("Step time", _num(per.get("step"), " ms"), f"median {_num(per.get('median_step'), ' ms')}"),
-        ("Data wait", _num((shares.get("data") or 0) * 100, "%", 3), f"{_num(per.get('data_wait'), ' ms')} per step"),
-        ("Peak memory", _bytes(peak), peak_what),
-        ("Steps", _num(profile.get("steps"), digits=9),
-         f"{_num(profile.get('warmup_steps'), digits=9)} warm-up, {_num(profile.get('steady_steps'), digits=9)} steady"),
-    ]))
+    body.append(
+        _tiles(
+            [
+                (
+                    "Throughput",
+                    _num(profile.get("samples_per_s"), digits=4) + " <small>samples/s</small>",
+                    "steady state",
+                ),
+                ("Step time", _num(per.get("step"), " ms"), f"median {_num(per.get('median_step'), ' ms')}"),
+                (
+                    "Data wait",
+                    _num((shares.get("data") or 0) * 100, "%", 3),
+                    f"{_num(per.get('data_wait'), ' ms')} per step",
+                ),
+                ("Peak memory", _bytes(peak), peak_what),
+                (
+                    "Steps",
+                    _num(profile.get("steps"), digits=9),
+                    f"{_num(profile.get('warmup_steps'), digits=9)} warm-up, {_num(profile.get('steady_steps'), digits=9)} steady",
+                ),
+            ]
+        )
+    )
     body.append(findings_section(findings))
     body.append("<h2>Where the time goes</h2>")
     if timeline:
@@ -394,8 +411,12 @@ def _profile_table(per: Mapping[str, Any], shares: Mapping[str, Any]) -> str:
         return ""
     step = per.get("step") or 0
     rows = []
-    for key, label in (("data_wait", "data wait"), ("transfer", "host-to-device"),
-                       ("compute", "compute"), ("optimizer", "optimizer step")):
+    for key, label in (
+        ("data_wait", "data wait"),
+        ("transfer", "host-to-device"),
+        ("compute", "compute"),
+        ("optimizer", "optimizer step"),
+    ):
         value = per.get(key)
         share = f"{value / step:.0%}" if isinstance(value, (int, float)) and step else ""
         rows.append(f"<tr><td>{label}</td><td class=num>{_num(value, ' ms')}</td><td class=num>{share}</td></tr>")
@@ -403,12 +424,16 @@ def _profile_table(per: Mapping[str, Any], shares: Mapping[str, Any]) -> str:
     for key, value in per.items():  # components added later (e.g. other host work)
         if key not in known and isinstance(value, (int, float)):
             share = f"{value / step:.0%}" if step else ""
-            rows.append(f"<tr><td>{esc(key.replace('_', ' '))}</td><td class=num>{_num(value, ' ms')}</td><td class=num>{share}</td></tr>")
+            rows.append(
+                f"<tr><td>{esc(key.replace('_', ' '))}</td><td class=num>{_num(value, ' ms')}</td><td class=num>{share}</td></tr>"
+            )
     rows.append(f"<tr><th>step (mean)</th><th class=num>{_num(step, ' ms')}</th><th></th></tr>")
     if per.get("device") is not None:
         rows.append(f"<tr><td>device time (CUDA)</td><td class=num>{_num(per['device'], ' ms')}</td><td></td></tr>")
-    return ('<h2>Steady-state step (means)</h2><table class="grid" id="profile-table" style="width:auto">'
-            "<tr><th>component</th><th>per step</th><th>share</th></tr>" + "".join(rows) + "</table>")
+    return (
+        '<h2>Steady-state step (means)</h2><table class="grid" id="profile-table" style="width:auto">'
+        "<tr><th>component</th><th>per step</th><th>share</th></tr>" + "".join(rows) + "</table>"
+    )
 
 
 def _environment(env: Mapping[str, Any]) -> str:
@@ -459,12 +484,20 @@ def render_tune_html(result: Mapping[str, Any]) -> str:
     body = [_verdict(kind, esc(big), why)]
     lim = limit.get("samples_per_s")
     reached = f"{best / lim:.0%} of the limit" if best and isinstance(lim, (int, float)) and lim else ""
-    body.append(_tiles([
-        ("Your script", _num(base) + " <small>samples/s</small>", "baseline configuration"),
-        ("Recommended", _num(best) + " <small>samples/s</small>", reached),
-        ("Limit", _num(lim) + " <small>samples/s</small>", f"{esc(limit.get('bound', '?'))}-bound"),
-        ("Trials", str(len(trials)), esc(f"{sum(1 for t in trials if t.get('phase') == 'confirm')} confirmation runs")),
-    ]))
+    body.append(
+        _tiles(
+            [
+                ("Your script", _num(base) + " <small>samples/s</small>", "baseline configuration"),
+                ("Recommended", _num(best) + " <small>samples/s</small>", reached),
+                ("Limit", _num(lim) + " <small>samples/s</small>", f"{esc(limit.get('bound', '?'))}-bound"),
+                (
+                    "Trials",
+                    str(len(trials)),
+                    esc(f"{sum(1 for t in trials if t.get('phase') == 'confirm')} confirmation runs"),
+                ),
+            ]
+        )
+    )
     if limit.get("detail"):
         body.append(f'<p class="limit-detail">{_code(limit["detail"])}</p>')
     recommended = result.get("recommended") or {}
@@ -488,7 +521,7 @@ def _trials_table(trials: Sequence[Mapping[str, Any]], best: Any) -> str:
     best_cfg = best.get("config") if isinstance(best, Mapping) else None
     keys: list[str] = []
     for t in trials:
-        for k in (t.get("config") or {}):
+        for k in t.get("config") or {}:
             if k not in keys:
                 keys.append(k)
     head = "".join(f"<th>{esc(k)}</th>" for k in keys)
@@ -504,8 +537,10 @@ def _trials_table(trials: Sequence[Mapping[str, Any]], best: Any) -> str:
             f"<td class=num>{'n/a' if share is None else f'{share:.0%}'}</td>"
             f"<td>{_code(t.get('verdict') or '')}</td></tr>"
         )
-    return (f'<table class="grid" id="trials-table"><tr><th>#</th><th>phase</th>{head}'
-            "<th>samples/s</th><th>data wait</th><th>verdict</th></tr>" + "".join(rows) + "</table>")
+    return (
+        f'<table class="grid" id="trials-table"><tr><th>#</th><th>phase</th>{head}'
+        "<th>samples/s</th><th>data wait</th><th>verdict</th></tr>" + "".join(rows) + "</table>"
+    )
 
 
 # ---------------------------------------------------------------------------------- resume
@@ -519,25 +554,41 @@ def render_resume_html(result: Mapping[str, Any]) -> str:
             body.append(f"<h2>Last lines of the run's output</h2><pre><code>{esc(result['log_tail'])}</code></pre>")
     else:
         why = _code(result.get("summary") or "")
-        body = [_verdict("good" if exact else "bad",
-                         "Resume is exact" if exact else "Resume is NOT exact", why)]
-        body.append(_tiles([
-            ("Steps", _num(result.get("steps"), digits=9), "per run"),
-            ("Checkpoint", _num(result.get("checkpoint_step"), digits=9), "resumed after this step"),
-            ("First divergent step", "none" if exact else _num(result.get("first_divergent_step"), digits=9), ""),
-            ("Tolerance", "bitwise" if not result.get("tolerance") else _num(result.get("tolerance")), "relative"),
-        ]))
+        body = [_verdict("good" if exact else "bad", "Resume is exact" if exact else "Resume is NOT exact", why)]
+        body.append(
+            _tiles(
+                [
+                    ("Steps", _num(result.get("steps"), digits=9), "per run"),
+                    ("Checkpoint", _num(result.get("checkpoint_step"), digits=9), "resumed after this step"),
+                    (
+                        "First divergent step",
+                        "none" if exact else _num(result.get("first_divergent_step"), digits=9),
+                        "",
+                    ),
+                    (
+                        "Tolerance",
+                        "bitwise" if not result.get("tolerance") else _num(result.get("tolerance")),
+                        "relative",
+                    ),
+                ]
+            )
+        )
         if result.get("cause"):
             detail = f"<p>{_code(result.get('explanation') or '')}</p>" if result.get("explanation") else ""
-            body.append(f'<h2>Cause</h2><article class="finding error" id="cause"><div class="msg"><b>{_code(result["cause"])}</b></div>{detail}</article>')
+            body.append(
+                f'<h2>Cause</h2><article class="finding error" id="cause"><div class="msg"><b>{_code(result["cause"])}</b></div>{detail}</article>'
+            )
         also = list(result.get("also") or [])
         if also:
             items = "".join(f"<li>{_code(a)}</li>" for a in also)
             body.append(f'<h2>Also differs</h2><ul class="notes">{items}</ul>')
         body.append("<h2>Losses</h2>")
         fig = charts.loss_figure(result)
-        body.append(_figure_html(fig, "chart-losses") if fig is not None
-                    else '<p class="empty">No per-step losses were recorded.</p>')
+        body.append(
+            _figure_html(fig, "chart-losses")
+            if fig is not None
+            else '<p class="empty">No per-step losses were recorded.</p>'
+        )
         body.append(_notes(list(result.get("notes") or [])))
     script = result.get("script") or ""
     subtitle = esc(f"traindoctor verify-resume {script}".strip())
@@ -562,9 +613,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2 or args[0] in ("-h", "--help"):
-        sys.stderr.write("usage: python -m traindoctor.report.html RESULT.json OUT.html\n"
-                         "  RESULT.json: the --output-format json output of traindoctor run, "
-                         "tune or verify-resume\n")
+        sys.stderr.write(
+            "usage: python -m traindoctor.report.html RESULT.json OUT.html\n"
+            "  RESULT.json: the --output-format json output of traindoctor run, "
+            "tune or verify-resume\n"
+        )
         return 0 if args[:1] in (["-h"], ["--help"]) else 2
     problem = missing_dependency()
     if problem:

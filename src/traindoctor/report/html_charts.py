@@ -7,7 +7,8 @@ Each function takes the plain report dictionaries and returns a ``plotly.graph_o
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 #: Step-time components in stacking order: (timeline key without ``_ms``, label, colour).
 COMPONENTS = (
@@ -40,16 +41,14 @@ def _go() -> Any:
 
 def _layout(title: str, y_title: str, x_title: str = "optimizer step", height: int = 340) -> dict[str, Any]:
     return {
-        "title": {"text": title, "x": 0.01, "xanchor": "left", "y": 0.985, "yanchor": "top",
-                  "font": {"size": 15}},
+        "title": {"text": title, "x": 0.01, "xanchor": "left", "y": 0.985, "yanchor": "top", "font": {"size": 15}},
         "height": height,
         "margin": {"l": 64, "r": 20, "t": 66, "b": 48},
         "font": {"family": FONT, "size": 12, "color": "#1f2937"},
         "paper_bgcolor": "white",
         "plot_bgcolor": "white",
         "xaxis": {"title": {"text": x_title}, "gridcolor": "#eef0f3", "zeroline": False},
-        "yaxis": {"title": {"text": y_title}, "gridcolor": "#eef0f3", "zeroline": False,
-                  "rangemode": "tozero"},
+        "yaxis": {"title": {"text": y_title}, "gridcolor": "#eef0f3", "zeroline": False, "rangemode": "tozero"},
         # Legend between the title and the plot, left-aligned: the mode bar keeps the top right.
         "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "xanchor": "left"},
         "hovermode": "x unified",
@@ -80,18 +79,23 @@ def step_parts(timeline: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, st
         keys.remove("compute")  # compute = forward + backward: stack the parts, not the sum
     known = [c for c in COMPONENTS if c[0] in keys]
     extra = [k for k in keys if k not in {c[0] for c in COMPONENTS}]
-    return known + [
-        (k, k.replace("_", " "), _EXTRA_COLOURS[i % len(_EXTRA_COLOURS)]) for i, k in enumerate(extra)
-    ]
+    return known + [(k, k.replace("_", " "), _EXTRA_COLOURS[i % len(_EXTRA_COLOURS)]) for i, k in enumerate(extra)]
 
 
 def _warmup_shape(fig: Any, timeline: Sequence[Mapping[str, Any]]) -> None:
     warm = [p["step"] for p in timeline if p.get("warmup")]
     if not warm or len(warm) == len(timeline):
         return
-    fig.add_vrect(x0=0.5, x1=max(warm) + 0.5, fillcolor="#94a3b8", opacity=0.12, line_width=0,
-                  annotation_text="warm-up", annotation_position="top left",
-                  annotation_font_color="#64748b")
+    fig.add_vrect(
+        x0=0.5,
+        x1=max(warm) + 0.5,
+        fillcolor="#94a3b8",
+        opacity=0.12,
+        line_width=0,
+        annotation_text="warm-up",
+        annotation_position="top left",
+        annotation_font_color="#64748b",
+    )
 
 
 def step_time_figure(timeline: Sequence[Mapping[str, Any]]) -> Any | None:
@@ -103,11 +107,15 @@ def step_time_figure(timeline: Sequence[Mapping[str, Any]]) -> Any | None:
     fig = go.Figure()
     split = _split(timeline)
     for key, label, colour in step_parts(timeline):
-        fig.add_trace(go.Bar(
-            x=steps, y=[part_ms(p, key, split) for p in timeline], name=label,
-            marker={"color": colour, "line": {"width": 0}},
-            hovertemplate="%{y:.2f} ms",
-        ))
+        fig.add_trace(
+            go.Bar(
+                x=steps,
+                y=[part_ms(p, key, split) for p in timeline],
+                name=label,
+                marker={"color": colour, "line": {"width": 0}},
+                hovertemplate="%{y:.2f} ms",
+            )
+        )
     layout = _layout("Step time split", "ms per step")
     layout.update(barmode="stack", bargap=0.08 if len(steps) <= 80 else 0)
     layout["legend"]["traceorder"] = "normal"
@@ -125,18 +133,28 @@ def throughput_figure(timeline: Sequence[Mapping[str, Any]], steady: float | Non
     if not points:
         return None
     go = _go()
-    fig = go.Figure(go.Scatter(
-        x=[p["step"] for p in points], y=[p["samples_per_s"] for p in points],
-        mode="lines+markers" if len(points) <= 80 else "lines", name="samples/s",
-        line={"color": "#2563eb", "width": 2}, marker={"size": 5},
-        hovertemplate="%{y:.1f} samples/s",
-    ))
+    fig = go.Figure(
+        go.Scatter(
+            x=[p["step"] for p in points],
+            y=[p["samples_per_s"] for p in points],
+            mode="lines+markers" if len(points) <= 80 else "lines",
+            name="samples/s",
+            line={"color": "#2563eb", "width": 2},
+            marker={"size": 5},
+            hovertemplate="%{y:.1f} samples/s",
+        )
+    )
     if steady:
-        fig.add_trace(go.Scatter(
-            x=[points[0]["step"], points[-1]["step"]], y=[steady, steady], mode="lines",
-            name=f"steady state {steady:.4g}", line={"color": "#16a34a", "dash": "dash"},
-            hoverinfo="skip",
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=[points[0]["step"], points[-1]["step"]],
+                y=[steady, steady],
+                mode="lines",
+                name=f"steady state {steady:.4g}",
+                line={"color": "#16a34a", "dash": "dash"},
+                hoverinfo="skip",
+            )
+        )
     fig.update_layout(**_layout("Throughput", "samples / s"))
     _warmup_shape(fig, timeline)
     return fig
@@ -144,18 +162,22 @@ def throughput_figure(timeline: Sequence[Mapping[str, Any]], steady: float | Non
 
 def memory_figure(timeline: Sequence[Mapping[str, Any]]) -> Any | None:
     """Resident memory (and CUDA allocated memory) at step ends, in MiB."""
-    series = [("rss_bytes", "resident (RSS)", "#7c3aed"),
-              ("cuda_allocated_bytes", "CUDA allocated", "#dc2626")]
+    series = [("rss_bytes", "resident (RSS)", "#7c3aed"), ("cuda_allocated_bytes", "CUDA allocated", "#dc2626")]
     go = _go()
     fig = go.Figure()
     for key, label, colour in series:
         points = [p for p in timeline if isinstance(p.get(key), (int, float))]
         if points:
-            fig.add_trace(go.Scatter(
-                x=[p["step"] for p in points], y=[p[key] / 2**20 for p in points], name=label,
-                mode="lines", line={"color": colour, "width": 2, "shape": "hv"},
-                hovertemplate="%{y:.1f} MiB",
-            ))
+            fig.add_trace(
+                go.Scatter(
+                    x=[p["step"] for p in points],
+                    y=[p[key] / 2**20 for p in points],
+                    name=label,
+                    mode="lines",
+                    line={"color": colour, "width": 2, "shape": "hv"},
+                    hovertemplate="%{y:.1f} MiB",
+                )
+            )
     if not fig.data:
         return None
     fig.update_layout(**_layout("Memory", "MiB"))
@@ -164,8 +186,13 @@ def memory_figure(timeline: Sequence[Mapping[str, Any]]) -> Any | None:
 
 
 def _short_config(config: Mapping[str, Any]) -> str:
-    names = {"num_workers": "w", "prefetch_factor": "pf", "persistent_workers": "pers",
-             "pin_memory": "pin", "torch_threads": "thr"}
+    names = {
+        "num_workers": "w",
+        "prefetch_factor": "pf",
+        "persistent_workers": "pers",
+        "pin_memory": "pin",
+        "torch_threads": "thr",
+    }
     parts = []
     for key, value in config.items():
         short = names.get(key, key)
@@ -192,56 +219,91 @@ def tune_figure(result: Mapping[str, Any]) -> Any | None:
 
     labels = [trial_label(i + 1, t) for i, t in enumerate(trials)]
     top = _rate_axis_top(result, trials)
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.68, 0.32],
-                        vertical_spacing=0.06)
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.68, 0.32], vertical_spacing=0.06)
     seen: set[str] = set()
     for label, trial in zip(labels, trials):
         phase = str(trial.get("phase") or "search")
-        fig.add_trace(go.Bar(
-            x=[label], y=[trial.get("samples_per_s") or 0.0], name=phase,
-            legendgroup=phase, showlegend=phase not in seen,
-            marker={"color": PHASE_COLOURS.get(phase, "#94a3b8")},
-            hovertemplate="%{y:.1f} samples/s<br>" + _hover_text(str(trial.get("verdict") or "")),
-        ), row=1, col=1)
+        fig.add_trace(
+            go.Bar(
+                x=[label],
+                y=[trial.get("samples_per_s") or 0.0],
+                name=phase,
+                legendgroup=phase,
+                showlegend=phase not in seen,
+                marker={"color": PHASE_COLOURS.get(phase, "#94a3b8")},
+                hovertemplate="%{y:.1f} samples/s<br>" + _hover_text(str(trial.get("verdict") or "")),
+            ),
+            row=1,
+            col=1,
+        )
         seen.add(phase)
     shares = [t.get("data_wait_share") for t in trials]
-    fig.add_trace(go.Bar(
-        x=labels, y=[(s or 0.0) * 100 for s in shares], name="data wait",
-        marker={"color": "#f59e0b"}, showlegend=False,
-        text=["n/a" if s is None else f"{s:.0%}" for s in shares], textposition="outside",
-        cliponaxis=False, hovertemplate="data wait %{text}",
-    ), row=2, col=1)
+    fig.add_trace(
+        go.Bar(
+            x=labels,
+            y=[(s or 0.0) * 100 for s in shares],
+            name="data wait",
+            marker={"color": "#f59e0b"},
+            showlegend=False,
+            text=["n/a" if s is None else f"{s:.0%}" for s in shares],
+            textposition="outside",
+            cliponaxis=False,
+            hovertemplate="data wait %{text}",
+        ),
+        row=2,
+        col=1,
+    )
     # Reference lines span the plot; their names go to the legend (labels on the plot would
     # sit on the bars).
     limit = result.get("limit") or {}
     lines = []
     if isinstance(limit.get("samples_per_s"), (int, float)):
-        lines.append((float(limit["samples_per_s"]), "#dc2626", "dash",
-                      f"limit ({limit.get('bound', '?')}-bound) {limit['samples_per_s']:.4g} samples/s"))
+        lines.append(
+            (
+                float(limit["samples_per_s"]),
+                "#dc2626",
+                "dash",
+                f"limit ({limit.get('bound', '?')}-bound) {limit['samples_per_s']:.4g} samples/s",
+            )
+        )
     base = _rate(result.get("baseline"))
     if base:
         lines.append((base, "#334155", "dot", f"your script {base:.4g} samples/s"))
     for y, colour, dash, name in lines:
         fig.add_hline(y=y, row=1, col=1, line_dash=dash, line_color=colour, line_width=2)
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=name,
-                                 line={"color": colour, "dash": dash, "width": 2}),
-                      row=1, col=1)
-    layout = _layout("Trials: samples/s against the limit", "samples / s", x_title="",
-                     height=520)
+        fig.add_trace(
+            go.Scatter(x=[None], y=[None], mode="lines", name=name, line={"color": colour, "dash": dash, "width": 2}),
+            row=1,
+            col=1,
+        )
+    layout = _layout("Trials: samples/s against the limit", "samples / s", x_title="", height=520)
     layout["hovermode"] = "closest"
     layout["margin"]["t"] = 100  # room for a two-row legend under the title
     layout.pop("xaxis")
     layout.pop("yaxis")
     fig.update_layout(**layout)
-    fig.update_yaxes(title_text="samples / s", gridcolor="#eef0f3", rangemode="tozero", row=1, col=1,
-                     **({"range": [0, top]} if top else {}))
+    fig.update_yaxes(
+        title_text="samples / s",
+        gridcolor="#eef0f3",
+        rangemode="tozero",
+        row=1,
+        col=1,
+        **({"range": [0, top]} if top else {}),
+    )
     if top:  # bars cut at the top of the axis carry their value
         for label, trial in zip(labels, trials):
             rate = trial.get("samples_per_s")
             if isinstance(rate, (int, float)) and rate > top:
-                fig.add_annotation(x=label, y=top, text=f"{_compact(rate)}&#8593;", showarrow=False,
-                                   yanchor="top", font={"color": "white", "size": 11},
-                                   row=1, col=1)
+                fig.add_annotation(
+                    x=label,
+                    y=top,
+                    text=f"{_compact(rate)}&#8593;",
+                    showarrow=False,
+                    yanchor="top",
+                    font={"color": "white", "size": 11},
+                    row=1,
+                    col=1,
+                )
     fig.update_yaxes(title_text="data wait %", gridcolor="#eef0f3", range=[0, 115], row=2, col=1)
     fig.update_xaxes(tickangle=-35, row=2, col=1)
     return fig
@@ -250,14 +312,17 @@ def tune_figure(result: Mapping[str, Any]) -> Any | None:
 def _rate_axis_top(result: Mapping[str, Any], trials: Sequence[Mapping[str, Any]]) -> float | None:
     """Top of the samples/s axis when one bound dwarfs the rest (compute alone on cached
     batches can run 50x faster than any real configuration): 1.3x the largest other rate."""
+
     def rate(t: Mapping[str, Any]) -> float:
         r = t.get("samples_per_s")
         return float(r) if isinstance(r, (int, float)) and not isinstance(r, bool) else 0.0
 
     limit = (result.get("limit") or {}).get("samples_per_s")
     # Real configurations (and the limit) set the scale; a bound may run off it.
-    reference = max([rate(t) for t in trials if not str(t.get("phase", "")).startswith("bound-")]
-                    + [float(limit) if isinstance(limit, (int, float)) else 0.0])
+    reference = max(
+        [rate(t) for t in trials if not str(t.get("phase", "")).startswith("bound-")]
+        + [float(limit) if isinstance(limit, (int, float)) else 0.0]
+    )
     highest = max(rate(t) for t in trials)
     if reference <= 0 or highest <= 3 * reference:
         return None
@@ -301,23 +366,38 @@ def loss_figure(result: Mapping[str, Any]) -> Any | None:
         series = losses.get(key) or {}
         points = sorted((int(s), v) for s, v in series.items() if isinstance(v, (int, float)))
         if points:
-            fig.add_trace(go.Scatter(
-                x=[s for s, _ in points], y=[v for _, v in points], name=label,
-                mode="lines+markers", line={"color": colour, "dash": dash, "width": 2},
-                marker={"size": size, "symbol": "circle-open" if key == "resumed" else "circle"},
-                hovertemplate="%{y:.6g}",
-            ))
+            fig.add_trace(
+                go.Scatter(
+                    x=[s for s, _ in points],
+                    y=[v for _, v in points],
+                    name=label,
+                    mode="lines+markers",
+                    line={"color": colour, "dash": dash, "width": 2},
+                    marker={"size": size, "symbol": "circle-open" if key == "resumed" else "circle"},
+                    hovertemplate="%{y:.6g}",
+                )
+            )
     if not fig.data:
         return None
     fig.update_layout(**_layout("Loss per step", "loss"))
     fig.update_yaxes(rangemode="normal")
     k = result.get("checkpoint_step")
     if isinstance(k, int):
-        fig.add_vline(x=k + 0.5, line_dash="dash", line_color="#475569",
-                      annotation_text=f"resumed from step {k}", annotation_position="top left")
+        fig.add_vline(
+            x=k + 0.5,
+            line_dash="dash",
+            line_color="#475569",
+            annotation_text=f"resumed from step {k}",
+            annotation_position="top left",
+        )
     first = result.get("first_divergent_step")
     if isinstance(first, int) and not result.get("exact"):
-        fig.add_vline(x=first, line_color="#dc2626", line_width=2,
-                      annotation_text=f"first divergent step {first}",
-                      annotation_position="top right", annotation_font_color="#b91c1c")
+        fig.add_vline(
+            x=first,
+            line_color="#dc2626",
+            line_width=2,
+            annotation_text=f"first divergent step {first}",
+            annotation_position="top right",
+            annotation_font_color="#b91c1c",
+        )
     return fig

@@ -32,9 +32,15 @@ def main() -> int:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun: one record per rank
         shared, out = out, os.path.join(out, f"rank{int(os.environ.get('RANK', '0'))}")
         os.makedirs(out, exist_ok=True)
-    recorder = Recorder(mode=opts.mode, target=opts.target, offset=opts.offset,
-                        interrupt_at=opts.interrupt_at, detail_step=opts.detail_step,
-                        out_dir=out, shared_dir=shared)
+    recorder = Recorder(
+        mode=opts.mode,
+        target=opts.target,
+        offset=opts.offset,
+        interrupt_at=opts.interrupt_at,
+        detail_step=opts.detail_step,
+        out_dir=out,
+        shared_dir=shared,
+    )
     install(recorder)
     if os.environ.get("TRAINDOCTOR_MIRROR") == "1":
         import torch
@@ -51,7 +57,7 @@ def main() -> int:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         recorder.write_record("ended" if code == 0 else "crashed")
         return code
-    except BaseException:  # noqa: BLE001 - report the script's own error, as python would
+    except BaseException:
         traceback.print_exc()
         recorder.write_record("crashed")
         return 1

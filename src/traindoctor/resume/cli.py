@@ -12,15 +12,25 @@ import argparse
 import json
 import shutil
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from traindoctor.resume.compare import Verdict, compare_runs
 from traindoctor.resume.recorder import INTERRUPT_EXIT
 
 EXIT_EXACT, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
 DEFAULT_GPU_TOLERANCE = 1e-5
-_VALUED = {"--resume-args", "--steps", "--interrupt-at", "--timeout", "--tolerance",
-           "--output-format", "--workdir", "--html", "--nproc-per-node"}
+_VALUED = {
+    "--resume-args",
+    "--steps",
+    "--interrupt-at",
+    "--timeout",
+    "--tolerance",
+    "--output-format",
+    "--workdir",
+    "--html",
+    "--nproc-per-node",
+}
 _FLAGS = {"--keep", "-h", "--help"}
 
 
@@ -28,28 +38,37 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="traindoctor verify-resume",
         description="Run SCRIPT uninterrupted, then interrupted after a checkpoint and resumed, "
-                    "and compare per-step losses and final model/optimizer state. The runs start "
-                    "in a mirror of the current folder: relative paths the script reads "
-                    "(configurator.py, data/) work as when you run it; what the runs write stays "
-                    "in the mirror (your files are never changed).")
-    parser.add_argument("--resume-args", required=True,
-                        help="arguments added to the script's own to make it resume (quoted)")
+        "and compare per-step losses and final model/optimizer state. The runs start "
+        "in a mirror of the current folder: relative paths the script reads "
+        "(configurator.py, data/) work as when you run it; what the runs write stays "
+        "in the mirror (your files are never changed).",
+    )
+    parser.add_argument(
+        "--resume-args", required=True, help="arguments added to the script's own to make it resume (quoted)"
+    )
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps to run (N)")
-    parser.add_argument("--interrupt-at", type=int,
-                        help="interrupt after the first checkpoint at or after this step "
-                             "(default: N // 2)")
+    parser.add_argument(
+        "--interrupt-at", type=int, help="interrupt after the first checkpoint at or after this step (default: N // 2)"
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
-    parser.add_argument("--tolerance", type=float,
-                        help="relative tolerance; default 0 (bitwise) on CPU, "
-                             f"{DEFAULT_GPU_TOLERANCE:g} when the run used CUDA")
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        help=f"relative tolerance; default 0 (bitwise) on CPU, {DEFAULT_GPU_TOLERANCE:g} when the run used CUDA",
+    )
     parser.add_argument("--output-format", choices=["text", "json"], default="text")
     parser.add_argument("--workdir", help="keep the runs' files here (default: a temp folder)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
-    parser.add_argument("--html", metavar="FILE",
-                        help="also write a self-contained HTML report (needs traindoctor[html])")
-    parser.add_argument("--nproc-per-node", type=int, default=1, metavar="N",
-                        help="run each of the three runs with torchrun on N processes (ranks) "
-                             "and compare rank by rank")
+    parser.add_argument(
+        "--html", metavar="FILE", help="also write a self-contained HTML report (needs traindoctor[html])"
+    )
+    parser.add_argument(
+        "--nproc-per-node",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run each of the three runs with torchrun on N processes (ranks) and compare rank by rank",
+    )
     return parser
 
 
@@ -62,7 +81,7 @@ def split_argv(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
-            rest.extend(argv[i + 1:])
+            rest.extend(argv[i + 1 :])
             break
         name = arg.split("=", 1)[0]
         if name in _VALUED:
@@ -100,24 +119,29 @@ def _fail(message: str, fmt: str, tail: str = "") -> int:
     _write_html({"exact": False, "error": message, "log_tail": tail})
     import os
 
-    where = (f"the runs started in a mirror of {os.getcwd()} (relative paths resolve there; "
-             "run verify-resume from the folder you run the script from)")
+    where = (
+        f"the runs started in a mirror of {os.getcwd()} (relative paths resolve there; "
+        "run verify-resume from the folder you run the script from)"
+    )
     if fmt == "json":
-        print(json.dumps({"exact": False, "error": message, "log_tail": tail, "cwd": os.getcwd()},
-                         indent=2))
+        print(json.dumps({"exact": False, "error": message, "log_tail": tail, "cwd": os.getcwd()}, indent=2))
     else:
         print(f"traindoctor verify-resume: {message}", file=sys.stderr)
         if tail:
             print(f"  {where}", file=sys.stderr)
         if tail:
-            print("  last lines of its output:\n" + "\n".join(f"    {line}" for line in
-                                                         tail.splitlines()), file=sys.stderr)
+            print(
+                "  last lines of its output:\n" + "\n".join(f"    {line}" for line in tail.splitlines()),
+                file=sys.stderr,
+            )
     return EXIT_ERROR
 
 
 def render(verdict: Verdict, script: str, steps: int, k: int) -> str:
-    lines = [f"verify-resume {script}: {steps} steps; interrupted after the checkpoint "
-             f"written at step {k}, resumed for steps {k + 1}-{steps}"]
+    lines = [
+        f"verify-resume {script}: {steps} steps; interrupted after the checkpoint "
+        f"written at step {k}, resumed for steps {k + 1}-{steps}"
+    ]
     lines.append(verdict.summary)
     if verdict.cause:
         lines.append(f"cause: {verdict.cause}")
@@ -162,9 +186,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     progress = Progress("traindoctor verify-resume", 3)
     try:
-        runs = run_all(script, rest, opts.resume_args, steps=steps, interrupt_at=interrupt_at,
-                       timeout=opts.timeout, workdir=opts.workdir, progress=progress,
-                       nproc=opts.nproc_per_node)
+        runs = run_all(
+            script,
+            rest,
+            opts.resume_args,
+            steps=steps,
+            interrupt_at=interrupt_at,
+            timeout=opts.timeout,
+            workdir=opts.workdir,
+            progress=progress,
+            nproc=opts.nproc_per_node,
+        )
     finally:
         progress.close()
     try:
@@ -186,8 +218,9 @@ def _compare(ref: Any, intr: Any, res: Any, steps: int, tol: float) -> Verdict:
 
         from traindoctor.resume.compare import compare_states
 
-        final_diff = compare_states(torch.load(ref.final, weights_only=True),
-                                    torch.load(res.final, weights_only=True), tol)
+        final_diff = compare_states(
+            torch.load(ref.final, weights_only=True), torch.load(res.final, weights_only=True), tol
+        )
     verdict = compare_runs(ref.record, intr.record, res.record, final_diff, steps, tol)
     if res.record.get("status") == "crashed" and not verdict.exact:
         verdict.cause = "the resumed run crashed"
@@ -200,21 +233,26 @@ def _judge(runs: Any, script: str, steps: int, interrupt_at: int, opts: Any) -> 
     if ref.timed_out or ref.record is None or ref.record.get("last_step", 0) < steps:
         done = (ref.record or {}).get("last_step", 0)
         why = "timed out" if ref.timed_out else f"stopped after {done} optimizer steps"
-        return _fail(f"the uninterrupted run {why}; it must run at least --steps {steps} steps",
-                     fmt, ref.log_tail())
+        return _fail(f"the uninterrupted run {why}; it must run at least --steps {steps} steps", fmt, ref.log_tail())
     if res is None:
         saves = (intr.record or {}).get("saves", [])
-        where = (f"checkpoints were saved at steps {sorted({s['step'] for s in saves})}"
-                 if saves else "no torch.save was seen")
-        return _fail(f"the interrupted run wrote no checkpoint at or after step {interrupt_at} "
-                     f"({where})", fmt, intr.log_tail())
+        where = (
+            f"checkpoints were saved at steps {sorted({s['step'] for s in saves})}"
+            if saves
+            else "no torch.save was seen"
+        )
+        return _fail(
+            f"the interrupted run wrote no checkpoint at or after step {interrupt_at} ({where})", fmt, intr.log_tail()
+        )
     if intr.returncode != INTERRUPT_EXIT:
-        return _fail(f"the interrupted run exited with status {intr.returncode} instead of being "
-                     "interrupted", fmt, intr.log_tail())
+        return _fail(
+            f"the interrupted run exited with status {intr.returncode} instead of being interrupted",
+            fmt,
+            intr.log_tail(),
+        )
     k = int(intr.record["checkpoint_step"])  # type: ignore[index]
     if res.record is None or res.timed_out:
-        return _fail("the resumed run " + ("timed out" if res.timed_out else "left no record"),
-                     fmt, res.log_tail())
+        return _fail("the resumed run " + ("timed out" if res.timed_out else "left no record"), fmt, res.log_tail())
     tol = opts.tolerance
     if tol is None:
         cuda = any(r.record and r.record.get("cuda_used") for r in (ref, res))
@@ -222,11 +260,11 @@ def _judge(runs: Any, script: str, steps: int, interrupt_at: int, opts: Any) -> 
     verdict = _compare(ref, intr, res, steps, tol)
     if res.record.get("status") == "crashed" and not verdict.exact:
         verdict.explanation = "its last output lines:\n" + "\n".join(
-            f"    {line}" for line in res.log_tail(8).splitlines())
+            f"    {line}" for line in res.log_tail(8).splitlines()
+        )
     from traindoctor.resume.result import result_dict
 
-    data = result_dict(verdict, runs, script=script, steps=steps, interrupt_at=interrupt_at,
-                       tolerance=tol)
+    data = result_dict(verdict, runs, script=script, steps=steps, interrupt_at=interrupt_at, tolerance=tol)
     _write_html(data)
     if fmt == "json":
         print(json.dumps(data, indent=2, sort_keys=True))
@@ -244,18 +282,28 @@ def _judge_ranks(runs: Any, script: str, steps: int, interrupt_at: int, opts: An
         done = (run.record or {}).get("last_step", 0)
         if ref.timed_out or run.record is None or done < steps:
             why = "timed out" if ref.timed_out else f"stopped after {done} optimizer steps"
-            return _fail(f"the uninterrupted run's rank {rank} {why}; it must run at least "
-                         f"--steps {steps} steps", fmt, ref.log_tail())
+            return _fail(
+                f"the uninterrupted run's rank {rank} {why}; it must run at least --steps {steps} steps",
+                fmt,
+                ref.log_tail(),
+            )
     if res is None:
         saves = (intr.record or {}).get("saves", [])
-        where = (f"checkpoints were saved at steps {sorted({s['step'] for s in saves})}"
-                 if saves else "no save was seen on rank 0")
-        return _fail(f"the interrupted run wrote no checkpoint at or after step {interrupt_at} "
-                     f"({where})", fmt, intr.log_tail())
+        where = (
+            f"checkpoints were saved at steps {sorted({s['step'] for s in saves})}"
+            if saves
+            else "no save was seen on rank 0"
+        )
+        return _fail(
+            f"the interrupted run wrote no checkpoint at or after step {interrupt_at} ({where})", fmt, intr.log_tail()
+        )
     stopped = [(r.record or {}).get("status") for r in intr.ranks or []]
     if any(s != "interrupted" for s in stopped):
-        return _fail(f"the interrupted run's ranks ended as {stopped} instead of all being "
-                     "interrupted after the checkpoint", fmt, intr.log_tail())
+        return _fail(
+            f"the interrupted run's ranks ended as {stopped} instead of all being interrupted after the checkpoint",
+            fmt,
+            intr.log_tail(),
+        )
     k = int(intr.record["checkpoint_step"])  # type: ignore[index]
     tol = opts.tolerance
     if tol is None:
@@ -265,34 +313,47 @@ def _judge_ranks(runs: Any, script: str, steps: int, interrupt_at: int, opts: An
     for rank in range(n):
         ref_r, intr_r, res_r = ref.ranks[rank], intr.ranks[rank], res.ranks[rank]
         if res_r.record is None or res.timed_out:
-            return _fail(f"the resumed run's rank {rank} " + (
-                "timed out" if res.timed_out else "left no record"), fmt, res.log_tail())
+            return _fail(
+                f"the resumed run's rank {rank} " + ("timed out" if res.timed_out else "left no record"),
+                fmt,
+                res.log_tail(),
+            )
         verdicts.append(_compare(ref_r, intr_r, res_r, steps, tol))
-    diverged = [(v.first_step if v.first_step is not None else steps + 1, r)
-                for r, v in enumerate(verdicts) if not v.exact]
+    diverged = [
+        (v.first_step if v.first_step is not None else steps + 1, r) for r, v in enumerate(verdicts) if not v.exact
+    ]
     first_rank = min(diverged)[1] if diverged else None
     if fmt == "json":
         data: dict[str, Any] = {
-            "exact": not diverged, "script": script, "steps": steps, "nproc_per_node": n,
-            "interrupt_at": interrupt_at, "checkpoint_step": k, "tolerance": tol,
+            "exact": not diverged,
+            "script": script,
+            "steps": steps,
+            "nproc_per_node": n,
+            "interrupt_at": interrupt_at,
+            "checkpoint_step": k,
+            "tolerance": tol,
             "ranks": {str(r): v.to_dict() for r, v in enumerate(verdicts)},
             "first_divergent_rank": first_rank,
         }
         if first_rank is not None:
             lead = verdicts[first_rank]
-            data.update(first_divergent_step=lead.first_step, cause=lead.cause,
-                        explanation=lead.explanation)
+            data.update(first_divergent_step=lead.first_step, cause=lead.cause, explanation=lead.explanation)
         print(json.dumps(data, indent=2, sort_keys=True))
     else:
-        lines = [f"verify-resume {script}: {n} ranks (torchrun), {steps} steps; interrupted "
-                 f"after the checkpoint written at step {k}, resumed for steps {k + 1}-{steps}"]
+        lines = [
+            f"verify-resume {script}: {n} ranks (torchrun), {steps} steps; interrupted "
+            f"after the checkpoint written at step {k}, resumed for steps {k + 1}-{steps}"
+        ]
         if first_rank is None:
-            lines.append(f"resume is exact on every rank ({n}): per-step losses and final "
-                         "model/optimizer state identical" + (" (bitwise)" if tol == 0 else ""))
+            lines.append(
+                f"resume is exact on every rank ({n}): per-step losses and final "
+                "model/optimizer state identical" + (" (bitwise)" if tol == 0 else "")
+            )
         else:
             lead = verdicts[first_rank]
-            lines.append(f"resume is NOT exact: first divergent step {lead.first_step} on rank "
-                         f"{first_rank}; cause: {lead.cause}")
+            lines.append(
+                f"resume is NOT exact: first divergent step {lead.first_step} on rank {first_rank}; cause: {lead.cause}"
+            )
         for rank, verdict in enumerate(verdicts):
             lines.append(f"rank {rank}: {verdict.summary}")
             if verdict.cause:

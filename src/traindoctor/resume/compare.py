@@ -38,10 +38,16 @@ class Verdict:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"exact": self.exact, "summary": self.summary,
-                "checkpoint_step": self.checkpoint_step, "first_divergent_step": self.first_step,
-                "cause": self.cause, "explanation": self.explanation, "also": self.also,
-                "notes": self.notes}
+        return {
+            "exact": self.exact,
+            "summary": self.summary,
+            "checkpoint_step": self.checkpoint_step,
+            "first_divergent_step": self.first_step,
+            "cause": self.cause,
+            "explanation": self.explanation,
+            "also": self.also,
+            "notes": self.notes,
+        }
 
 
 def _floats(values: list[str] | None) -> list[float]:
@@ -53,8 +59,9 @@ def losses_equal(a: list[str] | None, b: list[str] | None, tol: float) -> bool:
         return (a or []) == (b or [])
     fa, fb = _floats(a), _floats(b)
     return len(fa) == len(fb) and all(
-        x == y or (math.isnan(x) and math.isnan(y))
-        or abs(x - y) <= tol * max(abs(x), abs(y), 1e-12) for x, y in zip(fa, fb))
+        x == y or (math.isnan(x) and math.isnan(y)) or abs(x - y) <= tol * max(abs(x), abs(y), 1e-12)
+        for x, y in zip(fa, fb)
+    )
 
 
 def _fmt_loss(values: list[str] | None) -> str:
@@ -82,11 +89,11 @@ def compare_states(a: Any, b: Any, tol: float, path: str = "") -> list[str]:
         if not a.is_floating_point():
             same = torch.equal(a, b)
         elif tol <= 0:
-            same = torch.equal(a, b) or (torch.equal(a.isnan(), b.isnan())
-                                         and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)))
+            same = torch.equal(a, b) or (
+                torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
+            )
         else:
-            same = torch.allclose(a.double(), b.double(), rtol=tol, atol=tol * 1e-3,
-                                  equal_nan=True)
+            same = torch.allclose(a.double(), b.double(), rtol=tol, atol=tol * 1e-3, equal_nan=True)
         return [] if same else [path]
     if isinstance(a, dict) and isinstance(b, dict):
         out = []
@@ -116,12 +123,10 @@ def _model_cause(ref: dict[str, Any], res: dict[str, Any]) -> str | None:
     differing = []
     for root, tensors in sorted(mr.items()):
         other = ms.get(root, {})
-        differing += [name for name, digest in sorted(tensors.items())
-                      if other.get(name) != digest]
+        differing += [name for name, digest in sorted(tensors.items()) if other.get(name) != digest]
     if not differing:
         return None
-    shown = ", ".join(differing[:4]) + (f" and {len(differing) - 4} more" if len(differing) > 4
-                                        else "")
+    shown = ", ".join(differing[:4]) + (f" and {len(differing) - 4} more" if len(differing) > 4 else "")
     return f"{len(differing)} model tensor(s) differ when the resumed run starts: {shown}"
 
 
@@ -132,20 +137,17 @@ def _optimizer_cause(ref: dict[str, Any], res: dict[str, Any]) -> tuple[str, str
             continue
         kinds_ref, kinds_res = summary["kinds"], other["kinds"]
         tensor_kinds = [k for k, v in kinds_ref.items() if not v["all_zero"]]
-        lost = [k for k in tensor_kinds
-                if k not in kinds_res or kinds_res[k]["all_zero"]]
+        lost = [k for k in tensor_kinds if k not in kinds_res or kinds_res[k]["all_zero"]]
         if summary["params_with_state"] and (not other["params_with_state"] or lost):
             what = ", ".join(lost or sorted(kinds_ref))
-            held = ("held no state" if not other["params_with_state"]
-                    else f"has {what} all zero")
+            held = "held no state" if not other["params_with_state"] else f"has {what} all zero"
             return CAUSE_OPTIMIZER, (
                 f"when the resumed run took its first step the optimizer {held}; the "
-                f"uninterrupted run had {what} for {summary['params_with_state']} parameter(s)")
-        differing = [k for k in sorted(kinds_ref)
-                     if kinds_res.get(k, {}).get("digest") != kinds_ref[k]["digest"]]
+                f"uninterrupted run had {what} for {summary['params_with_state']} parameter(s)"
+            )
+        differing = [k for k in sorted(kinds_ref) if kinds_res.get(k, {}).get("digest") != kinds_ref[k]["digest"]]
         if differing:
-            return CAUSE_OPTIMIZER_DIFF, (
-                f"optimizer state {', '.join(differing)} differs at the first resumed step")
+            return CAUSE_OPTIMIZER_DIFF, (f"optimizer state {', '.join(differing)} differs at the first resumed step")
     return None
 
 
@@ -155,8 +157,7 @@ def _rng_names(a: dict[str, str] | None, b: dict[str, str] | None) -> list[str]:
     return [names.get(k, k) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
-def _epoch_shift(ref: dict[str, Any], res: dict[str, Any], s: int, last: int,
-                 lengths: list[int]) -> str | None:
+def _epoch_shift(ref: dict[str, Any], res: dict[str, Any], s: int, last: int, lengths: list[int]) -> str | None:
     """If the resumed batches are the uninterrupted run's shifted by an epoch, say so."""
     inputs = _step(res, s).get("inputs")
     if inputs is None:
@@ -166,11 +167,15 @@ def _epoch_shift(ref: dict[str, Any], res: dict[str, Any], s: int, last: int,
             shift = t - s
             if abs(shift) in lengths:
                 direction = "repeats" if shift < 0 else "skips"
-                return (f"the resumed run's batch at step {s} is the uninterrupted run's batch of "
-                        f"step {t}, exactly one epoch ({abs(shift)} batches) away: it {direction} "
-                        "an epoch")
-            return (f"the resumed run's batch at step {s} is the uninterrupted run's batch of "
-                    f"step {t}: the data position was not restored")
+                return (
+                    f"the resumed run's batch at step {s} is the uninterrupted run's batch of "
+                    f"step {t}, exactly one epoch ({abs(shift)} batches) away: it {direction} "
+                    "an epoch"
+                )
+            return (
+                f"the resumed run's batch at step {s} is the uninterrupted run's batch of "
+                f"step {t}: the data position was not restored"
+            )
     return None
 
 
@@ -184,8 +189,9 @@ def seeded_generators(ref: dict[str, Any], intr: dict[str, Any]) -> set[str]:
     return {name for name in a if a.get(name) == b.get(name)}
 
 
-def diagnose(ref: dict[str, Any], res: dict[str, Any], k: int, last: int,
-             ref_last: int, seeded: set[str] | None = None) -> tuple[str, str, int, list[str]]:
+def diagnose(
+    ref: dict[str, Any], res: dict[str, Any], k: int, last: int, ref_last: int, seeded: set[str] | None = None
+) -> tuple[str, str, int, list[str]]:
     """(cause, explanation, step of the evidence, other differences) at the resume point."""
     first = k + 1
     found: list[tuple[str, str, int]] = []
@@ -202,40 +208,70 @@ def diagnose(ref: dict[str, Any], res: dict[str, Any], k: int, last: int,
         a, b = _step(ref, s), _step(res, s)
         if "lr" not in seen and a.get("lr") != b.get("lr") and "lr" in b:
             seen.add("lr")
-            found.append((CAUSE_SCHEDULER, f"at step {s} the learning rate is "
-                          f"{_lrs(b.get('lr'))}, the uninterrupted run had {_lrs(a.get('lr'))}",
-                          s))
+            found.append(
+                (
+                    CAUSE_SCHEDULER,
+                    f"at step {s} the learning rate is "
+                    f"{_lrs(b.get('lr'))}, the uninterrupted run had {_lrs(a.get('lr'))}",
+                    s,
+                )
+            )
         if "scale" not in seen and a.get("scale") != b.get("scale"):
             seen.add("scale")
-            found.append((CAUSE_SCALER, f"at step {s} the GradScaler scale is "
-                          f"{_scales(b.get('scale'))}, the uninterrupted run had "
-                          f"{_scales(a.get('scale'))}", s))
+            found.append(
+                (
+                    CAUSE_SCALER,
+                    f"at step {s} the GradScaler scale is "
+                    f"{_scales(b.get('scale'))}, the uninterrupted run had "
+                    f"{_scales(a.get('scale'))}",
+                    s,
+                )
+            )
         ea, eb = _epoch_at(ref, s, 1), _epoch_at(res, s, first)
         if "epoch" not in seen and eb is not None and ea != eb:
             seen.add("epoch")
             off = isinstance(ea, int) and isinstance(eb, int) and abs(ea - eb) == 1
-            found.append((CAUSE_EPOCH if off else CAUSE_DATA,
-                          f"at step {s} set_epoch({eb}) was called; the uninterrupted run was in "
-                          f"epoch {ea}", s))
+            found.append(
+                (
+                    CAUSE_EPOCH if off else CAUSE_DATA,
+                    f"at step {s} set_epoch({eb}) was called; the uninterrupted run was in epoch {ea}",
+                    s,
+                )
+            )
         if "inputs" not in seen and a.get("inputs") != b.get("inputs"):
             seen.add("inputs")
             shift = _epoch_shift(ref, res, s, ref_last, lengths)
             cause = CAUSE_EPOCH if shift and "one epoch" in shift else CAUSE_DATA
-            found.append((cause, shift or f"the batch at step {s} differs from the "
-                          "uninterrupted run's", s))
+            found.append((cause, shift or f"the batch at step {s} differs from the uninterrupted run's", s))
         rng_a = {n: d for n, d in (a.get("rng") or {}).items() if seeded is None or n in seeded}
         rng_b = {n: d for n, d in (b.get("rng") or {}).items() if seeded is None or n in seeded}
         if "rng" not in seen and rng_a != rng_b and "rng" in b:
             seen.add("rng")
             names = _rng_names(rng_a, rng_b)
-            found.append((CAUSE_RNG, f"at step {s} the state of {', '.join(names)} differs "
-                          "from the uninterrupted run's", s))
+            found.append(
+                (CAUSE_RNG, f"at step {s} the state of {', '.join(names)} differs from the uninterrupted run's", s)
+            )
     if not found:
-        return CAUSE_UNKNOWN, ("weights, optimizer state, learning rate, loss scale, data and "
-                               "RNG all match at the resume point; state kept outside the model "
-                               "and optimizer, or non-deterministic kernels, may differ"), first, []
-    order = [CAUSE_MODEL, CAUSE_OPTIMIZER, CAUSE_OPTIMIZER_DIFF, CAUSE_SCHEDULER, CAUSE_SCALER,
-             CAUSE_EPOCH, CAUSE_DATA, CAUSE_RNG]
+        return (
+            CAUSE_UNKNOWN,
+            (
+                "weights, optimizer state, learning rate, loss scale, data and "
+                "RNG all match at the resume point; state kept outside the model "
+                "and optimizer, or non-deterministic kernels, may differ"
+            ),
+            first,
+            [],
+        )
+    order = [
+        CAUSE_MODEL,
+        CAUSE_OPTIMIZER,
+        CAUSE_OPTIMIZER_DIFF,
+        CAUSE_SCHEDULER,
+        CAUSE_SCALER,
+        CAUSE_EPOCH,
+        CAUSE_DATA,
+        CAUSE_RNG,
+    ]
     found.sort(key=lambda item: (order.index(item[0]), item[2]))
     cause, explanation, step = found[0]
     also = [f"{c}: {e}" for c, e, _ in found[1:]]
@@ -262,18 +298,24 @@ def _scales(value: list[float] | None) -> str:
     return ", ".join(f"{v:g}" for v in value) if value else "none"
 
 
-def compare_runs(ref: dict[str, Any], intr: dict[str, Any], res: dict[str, Any],
-                 final_diff: list[str] | None, steps: int, tol: float) -> Verdict:
+def compare_runs(
+    ref: dict[str, Any], intr: dict[str, Any], res: dict[str, Any], final_diff: list[str] | None, steps: int, tol: float
+) -> Verdict:
     """The verdict from the three records (and the final-state differences, if computed)."""
     k = int(intr["checkpoint_step"])
     for s in range(1, k + 1):
         if not losses_equal(_loss(ref, s), _loss(intr, s), tol):
-            return Verdict(False, f"two uninterrupted runs already differ at step {s}: the run "
-                           "is not deterministic, so resume cannot be checked",
-                           checkpoint_step=k, first_step=s, cause=CAUSE_NONDETERMINISM,
-                           explanation=f"loss {_fmt_loss(_loss(intr, s))} vs "
-                           f"{_fmt_loss(_loss(ref, s))}; seed every generator and use "
-                           "deterministic algorithms")
+            return Verdict(
+                False,
+                f"two uninterrupted runs already differ at step {s}: the run "
+                "is not deterministic, so resume cannot be checked",
+                checkpoint_step=k,
+                first_step=s,
+                cause=CAUSE_NONDETERMINISM,
+                explanation=f"loss {_fmt_loss(_loss(intr, s))} vs "
+                f"{_fmt_loss(_loss(ref, s))}; seed every generator and use "
+                "deterministic algorithms",
+            )
     res_last = int(res.get("last_step", k))
     ref_last = int(ref.get("last_step", steps))
     first_loss = None
@@ -283,28 +325,36 @@ def compare_runs(ref: dict[str, Any], intr: dict[str, Any], res: dict[str, Any],
             break
     short = res_last < steps
     if first_loss is None and not short and not final_diff:
-        verdict = Verdict(True, f"resume is exact: {steps} steps, per-step losses and final "
-                          "model/optimizer state identical"
-                          + (" (bitwise)" if tol <= 0 else f" (within relative {tol:g})"),
-                          checkpoint_step=k)
-        cause, explanation, _, also = diagnose(ref, res, k, res_last, ref_last,
-                                          seeded_generators(ref, intr))
+        verdict = Verdict(
+            True,
+            f"resume is exact: {steps} steps, per-step losses and final "
+            "model/optimizer state identical" + (" (bitwise)" if tol <= 0 else f" (within relative {tol:g})"),
+            checkpoint_step=k,
+        )
+        cause, explanation, _, also = diagnose(ref, res, k, res_last, ref_last, seeded_generators(ref, intr))
         if cause != CAUSE_UNKNOWN:
             verdict.notes.append(f"{cause}: {explanation} (without effect on this run)")
         return verdict
-    cause, explanation, _, also = diagnose(ref, res, k, res_last, ref_last,
-                                          seeded_generators(ref, intr))
+    cause, explanation, _, also = diagnose(ref, res, k, res_last, ref_last, seeded_generators(ref, intr))
     if first_loss is not None:
-        where = (f"first divergent step {first_loss}: loss {_fmt_loss(_loss(res, first_loss))}"
-                 f" after resume, {_fmt_loss(_loss(ref, first_loss))} uninterrupted")
+        where = (
+            f"first divergent step {first_loss}: loss {_fmt_loss(_loss(res, first_loss))}"
+            f" after resume, {_fmt_loss(_loss(ref, first_loss))} uninterrupted"
+        )
         first = first_loss
     elif short:
-        where = (f"the resumed run stopped at step {res_last}; the uninterrupted run reached "
-                 f"{steps}")
+        where = f"the resumed run stopped at step {res_last}; the uninterrupted run reached {steps}"
         first = res_last + 1
     else:
         shown = ", ".join((final_diff or [])[:4])
         where = f"losses match but the final state differs ({shown})"
         first = steps
-    return Verdict(False, f"resume is NOT exact: {where}", checkpoint_step=k, first_step=first,
-                   cause=cause, explanation=explanation, also=also)
+    return Verdict(
+        False,
+        f"resume is NOT exact: {where}",
+        checkpoint_step=k,
+        first_step=first,
+        cause=cause,
+        explanation=explanation,
+        also=also,
+    )

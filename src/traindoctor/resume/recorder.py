@@ -20,7 +20,8 @@ import os
 import random
 import sys
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 INTERRUPT_EXIT = 75  # the interrupted run's exit status (EX_TEMPFAIL)
 
@@ -67,16 +68,16 @@ def rng_digests() -> dict[str, str]:
     """Digests of each generator's state right now (torch CPU, CUDA, NumPy, random)."""
     import torch
 
-    out = {"torch": hashlib.blake2b(_bytes_of(torch.get_rng_state()), digest_size=12).hexdigest(),
-           "python": hashlib.blake2b(repr(random.getstate()).encode(),
-                                     digest_size=12).hexdigest()}
+    out = {
+        "torch": hashlib.blake2b(_bytes_of(torch.get_rng_state()), digest_size=12).hexdigest(),
+        "python": hashlib.blake2b(repr(random.getstate()).encode(), digest_size=12).hexdigest(),
+    }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         out["cuda"] = digest_tensors(list(torch.cuda.get_rng_state_all()))
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         _, keys, pos, *_ = numpy.random.get_state()
-        out["numpy"] = hashlib.blake2b(keys.tobytes() + str(pos).encode(),
-                                       digest_size=12).hexdigest()
+        out["numpy"] = hashlib.blake2b(keys.tobytes() + str(pos).encode(), digest_size=12).hexdigest()
     return out
 
 
@@ -94,16 +95,24 @@ def optimizer_summary(optimizer: Any) -> dict[str, Any]:
         values = kinds[key]
         tensors = [v for v in values if isinstance(v, torch.Tensor)]
         zero = bool(tensors) and all(not bool(local(t).detach().ne(0).any()) for t in tensors)
-        summary["kinds"][key] = {"count": len(values), "digest": digest_tensors(values),
-                                 "all_zero": zero}
+        summary["kinds"][key] = {"count": len(values), "digest": digest_tensors(values), "all_zero": zero}
     return summary
 
 
 class Recorder:
     """Hooks installed in the child process before the user's script runs."""
 
-    def __init__(self, *, mode: str, target: int, offset: int, interrupt_at: int | None,
-                 detail_step: int | None, out_dir: str, shared_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        mode: str,
+        target: int,
+        offset: int,
+        interrupt_at: int | None,
+        detail_step: int | None,
+        out_dir: str,
+        shared_dir: str | None = None,
+    ) -> None:
         self.mode = mode
         self.target = target
         self.offset = offset
@@ -122,7 +131,7 @@ class Recorder:
         self.optimizers: list[Any] = []
         self.roots: list[Any] = []
         self._root_ids: set[int] = set()
-        self.scalers: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self.scalers: weakref.WeakSet[Any] = weakref.WeakSet()
         self.depth = 0
         self.pending_exit = False
         self.checkpoint_step: int | None = None
@@ -146,12 +155,17 @@ class Recorder:
             return
         self.written = True
         record = {
-            "mode": self.mode, "status": status, "offset": self.offset,
-            "steps_done": self.local_steps, "last_step": self.offset + self.local_steps,
+            "mode": self.mode,
+            "status": status,
+            "offset": self.offset,
+            "steps_done": self.local_steps,
+            "last_step": self.offset + self.local_steps,
             "losses": {str(k): v for k, v in sorted(self.losses.items())},
             "steps": {str(k): v for k, v in sorted(self.steps.items())},
-            "saves": self.saves, "checkpoint_step": self.checkpoint_step,
-            "loader_lengths": sorted(set(self.loader_lengths)), "notes": self.notes,
+            "saves": self.saves,
+            "checkpoint_step": self.checkpoint_step,
+            "loader_lengths": sorted(set(self.loader_lengths)),
+            "notes": self.notes,
             "cuda_used": _cuda_used(),
         }
         path = os.path.join(self.out_dir, "record.json")
@@ -161,8 +175,9 @@ class Recorder:
 
     def dump_final_state(self, save: Callable[..., Any]) -> None:
         state = {
-            "models": {f"{i}:{type(m).__name__}": m.state_dict() for i, m in enumerate(self.roots)
-                       if len(m.state_dict()) > 0},
+            "models": {
+                f"{i}:{type(m).__name__}": m.state_dict() for i, m in enumerate(self.roots) if len(m.state_dict()) > 0
+            },
             "optimizers": [opt.state_dict() for opt in self.optimizers],
         }
         save(_locals(state), os.path.join(self.out_dir, "final.pt"))
@@ -196,8 +211,11 @@ class Recorder:
         entry["inputs"] = digest_tensors(args)
         entry["rng"] = rng_digests()
         if self.step == self.detail_step:
-            entry["model"] = {f"{self.roots.index(module)}:{type(module).__name__}": {
-                name: digest_tensors(value) for name, value in module.state_dict().items()}}
+            entry["model"] = {
+                f"{self.roots.index(module)}:{type(module).__name__}": {
+                    name: digest_tensors(value) for name, value in module.state_dict().items()
+                }
+            }
 
     def on_forward_post(self, module: Any, args: Any, output: Any) -> None:
         self.depth = max(0, self.depth - 1)
@@ -213,15 +231,15 @@ class Recorder:
             self.optimizers.append(optimizer)
         entry = self._entry()
         index = next(i for i, o in enumerate(self.optimizers) if o is optimizer)
-        entry.setdefault("lr", {})[str(index)] = [float(g["lr"]) if not hasattr(g["lr"], "item")
-                                                  else float(g["lr"].item())
-                                                  for g in optimizer.param_groups]
+        entry.setdefault("lr", {})[str(index)] = [
+            float(g["lr"]) if not hasattr(g["lr"], "item") else float(g["lr"].item()) for g in optimizer.param_groups
+        ]
         scales = []
         for scaler in list(self.scalers):
             try:
                 if scaler.is_enabled() and getattr(scaler, "_scale", None) is not None:
                     scales.append(float(scaler.get_scale()))
-            except Exception:  # noqa: BLE001 - a recorder never breaks the run
+            except Exception:
                 pass
         if scales:
             entry["scale"] = sorted(scales)
@@ -241,10 +259,13 @@ class Recorder:
 
     def on_save(self, obj: Any, f: Any) -> None:
         done = self.offset + self.local_steps
-        self.saves.append({"step": done, "path": str(f) if isinstance(f, (str, os.PathLike))
-                           else type(f).__name__})
-        if self.mode == "interrupt" and self.checkpoint_step is None and self.interrupt_at \
-                is not None and done >= self.interrupt_at:
+        self.saves.append({"step": done, "path": str(f) if isinstance(f, (str, os.PathLike)) else type(f).__name__})
+        if (
+            self.mode == "interrupt"
+            and self.checkpoint_step is None
+            and self.interrupt_at is not None
+            and done >= self.interrupt_at
+        ):
             self.checkpoint_step = done
             self.pending_exit = True
             if self.shared_dir:
@@ -277,7 +298,7 @@ def _pause_during_dcp_state_init(recorder: Recorder) -> None:
     """DCP's ``get_state_dict`` steps a state-less optimizer once (lr 0) to create its state."""
     try:
         import torch.distributed.checkpoint.state_dict as dsd
-    except Exception:  # noqa: BLE001 - torch without distributed
+    except Exception:
         return
     original = getattr(dsd, "_init_optim_state", None)
     if original is None:
@@ -316,10 +337,12 @@ def install(recorder: Recorder) -> None:
     import torch
     import torch.autograd
     from torch.nn.modules.module import (
-        register_module_forward_hook, register_module_forward_pre_hook,
+        register_module_forward_hook,
+        register_module_forward_pre_hook,
     )
     from torch.optim.optimizer import (
-        register_optimizer_step_post_hook, register_optimizer_step_pre_hook,
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
     )
 
     original_backward = torch.autograd.backward

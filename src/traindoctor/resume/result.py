@@ -10,7 +10,8 @@ no NaN).
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 
 def _step_losses(record: Mapping[str, Any] | None) -> dict[str, float | None]:
@@ -27,12 +28,12 @@ def _step_losses(record: Mapping[str, Any] | None) -> dict[str, float | None]:
     return out
 
 
-def result_dict(verdict: Any, runs: Any, *, script: str, steps: int, interrupt_at: int,
-                tolerance: float) -> dict[str, Any]:
+def result_dict(
+    verdict: Any, runs: Any, *, script: str, steps: int, interrupt_at: int, tolerance: float
+) -> dict[str, Any]:
     """The verdict, the run parameters and the three runs' per-step losses."""
     data = verdict.to_dict()
-    data.update({"script": script, "steps": steps, "interrupt_at": interrupt_at,
-                 "tolerance": tolerance})
+    data.update({"script": script, "steps": steps, "interrupt_at": interrupt_at, "tolerance": tolerance})
     data["losses"] = {
         name: _step_losses(getattr(getattr(runs, name, None), "record", None))
         for name in ("reference", "interrupted", "resumed")

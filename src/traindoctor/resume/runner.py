@@ -43,7 +43,7 @@ class RunResult:
     log: Path
     timed_out: bool = False
     #: Under torchrun: one result per rank (rank 0's record is also ``record``).
-    ranks: list["RunResult"] | None = None
+    ranks: list[RunResult] | None = None
 
     def log_tail(self, lines: int = 15) -> str:
         try:
@@ -58,8 +58,7 @@ def absolutize(args: list[str], cwd: str) -> list[str]:
     out = []
     for arg in args:
         head, sep, tail = arg.partition("=") if arg.startswith("-") else ("", "", arg)
-        if tail and not os.path.isabs(tail) and not tail.startswith("-") \
-                and os.path.exists(os.path.join(cwd, tail)):
+        if tail and not os.path.isabs(tail) and not tail.startswith("-") and os.path.exists(os.path.join(cwd, tail)):
             tail = os.path.abspath(os.path.join(cwd, tail))
         out.append(f"{head}{sep}{tail}" if sep else (tail or arg))
     return out
@@ -78,9 +77,20 @@ def _env(name: str) -> dict[str, str]:
 class Scenario:
     """One child process: start, wait, read its record."""
 
-    def __init__(self, name: str, mode: str, script: str, args: list[str], cwd: Path,
-                 target: int, *, offset: int = 0, interrupt_at: int | None = None,
-                 detail_step: int | None = None, nproc: int = 1) -> None:
+    def __init__(
+        self,
+        name: str,
+        mode: str,
+        script: str,
+        args: list[str],
+        cwd: Path,
+        target: int,
+        *,
+        offset: int = 0,
+        interrupt_at: int | None = None,
+        detail_step: int | None = None,
+        nproc: int = 1,
+    ) -> None:
         self.name = name
         self.nproc = nproc
         self.out = cwd.parent / f"{name}-record"
@@ -88,10 +98,20 @@ class Scenario:
         self.log = self.out / "output.log"
         launcher = [sys.executable]
         if nproc > 1:
-            launcher += ["-m", "torch.distributed.run", "--standalone",
-                         "--nproc-per-node", str(nproc)]
-        cmd = [*launcher, "-m", "traindoctor.resume._child", "--mode", mode,
-               "--target", str(target), "--offset", str(offset), "--out", str(self.out)]
+            launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
+        cmd = [
+            *launcher,
+            "-m",
+            "traindoctor.resume._child",
+            "--mode",
+            mode,
+            "--target",
+            str(target),
+            "--offset",
+            str(offset),
+            "--out",
+            str(self.out),
+        ]
         if interrupt_at is not None:
             cmd += ["--interrupt-at", str(interrupt_at)]
         if detail_step is not None:
@@ -101,12 +121,17 @@ class Scenario:
         self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> "Scenario":
+    def start(self) -> Scenario:
         self.cwd.mkdir(parents=True, exist_ok=True)
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(self.cmd, cwd=self.cwd, env=_env(self.name),
-                                         stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(
+                self.cmd,
+                cwd=self.cwd,
+                env=_env(self.name),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         return self
 
     def wait(self, timeout: float) -> RunResult:
@@ -119,11 +144,9 @@ class Scenario:
             self.proc.wait()
             code, timed_out = None, True
         if self.nproc > 1:
-            ranks = [self._result(self.out / f"rank{r}", code, timed_out)
-                     for r in range(self.nproc)]
+            ranks = [self._result(self.out / f"rank{r}", code, timed_out) for r in range(self.nproc)]
             first = ranks[0]
-            return RunResult(self.name, code, first.record, first.final, self.log, timed_out,
-                             ranks)
+            return RunResult(self.name, code, first.record, first.final, self.log, timed_out, ranks)
         return self._result(self.out, code, timed_out)
 
     def _result(self, out: Path, code: int | None, timed_out: bool) -> RunResult:
@@ -132,8 +155,7 @@ class Scenario:
         if record_path.exists():
             record = json.loads(record_path.read_text())
         final = out / "final.pt"
-        return RunResult(self.name, code, record, final if final.exists() else None, self.log,
-                         timed_out)
+        return RunResult(self.name, code, record, final if final.exists() else None, self.log, timed_out)
 
 
 @dataclass
@@ -144,8 +166,18 @@ class Runs:
     workdir: Path
 
 
-def run_all(script: str, args: list[str], resume_args: str, *, steps: int, interrupt_at: int,
-            timeout: float, workdir: str | None = None, progress: Any = None, nproc: int = 1) -> Runs:
+def run_all(
+    script: str,
+    args: list[str],
+    resume_args: str,
+    *,
+    steps: int,
+    interrupt_at: int,
+    timeout: float,
+    workdir: str | None = None,
+    progress: Any = None,
+    nproc: int = 1,
+) -> Runs:
     """Run the three scenarios; ``resumed`` is None when no checkpoint was written.
 
     ``progress`` (a :class:`traindoctor.tune.progress.Progress`) gets one tick per run."""
@@ -158,22 +190,40 @@ def run_all(script: str, args: list[str], resume_args: str, *, steps: int, inter
     for name in ("resume-cwd", "reference-cwd"):
         mirror(caller, root / name, skip=(str(root),))
     tick.start(f"interrupted run (checkpoint at or after step {interrupt_at})")
-    interrupted = Scenario("interrupted", "interrupt", script, args, root / "resume-cwd", steps,
-                           interrupt_at=interrupt_at, nproc=nproc).start().wait(timeout)
+    interrupted = (
+        Scenario(
+            "interrupted", "interrupt", script, args, root / "resume-cwd", steps, interrupt_at=interrupt_at, nproc=nproc
+        )
+        .start()
+        .wait(timeout)
+    )
     k = (interrupted.record or {}).get("checkpoint_step")
     tick.done("no checkpoint" if k is None else f"checkpoint at step {k}")
     if k is None:
         tick.remaining(1)
         tick.start("reference run")
-        reference = Scenario("reference", "reference", script, args, root / "reference-cwd",
-                             steps, nproc=nproc).start().wait(timeout)
+        reference = (
+            Scenario("reference", "reference", script, args, root / "reference-cwd", steps, nproc=nproc)
+            .start()
+            .wait(timeout)
+        )
         tick.done()
         return Runs(reference, interrupted, None, root)
     tick.start("resumed and reference runs")
-    resumed = Scenario("resumed", "resume", script, args + extra, root / "resume-cwd", steps,
-                       offset=int(k), detail_step=int(k) + 1, nproc=nproc).start()
-    reference = Scenario("reference", "reference", script, args, root / "reference-cwd", steps,
-                         detail_step=int(k) + 1, nproc=nproc).start()
+    resumed = Scenario(
+        "resumed",
+        "resume",
+        script,
+        args + extra,
+        root / "resume-cwd",
+        steps,
+        offset=int(k),
+        detail_step=int(k) + 1,
+        nproc=nproc,
+    ).start()
+    reference = Scenario(
+        "reference", "reference", script, args, root / "reference-cwd", steps, detail_step=int(k) + 1, nproc=nproc
+    ).start()
     resumed_result = resumed.wait(timeout)
     tick.done("resumed run")
     tick.label = "reference run"

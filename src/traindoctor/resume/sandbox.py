@@ -19,8 +19,9 @@ import builtins
 import io
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 #: Entries mirrored one by one at most; beyond that, remaining directories are linked whole.
 MAX_ENTRIES = 20000

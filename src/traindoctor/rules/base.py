@@ -17,7 +17,8 @@ subclass in the same module whose ``rule`` attribute points at this class.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from traindoctor.finding import Finding, Severity
 
@@ -63,7 +64,7 @@ class Valid:
     ``traindoctor run`` imports every rule module at start-up and never reads the examples.
     """
 
-    __slots__ = ("_raw", "_code", "settings")
+    __slots__ = ("_code", "_raw", "settings")
 
     def __init__(self, code: str, settings: Mapping[str, Any] | None = None) -> None:
         self._raw = code
@@ -89,7 +90,7 @@ class Invalid:
     :class:`Valid`, the texts are dedented when first read.
     """
 
-    __slots__ = ("_raw", "_done", "settings")
+    __slots__ = ("_done", "_raw", "settings")
 
     def __init__(
         self,
@@ -163,7 +164,7 @@ class Rule:
     valid: ClassVar[tuple[Valid | str, ...]] = ()
     invalid: ClassVar[tuple[Invalid, ...]] = ()
 
-    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
         """Yield the static findings of this rule in one file. Default: none."""
         return ()
 

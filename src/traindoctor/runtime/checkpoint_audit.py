@@ -30,15 +30,35 @@ from traindoctor.runtime.live import fields_repr
 MAX_NODES = 20000
 MAX_DEPTH = 8
 #: Key words that make an integer entry look like a data position (step / batch index).
-POSITION_WORDS = ("step", "iter", "batch", "position", "sample", "index", "idx", "cursor", "offset", "sampler", "loader")
+POSITION_WORDS = (
+    "step",
+    "iter",
+    "batch",
+    "position",
+    "sample",
+    "index",
+    "idx",
+    "cursor",
+    "offset",
+    "sampler",
+    "loader",
+)
 CUDA_STATE_NUMEL = 16
 
 
 class Contents:
     """What one saved object holds."""
 
-    __slots__ = ("models", "optimizer_states", "optimizer_objects", "has_scheduler", "has_scaler",
-                 "rng", "int_keys", "nodes")
+    __slots__ = (
+        "has_scaler",
+        "has_scheduler",
+        "int_keys",
+        "models",
+        "nodes",
+        "optimizer_objects",
+        "optimizer_states",
+        "rng",
+    )
 
     models: list[Any]
     optimizer_states: list[tuple[int, ...]]
@@ -84,7 +104,7 @@ class Contents:
 def _strip(key: str) -> str:
     for prefix in ("module.", "_orig_mod."):
         while key.startswith(prefix):
-            key = key[len(prefix):]
+            key = key[len(prefix) :]
     return key
 
 
@@ -490,8 +510,11 @@ def save_kind_of(session: Any, contents: Contents, path: str | None, site: Any) 
     found = static_save_facts(site[0], site[1]) if site and site[0] and site[1] else None
     if found:
         kinds = {
-            save_kind(replace(f, holds_resume_state=holds or f.holds_resume_state,
-                              export_name=f.export_name or export_name(path)))
+            save_kind(
+                replace(
+                    f, holds_resume_state=holds or f.holds_resume_state, export_name=f.export_name or export_name(path)
+                )
+            )
             for f in found
         }
         return CHECKPOINT if CHECKPOINT in kinds else EXPORT

@@ -20,7 +20,8 @@ import runpy
 import signal
 import sys
 import traceback
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from traindoctor.runtime.live import fields_repr
 
@@ -74,8 +75,20 @@ class UsageError(ValueError):
 class RunOptions:
     """The parsed ``traindoctor run`` command line (see :func:`parse_args`)."""
 
-    __slots__ = ("output_format", "output_file", "select", "ignore", "thresholds", "config",
-                 "module", "script", "args", "help", "html", "tensorboard")
+    __slots__ = (
+        "args",
+        "config",
+        "help",
+        "html",
+        "ignore",
+        "module",
+        "output_file",
+        "output_format",
+        "script",
+        "select",
+        "tensorboard",
+        "thresholds",
+    )
 
     output_format: str
     output_file: str | None
@@ -169,19 +182,19 @@ def parse_args(argv: Sequence[str]) -> RunOptions:
             opts.tensorboard = value(name)
         elif name == "-m" or (arg.startswith("-m") and len(arg) > 2 and not arg.startswith("--")):
             opts.module = arg[2:] if len(arg) > 2 else value(name)
-            opts.args = args[i + 1:]
+            opts.args = args[i + 1 :]
             return opts
         elif arg == "--":
             if i + 1 >= len(args):
                 raise UsageError("missing SCRIPT after --")
             opts.script = args[i + 1]
-            opts.args = args[i + 2:]
+            opts.args = args[i + 2 :]
             return opts
         elif arg.startswith("-") and arg != "-":
             raise UsageError(f"unknown option {arg!r}")
         else:
             opts.script = arg
-            opts.args = args[i + 1:]
+            opts.args = args[i + 1 :]
             return opts
         i += 1
     raise UsageError("missing SCRIPT or -m MODULE")
@@ -229,8 +242,11 @@ def _print_user_traceback(exc: BaseException) -> None:
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:
         filename = tb.tb_frame.f_code.co_filename
-        if filename.startswith(ours) or filename in ("<frozen runpy>", "<frozen importlib._bootstrap>") \
-                or os.path.basename(filename) == "runpy.py":
+        if (
+            filename.startswith(ours)
+            or filename in ("<frozen runpy>", "<frozen importlib._bootstrap>")
+            or os.path.basename(filename) == "runpy.py"
+        ):
             tb = tb.tb_next
             continue
         break
@@ -253,8 +269,7 @@ def _hide_probe_frames(report: traceback.TracebackException, probes_dir: str) ->
             continue
         seen.add(id(te))
         frames = list(te.stack)
-        kept = [f for i, f in enumerate(frames)
-                if i == len(frames) - 1 or not f.filename.startswith(probes_dir)]
+        kept = [f for i, f in enumerate(frames) if i == len(frames) - 1 or not f.filename.startswith(probes_dir)]
         if len(kept) != len(frames):
             te.stack = traceback.StackSummary.from_list(kept)
         for linked in (te.__cause__, te.__context__):
@@ -297,8 +312,10 @@ def _check_target(opts: RunOptions) -> str | None:
     if not os.path.exists(script):
         return f"can't open file {os.path.abspath(script)!r}: [Errno 2] No such file or directory"
     if os.path.isdir(script) and not os.path.isfile(os.path.join(script, "__main__.py")):
-        return (f"{script!r} is a directory without a __main__.py; pass the training script "
-                f"(e.g. {os.path.join(script, 'train.py')})")
+        return (
+            f"{script!r} is a directory without a __main__.py; pass the training script "
+            f"(e.g. {os.path.join(script, 'train.py')})"
+        )
     return None
 
 
@@ -442,8 +459,8 @@ def _start_rank_guard(session: Any, opts: RunOptions) -> Any:
         if not distributed.is_distributed():
             return None
         return distributed.RankGuard(
-            session, lambda merged: _write_report(merged, opts),
-            base_report=lambda: _base_report(session, opts, 0)).start()
+            session, lambda merged: _write_report(merged, opts), base_report=lambda: _base_report(session, opts, 0)
+        ).start()
     except Exception as exc:  # fail-open
         session.notes.append(f"rank guard not started: {type(exc).__name__}: {exc}")
         return None
@@ -457,9 +474,7 @@ def _needs_timeline(session: Any, opts: RunOptions) -> bool:
 
 def _base_report(session: Any, opts: RunOptions, code: int) -> dict[str, Any]:
     report: dict[str, Any] = session.report_dict(timeline=_needs_timeline(session, opts))
-    report["environment"]["command"] = (
-        ["-m", opts.module] if opts.module else [opts.script]
-    ) + list(opts.args)
+    report["environment"]["command"] = (["-m", opts.module] if opts.module else [opts.script]) + list(opts.args)
     report["environment"]["exit_code"] = code
     return report
 
@@ -531,8 +546,9 @@ def _write_extras(session: Any, report: dict[str, Any], opts: RunOptions) -> Non
             from traindoctor.runtime.tensorboard import write_events
             from traindoctor.runtime.timeline import session_timeline
 
-            write_events(session_timeline(session, max_points=None), opts.tensorboard,
-                         report.get("profile"))
+            write_events(session_timeline(session, max_points=None), opts.tensorboard, report.get("profile"))
         except Exception as exc:
-            sys.stderr.write(f"traindoctor run: could not write TensorBoard events to "
-                             f"{opts.tensorboard}: {type(exc).__name__}: {exc}\n")
+            sys.stderr.write(
+                f"traindoctor run: could not write TensorBoard events to "
+                f"{opts.tensorboard}: {type(exc).__name__}: {exc}\n"
+            )

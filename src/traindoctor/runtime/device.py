@@ -24,8 +24,15 @@ class DeviceInfo:
     ``AttributeError``), written as a plain class because a ``@dataclass`` costs start-up time.
     """
 
-    __slots__ = ("type", "name", "capability", "bf16_supported", "cuda_available", "total_memory",
-                 "device_count")
+    __slots__ = (
+        "bf16_supported",
+        "capability",
+        "cuda_available",
+        "device_count",
+        "name",
+        "total_memory",
+        "type",
+    )
 
     type: str
     name: str
@@ -62,8 +69,15 @@ class DeviceInfo:
         raise AttributeError(f"cannot delete field {name!r}: DeviceInfo is immutable")
 
     def _fields(self) -> tuple[Any, ...]:
-        return (self.type, self.name, self.capability, self.bf16_supported, self.cuda_available,
-                self.total_memory, self.device_count)
+        return (
+            self.type,
+            self.name,
+            self.capability,
+            self.bf16_supported,
+            self.cuda_available,
+            self.total_memory,
+            self.device_count,
+        )
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, DeviceInfo) and other.__class__ is self.__class__:

@@ -32,7 +32,8 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 #: Seconds rank 0 waits for the other ranks' reports.
 DEFAULT_WAIT_S = 60.0
@@ -97,8 +98,7 @@ def collect_rank_reports(
             return found
         # A rank whose process is gone without a report will never write one.
         beats = {r: read_heartbeat(r, folder) for r in expected if r not in found}
-        if beats and all(b is not None and not pid_alive(int(b.get("pid", 0)))
-                         for b in beats.values()):
+        if beats and all(b is not None and not pid_alive(int(b.get("pid", 0))) for b in beats.values()):
             time.sleep(0.1)  # a report written just before exiting
             for rank in beats:
                 try:
@@ -125,8 +125,9 @@ def _profile_summary(profile: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def merge_reports(reports: Mapping[int, Mapping[str, Any]], world_size: int,
-                  failures: Mapping[int, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+def merge_reports(
+    reports: Mapping[int, Mapping[str, Any]], world_size: int, failures: Mapping[int, Mapping[str, Any]] | None = None
+) -> dict[str, Any]:
     """One report from several ranks' reports (see the module docstring).
 
     ``failures`` describes ranks that wrote no report (see :func:`missing_rank_failures`).
@@ -168,8 +169,11 @@ def merge_reports(reports: Mapping[int, Mapping[str, Any]], world_size: int,
         failed.setdefault(str(rank), failure)
     # The first failure is the cause; a rank stalled inside torch (waiting in a collective)
     # is a victim of a rank stalled in its own code, whatever the clocks say.
-    timed = [(bool(f.get("in_torch")), float(f["time"]), int(r)) for r, f in failed.items()
-             if isinstance(f.get("time"), (int, float))]
+    timed = [
+        (bool(f.get("in_torch")), float(f["time"]), int(r))
+        for r, f in failed.items()
+        if isinstance(f.get("time"), (int, float))
+    ]
     if timed:
         first = str(min(timed)[2])
         environment["first_failure"] = {"rank": int(first), **failed[first]}
@@ -181,8 +185,7 @@ def merge_reports(reports: Mapping[int, Mapping[str, Any]], world_size: int,
             notes.append(f"rank {rank}: {note}")
     if failed:
         environment["ranks_failed"] = failed
-    partial = (any(bool(reports[r].get("partial")) for r in ranks)
-               or bool(environment["ranks_missing"]) or bool(failed))
+    partial = any(bool(reports[r].get("partial")) for r in ranks) or bool(environment["ranks_missing"]) or bool(failed)
     profile["partial"] = partial
     return {
         "findings": findings,
@@ -194,8 +197,9 @@ def merge_reports(reports: Mapping[int, Mapping[str, Any]], world_size: int,
     }
 
 
-def gather(report: Mapping[str, Any], *, rank: int, world_size: int, local_world_size: int,
-           timeout_s: float = DEFAULT_WAIT_S) -> dict[str, Any] | None:
+def gather(
+    report: Mapping[str, Any], *, rank: int, world_size: int, local_world_size: int, timeout_s: float = DEFAULT_WAIT_S
+) -> dict[str, Any] | None:
     """Exchange reports through the shared folder. Rank 0 gets the merged report, others ``None``.
 
     Rank 0 expects the ranks of its own node (``0 .. local_world_size-1``); others are reported
@@ -225,20 +229,23 @@ def describe_failure(failure: Mapping[str, Any]) -> str:
     if how == "raised":
         return f"raised {failure.get('exception')}{at}{after}"
     if how == "terminated":
-        return (f"stopped by {failure.get('signal', 'a signal')} (torchrun stops the other ranks "
-                f"when one fails){at}{after}")
+        return (
+            f"stopped by {failure.get('signal', 'a signal')} (torchrun stops the other ranks when one fails){at}{after}"
+        )
     if how == "killed":
         beat = f" (last heartbeat: step {step}{at})" if step is not None else ""
-        return (f"process {failure.get('pid')} ended without a report: killed by a signal it "
-                f"cannot catch (SIGKILL, e.g. the OOM killer) or os._exit{beat}")
+        return (
+            f"process {failure.get('pid')} ended without a report: killed by a signal it "
+            f"cannot catch (SIGKILL, e.g. the OOM killer) or os._exit{beat}"
+        )
     if how == "stalled":
-        inside = " (blocked inside torch, e.g. waiting in a collective)" if failure.get(
-            "in_torch") else ""
-        return (f"hung: no progress for {failure.get('seconds')} s{at}{after}{inside}; it "
-                f"reported and exited with code {EXIT_STALLED}")
+        inside = " (blocked inside torch, e.g. waiting in a collective)" if failure.get("in_torch") else ""
+        return (
+            f"hung: no progress for {failure.get('seconds')} s{at}{after}{inside}; it "
+            f"reported and exited with code {EXIT_STALLED}"
+        )
     if how == "no_report":
-        return (f"still running without a report {failure.get('seconds')} s after rank 0 "
-                f"finished{at}{after}")
+        return f"still running without a report {failure.get('seconds')} s after rank 0 finished{at}{after}"
     if how == "never_started":
         return "never started the doctor (no heartbeat)"
     if how == "exit":
@@ -277,8 +284,7 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
-def missing_rank_failures(ranks: Sequence[int], folder: str | None,
-                          waited_s: float) -> dict[int, dict[str, Any]]:
+def missing_rank_failures(ranks: Sequence[int], folder: str | None, waited_s: float) -> dict[int, dict[str, Any]]:
     """What happened to ranks without a report, from their heartbeats."""
     out: dict[int, dict[str, Any]] = {}
     for rank in ranks:
@@ -286,8 +292,12 @@ def missing_rank_failures(ranks: Sequence[int], folder: str | None,
         if beat is None:
             out[rank] = {"how": "never_started"}
             continue
-        info = {"pid": beat.get("pid"), "last_step": beat.get("step"), "where": beat.get("where"),
-                "time": beat.get("time")}
+        info = {
+            "pid": beat.get("pid"),
+            "last_step": beat.get("step"),
+            "where": beat.get("where"),
+            "time": beat.get("time"),
+        }
         if pid_alive(int(beat.get("pid", 0))):
             out[rank] = {"how": "no_report", "seconds": round(waited_s, 1), **info}
         else:
@@ -333,8 +343,9 @@ class RankGuard:
     (SIGTERM while the main thread is blocked, stall), after which the process exits.
     """
 
-    def __init__(self, session: Any, write_merged: Callable[[dict[str, Any]], None], *,
-                 base_report: Callable[[], dict[str, Any]]) -> None:
+    def __init__(
+        self, session: Any, write_merged: Callable[[dict[str, Any]], None], *, base_report: Callable[[], dict[str, Any]]
+    ) -> None:
         self.session = session
         self.write_merged = write_merged
         self.base_report = base_report
@@ -362,7 +373,7 @@ class RankGuard:
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> "RankGuard":
+    def start(self) -> RankGuard:
         try:
             os.makedirs(self.folder, exist_ok=True)
             self._beat()
@@ -371,8 +382,7 @@ class RankGuard:
                 self._wake_r, self._wake_w = os.pipe()
                 os.set_blocking(self._wake_w, False)
                 self._old_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
-            self._thread = threading.Thread(target=self._watch, name="traindoctor-rank-guard",
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._watch, name="traindoctor-rank-guard", daemon=True)
             self._thread.start()
         except Exception as exc:  # fail-open: the run goes on without the guard
             self.session.notes.append(f"rank guard not started: {type(exc).__name__}: {exc}")
@@ -405,9 +415,13 @@ class RankGuard:
         frame = None
         while tb is not None:
             frame, tb = tb.tb_frame, tb.tb_next
-        self.failure = {"how": "raised", "exception": f"{type(exc).__name__}: {exc}"[:300],
-                        "where": _where(frame), "last_step": int(self.session.step),
-                        "time": time.time()}
+        self.failure = {
+            "how": "raised",
+            "exception": f"{type(exc).__name__}: {exc}"[:300],
+            "where": _where(frame),
+            "last_step": int(self.session.step),
+            "time": time.time(),
+        }
 
     def run_script(self, run: Callable[..., Any], *args: Any) -> Any:
         """Run the user's script; SIGTERM interrupts it (and only it) with ``SystemExit``."""
@@ -419,8 +433,13 @@ class RankGuard:
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         if self.failure is None:
-            self.failure = {"how": "terminated", "signal": "SIGTERM", "where": _where(frame),
-                            "last_step": int(self.session.step), "time": time.time()}
+            self.failure = {
+                "how": "terminated",
+                "signal": "SIGTERM",
+                "where": _where(frame),
+                "last_step": int(self.session.step),
+                "time": time.time(),
+            }
         if self._in_script and not self._finishing:
             raise SystemExit(128 + signal.SIGTERM)
         # Otherwise the report is being written (bounded by wait_s): let it finish.
@@ -443,8 +462,12 @@ class RankGuard:
             return None
         self._stop.set()
         if self.failure is None and exit_code not in (0, None):
-            self.failure = {"how": "exit", "exit_code": exit_code,
-                            "last_step": int(self.session.step), "time": time.time()}
+            self.failure = {
+                "how": "exit",
+                "exit_code": exit_code,
+                "last_step": int(self.session.step),
+                "time": time.time(),
+            }
         if self.failure is not None:
             report["failure"] = self.failure
             report["partial"] = True
@@ -453,14 +476,24 @@ class RankGuard:
             # The others are probably blocked waiting for this rank; torchrun stops them (and
             # they report) only once this rank exits. Do not hold them for the full wait.
             wait_s = min(wait_s, 5.0)
-        return gather(report, rank=self.rank, world_size=int(self.session.world_size),
-                      local_world_size=int(self.session.local_world_size), timeout_s=wait_s)
+        return gather(
+            report,
+            rank=self.rank,
+            world_size=int(self.session.world_size),
+            local_world_size=int(self.session.local_world_size),
+            timeout_s=wait_s,
+        )
 
     # ------------------------------------------------------------------ guard thread
     def _beat(self) -> None:
         frame = sys._current_frames().get(self._main_ident) if self._main_ident else None
-        beat = {"pid": os.getpid(), "rank": self.rank, "step": int(self.session.step),
-                "where": _where(frame), "time": time.time()}
+        beat = {
+            "pid": os.getpid(),
+            "rank": self.rank,
+            "step": int(self.session.step),
+            "where": _where(frame),
+            "time": time.time(),
+        }
         tmp = f"{heartbeat_path(self.rank, self.folder)}.tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(beat, fh)
@@ -494,16 +527,18 @@ class RankGuard:
                     # SIGTERM arrived but the main thread did not unwind: it is blocked in C
                     # code (a collective). Report for it.
                     if self.failure is None:
-                        self.failure = {"how": "terminated", "signal": "SIGTERM",
-                                        "time": time.time()}
+                        self.failure = {"how": "terminated", "signal": "SIGTERM", "time": time.time()}
                     self._emergency(128 + signal.SIGTERM)
                     return
                 progress = (int(self.session.step), int(getattr(self.session.timer, "_batches", 0)))
                 if progress != self._progress:
                     self._progress, self._progress_t = progress, now
                 elif self.stall_s > 0 and progress[0] > 0 and now - self._progress_t > self.stall_s:
-                    self.failure = {"how": "stalled", "seconds": round(now - self._progress_t, 1),
-                                    "time": time.time() - (now - self._progress_t)}
+                    self.failure = {
+                        "how": "stalled",
+                        "seconds": round(now - self._progress_t, 1),
+                        "time": time.time() - (now - self._progress_t),
+                    }
                     self._emergency(EXIT_STALLED)
                     return
             except Exception as exc:  # fail-open: a broken guard never stops training
@@ -543,17 +578,21 @@ class RankGuard:
             report["environment"]["exit_code"] = exit_code
             report["failure"] = self.failure
             report["partial"] = True
-            merged = gather(report, rank=self.rank, world_size=int(self.session.world_size),
-                            local_world_size=int(self.session.local_world_size),
-                            timeout_s=min(self.wait_s, 20.0))
+            merged = gather(
+                report,
+                rank=self.rank,
+                world_size=int(self.session.world_size),
+                local_world_size=int(self.session.local_world_size),
+                timeout_s=min(self.wait_s, 20.0),
+            )
             if merged is not None:
                 self.write_merged(merged)
         except Exception as exc:
-            sys.stderr.write(f"traindoctor run: rank {self.rank}: could not write the report: "
-                             f"{type(exc).__name__}: {exc}\n")
+            sys.stderr.write(
+                f"traindoctor run: rank {self.rank}: could not write the report: {type(exc).__name__}: {exc}\n"
+            )
         finally:
-            sys.stderr.write(f"traindoctor run: rank {self.rank}: "
-                             f"{describe_failure(self.failure or {})}\n")
+            sys.stderr.write(f"traindoctor run: rank {self.rank}: {describe_failure(self.failure or {})}\n")
             sys.stderr.flush()
             sys.stdout.flush()
             self._emergency_exit.set()

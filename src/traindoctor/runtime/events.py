@@ -11,7 +11,8 @@ This module must not import torch.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from traindoctor.finding import Finding, Location, Origin
 
@@ -23,7 +24,7 @@ class Monitor:
     """Base class of the runtime half of a rule. Subclass it in the rule's own module."""
 
     #: The rule class (metadata and docs) this monitor reports for.
-    rule: ClassVar["type[Rule]"]
+    rule: ClassVar[type[Rule]]
 
     def __init__(self, session: Any) -> None:
         self.session = session

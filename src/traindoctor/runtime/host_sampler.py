@@ -63,8 +63,7 @@ class HostWorkSampler:
         deadline = time.monotonic() + MAX_SECONDS
         while not self._stop.wait(self.interval_s):
             self.wakeups += 1
-            if self.samples >= MAX_SAMPLES or self.wakeups > MAX_WAKEUPS \
-                    or time.monotonic() > deadline:
+            if self.samples >= MAX_SAMPLES or self.wakeups > MAX_WAKEUPS or time.monotonic() > deadline:
                 return
             if self.timer.phase != PHASE_OTHER:
                 continue
@@ -101,7 +100,6 @@ class HostWorkSampler:
             return []
         ranked = sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1]))[:limit]
         return [
-            {"file": f, "line": line, "function": func, "loop_line": loop,
-             "samples": n, "share": round(n / total, 3)}
+            {"file": f, "line": line, "function": func, "loop_line": loop, "samples": n, "share": round(n / total, 3)}
             for (f, line, func, loop), n in ranked
         ]

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Iterable
 from types import FrameType
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -33,7 +34,7 @@ class Site(tuple):  # type: ignore[type-arg]
 
     column: int | None
 
-    def __new__(cls, filename: str, row: int, column: int | None = None) -> "Site":
+    def __new__(cls, filename: str, row: int, column: int | None = None) -> Site:
         site = super().__new__(cls, (filename, row))
         site.column = column
         return site
@@ -226,7 +227,7 @@ def session_state(session: Any, key: str, factory: Callable[[], T]) -> T:
     if store is None:
         store = {}
         try:
-            setattr(session, "_td_live_state", store)
+            session._td_live_state = store
         except Exception:  # pragma: no cover - a session that refuses attributes
             return factory()
     if key not in store:

@@ -14,7 +14,8 @@ LoaderInfo`; this module turns them into the evidence the rules report, so every
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from traindoctor.runtime.live import fields_repr
 
@@ -22,7 +23,7 @@ from traindoctor.runtime.live import fields_repr
 class LoaderTiming:
     """Steady-state data-wait numbers of one loader."""
 
-    __slots__ = ("batches", "wait_s", "active_s")
+    __slots__ = ("active_s", "batches", "wait_s")
 
     batches: int
     wait_s: float
@@ -108,8 +109,13 @@ def pipeline(timing: LoaderTiming, info: Any, session: Any) -> Any:
     else:
         fetch_s = current * (timing.wait_ms_per_batch + timing.compute_ms_per_batch) / 1000.0
         fetch_cpu = None
-    return Pipeline(fetch_s=fetch_s, compute_s=compute_s, cores=cores_per_rank(session),
-                    threads=main_threads(), fetch_cpu_s=fetch_cpu)
+    return Pipeline(
+        fetch_s=fetch_s,
+        compute_s=compute_s,
+        cores=cores_per_rank(session),
+        threads=main_threads(),
+        fetch_cpu_s=fetch_cpu,
+    )
 
 
 def worker_advice(timing: LoaderTiming, info: Any, session: Any) -> Any:
@@ -158,7 +164,7 @@ def site(info: Any) -> dict[str, Any]:
 class LargeContainer:
     """A big Python container found on a dataset object."""
 
-    __slots__ = ("path", "type_name", "items", "approx_bytes")
+    __slots__ = ("approx_bytes", "items", "path", "type_name")
 
     path: str
     type_name: str

@@ -8,7 +8,7 @@ walks the same modules as :mod:`traindoctor.registry` and keeps the monitors who
 from __future__ import annotations
 
 import importlib
-from typing import Iterable
+from collections.abc import Iterable
 
 from traindoctor.registry import _iter_rule_modules, classes_defined_in
 from traindoctor.runtime.events import Monitor

@@ -12,7 +12,8 @@ Imports torch (through the recipes) lazily: call these functions from monitors o
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from traindoctor.runtime.live import fields_repr
 
@@ -21,7 +22,7 @@ MAX_NAMES = 10
 
 
 class ParamOwner:
-    __slots__ = ("name", "module", "local")
+    __slots__ = ("local", "module", "name")
 
     name: str
     module: Any
@@ -39,7 +40,7 @@ class ParamOwner:
 class DecayAudit:
     """The result of :func:`audit_optimizer`."""
 
-    __slots__ = ("decayed", "no_decay_total", "decays", "empty_zero_groups", "groups")
+    __slots__ = ("decayed", "decays", "empty_zero_groups", "groups", "no_decay_total")
 
     #: (name, kind) of no-decay parameters that sit in a group with weight_decay > 0, in model order.
     decayed: list[tuple[str, str]]
@@ -102,7 +103,7 @@ def owners(models: Iterable[Any]) -> dict[int, ParamOwner]:
 def _strip_wrappers(name: str) -> str:
     for prefix in ("module.", "_orig_mod."):
         while name.startswith(prefix):
-            name = name[len(prefix):]
+            name = name[len(prefix) :]
     return name
 
 

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from traindoctor.runtime.live import fields_repr
 
@@ -48,8 +49,19 @@ class StepRecord:
     """
 
     __slots__ = (
-        "index", "start", "end", "data_s", "transfer_s", "optimizer_s", "batches", "samples",
-        "backward_calls", "device_s", "forward_s", "backward_s", "closure_backward_calls",
+        "backward_calls",
+        "backward_s",
+        "batches",
+        "closure_backward_calls",
+        "data_s",
+        "device_s",
+        "end",
+        "forward_s",
+        "index",
+        "optimizer_s",
+        "samples",
+        "start",
+        "transfer_s",
     )
 
     index: int
@@ -308,11 +320,32 @@ class Profile:
     """
 
     __slots__ = (
-        "steps", "warmup_steps", "steady_steps", "run_s", "batches", "samples",
-        "step_s", "data_s", "transfer_s", "compute_s", "optimizer_s", "forward_s", "backward_s",
-        "other_s", "loader_seen", "optimizer_seen", "median_step_s", "device_step_s",
-        "samples_per_s", "backward_per_step", "memory", "host_work", "host_work_samples",
-        "verdict", "reason", "partial",
+        "backward_per_step",
+        "backward_s",
+        "batches",
+        "compute_s",
+        "data_s",
+        "device_step_s",
+        "forward_s",
+        "host_work",
+        "host_work_samples",
+        "loader_seen",
+        "median_step_s",
+        "memory",
+        "optimizer_s",
+        "optimizer_seen",
+        "other_s",
+        "partial",
+        "reason",
+        "run_s",
+        "samples",
+        "samples_per_s",
+        "steady_steps",
+        "step_s",
+        "steps",
+        "transfer_s",
+        "verdict",
+        "warmup_steps",
     )
 
     steps: int
@@ -347,8 +380,13 @@ class Profile:
     reason: str
     partial: bool
 
-    def __init__(self, run_s: float = 0.0, memory: dict[str, Any] | None = None,
-                 partial: bool = False, optimizer_seen: bool = True) -> None:
+    def __init__(
+        self,
+        run_s: float = 0.0,
+        memory: dict[str, Any] | None = None,
+        partial: bool = False,
+        optimizer_seen: bool = True,
+    ) -> None:
         """An empty profile (the "unknown" verdict); :func:`build_profile` fills it in."""
         self.run_s = run_s
         self.memory = {} if memory is None else memory
@@ -494,7 +532,7 @@ def build_profile(
     prof.samples = sum(r.samples for r in records) + loose_samples
     warm = cfg.get("profile.warmup_steps")
     prof.warmup_steps = default_warmup(len(records)) if warm is None else min(int(warm), len(records))
-    steady = list(records[prof.warmup_steps:])
+    steady = list(records[prof.warmup_steps :])
     prof.steady_steps = len(steady)
     if steady:
         n = len(steady)
@@ -552,15 +590,17 @@ def _verdict(prof: Profile) -> None:
     order = ["compute", "data", "transfer", "other"]  # ties go to compute (the benign case)
     top = max(parts, key=lambda k: (parts[k], -order.index(k)))
     share = parts[top] / prof.step_s
-    numbers = (f"({_ms(parts[top]):g} ms of {_ms(prof.step_s):g} ms per step, "
-               f"{prof.steady_steps} steady steps)")
+    numbers = f"({_ms(parts[top]):g} ms of {_ms(prof.step_s):g} ms per step, {prof.steady_steps} steady steps)"
     if not prof.optimizer_seen:
-        numbers += ("; no torch.optim optimizer stepped, so a step ends at backward() and the "
-                    "loop's own parameter update is in other host work")
+        numbers += (
+            "; no torch.optim optimizer stepped, so a step ends at backward() and the "
+            "loop's own parameter update is in other host work"
+        )
     if top == "other":
         prof.verdict = "host-bound" if prof.loader_seen else "data-bound"
-        what = ("the loop's own host work between forward, backward and optimizer.step() "
-                "(data preparation, logging, ...)")
+        what = (
+            "the loop's own host work between forward, backward and optimizer.step() (data preparation, logging, ...)"
+        )
         prof.reason = f"{what} takes {share:.0%} of step time {numbers}"
         if not prof.loader_seen:
             prof.reason += "; no DataLoader is used, so this is where the data path runs"
@@ -569,11 +609,9 @@ def _verdict(prof: Profile) -> None:
         return
     prof.verdict = f"{top}-bound"
     if prof.optimizer_seen:
-        compute = ("forward, backward and optimizer step" if prof.forward_s is not None
-                   else "compute and optimizer step")
+        compute = "forward, backward and optimizer step" if prof.forward_s is not None else "compute and optimizer step"
     else:
         compute = "forward and backward" if prof.forward_s is not None else "compute"
-    label = {"data": "waiting for the DataLoader", "transfer": "host-to-device copies",
-             "compute": compute}[top]
+    label = {"data": "waiting for the DataLoader", "transfer": "host-to-device copies", "compute": compute}[top]
     verb = "take" if label == "forward and backward" else "takes"
     prof.reason = f"{label} {verb} {share:.0%} of step time {numbers}"

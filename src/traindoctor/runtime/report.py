@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import linecache
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 #: The profile table's rows in display order: (per_step_ms key, label).
 _ROWS = (
@@ -23,6 +24,7 @@ _ROWS = (
     ("other", "other host work (data preparation, logging, ...)"),
 )
 _LABEL_WIDTH = 50
+
 
 def render_json(report: Mapping[str, Any]) -> str:
     """The report as indented JSON (keys in a fixed order, findings sorted)."""
@@ -103,8 +105,13 @@ def _table_rows(per: Mapping[str, Any], measured: Mapping[str, Any]) -> list[tup
             if measured.get("data_wait", per.get("data_wait") is not None):
                 rows.append((label, per.get("data_wait") or 0.0, ""))
             else:
-                rows.append((label, None, "no DataLoader read: the data path is in other host work"
-                             if split else "no DataLoader read"))
+                rows.append(
+                    (
+                        label,
+                        None,
+                        "no DataLoader read: the data path is in other host work" if split else "no DataLoader read",
+                    )
+                )
         elif key == "transfer":
             if per.get("transfer"):
                 rows.append((label, per["transfer"], ""))
@@ -112,14 +119,25 @@ def _table_rows(per: Mapping[str, Any], measured: Mapping[str, Any]) -> list[tup
             if split:
                 rows.append((label, per.get(key) or 0.0, ""))
             elif key == "forward":
-                rows.append(("forward + backward + other host work", per.get("compute") or 0.0,
-                             "(not separated: no nn.Module forward was seen)"))
+                rows.append(
+                    (
+                        "forward + backward + other host work",
+                        per.get("compute") or 0.0,
+                        "(not separated: no nn.Module forward was seen)",
+                    )
+                )
         elif key == "other":
             if split:
                 rows.append((label, per.get("other") or 0.0, ""))
         elif key == "optimizer" and not measured.get("optimizer", True):
-            rows.append((label, None, "no torch.optim optimizer stepped (the loop updates the "
-                         "parameters itself; that time is in other host work)"))
+            rows.append(
+                (
+                    label,
+                    None,
+                    "no torch.optim optimizer stepped (the loop updates the "
+                    "parameters itself; that time is in other host work)",
+                )
+            )
         else:
             rows.append((label, per.get(key) or 0.0, ""))
     return rows
@@ -156,8 +174,10 @@ def _profile_lines(profile: Mapping[str, Any]) -> list[str]:
             lines.append(f"  {'device (CUDA)':<{width}}{per['device']:>10.3f}")
     host = profile.get("host_work") or []
     if host:
-        lines.append(f"  other host work, sampled ({profile.get('host_work_samples', 0)} samples "
-                     "of the training thread between the timed calls):")
+        lines.append(
+            f"  other host work, sampled ({profile.get('host_work_samples', 0)} samples "
+            "of the training thread between the timed calls):"
+        )
         for item in host[:3]:
             where = f"{_relpath(str(item.get('file', '')))}:{item.get('line')}"
             func = item.get("function")
@@ -200,8 +220,7 @@ def render_text(report: Mapping[str, Any]) -> str:
         for f in findings:
             counts[f["severity"]] = counts.get(f["severity"], 0) + 1
         detail = ", ".join(
-            f"{counts[s]} {s}{'s' if counts[s] != 1 else ''}"
-            for s in ("error", "warning", "info") if s in counts
+            f"{counts[s]} {s}{'s' if counts[s] != 1 else ''}" for s in ("error", "warning", "info") if s in counts
         )
         noun = "finding" if len(findings) == 1 else "findings"
         out.append(f"Found {len(findings)} runtime {noun} ({detail}).")

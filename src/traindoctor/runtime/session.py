@@ -25,7 +25,8 @@ import threading
 import time
 import traceback
 import weakref
-from typing import Any, Callable, Iterable, Mapping, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from traindoctor.finding import Finding, sort_findings
 from traindoctor.runtime.device import DeviceInfo, usable_cores
@@ -57,25 +58,33 @@ def backward_records(marks: list[tuple[Any, ...]], started_at: float) -> list[St
     for mark in marks:
         t, data, transfer, batches, samples, fwd, bwd = mark
         if prev is None:
-            start, p_data, p_transfer, p_batches, p_samples, p_fwd, p_bwd = (
-                started_at, 0.0, 0.0, 0, 0, None, 0.0)
+            start, p_data, p_transfer, p_batches, p_samples, p_fwd, p_bwd = (started_at, 0.0, 0.0, 0, 0, None, 0.0)
         else:
             start, p_data, p_transfer, p_batches, p_samples, p_fwd, p_bwd = prev
-        records.append(StepRecord(
-            index=len(records) + 1, start=start, end=t, data_s=data - p_data,
-            transfer_s=transfer - p_transfer, optimizer_s=0.0, batches=batches - p_batches,
-            samples=samples - p_samples, backward_calls=1,
-            forward_s=None if fwd is None or p_fwd is None else fwd - p_fwd,
-            backward_s=None if fwd is None or p_fwd is None else bwd - p_bwd,
-        ))
+        records.append(
+            StepRecord(
+                index=len(records) + 1,
+                start=start,
+                end=t,
+                data_s=data - p_data,
+                transfer_s=transfer - p_transfer,
+                optimizer_s=0.0,
+                batches=batches - p_batches,
+                samples=samples - p_samples,
+                backward_calls=1,
+                forward_s=None if fwd is None or p_fwd is None else fwd - p_fwd,
+                backward_s=None if fwd is None or p_fwd is None else bwd - p_bwd,
+            )
+        )
         prev = mark
     return records
 
+
 _ACTIVE_LOCK = threading.Lock()
-_ACTIVE: "Session | None" = None
+_ACTIVE: Session | None = None
 
 
-def active_session() -> "Session | None":
+def active_session() -> Session | None:
     """The session currently watching this process, if any."""
     return _ACTIVE
 
@@ -125,13 +134,16 @@ def training_reference(
     """
     out: dict[str, Any] = {}
     if reference_batch is not None:
-        if isinstance(reference_batch, bool) or not isinstance(reference_batch, int) \
-                or reference_batch <= 0:
+        if isinstance(reference_batch, bool) or not isinstance(reference_batch, int) or reference_batch <= 0:
             raise ValueError(f"watch(reference_batch=...) must be a positive int, got {reference_batch!r}")
         out["reference_batch"] = reference_batch
     if reference_lr is not None:
-        if isinstance(reference_lr, bool) or not isinstance(reference_lr, (int, float)) \
-                or not reference_lr > 0 or reference_lr == float("inf"):
+        if (
+            isinstance(reference_lr, bool)
+            or not isinstance(reference_lr, (int, float))
+            or not reference_lr > 0
+            or reference_lr == float("inf")
+        ):
             raise ValueError(f"watch(reference_lr=...) must be a positive number, got {reference_lr!r}")
         out["reference_lr"] = float(reference_lr)
     if no_decay is not None:
@@ -139,9 +151,7 @@ def training_reference(
         try:
             patterns = list(items)
         except TypeError:
-            raise ValueError(
-                f"watch(no_decay=...) must be a list of name patterns, got {no_decay!r}"
-            ) from None
+            raise ValueError(f"watch(no_decay=...) must be a list of name patterns, got {no_decay!r}") from None
         if not all(isinstance(p, str) for p in patterns):
             raise ValueError(f"watch(no_decay=...) must hold strings, got {no_decay!r}")
         out["no_decay"] = no_decay if isinstance(no_decay, str) else patterns
@@ -178,8 +188,7 @@ class Session:
         self._ignore = list(ignore or [])
         self.thresholds: dict[str, Any] = dict(thresholds or {})
         self.thresholds.update(
-            training_reference(reference_batch=reference_batch, reference_lr=reference_lr,
-                               no_decay=no_decay)
+            training_reference(reference_batch=reference_batch, reference_lr=reference_lr, no_decay=no_decay)
         )
         self._device_override = device
         self._monitor_classes = list(monitors) if monitors is not None else None
@@ -199,7 +208,7 @@ class Session:
         self.monitors: list[Monitor] = []
         self.probes: list[Any] = []
         self.loaders: list[Any] = []
-        self.models: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self.models: weakref.WeakSet[Any] = weakref.WeakSet()
         self._optimizers: list[weakref.ReferenceType[Any]] = []
         self._optimizer_ids: dict[int, weakref.ReferenceType[Any]] = {}
         self.findings: list[Finding] = []
@@ -225,7 +234,7 @@ class Session:
         self._loose_samples = 0
         self._loose_wait = 0.0
         self._cuda_clock: Any = None
-        self._optimizer_sites: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+        self._optimizer_sites: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self._loop_code: Any = None
         self._loop_code_looked = False
         self._sampler: Any = None
@@ -251,7 +260,7 @@ class Session:
         return [o for o in (ref() for ref in self._optimizers) if o is not None]
 
     # ---------------------------------------------------------------- context manager
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         self.start()
         return self
 
@@ -289,7 +298,8 @@ class Session:
             return
         if exc_type is not None and not issubclass(exc_type, SystemExit):
             self.mark_partial(
-                "the run was interrupted" if issubclass(exc_type, KeyboardInterrupt)
+                "the run was interrupted"
+                if issubclass(exc_type, KeyboardInterrupt)
                 else f"the script raised {exc_type.__name__}"
             )
         self.ended_at = time.perf_counter()
@@ -466,9 +476,17 @@ class Session:
         ended (the timer's running totals): a loop that updates the parameters itself (as
         pytorch/examples' word_language_model) is then profiled step by ``backward()``."""
         t = self.timer
-        self._backward_marks.append((time.perf_counter(), t._data, t._transfer, t._batches,
-                                     t._samples, t.forward_total if t.forward_seen else None,
-                                     t.backward_total))
+        self._backward_marks.append(
+            (
+                time.perf_counter(),
+                t._data,
+                t._transfer,
+                t._batches,
+                t._samples,
+                t.forward_total if t.forward_seen else None,
+                t.backward_total,
+            )
+        )
 
     def record_model(self, module: Any) -> None:
         if module not in self.models:
@@ -517,8 +535,7 @@ class Session:
         if record is not None:
             self.step = record.index
             index = record.index
-            if self._sampler is None and index >= 3 and (
-                    index <= 8 or index & (index - 1) == 0 or index % 50 == 0):
+            if self._sampler is None and index >= 3 and (index <= 8 or index & (index - 1) == 0 or index % 50 == 0):
                 self._maybe_sample_host_work(record)  # steps 3-8, 16, 32, 50, 64, 100, ...
             for listener in self._step_listeners:
                 try:
@@ -540,8 +557,11 @@ class Session:
     @property
     def trained(self) -> bool:
         """Whether the run trained at all: an optimizer step or a ``backward()`` was seen."""
-        return bool(self.timer.records) or self.timer.backward_calls > 0 \
+        return (
+            bool(self.timer.records)
+            or self.timer.backward_calls > 0
             or any(getattr(info, "feeds_training", False) for info in self.loaders)
+        )
 
     def training_loaders(self) -> list[Any]:
         """Loaders whose batches fed training (``backward()`` or an optimizer step followed

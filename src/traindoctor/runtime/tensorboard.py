@@ -9,7 +9,8 @@ samples/s and memory, at ``global_step`` = the optimizer step. TensorBoard is op
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 MISSING_TENSORBOARD = (
     "--tensorboard needs the tensorboard package: pip install tensorboard "
@@ -47,8 +48,7 @@ def scalars(point: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def write_events(timeline: Sequence[Mapping[str, Any]], logdir: str,
-                 profile: Mapping[str, Any] | None = None) -> int:
+def write_events(timeline: Sequence[Mapping[str, Any]], logdir: str, profile: Mapping[str, Any] | None = None) -> int:
     """Write one event per scalar per step into ``logdir``; returns the number of scalars."""
     from torch.utils.tensorboard import SummaryWriter
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 #: Most points a timeline holds; longer runs are grouped into consecutive buckets.
 MAX_POINTS = 300
@@ -90,8 +91,7 @@ class MemorySampler:
     which does not synchronise, once the run used CUDA). :meth:`close` releases the file.
     """
 
-    def __init__(self, session: Any = None, cap: int = MEMORY_CAP,
-                 interval_s: float = MEMORY_INTERVAL_S) -> None:
+    def __init__(self, session: Any = None, cap: int = MEMORY_CAP, interval_s: float = MEMORY_INTERVAL_S) -> None:
         """``session``: whose ``uses_cuda`` says whether CUDA memory is sampled too (None: never)."""
         self.samples: list[dict[str, Any]] = []
         self.stride = 1
@@ -164,7 +164,7 @@ def build_timeline(
     last_mem: Mapping[str, Any] | None = None
     out: list[dict[str, Any]] = []
     for lo in range(0, n, size):
-        group = records[lo:lo + size]
+        group = records[lo : lo + size]
         rows = [r.to_dict() for r in group]
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}

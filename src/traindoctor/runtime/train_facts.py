@@ -32,8 +32,9 @@ def most_common(counts: dict[int, int]) -> int | None:
     return max(counts.items(), key=lambda kv: (kv[1], kv[0]))[0]
 
 
-def leading_dims(layers: list[LayerStats], *, training: bool = True, grad: bool | None = True,
-                 ndim: int | None = None) -> dict[int, int]:
+def leading_dims(
+    layers: list[LayerStats], *, training: bool = True, grad: bool | None = True, ndim: int | None = None
+) -> dict[int, int]:
     """Counts of the input's leading dimension over the forwards of ``layers``."""
     out: dict[int, int] = {}
     for rec in layers:
@@ -88,7 +89,7 @@ class StepFacts:
         return fields_repr(self, self.__slots__)
 
     @classmethod
-    def of(cls, session: Any) -> "StepFacts":
+    def of(cls, session: Any) -> StepFacts:
         """The facts of ``session``'s finished steps."""
         facts = cls()
         for record in getattr(session, "records", None) or ():
@@ -97,8 +98,7 @@ class StepFacts:
 
     def add(self, record: Any) -> None:
         try:
-            self.backward_calls.append(int(getattr(record, "accumulated_backward_calls",
-                                                   record.backward_calls)))
+            self.backward_calls.append(int(getattr(record, "accumulated_backward_calls", record.backward_calls)))
         except Exception:
             pass
 
@@ -119,7 +119,7 @@ def samples_per_step(session: Any) -> int | None:
 
 
 class EffectiveBatch:
-    __slots__ = ("per_process", "world_size", "accumulation", "per_forward", "source")
+    __slots__ = ("accumulation", "per_forward", "per_process", "source", "world_size")
 
     per_process: int
     world_size: int
@@ -127,8 +127,9 @@ class EffectiveBatch:
     per_forward: int | None
     source: str
 
-    def __init__(self, per_process: int, world_size: int, accumulation: int,
-                 per_forward: int | None, source: str) -> None:
+    def __init__(
+        self, per_process: int, world_size: int, accumulation: int, per_forward: int | None, source: str
+    ) -> None:
         self.per_process = per_process
         self.world_size = world_size
         self.accumulation = accumulation
@@ -178,7 +179,7 @@ def _lr_value(value: Any) -> float | None:
 class LrTrace:
     """Learning rates of the primary optimizer's groups at its first steps, and the peak."""
 
-    __slots__ = ("keep", "first", "peak", "steps", "optimizer_ref", "optimizer_name")
+    __slots__ = ("first", "keep", "optimizer_name", "optimizer_ref", "peak", "steps")
 
     keep: int
     first: list[list[float]]

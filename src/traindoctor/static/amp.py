@@ -16,14 +16,15 @@ silent.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from traindoctor.static.args import MISSING, UNKNOWN, find_arg
 from traindoctor.static.frameworks import framework_backward_unscaled
 from traindoctor.static.names import dotted
-from traindoctor.static.vocab import BFLOAT16, DTYPE_NAMES, FLOAT16, FLOAT32  # re-exported
+from traindoctor.static.vocab import BFLOAT16, DTYPE_NAMES, FLOAT16  # re-exported
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -54,7 +55,11 @@ GRAD_SCALERS: frozenset[str] = frozenset(
     }
 )
 GRAD_SCALER_SIGNATURE: tuple[str, ...] = (
-    "init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled",
+    "init_scale",
+    "growth_factor",
+    "backoff_factor",
+    "growth_interval",
+    "enabled",
 )
 #: Gradient clipping functions that read ``.grad`` (and so see scaled gradients).
 CLIP_FUNCTIONS: frozenset[str] = frozenset(
@@ -130,7 +135,7 @@ class Backward:
     loss: ast.expr | None
     #: Dotted name of the scaler for "scaled" backwards.
     scaler: str | None
-    facts: "AmpFacts" = field(repr=False)
+    facts: AmpFacts = field(repr=False)
 
     @cached_property
     def scope(self) -> ast.AST:
@@ -152,7 +157,7 @@ class ScalerConstruction:
 class AmpFacts:
     """Everything the AMP rules need to know about one file (see :func:`amp_facts`)."""
 
-    ctx: "FileContext"
+    ctx: FileContext
     _taint_cache: dict[int, frozenset[str]] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ scopes
@@ -237,11 +242,7 @@ class AmpFacts:
         partial = expr.func
         if isinstance(partial, ast.Name):
             partial = ctx.binding(partial)
-        if (
-            isinstance(partial, ast.Call)
-            and ctx.qualname(partial.func) == "functools.partial"
-            and partial.args
-        ):
+        if isinstance(partial, ast.Call) and ctx.qualname(partial.func) == "functools.partial" and partial.args:
             inner = ctx.qualname(partial.args[0])
             if inner in AUTOCAST_DEVICE:
                 merged = ast.Call(
@@ -372,11 +373,7 @@ class AmpFacts:
             recv = func.value
             if ctx.qualname(func) == "torch.autograd.backward":
                 out.append(Backward(call, "direct", call.args[0] if call.args else None, None, self))
-            elif (
-                isinstance(recv, ast.Call)
-                and isinstance(recv.func, ast.Attribute)
-                and recv.func.attr == "scale"
-            ):
+            elif isinstance(recv, ast.Call) and isinstance(recv.func, ast.Attribute) and recv.func.attr == "scale":
                 loss = recv.args[0] if recv.args else None
                 out.append(Backward(call, "scaled", loss, dotted(recv.func.value), self))
             elif call.args:
@@ -486,7 +483,7 @@ def mentions(expr: ast.AST) -> set[str]:
     return out
 
 
-def exclusive(ctx: "FileContext", a: ast.AST, b: ast.AST) -> bool:
+def exclusive(ctx: FileContext, a: ast.AST, b: ast.AST) -> bool:
     """Whether ``a`` and ``b`` sit in different branches of one ``if`` (never both run)."""
     branches: dict[int, str] = {}
     for node, anc in _with_parents(ctx, a):
@@ -498,7 +495,7 @@ def exclusive(ctx: "FileContext", a: ast.AST, b: ast.AST) -> bool:
     return False
 
 
-def _with_parents(ctx: "FileContext", node: ast.AST) -> Iterator[tuple[ast.AST, ast.AST]]:
+def _with_parents(ctx: FileContext, node: ast.AST) -> Iterator[tuple[ast.AST, ast.AST]]:
     child = node
     for anc in ctx.ancestors(node):
         yield child, anc
@@ -513,7 +510,7 @@ def _branch(stmt: ast.If, child: ast.AST) -> str:
     return "test"
 
 
-def amp_facts(ctx: "FileContext") -> AmpFacts:
+def amp_facts(ctx: FileContext) -> AmpFacts:
     """The (cached) mixed-precision analysis of one file."""
     return ctx.shared("amp", AmpFacts)
 
@@ -521,19 +518,28 @@ def amp_facts(ctx: "FileContext") -> AmpFacts:
 # ---------------------------------------------------------------------- modules vs tensors
 #: Methods that return the same module (``model.cuda().half()``): walked through to the root.
 _MODULE_CHAIN = frozenset(
-    {"to", "cuda", "cpu", "half", "float", "bfloat16", "double", "train", "eval",
-     "requires_grad_", "type", "share_memory", "to_empty"}
+    {
+        "to",
+        "cuda",
+        "cpu",
+        "half",
+        "float",
+        "bfloat16",
+        "double",
+        "train",
+        "eval",
+        "requires_grad_",
+        "type",
+        "share_memory",
+        "to_empty",
+    }
 )
 _NOT_MODULES = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.Buffer"})
 
 
 def chain_root(expr: ast.expr) -> ast.expr:
     """``Net().cuda().half()`` -> ``Net()``; ``model.to(dev)`` -> ``model``."""
-    while (
-        isinstance(expr, ast.Call)
-        and isinstance(expr.func, ast.Attribute)
-        and expr.func.attr in _MODULE_CHAIN
-    ):
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _MODULE_CHAIN:
         expr = expr.func.value
     return expr
 
@@ -547,7 +553,7 @@ class ModuleIndex:
     ``.modules()`` on it. Tensors have none of these.
     """
 
-    def __init__(self, ctx: "FileContext") -> None:
+    def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self.module_classes = self._module_classes()
         self.with_parameters = {

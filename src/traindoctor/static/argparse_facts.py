@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 class ArgparseFacts:
     """Options a file declares and the names its parsed arguments are bound to."""
 
-    def __init__(self, ctx: "FileContext") -> None:
+    def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
 
     @cached_property
@@ -64,13 +64,17 @@ class ArgparseFacts:
         """Attributes the file stores on a plain name (``args.workers = ...``, ``args.lr *= k``,
         ``setattr(args, "lr", v)``): such an option's argparse default is not its value."""
         out = {
-            n.attr for n in self.ctx.of(ast.Attribute)
+            n.attr
+            for n in self.ctx.of(ast.Attribute)
             if isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name) and n.value.id not in ("self", "cls")
         }
         for call in self.ctx.of(ast.Call):
             if (
-                isinstance(call.func, ast.Name) and call.func.id == "setattr" and len(call.args) >= 2
-                and isinstance(call.args[0], ast.Name) and isinstance(call.args[1], ast.Constant)
+                isinstance(call.func, ast.Name)
+                and call.func.id == "setattr"
+                and len(call.args) >= 2
+                and isinstance(call.args[0], ast.Name)
+                and isinstance(call.args[1], ast.Constant)
                 and isinstance(call.args[1].value, str)
             ):
                 out.add(call.args[1].value)
@@ -105,4 +109,3 @@ class ArgparseFacts:
         if first is UNKNOWN or any(d != first for d in defaults[1:]):
             return UNKNOWN
         return first
-

@@ -29,17 +29,32 @@ MISSING = _Sentinel("MISSING")
 #: The argument may be passed but we cannot see how (``*args``, opaque ``**kwargs``).
 UNKNOWN = _Sentinel("UNKNOWN")
 
-ArgResult = Union[ast.expr, _Sentinel]
+ArgResult = Union[ast.expr, _Sentinel]  # noqa: UP007 - a runtime alias
 
 #: Positional parameter order of the callables rules read (keyword-only ones are omitted).
 SIGNATURES: dict[str, tuple[str, ...]] = {
     "torch.utils.data.DataLoader": (
-        "dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "num_workers",
-        "collate_fn", "pin_memory", "drop_last", "timeout", "worker_init_fn",
-        "multiprocessing_context", "generator",
+        "dataset",
+        "batch_size",
+        "shuffle",
+        "sampler",
+        "batch_sampler",
+        "num_workers",
+        "collate_fn",
+        "pin_memory",
+        "drop_last",
+        "timeout",
+        "worker_init_fn",
+        "multiprocessing_context",
+        "generator",
     ),
     "torch.utils.data.DistributedSampler": (
-        "dataset", "num_replicas", "rank", "shuffle", "seed", "drop_last",
+        "dataset",
+        "num_replicas",
+        "rank",
+        "shuffle",
+        "seed",
+        "drop_last",
     ),
     "torch.optim.SGD": ("params", "lr", "momentum", "dampening", "weight_decay", "nesterov"),
     "torch.optim.Adam": ("params", "lr", "betas", "eps", "weight_decay", "amsgrad"),
@@ -54,10 +69,8 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "torch.autocast": ("device_type", "dtype", "enabled", "cache_enabled"),
     "torch.cuda.amp.autocast": ("enabled", "dtype", "cache_enabled"),
     "torch.cpu.amp.autocast": ("enabled", "dtype", "cache_enabled"),
-    "torch.amp.GradScaler": ("device", "init_scale", "growth_factor", "backoff_factor",
-                             "growth_interval", "enabled"),
-    "torch.cuda.amp.GradScaler": ("init_scale", "growth_factor", "backoff_factor",
-                                  "growth_interval", "enabled"),
+    "torch.amp.GradScaler": ("device", "init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled"),
+    "torch.cuda.amp.GradScaler": ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled"),
     "torch.save": ("obj", "f", "pickle_module", "pickle_protocol"),
     "torch.load": ("f", "map_location", "pickle_module"),
     "torch.nn.utils.clip_grad_norm_": ("parameters", "max_norm", "norm_type"),

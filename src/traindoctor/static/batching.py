@@ -28,7 +28,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
 
 
-
 def eval_named(text: str) -> bool:
     """``val_loader``, ``testset``, ``self.eval_dl``: text whose words say evaluation."""
     return is_evaluation_name(text)
@@ -42,12 +41,12 @@ class LoaderBatch:
     node: ast.expr
     value: Any
 
-    def anchor(self, ctx: "FileContext") -> ast.AST:
+    def anchor(self, ctx: FileContext) -> ast.AST:
         """Where to report: the argument when it is written in the call, else the call."""
         return self.node if ctx.within(self.node, self.loader) else self.loader
 
 
-def training_batches(ctx: "FileContext") -> list[LoaderBatch]:
+def training_batches(ctx: FileContext) -> list[LoaderBatch]:
     """Training loaders (see :mod:`traindoctor.static.loaders`) that pass ``batch_size``, in source order.
 
     Test files have none: batch-size advice about test code is noise.
@@ -61,17 +60,14 @@ def training_batches(ctx: "FileContext") -> list[LoaderBatch]:
     return out
 
 
-def trains(ctx: "FileContext") -> bool:
+def trains(ctx: FileContext) -> bool:
     """The file runs backward passes (a training script, not inference) and is not test code."""
     if is_test_file(ctx.filename):
         return False
     if ctx.method_calls("backward") or ctx.method_calls("manual_backward"):
         return True
     # Lightning's automatic optimization: the Trainer runs backward on what training_step returns.
-    return any(
-        fn.name == "training_step" and is_lightning_class(ctx, ctx.parent(fn))
-        for fn in ctx.of(ast.FunctionDef)
-    )
+    return any(fn.name == "training_step" and is_lightning_class(ctx, ctx.parent(fn)) for fn in ctx.of(ast.FunctionDef))
 
 
 # ---------------------------------------------------------------- accumulation
@@ -88,20 +84,22 @@ def _accum_named(node: ast.AST) -> bool:
     return "accum" in text or "grad_acc" in text or "accumulat" in text
 
 
-def _factor(ctx: "FileContext", node: ast.AST) -> Any:
+def _factor(ctx: FileContext, node: ast.AST) -> Any:
     v = ctx.value(node)
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return UNKNOWN
     return v
 
 
-def accumulation(ctx: "FileContext") -> Accumulation | None:
+def accumulation(ctx: FileContext) -> Accumulation | None:
     """The first evidence of gradient accumulation (a known factor of 1 is not accumulation)."""
     found: list[Accumulation] = []
-    for qn, kw in (("accelerate.Accelerator", "gradient_accumulation_steps"),
-                   ("lightning.Trainer", "accumulate_grad_batches"),
-                   ("lightning.pytorch.Trainer", "accumulate_grad_batches"),
-                   ("pytorch_lightning.Trainer", "accumulate_grad_batches")):
+    for qn, kw in (
+        ("accelerate.Accelerator", "gradient_accumulation_steps"),
+        ("lightning.Trainer", "accumulate_grad_batches"),
+        ("lightning.pytorch.Trainer", "accumulate_grad_batches"),
+        ("pytorch_lightning.Trainer", "accumulate_grad_batches"),
+    ):
         for call in ctx.calls_to(qn):
             node = ctx.arg(call, kw)
             if node is not MISSING and node is not UNKNOWN:
@@ -116,7 +114,7 @@ def accumulation(ctx: "FileContext") -> Accumulation | None:
             found.append(Accumulation(node, _factor(ctx, node.value)))
     for node in ctx.of(ast.If):
         divisor = _modulo_divisor(node.test)
-        if divisor is None or isinstance(divisor, ast.Constant) and divisor.value == 1:
+        if divisor is None or (isinstance(divisor, ast.Constant) and divisor.value == 1):
             continue
         if any(_is_optimizer_step(ctx, s) for s in node.body) and ctx.enclosing_loops(node):
             found.append(Accumulation(node, _factor(ctx, divisor)))
@@ -125,7 +123,7 @@ def accumulation(ctx: "FileContext") -> Accumulation | None:
     return found[0] if found else None
 
 
-def _is_optimizer_step(ctx: "FileContext", stmt: ast.stmt) -> bool:
+def _is_optimizer_step(ctx: FileContext, stmt: ast.stmt) -> bool:
     """``optimizer.step()`` / ``scaler.step(optimizer)`` as a statement."""
     if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
         return False
@@ -144,34 +142,42 @@ def _modulo_divisor(test: ast.expr) -> ast.expr | None:
             if d is not None:
                 return d
         return None
-    if (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
-            and isinstance(test.left, ast.BinOp) and isinstance(test.left.op, ast.Mod)
-            and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == 0):
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Eq)
+        and isinstance(test.left, ast.BinOp)
+        and isinstance(test.left.op, ast.Mod)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == 0
+    ):
         return test.left.right
     return None
 
 
 # ---------------------------------------------------------------- data parallelism
 _DISTRIBUTED = (
-    "torch.nn.parallel.DistributedDataParallel", "torch.distributed.init_process_group",
-    "torch.distributed.fsdp.FullyShardedDataParallel", "torch.distributed.fsdp.fully_shard",
-    "torch.distributed.fsdp.FullyShardedDataParallel", "accelerate.Accelerator",
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.distributed.init_process_group",
+    "torch.distributed.fsdp.FullyShardedDataParallel",
+    "torch.distributed.fsdp.fully_shard",
+    "torch.distributed.fsdp.FullyShardedDataParallel",
+    "accelerate.Accelerator",
     "horovod.torch.init",
 )
 
 
-def distributed(ctx: "FileContext") -> ast.Call | None:
+def distributed(ctx: FileContext) -> ast.Call | None:
     """The first call that makes this script data-parallel over several processes, if any."""
     calls = ctx.calls_to(*_DISTRIBUTED)
     for call in calls:
-        if (ctx.qualname(call.func) == "accelerate.Accelerator"
-                and ctx.value(ctx.arg(call, "split_batches")) is True):
+        if ctx.qualname(call.func) == "accelerate.Accelerator" and ctx.value(ctx.arg(call, "split_batches")) is True:
             continue
         return call
     return None
 
 
-def _per_node_divisor(ctx: "FileContext", node: ast.AST) -> bool:
+def _per_node_divisor(ctx: FileContext, node: ast.AST) -> bool:
     """``ngpus_per_node`` / ``local_world_size`` / ``torch.cuda.device_count()``: GPUs of one node."""
     for sub in ast.walk(node):
         if isinstance(sub, (ast.Name, ast.Attribute)):
@@ -183,7 +189,7 @@ def _per_node_divisor(ctx: "FileContext", node: ast.AST) -> bool:
     return False
 
 
-def per_node_split(ctx: "FileContext") -> ast.AST | None:
+def per_node_split(ctx: FileContext) -> ast.AST | None:
     """The ImageNet-example shape: ``batch_size = batch_size / ngpus_per_node`` while
     ``world_size = ngpus_per_node * world_size`` (nodes): the batch is total *per node*, so on
     several nodes the global batch grows with the node count. The assignment, or None."""
@@ -201,7 +207,9 @@ def per_node_split(ctx: "FileContext") -> ast.AST | None:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         if not any("batch" in ctx.segment(t).lower() for t in targets):
             continue
-        divisions = [n for n in ast.walk(node.value) if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.FloorDiv))]
+        divisions = [
+            n for n in ast.walk(node.value) if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.FloorDiv))
+        ]
         if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Div, ast.FloorDiv)):
             divisions.append(node.value)  # type: ignore[arg-type]
             divisors = [node.value]
@@ -212,7 +220,7 @@ def per_node_split(ctx: "FileContext") -> ast.AST | None:
     return None
 
 
-def splits_global_batch(ctx: "FileContext") -> bool:
+def splits_global_batch(ctx: FileContext) -> bool:
     """The per-process batch is derived by dividing a global batch (``batch // world_size``).
 
     Then the effective batch stays what the user asked for and nothing grows implicitly.
@@ -240,8 +248,20 @@ def splits_global_batch(ctx: "FileContext") -> bool:
 
 
 # ---------------------------------------------------------------- learning rate
-_SCALE_WORDS = ("batch", "world", "accum", "num_processes", "ngpu", "n_gpu", "num_gpu", "gpus",
-                "nprocs", "num_replicas", "nodes", "devices")
+_SCALE_WORDS = (
+    "batch",
+    "world",
+    "accum",
+    "num_processes",
+    "ngpu",
+    "n_gpu",
+    "num_gpu",
+    "gpus",
+    "nprocs",
+    "num_replicas",
+    "nodes",
+    "devices",
+)
 
 
 def lr_named(name: str) -> bool:
@@ -268,7 +288,7 @@ def _identifiers(node: ast.AST) -> list[str]:
     return out
 
 
-def lr_related_to_batch(ctx: "FileContext") -> bool:
+def lr_related_to_batch(ctx: FileContext) -> bool:
     """Some statement relates the LR to batch size, world size or accumulation (or edits it later).
 
     ``lr = base_lr * batch_size / 256``, ``args.lr *= world_size``, ``scale_lr(...)``,
@@ -293,15 +313,18 @@ def lr_related_to_batch(ctx: "FileContext") -> bool:
             if kw.arg and lr_named(kw.arg) and any(_scale_named(i) for i in _identifiers(kw.value)):
                 return True
     for call in ctx.method_calls("add_argument"):
-        if any(lr_named(a.value.lstrip("-").replace("-", "_")) for a in call.args
-               if isinstance(a, ast.Constant) and isinstance(a.value, str)):
+        if any(
+            lr_named(a.value.lstrip("-").replace("-", "_"))
+            for a in call.args
+            if isinstance(a, ast.Constant) and isinstance(a.value, str)
+        ):
             help_text = " ".join(ctx.segment(k.value) for k in call.keywords if k.arg == "help").lower()
             if any(w in help_text for w in ("scaled", "per 256", "batch size", "world size")):
                 return True
     return False
 
 
-def _scaled_value(ctx: "FileContext", value: ast.AST) -> bool:
+def _scaled_value(ctx: FileContext, value: ast.AST) -> bool:
     """Whether a value, or a local name it reads (one hop), mentions batch/world/accumulation."""
     ids = _identifiers(value)
     if any(_scale_named(i) for i in ids):
@@ -320,7 +343,7 @@ def _scaled_value(ctx: "FileContext", value: ast.AST) -> bool:
     return False
 
 
-def plain_lr(ctx: "FileContext", node: ast.AST, _depth: int = 0) -> bool:
+def plain_lr(ctx: FileContext, node: ast.AST, _depth: int = 0) -> bool:
     """An LR passed unchanged: a literal, or a name/argparse option that leads to one."""
     if _depth > 6:
         return False
@@ -339,36 +362,47 @@ def plain_lr(ctx: "FileContext", node: ast.AST, _depth: int = 0) -> bool:
 
 # ---------------------------------------------------------------- warmup
 _WARMUP_SCHEDULERS = (
-    "torch.optim.lr_scheduler.LinearLR", "torch.optim.lr_scheduler.OneCycleLR",
-    "torch.optim.lr_scheduler.SequentialLR", "torch.optim.lr_scheduler.CyclicLR",
+    "torch.optim.lr_scheduler.LinearLR",
+    "torch.optim.lr_scheduler.OneCycleLR",
+    "torch.optim.lr_scheduler.SequentialLR",
+    "torch.optim.lr_scheduler.CyclicLR",
     "torch.optim.lr_scheduler.ChainedScheduler",
 )
 
 
-def has_warmup(ctx: "FileContext") -> bool:
+def has_warmup(ctx: FileContext) -> bool:
     """The file ramps the LR up somewhere (or may: anything named warmup counts)."""
     if ctx.calls_to(*_WARMUP_SCHEDULERS):
         return True
     for node in ctx.of(ast.Name, ast.Attribute, ast.keyword, ast.FunctionDef, ast.Constant, ast.arg):
-        text = (getattr(node, "id", None) or getattr(node, "attr", None) or getattr(node, "arg", None)
-                or getattr(node, "name", None) or getattr(node, "value", None))
+        text = (
+            getattr(node, "id", None)
+            or getattr(node, "attr", None)
+            or getattr(node, "arg", None)
+            or getattr(node, "name", None)
+            or getattr(node, "value", None)
+        )
         if isinstance(text, str) and ("warmup" in text.lower() or "warm_up" in text.lower()):
             return True
     for call in ctx.calls_to("torch.optim.lr_scheduler.LambdaLR", "torch.optim.lr_scheduler.MultiplicativeLR"):
         for sub in ast.walk(call):
             if isinstance(sub, ast.Lambda) and any(
-                isinstance(n, (ast.Compare, ast.IfExp)) or (isinstance(n, ast.Call) and dotted(n.func) in ("min", "max"))
+                isinstance(n, (ast.Compare, ast.IfExp))
+                or (isinstance(n, ast.Call) and dotted(n.func) in ("min", "max"))
                 for n in ast.walk(sub.body)
             ):
                 return True
     return False
 
 
-_WRAP = ("torch.nn.parallel.DistributedDataParallel", "torch.distributed.fsdp.FullyShardedDataParallel",
-         "torch.distributed.fsdp.fully_shard")
+_WRAP = (
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.distributed.fsdp.FullyShardedDataParallel",
+    "torch.distributed.fsdp.fully_shard",
+)
 
 
-def data_parallel_names(ctx: "FileContext") -> set[str]:
+def data_parallel_names(ctx: FileContext) -> set[str]:
     """Names of objects that run data-parallel: wrapped by DDP/FSDP (either side of the
     assignment) or handed to ``accelerator.prepare(...)``."""
     out: set[str] = set()
@@ -389,7 +423,7 @@ def data_parallel_names(ctx: "FileContext") -> set[str]:
     return out
 
 
-def optimizer_is_data_parallel(ctx: "FileContext", call: ast.Call, names: set[str]) -> bool:
+def optimizer_is_data_parallel(ctx: FileContext, call: ast.Call, names: set[str]) -> bool:
     """The optimizer steps a data-parallel model: it is prepared itself, or its params come from one."""
     stmt = ctx.statement_of(call)
     if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in stmt.targets):

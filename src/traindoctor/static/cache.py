@@ -69,11 +69,7 @@ def _code_stamp() -> str:
 
 def fingerprint(settings: Settings) -> str:
     """Everything besides the file that decides its findings, hashed."""
-    analysis = {
-        f.name: getattr(settings, f.name)
-        for f in dataclasses.fields(settings)
-        if f.name not in _NOT_ANALYSIS
-    }
+    analysis = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings) if f.name not in _NOT_ANALYSIS}
     data = {
         "format": _FORMAT,
         "version": __version__,
@@ -160,7 +156,7 @@ class Cache:
         self.hits = self.misses = 0
 
     @classmethod
-    def open(cls, directory: Path, settings: Settings) -> "Cache":
+    def open(cls, directory: Path, settings: Settings) -> Cache:
         cache = cls(directory, fingerprint(settings))
         try:
             data = json.loads(cache.path.read_bytes())
@@ -222,8 +218,9 @@ class Cache:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             _mark(self.directory)
-            payload = json.dumps({"format": _FORMAT, "version": __version__, "files": self.entries},
-                                 separators=(",", ":"))
+            payload = json.dumps(
+                {"format": _FORMAT, "version": __version__, "files": self.entries}, separators=(",", ":")
+            )
             fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.directory)
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -245,8 +242,11 @@ def _mark(directory: Path) -> None:
         ignore.write_text("# Created by traindoctor automatically.\n*\n", encoding="utf-8")
     tag = directory / "CACHEDIR.TAG"
     if not tag.exists():
-        tag.write_text("Signature: 8a477f597d28d172789f06886806bc55\n"
-                       "# This file is a cache directory tag created by traindoctor.\n", encoding="utf-8")
+        tag.write_text(
+            "Signature: 8a477f597d28d172789f06886806bc55\n"
+            "# This file is a cache directory tag created by traindoctor.\n",
+            encoding="utf-8",
+        )
 
 
 def _prune(directory: Path, keep: Path) -> None:
@@ -255,7 +255,7 @@ def _prune(directory: Path, keep: Path) -> None:
         key=lambda p: p.stat().st_mtime if p.exists() else 0,
         reverse=True,
     )
-    for stale in files[_KEEP - 1:]:
+    for stale in files[_KEEP - 1 :]:
         _unlink(str(stale))
 
 

@@ -62,35 +62,47 @@ def check_file(
     if is_notebook(filename):
         return _check_notebook(filename, data, settings, rules, fix, unsafe_fixes, diff)
     result = check_source(data, filename, settings, rules, fix=fix, unsafe_fixes=unsafe_fixes)
-    outcome = FileOutcome(filename, result.findings, internal_errors=result.internal_errors,
-                          dependencies=result.dependencies)
+    outcome = FileOutcome(
+        filename, result.findings, internal_errors=result.internal_errors, dependencies=result.dependencies
+    )
     if result.fixed_source is not None and result.original_source is not None:
         outcome.fixes_applied = result.fixes_applied
         outcome.new_data = encode_like(data, result.fixed_source)
         if diff:
-            outcome.diff = "".join(difflib.unified_diff(
-                result.original_source.splitlines(keepends=True),
-                result.fixed_source.splitlines(keepends=True),
-                fromfile=filename, tofile=filename,
-            ))
+            outcome.diff = "".join(
+                difflib.unified_diff(
+                    result.original_source.splitlines(keepends=True),
+                    result.fixed_source.splitlines(keepends=True),
+                    fromfile=filename,
+                    tofile=filename,
+                )
+            )
     return outcome
 
 
 def _check_notebook(
-    filename: str, data: bytes, settings: Settings, rules: list[Rule], fix: bool, unsafe_fixes: bool,
+    filename: str,
+    data: bytes,
+    settings: Settings,
+    rules: list[Rule],
+    fix: bool,
+    unsafe_fixes: bool,
     diff: bool,
 ) -> FileOutcome:
     try:
         notebook = read_notebook(data)
     except NotebookError as exc:
         report = "TD000" in settings.enabled_codes() and not any(
-            "TD000".startswith(i.upper()) for i in settings.ignored_for(filename))
+            "TD000".startswith(i.upper()) for i in settings.ignored_for(filename)
+        )
         finding = parse_error(filename, f"Cannot read the notebook: {exc}; it was skipped.")
         return FileOutcome(filename, [finding] if report else [])
     result = check_source(notebook.source, filename, settings, rules, fix=fix, unsafe_fixes=unsafe_fixes)
     outcome = FileOutcome(
-        filename, [notebook.map_finding(f) for f in result.findings],
-        internal_errors=result.internal_errors, dependencies=result.dependencies,
+        filename,
+        [notebook.map_finding(f) for f in result.findings],
+        internal_errors=result.internal_errors,
+        dependencies=result.dependencies,
     )
     if result.fixed_source is not None:
         changed = notebook.cells_after(result.fixed_source)

@@ -32,8 +32,19 @@ from typing import TYPE_CHECKING
 from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.names import OPTIMIZERS, dotted
 from traindoctor.static.vocab import (  # piece kinds, re-exported for the rules
-    DATA, META, MODEL, OPAQUE, OPTIMIZER, RNG_ANY, RNG_CPU, RNG_CUDA, RNG_KINDS, RNG_NUMPY,
-    RNG_PYTHON, SCALER, SCHEDULER,
+    DATA,
+    META,
+    MODEL,
+    OPAQUE,
+    OPTIMIZER,
+    RNG_ANY,
+    RNG_CPU,
+    RNG_CUDA,
+    RNG_KINDS,
+    RNG_NUMPY,
+    RNG_PYTHON,
+    SCALER,
+    SCHEDULER,
 )
 
 if TYPE_CHECKING:
@@ -50,15 +61,24 @@ COMPLETE_SAVES = ("traindoctor.checkpoint.save",)
 COMPLETE_LOADS = ("traindoctor.checkpoint.load",)
 #: ``torch.distributed.checkpoint`` saves and loads: ``(state_dict, *, checkpoint_id=...)``; a load
 #: fills only the keys of the dict it is given.
-DCP_SAVES = ("torch.distributed.checkpoint.save", "torch.distributed.checkpoint.async_save",
-             "torch.distributed.checkpoint.save_state_dict",
-             "torch.distributed.checkpoint.state_dict_saver.save",
-             "torch.distributed.checkpoint.state_dict_saver.async_save")
-DCP_LOADS = ("torch.distributed.checkpoint.load", "torch.distributed.checkpoint.load_state_dict",
-             "torch.distributed.checkpoint.state_dict_loader.load")
+DCP_SAVES = (
+    "torch.distributed.checkpoint.save",
+    "torch.distributed.checkpoint.async_save",
+    "torch.distributed.checkpoint.save_state_dict",
+    "torch.distributed.checkpoint.state_dict_saver.save",
+    "torch.distributed.checkpoint.state_dict_saver.async_save",
+)
+DCP_LOADS = (
+    "torch.distributed.checkpoint.load",
+    "torch.distributed.checkpoint.load_state_dict",
+    "torch.distributed.checkpoint.state_dict_loader.load",
+)
 #: DCP's state-dict helpers (torch.distributed.checkpoint.state_dict) and what they return.
-_DCP_GETTERS = {"get_model_state_dict": (MODEL,), "get_optimizer_state_dict": (OPTIMIZER,),
-                "get_state_dict": (MODEL, OPTIMIZER)}
+_DCP_GETTERS = {
+    "get_model_state_dict": (MODEL,),
+    "get_optimizer_state_dict": (OPTIMIZER,),
+    "get_state_dict": (MODEL, OPTIMIZER),
+}
 #: Methods that save the whole training state of a framework object (``accelerator.save_state``).
 _COMPLETE_METHODS = {"save_state": ("accelerator",), "save_checkpoint": ("trainer", "engine", "deepspeed")}
 #: Unresolved wrappers with torch.save's (obj, f) signature, by receiver-or-function name.
@@ -66,14 +86,19 @@ _SAVE_WRAPPERS = {"save_on_master", "save_on_main_process"}  # all spell "save_o
 
 SCALER_CTORS = frozenset(
     {
-        "torch.amp.GradScaler", "torch.cuda.amp.GradScaler", "torch.cpu.amp.GradScaler",
-        "torch.GradScaler", "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
-        "timm.utils.NativeScaler", "timm.utils.cuda.NativeScaler",
+        "torch.amp.GradScaler",
+        "torch.cuda.amp.GradScaler",
+        "torch.cpu.amp.GradScaler",
+        "torch.GradScaler",
+        "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
+        "timm.utils.NativeScaler",
+        "timm.utils.cuda.NativeScaler",
     }
 )
 SAMPLER_CTORS = frozenset(
     {
-        "torch.utils.data.DistributedSampler", "torch.utils.data.RandomSampler",
+        "torch.utils.data.DistributedSampler",
+        "torch.utils.data.RandomSampler",
         "torch.utils.data.sampler.RandomSampler",
     }
 )
@@ -93,8 +118,20 @@ RNG_GETTERS: dict[str, str] = {
     "random.getstate": RNG_PYTHON,
 }
 #: numpy.random / random calls that do not draw from the global generator.
-_NUMPY_NON_DRAWS = {"seed", "get_state", "set_state", "default_rng", "RandomState", "Generator",
-                    "SeedSequence", "PCG64", "MT19937", "Philox", "SFC64", "BitGenerator"}
+_NUMPY_NON_DRAWS = {
+    "seed",
+    "get_state",
+    "set_state",
+    "default_rng",
+    "RandomState",
+    "Generator",
+    "SeedSequence",
+    "PCG64",
+    "MT19937",
+    "Philox",
+    "SFC64",
+    "BitGenerator",
+}
 _PYTHON_NON_DRAWS = {"seed", "getstate", "setstate", "Random", "SystemRandom"}
 
 # Names (last part, lower case) that say what an object is when no constructor tells us.
@@ -126,13 +163,61 @@ _RX_DATAISH = re.compile(
     r"metric|hist|mean|std|buffer|activation|grad|mask|index|sample|example|input|target|score|"
     r"audio|text|corpus|dump|record|quant|scale|calib|graph|trace|export|onnx|config|meta"
 )
-_HARMLESS_CALLS = {"int", "float", "str", "len", "vars", "bool", "round", "repr", "list", "tuple",
-                   "sorted", "getattr", "hasattr", "isinstance", "time", "datetime", "now", "item",
-                   "tolist", "numpy", "get_lr", "get_last_lr", "format", "join", "__repr__", "asdict",
-                   "to_dict", "to_json_string", "type", "id", "max", "min", "sum", "abs",
-                   "isoformat", "strftime", "getcwd", "gethostname", "uuid4", "hex"}
-_PASS_THROUGH_CALLS = {"deepcopy", "copy", "cpu", "to", "clone", "detach", "OrderedDict", "dict",
-                       "half", "float", "contiguous"}
+_HARMLESS_CALLS = {
+    "int",
+    "float",
+    "str",
+    "len",
+    "vars",
+    "bool",
+    "round",
+    "repr",
+    "list",
+    "tuple",
+    "sorted",
+    "getattr",
+    "hasattr",
+    "isinstance",
+    "time",
+    "datetime",
+    "now",
+    "item",
+    "tolist",
+    "numpy",
+    "get_lr",
+    "get_last_lr",
+    "format",
+    "join",
+    "__repr__",
+    "asdict",
+    "to_dict",
+    "to_json_string",
+    "type",
+    "id",
+    "max",
+    "min",
+    "sum",
+    "abs",
+    "isoformat",
+    "strftime",
+    "getcwd",
+    "gethostname",
+    "uuid4",
+    "hex",
+}
+_PASS_THROUGH_CALLS = {
+    "deepcopy",
+    "copy",
+    "cpu",
+    "to",
+    "clone",
+    "detach",
+    "OrderedDict",
+    "dict",
+    "half",
+    "float",
+    "contiguous",
+}
 #: Pass-through methods whose value is their receiver (``x.to(device)``, ``x.cpu()``).
 _RECEIVER_METHODS = frozenset({"to", "cpu", "clone", "detach", "half", "float", "contiguous"})
 #: Callee names that say the call reads a checkpoint back (load/restore/resume): no save.
@@ -142,11 +227,21 @@ _RX_CKPT_FILE = re.compile(r"^[\w\-.]*[A-Za-z0-9_\-]\.(pt|pth|ckpt|tar|bin|pkl)$
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 #: Framework hooks run once per epoch or step of the framework's own training loop (Lightning
 #: ``Callback``/``LightningModule`` hooks, Hugging Face ``TrainerCallback`` events).
-_PERIODIC_HOOKS = frozenset({
-    "on_train_epoch_end", "on_train_epoch_start", "on_train_batch_end", "on_validation_epoch_end",
-    "training_epoch_end", "validation_epoch_end",  # Lightning < 2
-    "on_epoch_end", "on_epoch_begin", "on_step_end", "on_evaluate", "on_save",  # TrainerCallback
-})
+_PERIODIC_HOOKS = frozenset(
+    {
+        "on_train_epoch_end",
+        "on_train_epoch_start",
+        "on_train_batch_end",
+        "on_validation_epoch_end",
+        "training_epoch_end",
+        "validation_epoch_end",  # Lightning < 2
+        "on_epoch_end",
+        "on_epoch_begin",
+        "on_step_end",
+        "on_evaluate",
+        "on_save",  # TrainerCallback
+    }
+)
 
 
 def kind_from_name(name: str) -> str | None:
@@ -163,7 +258,7 @@ def kind_from_name(name: str) -> str | None:
     return None
 
 
-def _builds_model(ctx: "FileContext", call: ast.Call) -> bool:
+def _builds_model(ctx: FileContext, call: ast.Call) -> bool:
     """Whether a call builds an ``nn.Module`` the file (or its project) spells out."""
     from traindoctor.static.models import model_of
 
@@ -181,7 +276,7 @@ def key_rules_out(key: str | None, kind: str) -> bool:
     named = kind_from_name(low)
     if named is None and _RX_RNG.search(low):
         named = RNG_ANY
-    if named is None and _RX_MODELISH.search(low) or low in ("state_dict", "model_state", "weights"):
+    if (named is None and _RX_MODELISH.search(low)) or low in ("state_dict", "model_state", "weights"):
         named = MODEL
     if named is None:
         return False  # a generic key such as "state" may hold anything
@@ -259,7 +354,7 @@ class SaveSite:
 class CheckpointIndex:
     """The checkpoint facts of one file (see the module docstring)."""
 
-    def __init__(self, ctx: "FileContext") -> None:
+    def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         #: kind -> {dotted name -> constructor call} for objects the file builds.
         self.objects: dict[str, dict[str, ast.Call]] = {OPTIMIZER: {}, SCHEDULER: {}, SCALER: {}, DATA: {}}
@@ -273,8 +368,7 @@ class CheckpointIndex:
         self._save_calls = self._find_save_calls()
         self._load_calls = list(ctx.calls_to(*LOAD_FUNCS))
         self._dcp_loads = list(ctx.calls_to(*DCP_LOADS))
-        if not self._save_calls and not self._load_calls and not self.complete_saves \
-                and not self._dcp_loads:
+        if not self._save_calls and not self._load_calls and not self.complete_saves and not self._dcp_loads:
             return
         self._find_objects()
         self._find_other_saves()
@@ -320,7 +414,11 @@ class CheckpointIndex:
             kind = constructor_kind(qn) if qn else None
             target = _assigned_name(ctx, call)
             if kind is None:
-                if target is not None and kind_from_name(target) == OPTIMIZER and isinstance(call.func, (ast.Name, ast.Attribute)):
+                if (
+                    target is not None
+                    and kind_from_name(target) == OPTIMIZER
+                    and isinstance(call.func, (ast.Name, ast.Attribute))
+                ):
                     self.named_optimizers.add(target)
                 continue
             if kind == SCALER and ctx.value(ctx.arg(call, "enabled")) is False:
@@ -346,22 +444,24 @@ class CheckpointIndex:
         """The name of the optimizer that updates the model this save writes (``optimizerG``
         for ``netG.state_dict()`` when ``optimizerG = Adam(netG.parameters())``), else
         ``default``: with two models and two optimizers, advice must name the right one."""
-        models = {n.id for p in site.saved.pieces if p.kind == MODEL
-                  for n in ast.walk(p.node) if isinstance(n, ast.Name)}
+        models = {
+            n.id for p in site.saved.pieces if p.kind == MODEL for n in ast.walk(p.node) if isinstance(n, ast.Name)
+        }
         if not models:
             return default
         matches = []
         for name, call in self.exists(OPTIMIZER):
-            params = call.args[0] if call.args else next(
-                (k.value for k in call.keywords if k.arg == "params"), None)
-            if params is not None and not name.startswith("<") and models & {
-                    n.id for n in ast.walk(params) if isinstance(n, ast.Name)}:
+            params = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "params"), None)
+            if (
+                params is not None
+                and not name.startswith("<")
+                and models & {n.id for n in ast.walk(params) if isinstance(n, ast.Name)}
+            ):
                 matches.append(name)
         return matches[0] if len(matches) == 1 else default
 
     def classify(self, expr: ast.AST) -> str:
         """What object an expression denotes: optimizer, scheduler, scaler, data or model."""
-        ctx = self.ctx
         for _ in range(4):
             if isinstance(expr, ast.Subscript):
                 expr = expr.value
@@ -583,7 +683,9 @@ class CheckpointIndex:
                     sub = k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else None
                     self._value(v, sub if top else key, out, subst, depth + 1)
             return
-        if isinstance(node, ast.Constant) or isinstance(node, (ast.JoinedStr, ast.Compare, ast.BinOp, ast.UnaryOp, ast.BoolOp)):
+        if isinstance(node, ast.Constant) or isinstance(
+            node, (ast.JoinedStr, ast.Compare, ast.BinOp, ast.UnaryOp, ast.BoolOp)
+        ):
             add(Piece(META, key, node))
             return
         if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
@@ -708,8 +810,11 @@ class CheckpointIndex:
         out: dict[tuple[int, str], str] = {}
         for node in ctx.of(ast.Assign):
             value = node.value  # type: ignore[attr-defined]
-            if not (isinstance(value, ast.Call) and _callee_name(value) == "get_state_dict"
-                    and (ctx.qualname(value.func) or "").startswith("torch.distributed.checkpoint")):
+            if not (
+                isinstance(value, ast.Call)
+                and _callee_name(value) == "get_state_dict"
+                and (ctx.qualname(value.func) or "").startswith("torch.distributed.checkpoint")
+            ):
                 continue
             for target in node.targets:  # type: ignore[attr-defined]
                 if isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2:
@@ -798,7 +903,13 @@ class CheckpointIndex:
             add(Piece(META, key, node))
 
     def _mutations(
-        self, node: ast.Name, key: str | None, out: Saved, subst: dict, depth: int, top: bool,
+        self,
+        node: ast.Name,
+        key: str | None,
+        out: Saved,
+        subst: dict,
+        depth: int,
+        top: bool,
         since: tuple[int, int] | None = None,
     ) -> None:
         """Items stored into a dict variable in its scope: ``d["k"] = v``, ``d.update(...)``, escapes.
@@ -832,13 +943,20 @@ class CheckpointIndex:
                         for a in call.args:
                             self._value(a, key, out, subst, depth + 1, top=top)
                         for kw in call.keywords:
-                            self._value(kw.value, (kw.arg if top else key) if kw.arg else key, out, subst, depth + 1, top=top and kw.arg is None)
+                            self._value(
+                                kw.value,
+                                (kw.arg if top else key) if kw.arg else key,
+                                out,
+                                subst,
+                                depth + 1,
+                                top=top and kw.arg is None,
+                            )
                     elif len(call.args) == 2:
                         k = call.args[0]
                         sub = k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else None
                         self._value(call.args[1], sub if top else key, out, subst, depth + 1)
                 continue
-            if isinstance(parent, ast.Call) and use in parent.args or isinstance(parent, ast.keyword):
+            if (isinstance(parent, ast.Call) and use in parent.args) or isinstance(parent, ast.keyword):
                 call = parent if isinstance(parent, ast.Call) else ctx.parent(parent)
                 if isinstance(call, ast.Call) and not self._benign_consumer(call):
                     out.pieces.append(Piece(OPAQUE, key, call))
@@ -851,8 +969,27 @@ class CheckpointIndex:
         if self.local_target(call) is not None:
             return True
         name = _callee_name(call) or ""
-        return name in ("print", "len", "isinstance", "info", "debug", "warning", "log", "save",
-                        "keys", "items", "values", "sorted", "list", "load_state_dict", "update") or name in _SAVE_WRAPPERS
+        return (
+            name
+            in (
+                "print",
+                "len",
+                "isinstance",
+                "info",
+                "debug",
+                "warning",
+                "log",
+                "save",
+                "keys",
+                "items",
+                "values",
+                "sorted",
+                "list",
+                "load_state_dict",
+                "update",
+            )
+            or name in _SAVE_WRAPPERS
+        )
 
     @cached_property
     def _name_uses(self) -> dict[str, list[ast.Name]]:
@@ -912,11 +1049,16 @@ class CheckpointIndex:
             return []
         from traindoctor.checkpoint_kinds import CHECKPOINT
 
-        return self._first_of_repeats([
-            s for s in self.sites
-            if s.in_training_loop and s.saved.has(MODEL) and not s.saved.may_hold(OPTIMIZER)
-            and self.save_kind(s) == CHECKPOINT
-        ])
+        return self._first_of_repeats(
+            [
+                s
+                for s in self.sites
+                if s.in_training_loop
+                and s.saved.has(MODEL)
+                and not s.saved.may_hold(OPTIMIZER)
+                and self.save_kind(s) == CHECKPOINT
+            ]
+        )
 
     # -------------------------------------------------------------- checkpoint or export
     def save_kind(self, site: SaveSite) -> str:
@@ -925,7 +1067,7 @@ class CheckpointIndex:
 
         return save_kind(self.save_facts(site))
 
-    def save_facts(self, site: SaveSite) -> "SaveFacts":
+    def save_facts(self, site: SaveSite) -> SaveFacts:
         from traindoctor.checkpoint_kinds import SaveFacts, export_name, quality_guard
 
         saved = site.saved
@@ -939,8 +1081,7 @@ class CheckpointIndex:
         return SaveFacts(
             holds_resume_state=holds,
             read_back=self._read_back(site),
-            quality_guarded=quality_guard(guard_names)
-            or any(self._running_best_guard(node) for node in site.contexts),
+            quality_guarded=quality_guard(guard_names) or any(self._running_best_guard(node) for node in site.contexts),
             export_name=export_name(self._path_words(site.path)),
             in_training_loop=site.in_training_loop,
         )
@@ -973,8 +1114,10 @@ class CheckpointIndex:
             if isinstance(anc, ast.If) and any(child is b for b in anc.body):
                 pairs = set()
                 for sub in ast.walk(anc.test):
-                    if isinstance(sub, ast.Compare) and len(sub.ops) == 1 and isinstance(
-                        sub.ops[0], (ast.Lt, ast.Gt, ast.LtE, ast.GtE)
+                    if (
+                        isinstance(sub, ast.Compare)
+                        and len(sub.ops) == 1
+                        and isinstance(sub.ops[0], (ast.Lt, ast.Gt, ast.LtE, ast.GtE))
                     ):
                         a, b = _value_key(sub.left), _value_key(sub.comparators[0])
                         if a and b:
@@ -1152,7 +1295,11 @@ class CheckpointIndex:
         restored = {self.classify(c.func.value) for c in loads}  # type: ignore[attr-defined]
         read_keys: set[str] = set()
         for sub in ctx.of(ast.Subscript):
-            if isinstance(sub.ctx, ast.Load) and isinstance(sub.slice, ast.Constant) and isinstance(sub.slice.value, str):
+            if (
+                isinstance(sub.ctx, ast.Load)
+                and isinstance(sub.slice, ast.Constant)
+                and isinstance(sub.slice.value, str)
+            ):
                 read_keys.add(sub.slice.value)
         for attr in ("get", "pop"):
             for call in ctx.method_calls(attr):
@@ -1189,12 +1336,11 @@ class CheckpointIndex:
         """
         ctx = self.ctx
         out: list[tuple[ast.Call, list[tuple[str, str]]]] = []
-        dcp_sites = [s for s in self.sites if ctx.qualname(s.call.func) in DCP_SAVES
-                     and not s.saved.is_opaque]
+        dcp_sites = [s for s in self.sites if ctx.qualname(s.call.func) in DCP_SAVES and not s.saved.is_opaque]
         if not dcp_sites:
             return out
         restored = {self.classify(c.func.value) for c in ctx.method_calls("load_state_dict")}  # type: ignore[attr-defined]
-        for call in ctx.calls_to("torch.distributed.checkpoint.state_dict.set_optimizer_state_dict"):
+        if ctx.calls_to("torch.distributed.checkpoint.state_dict.set_optimizer_state_dict"):
             restored.add(OPTIMIZER)
         for call in ctx.calls_to("torch.distributed.checkpoint.state_dict.set_state_dict"):
             optim = ctx.arg(call, "optim_state_dict")
@@ -1241,8 +1387,12 @@ class CheckpointIndex:
         if isinstance(arg, ast.Subscript) and isinstance(arg.slice, ast.Constant) and isinstance(arg.slice.value, str):
             base, key = arg.value, arg.slice.value
         elif (
-            isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr == "get"
-            and arg.args and isinstance(arg.args[0], ast.Constant) and isinstance(arg.args[0].value, str)
+            isinstance(arg, ast.Call)
+            and isinstance(arg.func, ast.Attribute)
+            and arg.func.attr == "get"
+            and arg.args
+            and isinstance(arg.args[0], ast.Constant)
+            and isinstance(arg.args[0].value, str)
         ):
             base, key = arg.func.value, arg.args[0].value
         else:
@@ -1262,7 +1412,13 @@ class CheckpointIndex:
             if ctx.scope_of(use) is not scope:
                 continue
             parent = ctx.parent(use)
-            call = parent if isinstance(parent, ast.Call) else ctx.parent(parent) if isinstance(parent, ast.keyword) else None
+            call = (
+                parent
+                if isinstance(parent, ast.Call)
+                else ctx.parent(parent)
+                if isinstance(parent, ast.keyword)
+                else None
+            )
             if isinstance(call, ast.Call) and call.func is not use and not self._benign_consumer(call):
                 return None
         return key
@@ -1362,7 +1518,7 @@ def constructor_kind(qn: str) -> str | None:
         return SCHEDULER
     if qn.startswith("timm.scheduler.") and (last.startswith("create_scheduler") or last.endswith("Scheduler")):
         return SCHEDULER
-    if qn in OPTIMIZERS or qn.startswith(_OTHER_OPTIMIZERS) and last[:1].isupper():
+    if qn in OPTIMIZERS or (qn.startswith(_OTHER_OPTIMIZERS) and last[:1].isupper()):
         return OPTIMIZER
     if qn.startswith("torch.optim.") and last[:1].isupper() and last not in ("Optimizer",) and "lr_scheduler" not in qn:
         return OPTIMIZER
@@ -1374,7 +1530,7 @@ def constructor_kind(qn: str) -> str | None:
 
 
 # ---------------------------------------------------------------------------------- helpers
-def _arg(ctx: "FileContext", call: ast.Call, name: str, pos: int) -> ast.AST | None:
+def _arg(ctx: FileContext, call: ast.Call, name: str, pos: int) -> ast.AST | None:
     for kw in call.keywords:
         if kw.arg == name:
             return kw.value
@@ -1409,7 +1565,11 @@ def _is_temp_path(path: ast.AST | None) -> bool:
         text = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
         if text and re.search(r"(^|[._])(tmp|temp|tempfile)", text.lower()):
             return True
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.search(r"\.(tmp|temp)$|^/tmp/", node.value):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and re.search(r"\.(tmp|temp)$|^/tmp/", node.value)
+        ):
             return True
     return False
 
@@ -1423,7 +1583,7 @@ def _callee_name(call: ast.Call) -> str | None:
     return None
 
 
-def _assigned_name(ctx: "FileContext", call: ast.Call, first_of_tuple: bool = False) -> str | None:
+def _assigned_name(ctx: FileContext, call: ast.Call, first_of_tuple: bool = False) -> str | None:
     parent = ctx.parent(call)
     if isinstance(parent, (ast.Assign, ast.AnnAssign)):
         targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
@@ -1468,7 +1628,7 @@ def _call_arg(call: ast.Call, name: str, pos: int, method: bool) -> ast.AST | No
     return call.args[pos] if len(call.args) > pos else None
 
 
-def file_draws(ctx: "FileContext") -> set[str]:
+def file_draws(ctx: FileContext) -> set[str]:
     """The RNGs a file draws from: torch CPU always, CUDA when it targets CUDA, NumPy, ``random``."""
     out = {RNG_CPU}
     if ctx.targets_cuda:
@@ -1484,6 +1644,6 @@ def file_draws(ctx: "FileContext") -> set[str]:
     return out
 
 
-def checkpoint_index(ctx: "FileContext") -> CheckpointIndex:
+def checkpoint_index(ctx: FileContext) -> CheckpointIndex:
     """The (cached) checkpoint index of a file."""
     return ctx.shared("checkpoints", CheckpointIndex)

@@ -14,8 +14,9 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence, TextIO
+from typing import TextIO
 
 from traindoctor.config import ConfigError, Settings, load_settings, parse_version
 from traindoctor.finding import Finding, sort_findings
@@ -42,23 +43,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="Statically check training scripts and notebooks (never imports torch)."
     )
-    parser.add_argument("paths", nargs="*", default=["."], metavar="PATH",
-                        help="files or folders to check (`-` reads the source from stdin)")
-    rules = parser.add_argument_group("rule selection (repeatable; comma-separated)")
-    rules.add_argument("--select", type=_csv, action="extend",
-                       help="codes or prefixes to enable (TD1 = all TD1xx); replaces the configured selection")
-    rules.add_argument("--ignore", type=_csv, action="extend", help="codes or prefixes to disable")
-    rules.add_argument("--extend-select", type=_csv, action="extend",
-                       help="codes or prefixes to add to the selection")
     parser.add_argument(
-        "--output-format", choices=["text", "json", "sarif", "github"], default="text"
+        "paths",
+        nargs="*",
+        default=["."],
+        metavar="PATH",
+        help="files or folders to check (`-` reads the source from stdin)",
     )
+    rules = parser.add_argument_group("rule selection (repeatable; comma-separated)")
+    rules.add_argument(
+        "--select",
+        type=_csv,
+        action="extend",
+        help="codes or prefixes to enable (TD1 = all TD1xx); replaces the configured selection",
+    )
+    rules.add_argument("--ignore", type=_csv, action="extend", help="codes or prefixes to disable")
+    rules.add_argument("--extend-select", type=_csv, action="extend", help="codes or prefixes to add to the selection")
+    parser.add_argument("--output-format", choices=["text", "json", "sarif", "github"], default="text")
     parser.add_argument("-o", "--output-file", help="write the report here instead of stdout")
     parser.add_argument("--fix", action="store_true", help="apply safe fixes")
     parser.add_argument("--unsafe-fixes", action="store_true", help="also apply unsafe fixes")
     parser.add_argument("--diff", action="store_true", help="print the fixes as a diff; change nothing")
     parser.add_argument(
-        "--show-source", action=argparse.BooleanOptionalAction, default=True,
+        "--show-source",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="show the offending line under each finding (default: on)",
     )
     parser.add_argument("--statistics", action="store_true", help="count findings per code")
@@ -66,18 +75,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", help="path to a pyproject.toml to read [tool.traindoctor] from")
     parser.add_argument("--no-respect-gitignore", action="store_true")
     parser.add_argument(
-        "--force-exclude", action=argparse.BooleanOptionalAction, default=None,
+        "--force-exclude",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="apply `exclude` to files named on the command line too (for pre-commit hooks)",
     )
-    parser.add_argument("--stdin-filename", metavar="NAME",
-                        help="the name of the file read from stdin (for config, ignores, notebooks)")
-    parser.add_argument("-j", "--jobs", type=int, default=0, metavar="N",
-                        help="worker processes (default: one per core; 1: no workers)")
-    parser.add_argument("--no-cache", action="store_true",
-                        help="neither read nor write the cache (also: TRAINDOCTOR_NO_CACHE=1)")
-    parser.add_argument("--cache-dir", metavar="DIR",
-                        help="where to keep the cache (default: .traindoctor_cache in the project root; "
-                             "also: TRAINDOCTOR_CACHE_DIR)")
+    parser.add_argument(
+        "--stdin-filename", metavar="NAME", help="the name of the file read from stdin (for config, ignores, notebooks)"
+    )
+    parser.add_argument(
+        "-j", "--jobs", type=int, default=0, metavar="N", help="worker processes (default: one per core; 1: no workers)"
+    )
+    parser.add_argument(
+        "--no-cache", action="store_true", help="neither read nor write the cache (also: TRAINDOCTOR_NO_CACHE=1)"
+    )
+    parser.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="where to keep the cache (default: .traindoctor_cache in the project root; also: TRAINDOCTOR_CACHE_DIR)",
+    )
     parser.add_argument("--exit-zero", action="store_true", help="exit 0 even with findings")
     parser.add_argument("-q", "--quiet", action="store_true", help="print findings only")
     return parser
@@ -100,8 +116,9 @@ def _selection(settings: Settings, args: argparse.Namespace) -> Settings:
     ``--ignore`` adjust the configured selection, the more specific of the two winning.
     """
     if args.select:
-        return settings.with_overrides(select=args.select, ignore=list(args.ignore or []),
-                                       extend_select=list(args.extend_select or []))
+        return settings.with_overrides(
+            select=args.select, ignore=list(args.ignore or []), extend_select=list(args.extend_select or [])
+        )
     if not args.ignore and not args.extend_select:
         return settings
     base = set(settings.enabled_codes())
@@ -174,8 +191,13 @@ def _run_files(args: argparse.Namespace, settings: Settings, codes: frozenset[st
     findings: list[Finding] = []
     items: list[tuple[str, bytes]] = []
     excludes = list(settings.exclude) + list(settings.extend_exclude)
-    for path in iter_python_files(args.paths, excludes, settings.respect_gitignore,
-                                  force_exclude=settings.force_exclude, root=settings.project_root):
+    for path in iter_python_files(
+        args.paths,
+        excludes,
+        settings.respect_gitignore,
+        force_exclude=settings.force_exclude,
+        root=settings.project_root,
+    ):
         if not path.exists():
             print(f"traindoctor: error: {path}: no such file or directory", file=sys.stderr)
             errors = True
@@ -184,7 +206,9 @@ def _run_files(args: argparse.Namespace, settings: Settings, codes: frozenset[st
             items.append((str(path), path.read_bytes()))
         except OSError as exc:
             if "TD000" in codes:
-                findings.append(parse_error(str(path), f"Cannot read the file ({exc.strerror or exc}); it was skipped."))
+                findings.append(
+                    parse_error(str(path), f"Cannot read the file ({exc.strerror or exc}); it was skipped.")
+                )
     options = RunOptions(fix=args.fix or args.diff, unsafe_fixes=args.unsafe_fixes, diff=args.diff, jobs=args.jobs)
     cache = _cache_for(args, settings)
     outcomes = check_many(items, settings, options, cache)
@@ -207,8 +231,11 @@ def _run_files(args: argparse.Namespace, settings: Settings, codes: frozenset[st
                     fixed_count += outcome.fixes_applied
                 except OSError as exc:
                     errors = True
-                    print(f"traindoctor: error: cannot write the fixes to {outcome.filename} "
-                          f"({exc.strerror or exc}); the file was left unchanged", file=sys.stderr)
+                    print(
+                        f"traindoctor: error: cannot write the fixes to {outcome.filename} "
+                        f"({exc.strerror or exc}); the file was left unchanged",
+                        file=sys.stderr,
+                    )
                     outcome = _unfixed(outcome.filename, data_of[outcome.filename], settings)
         findings.extend(outcome.findings)
     findings = sort_findings(findings)
@@ -216,8 +243,9 @@ def _run_files(args: argparse.Namespace, settings: Settings, codes: frozenset[st
     try:
         out, handle = _open_output(args.output_file)
     except OSError as exc:
-        print(f"traindoctor: error: cannot write the report to {args.output_file}: {exc.strerror or exc}",
-              file=sys.stderr)
+        print(
+            f"traindoctor: error: cannot write the report to {args.output_file}: {exc.strerror or exc}", file=sys.stderr
+        )
         return EXIT_ERROR
     try:
         if args.diff:
@@ -225,8 +253,14 @@ def _run_files(args: argparse.Namespace, settings: Settings, codes: frozenset[st
             if fixed_count:
                 print(f"Would fix {fixed_count} finding{'s' if fixed_count != 1 else ''}.", file=sys.stderr)
         else:
-            _report(out, args, findings, len(items) + _unreadable_count(findings, items), fixed_count,
-                    passed_allowed=not errors)
+            _report(
+                out,
+                args,
+                findings,
+                len(items) + _unreadable_count(findings, items),
+                fixed_count,
+                passed_allowed=not errors,
+            )
     finally:
         if handle is not None:
             handle.close()
@@ -259,8 +293,14 @@ def _open_output(path: str | None) -> tuple[TextIO, TextIO | None]:
     return handle, handle
 
 
-def _report(out: TextIO, args: argparse.Namespace, findings: list[Finding], files: int,
-            fixed_count: int, passed_allowed: bool = True) -> None:
+def _report(
+    out: TextIO,
+    args: argparse.Namespace,
+    findings: list[Finding],
+    files: int,
+    fixed_count: int,
+    passed_allowed: bool = True,
+) -> None:
     if args.statistics:
         if args.output_format == "json":
             out.write(statistics_json(findings))
@@ -301,14 +341,18 @@ def _run_stdin(args: argparse.Namespace, settings: Settings) -> int:
     data = sys.stdin.buffer.read()
     filename = args.stdin_filename or STDIN
     excludes = list(settings.exclude) + list(settings.extend_exclude)
-    if args.stdin_filename and settings.force_exclude and force_excluded(Path(filename), excludes,
-                                                                          settings.project_root):
+    if (
+        args.stdin_filename
+        and settings.force_exclude
+        and force_excluded(Path(filename), excludes, settings.project_root)
+    ):
         if args.fix:
             sys.stdout.buffer.write(data)
         return EXIT_OK
     rules = instantiate(settings.enabled_codes())
-    outcome = check_file(filename, data, settings, rules, fix=args.fix or args.diff,
-                         unsafe_fixes=args.unsafe_fixes, diff=args.diff)
+    outcome = check_file(
+        filename, data, settings, rules, fix=args.fix or args.diff, unsafe_fixes=args.unsafe_fixes, diff=args.diff
+    )
     for message in outcome.internal_errors:
         print(f"traindoctor: internal error: {message}", file=sys.stderr)
     findings = sort_findings(outcome.findings)
@@ -327,8 +371,9 @@ def _run_stdin(args: argparse.Namespace, settings: Settings) -> int:
     try:
         out, handle = (report_to, None) if not args.output_file else _open_output(args.output_file)
     except OSError as exc:
-        print(f"traindoctor: error: cannot write the report to {args.output_file}: {exc.strerror or exc}",
-              file=sys.stderr)
+        print(
+            f"traindoctor: error: cannot write the report to {args.output_file}: {exc.strerror or exc}", file=sys.stderr
+        )
         return EXIT_ERROR
     try:
         _report(out, args, findings, 1, outcome.fixes_applied)

@@ -34,21 +34,40 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: Loader callables that read a file object (or path) -> format.
 _FILE_LOADERS = {
-    "yaml.safe_load": "yaml", "yaml.load": "yaml", "yaml.full_load": "yaml", "yaml.unsafe_load": "yaml",
-    "json.load": "json", "tomllib.load": "toml", "tomli.load": "toml", "toml.load": "toml",
+    "yaml.safe_load": "yaml",
+    "yaml.load": "yaml",
+    "yaml.full_load": "yaml",
+    "yaml.unsafe_load": "yaml",
+    "json.load": "json",
+    "tomllib.load": "toml",
+    "tomli.load": "toml",
+    "toml.load": "toml",
     "omegaconf.OmegaConf.load": "yaml",
 }
 #: Loader callables that parse a string read from a file (``json.loads(f.read())``).
 _TEXT_LOADERS = {"json.loads": "json", "tomllib.loads": "toml", "tomli.loads": "toml", "toml.loads": "toml"}
 #: Wrappers that give a dict attribute access without changing its content.
-_WRAPPERS = frozenset({
-    "AttrDict", "EasyDict", "edict", "DotMap", "Munch", "munchify", "Box", "ConfigDict", "DictConfig",
-    "SimpleNamespace", "create", "dict", "Namespace",
-})
+_WRAPPERS = frozenset(
+    {
+        "AttrDict",
+        "EasyDict",
+        "edict",
+        "DotMap",
+        "Munch",
+        "munchify",
+        "Box",
+        "ConfigDict",
+        "DictConfig",
+        "SimpleNamespace",
+        "create",
+        "dict",
+        "Namespace",
+    }
+)
 _MAX_BYTES = 1_000_000
 
 
-def config_value(ctx: "FileContext", node: ast.AST) -> Any:
+def config_value(ctx: FileContext, node: ast.AST) -> Any:
     """The value ``node`` (``cfg.train.batch_size``, ``cfg["lr"]``) reads from a loaded config file."""
     keys: list[str] = []
     cur = node
@@ -56,12 +75,18 @@ def config_value(ctx: "FileContext", node: ast.AST) -> Any:
         if isinstance(cur, ast.Attribute):
             keys.append(cur.attr)
             cur = cur.value
-        elif isinstance(cur, ast.Subscript) and isinstance(cur.slice, ast.Constant) and isinstance(cur.slice.value, str):
+        elif (
+            isinstance(cur, ast.Subscript) and isinstance(cur.slice, ast.Constant) and isinstance(cur.slice.value, str)
+        ):
             keys.append(cur.slice.value)
             cur = cur.value
         elif (
-            isinstance(cur, ast.Call) and isinstance(cur.func, ast.Attribute) and cur.func.attr == "get"
-            and len(cur.args) == 1 and isinstance(cur.args[0], ast.Constant) and isinstance(cur.args[0].value, str)
+            isinstance(cur, ast.Call)
+            and isinstance(cur.func, ast.Attribute)
+            and cur.func.attr == "get"
+            and len(cur.args) == 1
+            and isinstance(cur.args[0], ast.Constant)
+            and isinstance(cur.args[0].value, str)
         ):
             keys.append(cur.args[0].value)
             cur = cur.func.value
@@ -91,7 +116,7 @@ def config_value(ctx: "FileContext", node: ast.AST) -> Any:
 class _ConfigTable:
     """Per-file: the config loads it makes, and names it changes in place."""
 
-    def __init__(self, ctx: "FileContext") -> None:
+    def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self.loads = [c for q in (*_FILE_LOADERS, *_TEXT_LOADERS) for c in ctx.calls_to(q)]
         self.changed: set[str] = set()
@@ -147,7 +172,11 @@ class _ConfigTable:
         if isinstance(expr, ast.Name):
             for w in ctx.of(ast.With, ast.AsyncWith):
                 for item in w.items:
-                    if isinstance(item.optional_vars, ast.Name) and item.optional_vars.id == expr.id and ctx.within(expr, w):
+                    if (
+                        isinstance(item.optional_vars, ast.Name)
+                        and item.optional_vars.id == expr.id
+                        and ctx.within(expr, w)
+                    ):
                         return self._path_of_file(item.context_expr)
             bound = ctx.bindings_of(expr)
             if bound and len(bound) == 1 and bound[0] is not None:
@@ -172,7 +201,11 @@ class _ConfigTable:
             if not bound or len(bound) != 1 or bound[0] is None or depth > 6:
                 return None
             return self._path_of_text(bound[0], depth + 1)
-        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in ("read", "read_text"):
+        if (
+            isinstance(expr, ast.Call)
+            and isinstance(expr.func, ast.Attribute)
+            and expr.func.attr in ("read", "read_text")
+        ):
             return self._path_of_file(expr.func.value)
         return None
 
@@ -190,7 +223,7 @@ class _ConfigTable:
         return None if data is None else (data, path)
 
 
-def _find(ctx: "FileContext", name: str) -> str | None:
+def _find(ctx: FileContext, name: str) -> str | None:
     """The one project file a relative config path can name (script folder or project root)."""
     view = ctx.project
     if view is None:
@@ -258,7 +291,7 @@ def simple_yaml(text: str) -> dict[str, Any] | None:
     last: tuple[int, dict[str, Any], str] | None = None
     for raw in text.splitlines():
         line = _strip_comment(raw).rstrip()
-        if not line.strip() or line.strip() == "---" and not root:
+        if not line.strip() or (line.strip() == "---" and not root):
             continue
         if "\t" in line[: len(line) - len(line.lstrip())] or line.strip() in ("---", "..."):
             return None

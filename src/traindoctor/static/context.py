@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import ast
 import io
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import cached_property
 from operator import attrgetter
-from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from traindoctor.finding import Edit, Finding, Fix, Location, Origin, Related
 from traindoctor.static import values as _values
-from traindoctor.static.args import MISSING, SIGNATURES, UNKNOWN, ArgResult, find_arg, last_arg_end
-from traindoctor.static.names import ImportMap, dotted
-
 from traindoctor.static.argparse_facts import ArgparseFacts
+from traindoctor.static.args import MISSING, SIGNATURES, UNKNOWN, ArgResult, find_arg, last_arg_end
 from traindoctor.static.dicts import SpelledDicts
+from traindoctor.static.names import ImportMap, dotted
 from traindoctor.static.protocols import CheckSettings, ProjectLink, RuleInfo
 
 T = TypeVar("T")
@@ -40,8 +40,25 @@ def split_lines(source: str) -> list[str]:
 
 #: Fields that never hold child nodes we index: names, operators, contexts, flags.
 _LEAF_FIELDS = frozenset(
-    {"ctx", "op", "ops", "id", "arg", "attr", "name", "names", "module", "level", "kind",
-     "type_comment", "is_async", "conversion", "simple", "tag", "kwd_attrs"}
+    {
+        "ctx",
+        "op",
+        "ops",
+        "id",
+        "arg",
+        "attr",
+        "name",
+        "names",
+        "module",
+        "level",
+        "kind",
+        "type_comment",
+        "is_async",
+        "conversion",
+        "simple",
+        "tag",
+        "kwd_attrs",
+    }
 )
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {ast.Constant: ()}
 
@@ -153,8 +170,6 @@ def build_parents(tree: ast.AST) -> dict[ast.AST, ast.AST]:
     return table
 
 
-
-
 def _position(node: ast.AST) -> tuple[int, int]:
     return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
 
@@ -203,7 +218,7 @@ class FileContext:
         tree: ast.Module,
         settings: CheckSettings,
         lines: list[str] | None = None,
-        project: "Callable[[FileContext], ProjectView | None] | None" = None,
+        project: Callable[[FileContext], ProjectLink | None] | None = None,
     ) -> None:
         self.filename = filename
         self.source = source
@@ -235,7 +250,7 @@ class FileContext:
                 if qn is not None:
                     self.imports.add_alias(node.targets[0].id, qn)
 
-    def shared(self, key: str, build: "Callable[[FileContext], T]") -> "T":
+    def shared(self, key: str, build: Callable[[FileContext], T]) -> T:
         """A per-file analysis that several rules use, built once, dropped with the file.
 
         Shared analyses (loaders, AMP flow, checkpoints, models) live here rather than in
@@ -511,7 +526,7 @@ class FileContext:
             return bound[0]
         return None
 
-    def value(self, node: ast.AST | None | Any) -> Any:
+    def value(self, node: ast.AST | Any | None) -> Any:
         """The constant value of an expression, or UNKNOWN (see :mod:`traindoctor.static.values`)."""
         if node is MISSING or node is UNKNOWN:
             return UNKNOWN
@@ -627,7 +642,7 @@ class FileContext:
             return line.encode("utf-8")[col:end_col].decode("utf-8", errors="replace")
         first = lines[lineno - 1].encode("utf-8")[col:].decode("utf-8", errors="replace")
         last = lines[end_lineno - 1].encode("utf-8")[:end_col].decode("utf-8", errors="replace")
-        return "".join([first, *lines[lineno:end_lineno - 1], last])
+        return "".join([first, *lines[lineno : end_lineno - 1], last])
 
     def line_text(self, row: int) -> str:
         if 1 <= row <= len(self.lines):
@@ -652,7 +667,7 @@ class FileContext:
         fix: Fix | None = None,
         help: str | None = None,
         end_node: ast.AST | None = None,
-        related: tuple["Related", ...] = (),
+        related: tuple[Related, ...] = (),
     ) -> Finding:
         """A finding of ``rule`` at ``node`` (message defaults to the rule's summary).
 
@@ -673,9 +688,7 @@ class FileContext:
             related=tuple(related),
         )
 
-    def fix_add_keyword(
-        self, call: ast.Call, text: str, message: str, applicability: str = "safe"
-    ) -> Fix | None:
+    def fix_add_keyword(self, call: ast.Call, text: str, message: str, applicability: str = "safe") -> Fix | None:
         """Insert the keyword argument ``text`` (e.g. ``"pin_memory=True"``) at the end of a call."""
         end = last_arg_end(call)
         if end is None:
@@ -688,9 +701,7 @@ class FileContext:
         at = Location(lineno, self._char_col(lineno, col) + 1)
         return Fix(message, (Edit(content, at, at),), applicability)
 
-    def fix_replace(
-        self, node: ast.AST, text: str, message: str, applicability: str = "safe"
-    ) -> Fix:
+    def fix_replace(self, node: ast.AST, text: str, message: str, applicability: str = "safe") -> Fix:
         """Replace the source of ``node`` with ``text``."""
         return Fix(message, (Edit(text, self.location(node), self.end_location(node)),), applicability)
 
@@ -720,9 +731,7 @@ def iter_arg_nodes(call: ast.Call) -> Iterable[ast.expr]:
 
 
 def is_const(node: ast.AST | Any, *values: Any) -> bool:
-    return isinstance(node, ast.Constant) and any(
-        node.value == v and type(node.value) is type(v) for v in values
-    )
+    return isinstance(node, ast.Constant) and any(node.value == v and type(node.value) is type(v) for v in values)
 
 
 def names_in(nodes: Sequence[ast.AST]) -> set[str]:

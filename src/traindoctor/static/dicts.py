@@ -20,7 +20,7 @@ MUTATING_METHODS = ("update", "setdefault", "pop", "popitem", "clear")
 class SpelledDicts:
     """Which dicts of one file are spelled out, and what they hold."""
 
-    def __init__(self, ctx: "FileContext") -> None:
+    def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
 
     @cached_property
@@ -128,8 +128,11 @@ class SpelledDicts:
                     key = sub.slice
                     parent = self.ctx.parent(sub)
                     if (
-                        isinstance(sub.ctx, ast.Store) and isinstance(key, ast.Constant) and isinstance(key.value, str)
-                        and isinstance(parent, ast.Assign) and len(parent.targets) == 1
+                        isinstance(sub.ctx, ast.Store)
+                        and isinstance(key, ast.Constant)
+                        and isinstance(key.value, str)
+                        and isinstance(parent, ast.Assign)
+                        and len(parent.targets) == 1
                         and self.ctx.scope_of(sub) is scope
                     ):
                         merged[key.value] = parent.value
@@ -141,4 +144,3 @@ class SpelledDicts:
             return merged
         finally:
             self.__dict__.pop("_updating", None)
-

@@ -13,10 +13,9 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
-
 
 #: File endings a folder scan picks up.
 SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")
@@ -153,8 +152,11 @@ def force_excluded(path: Path, excludes: list[str], root: Path | None = None) ->
 
 
 def iter_python_files(
-    paths: list[str], excludes: list[str], respect_gitignore: bool = True,
-    force_exclude: bool = False, root: Path | None = None,
+    paths: list[str],
+    excludes: list[str],
+    respect_gitignore: bool = True,
+    force_exclude: bool = False,
+    root: Path | None = None,
 ) -> Iterator[Path]:
     """Files to check, each once, in sorted order per argument."""
     seen: set[Path] = set()

@@ -12,15 +12,15 @@ import io
 import re
 import tokenize
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from traindoctor.config import Settings
 from traindoctor.finding import Finding, Location, Origin, Severity, sort_findings
 from traindoctor.registry import all_rules
 from traindoctor.rules.base import Rule
-from traindoctor.static.context import FileContext, split_lines
 from traindoctor.static import frameworks as _frameworks  # noqa: F401 - registers FRAMEWORK_HOOKS
+from traindoctor.static.context import FileContext, split_lines
 from traindoctor.static.fix import apply_edits, select_fixes
 from traindoctor.static.grammar import newer_python_needed, running_python
 from traindoctor.static.loaders import drives_training
@@ -35,8 +35,23 @@ _FILE_NOQA = re.compile(
 _MAX_FIX_PASSES = 10
 #: Words without which a file cannot drive training (see ``loaders.drives_training``): a cheap
 #: substring test that spares library files the context a project question would need.
-_TRAINING_WORDS = (".backward(", "for epoch", "epoch in ", "training_step", "SGD(", "Adam(", "AdamW(",
-                   "Adamax(", "RMSprop(", "Adagrad(", "Adadelta(", "LBFGS(", "Rprop(", "Adafactor(", "Muon(")
+_TRAINING_WORDS = (
+    ".backward(",
+    "for epoch",
+    "epoch in ",
+    "training_step",
+    "SGD(",
+    "Adam(",
+    "AdamW(",
+    "Adamax(",
+    "RMSprop(",
+    "Adagrad(",
+    "Adadelta(",
+    "LBFGS(",
+    "Rprop(",
+    "Adafactor(",
+    "Muon(",
+)
 
 
 class _WordTest:
@@ -45,7 +60,7 @@ class _WordTest:
     Many rules share trigger words (``DataLoader``, ``save``, ``val``): a word that does not occur
     costs a scan of the whole file, so the answer is remembered for the other rules that ask."""
 
-    __slots__ = ("source", "seen")
+    __slots__ = ("seen", "source")
 
     def __init__(self, source: str) -> None:
         self.source = source
@@ -165,7 +180,7 @@ def file_noqa(source: str) -> frozenset[str] | None:
     if "noqa" not in source and "NOQA" not in source:  # cheap: most files have neither
         return None
     if source.isascii() and "traindoctor" not in source.lower():
-        return None  # plain ``# noqa`` comments only (the pattern, any case, needs the tool's name)
+        return None  # plain noqa comments only (the pattern, any case, needs the tool's name)
     codes: set[str] = set()
     found = False
     for match in _FILE_NOQA.finditer(source):
@@ -225,8 +240,9 @@ def check_source(
     def findings_of(source: str, lines: list[str], tree: ast.Module) -> list[Finding]:
         # Rules whose trigger words do not occur cannot fire: skip them, and the index too.
         present = _WordTest(source)
-        active = [r for r in rules if r.__class__.check is not Rule.check
-                  and (not r.triggers or present.any(r.triggers))]
+        active = [
+            r for r in rules if r.__class__.check is not Rule.check and (not r.triggers or present.any(r.triggers))
+        ]
         cross = [r for r in rules if r.project_aware and r not in active]
         if cross and not ("import" in source and present.any(_TRAINING_WORDS)):
             cross = []  # cannot drive training: no question about other modules will be asked
@@ -238,9 +254,7 @@ def check_source(
                 active = [r for r in rules if r in active or r in cross]
             if not active:
                 return []
-            found = [
-                f for f in run_rules(ctx, active, errors) if _noqa_allows(f, lines) and _file_noqa_allows(f, off)
-            ]
+            found = [f for f in run_rules(ctx, active, errors) if _noqa_allows(f, lines) and _file_noqa_allows(f, off)]
             dependencies.update(ctx.project_dependencies)
         finally:
             ctx.release()  # the tree is freed now, not by the cycle collector (see FileContext.release)
@@ -261,8 +275,13 @@ def check_source(
         applied += len(fixed)
         source, lines, tree = reparsed
         findings = findings_of(source, lines, tree)
-    result = FileResult(filename, findings, internal_errors=errors, fixes_applied=applied,
-                        project_dependencies=tuple(sorted(dependencies)))
+    result = FileResult(
+        filename,
+        findings,
+        internal_errors=errors,
+        fixes_applied=applied,
+        project_dependencies=tuple(sorted(dependencies)),
+    )
     if fix and source != original:
         result.fixed_source = source
         result.original_source = original

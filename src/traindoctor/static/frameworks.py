@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.names import dotted
@@ -29,13 +30,22 @@ if TYPE_CHECKING:  # pragma: no cover
 # ---------------------------------------------------------------------------------------- names
 
 #: ``transformers`` argument dataclasses that configure ``Trainer``'s loaders, precision and saving.
-HF_TRAINING_ARGS = frozenset({
-    "transformers.TrainingArguments", "transformers.Seq2SeqTrainingArguments",
-    "transformers.training_args.TrainingArguments", "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
-    # TRL's configs subclass TrainingArguments and keep its loader/precision/saving fields
-    "trl.SFTConfig", "trl.DPOConfig", "trl.GRPOConfig", "trl.RewardConfig", "trl.ORPOConfig",
-    "trl.KTOConfig", "trl.CPOConfig",
-})
+HF_TRAINING_ARGS = frozenset(
+    {
+        "transformers.TrainingArguments",
+        "transformers.Seq2SeqTrainingArguments",
+        "transformers.training_args.TrainingArguments",
+        "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
+        # TRL's configs subclass TrainingArguments and keep its loader/precision/saving fields
+        "trl.SFTConfig",
+        "trl.DPOConfig",
+        "trl.GRPOConfig",
+        "trl.RewardConfig",
+        "trl.ORPOConfig",
+        "trl.KTOConfig",
+        "trl.CPOConfig",
+    }
+)
 #: Packages whose ``*Trainer`` classes are the transformers Trainer (or subclasses of it).
 HF_TRAINER_PACKAGES = ("transformers.", "trl.")
 #: Defaults of the ``TrainingArguments`` fields the rules read (transformers 4.x and 5.x agree).
@@ -59,15 +69,29 @@ HF_DEFAULTS: dict[str, Any] = {
 #: ``nn.LayerNorm`` modules, excluded by type).
 HF_NO_DECAY_PATTERNS = (r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)")
 
-LIGHTNING_TRAINERS = frozenset({
-    "lightning.Trainer", "lightning.pytorch.Trainer", "pytorch_lightning.Trainer",
-    "lightning.pytorch.trainer.Trainer", "pytorch_lightning.trainer.Trainer",
-    "lightning.pytorch.trainer.trainer.Trainer", "pytorch_lightning.trainer.trainer.Trainer",
-})
-FABRICS = frozenset({"lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric",
-                     "lightning.fabric.fabric.Fabric", "lightning_fabric.fabric.Fabric"})
-LIGHTNING_CLI = frozenset({"lightning.pytorch.cli.LightningCLI", "pytorch_lightning.cli.LightningCLI",
-                           "lightning.pytorch.LightningCLI"})
+LIGHTNING_TRAINERS = frozenset(
+    {
+        "lightning.Trainer",
+        "lightning.pytorch.Trainer",
+        "pytorch_lightning.Trainer",
+        "lightning.pytorch.trainer.Trainer",
+        "pytorch_lightning.trainer.Trainer",
+        "lightning.pytorch.trainer.trainer.Trainer",
+        "pytorch_lightning.trainer.trainer.Trainer",
+    }
+)
+FABRICS = frozenset(
+    {
+        "lightning.Fabric",
+        "lightning.fabric.Fabric",
+        "lightning_fabric.Fabric",
+        "lightning.fabric.fabric.Fabric",
+        "lightning_fabric.fabric.Fabric",
+    }
+)
+LIGHTNING_CLI = frozenset(
+    {"lightning.pytorch.cli.LightningCLI", "pytorch_lightning.cli.LightningCLI", "lightning.pytorch.LightningCLI"}
+)
 LIGHTNING_BASES = ("LightningModule", "LightningDataModule")
 ACCELERATORS = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
 
@@ -78,11 +102,11 @@ LIGHTNING_PRECISION_ALIASES = {16: "16-mixed", "16": "16-mixed", "bf16": "bf16-m
 APEX_AMP = frozenset({"apex.amp.initialize", "apex.amp.scale_loss"})
 
 
-def is_framework_call(ctx: "FileContext", call: ast.Call, names: frozenset[str]) -> bool:
+def is_framework_call(ctx: FileContext, call: ast.Call, names: frozenset[str]) -> bool:
     return ctx.qualname(call.func) in names
 
 
-def _mentions(ctx: "FileContext", *words: str) -> bool:
+def _mentions(ctx: FileContext, *words: str) -> bool:
     """A cheap text pre-check before resolving calls: the file spells one of ``words``."""
     source = ctx.source
     return any(w in source for w in words)
@@ -99,11 +123,11 @@ class HfArgs:
     #: True when a ``**kwargs`` or extra positional argument hides fields we cannot read.
     opaque: bool
 
-    def node(self, ctx: "FileContext", field: str) -> Any:
+    def node(self, ctx: FileContext, field: str) -> Any:
         """The expression passed for ``field``: a node, MISSING or UNKNOWN."""
         return ctx.arg(self.call, field, qualname="")
 
-    def value(self, ctx: "FileContext", field: str) -> Any:
+    def value(self, ctx: FileContext, field: str) -> Any:
         """The field's value: what the call passes, its default when not passed, else UNKNOWN."""
         node = self.node(ctx, field)
         if node is MISSING:
@@ -112,19 +136,19 @@ class HfArgs:
             return UNKNOWN
         return ctx.value(node)
 
-    def anchor(self, ctx: "FileContext", field: str) -> ast.AST:
+    def anchor(self, ctx: FileContext, field: str) -> ast.AST:
         """Where to report about ``field``: its keyword value when written in the call."""
         node = self.node(ctx, field)
         if isinstance(node, ast.AST) and ctx.within(node, self.call):
             return node
         return self.call
 
-    def on_gpu(self, ctx: "FileContext") -> bool:
+    def on_gpu(self, ctx: FileContext) -> bool:
         """The Trainer uses a CUDA device when there is one (unless told to use the CPU)."""
         return self.value(ctx, "use_cpu") is False and self.value(ctx, "no_cuda") is False
 
 
-def hf_training_args(ctx: "FileContext") -> list[HfArgs]:
+def hf_training_args(ctx: FileContext) -> list[HfArgs]:
     """``TrainingArguments(...)`` calls of a file that trains a ``transformers`` Trainer.
 
     A file that builds the arguments but never calls ``.train()`` on a Trainer (evaluation or
@@ -133,7 +157,7 @@ def hf_training_args(ctx: "FileContext") -> list[HfArgs]:
     return ctx.shared("frameworks.hf_args", _hf_training_args)
 
 
-def _hf_training_args(ctx: "FileContext") -> list[HfArgs]:
+def _hf_training_args(ctx: FileContext) -> list[HfArgs]:
     from traindoctor.static.loaders import is_test_file
 
     if "TrainingArguments" not in ctx.source and "trl" not in ctx.source:
@@ -151,7 +175,7 @@ def _hf_training_args(ctx: "FileContext") -> list[HfArgs]:
     return out
 
 
-def hf_trainer_calls(ctx: "FileContext") -> list[ast.Call]:
+def hf_trainer_calls(ctx: FileContext) -> list[ast.Call]:
     """Constructions of a ``transformers`` Trainer (``Trainer``, ``Seq2SeqTrainer``, TRL's ``SFTTrainer``
     and friends, subclasses defined in the file)."""
     out = []
@@ -165,7 +189,7 @@ def hf_trainer_calls(ctx: "FileContext") -> list[ast.Call]:
     return out
 
 
-def _local_subclasses(ctx: "FileContext", base_ok: Any) -> set[str]:
+def _local_subclasses(ctx: FileContext, base_ok: Any) -> set[str]:
     names: set[str] = set()
     for cls in ctx.of(ast.ClassDef):
         for base in cls.bases:
@@ -175,7 +199,7 @@ def _local_subclasses(ctx: "FileContext", base_ok: Any) -> set[str]:
     return names
 
 
-def _trains_hf_trainer(ctx: "FileContext") -> bool:
+def _trains_hf_trainer(ctx: FileContext) -> bool:
     """``trainer.train(...)`` where ``trainer`` is a Trainer built in this file."""
     trainers = hf_trainer_calls(ctx)
     if not trainers:
@@ -194,7 +218,7 @@ def _trains_hf_trainer(ctx: "FileContext") -> bool:
     return False
 
 
-def hf_trainer_model(ctx: "FileContext", args: HfArgs) -> ast.expr | None:
+def hf_trainer_model(ctx: FileContext, args: HfArgs) -> ast.expr | None:
     """The model given to the Trainer that receives ``args`` (the only Trainer of the file)."""
     trainers = hf_trainer_calls(ctx)
     if len(trainers) != 1:
@@ -208,7 +232,7 @@ def hf_trainer_model(ctx: "FileContext", args: HfArgs) -> ast.expr | None:
     return None
 
 
-def hf_custom_optimizer(ctx: "FileContext") -> bool:
+def hf_custom_optimizer(ctx: FileContext) -> bool:
     """A Trainer given its own optimizer (``optimizers=(opt, sched)``, ``optimizer_cls_and_kwargs``)
     or a subclass that overrides ``create_optimizer``: ``weight_decay`` is not applied by Trainer."""
     for call in hf_trainer_calls(ctx):
@@ -238,16 +262,16 @@ def hf_decayed_norm_params(params: tuple[tuple[str, str], ...]) -> list[str]:
 # ---------------------------------------------------------------------------------------- Lightning
 
 
-def lightning_trainers(ctx: "FileContext") -> list[ast.Call]:
+def lightning_trainers(ctx: FileContext) -> list[ast.Call]:
     """``Trainer(...)`` calls of Lightning (any of its import paths)."""
     return ctx.calls_to(*sorted(LIGHTNING_TRAINERS))
 
 
-def fabrics(ctx: "FileContext") -> list[ast.Call]:
+def fabrics(ctx: FileContext) -> list[ast.Call]:
     return ctx.calls_to(*sorted(FABRICS))
 
 
-def lightning_flag(ctx: "FileContext", name: str) -> Iterator[tuple[ast.AST, Any]]:
+def lightning_flag(ctx: FileContext, name: str) -> Iterator[tuple[ast.AST, Any]]:
     """(node, value) for each place a Lightning Trainer flag is set: ``Trainer(name=...)`` or
     ``LightningCLI(..., trainer_defaults={name: ...})``."""
     if not _mentions(ctx, "Trainer", "LightningCLI"):
@@ -264,7 +288,7 @@ def lightning_flag(ctx: "FileContext", name: str) -> Iterator[tuple[ast.AST, Any
                 yield mapping[name], ctx.value(mapping[name])
 
 
-def is_lightning_class(ctx: "FileContext", cls: ast.AST | None) -> bool:
+def is_lightning_class(ctx: FileContext, cls: ast.AST | None) -> bool:
     """A class of this file that subclasses ``LightningModule`` or ``LightningDataModule``."""
     if not isinstance(cls, ast.ClassDef):
         return False
@@ -275,7 +299,7 @@ def is_lightning_class(ctx: "FileContext", cls: ast.AST | None) -> bool:
     return False
 
 
-def lightning_hparam(ctx: "FileContext", node: ast.Attribute, *, declared: bool = False) -> Any:
+def lightning_hparam(ctx: FileContext, node: ast.Attribute, *, declared: bool = False) -> Any:
     """The value of ``self.x`` / ``self.hparams.x`` inside a LightningModule/DataModule, from
     the ``__init__`` default of the parameter it is set from, else UNKNOWN.
 
@@ -306,9 +330,13 @@ def lightning_hparam(ctx: "FileContext", node: ast.Attribute, *, declared: bool 
     if param is None:
         return UNKNOWN
     stores = [
-        n for n in ast.walk(cls)
-        if isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del))
-        and isinstance(n.value, ast.Name) and n.value.id == "self" and n.attr == attr
+        n
+        for n in ast.walk(cls)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.ctx, (ast.Store, ast.Del))
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "self"
+        and n.attr == attr
     ]
     if via_hparams:
         saves = [c for c in ast.walk(init) if isinstance(c, ast.Call) and dotted(c.func) == "self.save_hyperparameters"]
@@ -316,9 +344,12 @@ def lightning_hparam(ctx: "FileContext", node: ast.Attribute, *, declared: bool 
             return UNKNOWN
     else:
         from_param = [
-            s for s in stores
-            if isinstance(p := ctx.parent(s), (ast.Assign, ast.AnnAssign)) and isinstance(p.value, ast.Name)
-            and p.value.id == attr and ctx.function_of(p) is init
+            s
+            for s in stores
+            if isinstance(p := ctx.parent(s), (ast.Assign, ast.AnnAssign))
+            and isinstance(p.value, ast.Name)
+            and p.value.id == attr
+            and ctx.function_of(p) is init
         ]
         if len(from_param) != 1 or (len(stores) != 1 and not declared):
             return UNKNOWN
@@ -347,7 +378,7 @@ def _init_param(init: ast.FunctionDef, name: str) -> ast.expr | None:
     return None
 
 
-def _class_called_with(ctx: "FileContext", cls: ast.ClassDef, init: ast.FunctionDef, attr: str) -> bool:
+def _class_called_with(ctx: FileContext, cls: ast.ClassDef, init: ast.FunctionDef, attr: str) -> bool:
     """Whether some call of ``cls`` in the file may pass ``attr`` (by name, position or ``**``)."""
     names = [p.arg for p in [*init.args.posonlyargs, *init.args.args][1:]]
     index = names.index(attr) if attr in names else None
@@ -366,7 +397,7 @@ def _class_called_with(ctx: "FileContext", cls: ast.ClassDef, init: ast.Function
 # ---------------------------------------------------------------------------------------- accelerate / precision
 
 
-def accelerator_mixed_precision(ctx: "FileContext") -> list[tuple[ast.Call, Any]]:
+def accelerator_mixed_precision(ctx: FileContext) -> list[tuple[ast.Call, Any]]:
     """(``Accelerator(...)`` call, its ``mixed_precision`` value) for each Accelerator."""
     out = []
     for call in ctx.calls_to(*sorted(ACCELERATORS)):
@@ -375,7 +406,7 @@ def accelerator_mixed_precision(ctx: "FileContext") -> list[tuple[ast.Call, Any]
     return out
 
 
-def framework_backward_unscaled(ctx: "FileContext", receiver: ast.AST) -> bool:
+def framework_backward_unscaled(ctx: FileContext, receiver: ast.AST) -> bool:
     """Whether ``receiver.backward(loss)`` is a framework backward known *not* to scale the loss:
     the file's every ``Accelerator``/``Fabric`` is told a precision without float16 loss scaling
     (``mixed_precision="no"``/``"bf16"``, ``precision="bf16-mixed"``/``"32-true"``). Unknown
@@ -409,7 +440,7 @@ class Fp16Choice:
     instead: str
 
 
-def fp16_choices(ctx: "FileContext") -> list[Fp16Choice]:
+def fp16_choices(ctx: FileContext) -> list[Fp16Choice]:
     """Framework configurations that pick float16 autocast (``fp16=True``, ``precision="16-mixed"``,
     ``mixed_precision="fp16"``), where bfloat16 would need no loss scaling on Ampere or newer GPUs."""
     from traindoctor.static.loaders import is_test_file
@@ -433,7 +464,7 @@ def fp16_choices(ctx: "FileContext") -> list[Fp16Choice]:
     return out
 
 
-def framework_targets_cuda(ctx: "FileContext") -> bool:
+def framework_targets_cuda(ctx: FileContext) -> bool:
     """A framework that runs on a CUDA device whenever there is one (HF Trainer, Lightning
     ``Trainer``/``Fabric`` with the default ``accelerator="auto"`` or a GPU one, ``Accelerator``),
     unless the call pins the CPU."""
@@ -458,7 +489,7 @@ def framework_targets_cuda(ctx: "FileContext") -> bool:
 _EPOCH_SETTING_WRAPPERS = frozenset({"prepare", "prepare_data_loader", "setup_dataloaders"})
 
 
-def framework_sets_epoch(ctx: "FileContext", loader: Any) -> bool:
+def framework_sets_epoch(ctx: FileContext, loader: Any) -> bool:
     """Whether a framework iterates ``loader`` (a :class:`~traindoctor.static.loaders.Loader`)
     and sets its sampler's epoch: it is returned by a Lightning ``train_dataloader`` hook (the fit
     loop sets the epoch), or handed to ``accelerator.prepare(...)`` / ``fabric.setup_dataloaders(...)``."""
@@ -468,13 +499,17 @@ def framework_sets_epoch(ctx: "FileContext", loader: Any) -> bool:
         parent = ctx.parent(ref)
         if isinstance(parent, ast.keyword):
             parent = ctx.parent(parent)
-        if (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute)
-                and parent.func.attr in _EPOCH_SETTING_WRAPPERS and parent.func is not ref):
+        if (
+            isinstance(parent, ast.Call)
+            and isinstance(parent.func, ast.Attribute)
+            and parent.func.attr in _EPOCH_SETTING_WRAPPERS
+            and parent.func is not ref
+        ):
             return True
     return False
 
 
-def apex_amp_calls(ctx: "FileContext") -> list[tuple[str, ast.Call]]:
+def apex_amp_calls(ctx: FileContext) -> list[tuple[str, ast.Call]]:
     """(qualified name, call) of NVIDIA apex AMP entry points (``amp.initialize``, ``amp.scale_loss``)."""
     return [(qn, c) for qn in sorted(APEX_AMP) for c in ctx.calls_to(qn)]
 

@@ -12,31 +12,39 @@ from __future__ import annotations
 
 import ast
 import builtins
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING
 
 from traindoctor.static.names import dotted
-from traindoctor.static.vocab import EVAL_LOOP_TRIGGERS  # re-exported (rules' ``triggers``)
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
 
-_NO_GRAD = frozenset((
-    "torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
-    "torch.autograd.inference_mode", "torch.autograd.grad_mode.inference_mode",
-))
+_NO_GRAD = frozenset(
+    (
+        "torch.no_grad",
+        "torch.inference_mode",
+        "torch.autograd.no_grad",
+        "torch.autograd.inference_mode",
+        "torch.autograd.grad_mode.inference_mode",
+    )
+)
 _ENABLE_GRAD = frozenset(("torch.enable_grad", "torch.autograd.enable_grad"))
-_SET_GRAD = frozenset((
-    "torch.set_grad_enabled", "torch.autograd.set_grad_enabled",
-    "torch.autograd.grad_mode.set_grad_enabled",
-))
+_SET_GRAD = frozenset(
+    (
+        "torch.set_grad_enabled",
+        "torch.autograd.set_grad_enabled",
+        "torch.autograd.grad_mode.set_grad_enabled",
+    )
+)
 _BACKWARD_FUNCS = ("torch.autograd.grad", "torch.autograd.backward")
 _BACKWARD_METHODS = ("backward", "manual_backward")
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
 
-def _grad_switch(ctx: "FileContext", expr: ast.AST) -> bool | None:
+def _grad_switch(ctx: FileContext, expr: ast.AST) -> bool | None:
     """False for an expression that turns autograd off, True for one that turns it on, else None."""
     target = expr.func if isinstance(expr, ast.Call) else expr
     qn = ctx.qualname(target)
@@ -53,7 +61,7 @@ def _grad_switch(ctx: "FileContext", expr: ast.AST) -> bool | None:
     return None
 
 
-def grad_enabled_at(ctx: "FileContext", node: ast.AST) -> bool | None:
+def grad_enabled_at(ctx: FileContext, node: ast.AST) -> bool | None:
     """Whether autograd is on at ``node`` as far as its own function tells; None when silent.
 
     Looks at enclosing ``with`` blocks and, at the function boundary, at its decorators; it does
@@ -76,7 +84,7 @@ def grad_enabled_at(ctx: "FileContext", node: ast.AST) -> bool | None:
     return None
 
 
-def grad_disabled_globally(ctx: "FileContext") -> bool:
+def grad_disabled_globally(ctx: FileContext) -> bool:
     """A bare ``torch.set_grad_enabled(False)`` statement anywhere in the file."""
     for qn in _SET_GRAD:
         for call in ctx.calls_to(qn):
@@ -85,7 +93,7 @@ def grad_disabled_globally(ctx: "FileContext") -> bool:
     return False
 
 
-def call_sites(ctx: "FileContext", fn: ast.AST) -> list[ast.Call]:
+def call_sites(ctx: FileContext, fn: ast.AST) -> list[ast.Call]:
     """Calls in the file of the function ``fn`` by its name (``evaluate(...)``, ``self.evaluate(...)``)."""
     name = getattr(fn, "name", None)
     if not name:
@@ -96,18 +104,18 @@ def call_sites(ctx: "FileContext", fn: ast.AST) -> list[ast.Call]:
     return out
 
 
-def callers_disable_grad(ctx: "FileContext", fn: ast.AST | None) -> bool:
+def callers_disable_grad(ctx: FileContext, fn: ast.AST | None) -> bool:
     """Whether any call site of ``fn`` in the file runs under no_grad (one level up)."""
     if fn is None:
         return False
     return any(grad_enabled_at(ctx, c) is False for c in call_sites(ctx, fn))
 
 
-def same_function(ctx: "FileContext", node: ast.AST, fn: ast.AST | None) -> bool:
+def same_function(ctx: FileContext, node: ast.AST, fn: ast.AST | None) -> bool:
     return ctx.function_of(node) is fn
 
 
-def backward_calls(ctx: "FileContext", fn: ast.AST | None) -> list[ast.Call]:
+def backward_calls(ctx: FileContext, fn: ast.AST | None) -> list[ast.Call]:
     """Backward passes in the body of ``fn`` (None: module level), nested functions excluded."""
     out: list[ast.Call] = []
     for attr in _BACKWARD_METHODS:
@@ -126,7 +134,7 @@ class ModeCall:
     training: bool | None
 
 
-def mode_calls(ctx: "FileContext", fn: ast.AST | None) -> list[ModeCall]:
+def mode_calls(ctx: FileContext, fn: ast.AST | None) -> list[ModeCall]:
     """Calls that set a module's train/eval mode in the body of ``fn``, in source order."""
     out: list[ModeCall] = []
     for call in ctx.method_calls("eval"):
@@ -155,7 +163,7 @@ def related(receiver: str, model: str) -> bool:
     return receiver == model or receiver.startswith(model + ".") or model.startswith(receiver + ".")
 
 
-def mode_before(ctx: "FileContext", node: ast.AST, model: str, fn: ast.AST | None) -> ModeCall | None:
+def mode_before(ctx: FileContext, node: ast.AST, model: str, fn: ast.AST | None) -> ModeCall | None:
     """The last mode call on ``model`` in ``fn`` before ``node`` in source order."""
     pos = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
     last = None
@@ -199,13 +207,23 @@ def is_parameter(fn: ast.AST | None, name: str) -> bool:
 _LOSS_NAMES = ("loss", "criterion", "crit")
 
 
-def _is_lossy_call(ctx: "FileContext", call: ast.Call) -> bool:
+def _is_lossy_call(ctx: FileContext, call: ast.Call) -> bool:
     """A call that returns a loss: ``criterion(...)``, ``F.cross_entropy(...)``, ``nn.MSELoss()(...)``."""
     qn = ctx.qualname(call.func) or ""
     if qn.startswith("torch.nn.functional.") and (
-        "loss" in qn or qn.rsplit(".", 1)[-1] in ("cross_entropy", "nll_loss", "mse_loss", "l1_loss",
-                                                   "binary_cross_entropy", "binary_cross_entropy_with_logits",
-                                                   "kl_div", "smooth_l1_loss", "huber_loss")
+        "loss" in qn
+        or qn.rsplit(".", 1)[-1]
+        in (
+            "cross_entropy",
+            "nll_loss",
+            "mse_loss",
+            "l1_loss",
+            "binary_cross_entropy",
+            "binary_cross_entropy_with_logits",
+            "kl_div",
+            "smooth_l1_loss",
+            "huber_loss",
+        )
     ):
         return True
     if isinstance(call.func, ast.Call):
@@ -215,11 +233,16 @@ def _is_lossy_call(ctx: "FileContext", call: ast.Call) -> bool:
     return any(k in text for k in _LOSS_NAMES)
 
 
-def _plain_loss_expr(ctx: "FileContext", expr: ast.AST) -> bool:
+def _plain_loss_expr(ctx: FileContext, expr: ast.AST) -> bool:
     """An expression that yields a graph-attached loss tensor (no ``.item()`` / ``.detach()``)."""
     if isinstance(expr, ast.Call):
         if isinstance(expr.func, ast.Attribute) and expr.func.attr in (
-            "item", "detach", "tolist", "numpy", "detach_", "cpu",
+            "item",
+            "detach",
+            "tolist",
+            "numpy",
+            "detach_",
+            "cpu",
         ):
             return False
         return _is_lossy_call(ctx, expr)
@@ -228,7 +251,7 @@ def _plain_loss_expr(ctx: "FileContext", expr: ast.AST) -> bool:
     return False
 
 
-def backward_receivers(ctx: "FileContext", fn: ast.AST | None) -> set[str]:
+def backward_receivers(ctx: FileContext, fn: ast.AST | None) -> set[str]:
     """Names whose value is backpropagated in ``fn``: ``loss.backward()``, ``scaler.scale(loss)``,
     ``accelerator.backward(loss)``, ``(loss / k).backward()``."""
     out: set[str] = set()
@@ -252,7 +275,7 @@ def backward_receivers(ctx: "FileContext", fn: ast.AST | None) -> set[str]:
     return out
 
 
-def last_binding_before(ctx: "FileContext", name: str, node: ast.AST, fn: ast.AST | None) -> ast.expr | None:
+def last_binding_before(ctx: FileContext, name: str, node: ast.AST, fn: ast.AST | None) -> ast.expr | None:
     """The value last assigned to ``name`` in ``fn`` before ``node`` (source order); None if none."""
     best: ast.expr | None = None
     best_pos = (0, 0)
@@ -269,7 +292,7 @@ def last_binding_before(ctx: "FileContext", name: str, node: ast.AST, fn: ast.AS
     return best
 
 
-def attached_loss(ctx: "FileContext", name: str, at: ast.AST, fn: ast.AST | None) -> bool:
+def attached_loss(ctx: FileContext, name: str, at: ast.AST, fn: ast.AST | None) -> bool:
     """Whether ``name`` holds a graph-attached loss at ``at``.
 
     True when its last assignment before ``at`` is a loss computation (criterion call, or
@@ -281,8 +304,16 @@ def attached_loss(ctx: "FileContext", name: str, at: ast.AST, fn: ast.AST | None
     backward_names = backward_receivers(ctx, fn)
     if value is None:
         return False
-    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in (
-        "item", "detach", "tolist", "numpy",
+    if (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr
+        in (
+            "item",
+            "detach",
+            "tolist",
+            "numpy",
+        )
     ):
         return False
     if name in backward_names:
@@ -303,11 +334,11 @@ def names_in(node: ast.AST) -> Iterable[str]:
 TRAIN, EVAL = "train", "eval"
 
 
-def _bound_in(ctx: "FileContext", name: str, at: ast.AST, fn: ast.AST | None) -> bool:
+def _bound_in(ctx: FileContext, name: str, at: ast.AST, fn: ast.AST | None) -> bool:
     return last_binding_before(ctx, name, at, fn) is not None
 
 
-def mode_state(ctx: "FileContext", at: ast.AST, model: str, fn: ast.AST | None, depth: int = 0) -> str | None:
+def mode_state(ctx: FileContext, at: ast.AST, model: str, fn: ast.AST | None, depth: int = 0) -> str | None:
     """The train/eval mode of ``model`` (dotted text) at ``at`` in ``fn``: TRAIN, EVAL or None.
 
     TRAIN only on evidence: the last mode call on the model before ``at`` is ``.train()``, or
@@ -342,7 +373,7 @@ def mode_state(ctx: "FileContext", at: ast.AST, model: str, fn: ast.AST | None, 
     return None
 
 
-def forward_models(ctx: "FileContext", call: ast.Call, fn: ast.AST | None) -> list[ast.expr]:
+def forward_models(ctx: FileContext, call: ast.Call, fn: ast.AST | None) -> list[ast.expr]:
     """Expressions that may be the module ``call`` runs: its callee, or what callers pass for it."""
     func = call.func
     if isinstance(func, ast.Name) and is_parameter(fn, func.id):
@@ -355,7 +386,7 @@ def forward_models(ctx: "FileContext", call: ast.Call, fn: ast.AST | None) -> li
     return [func]
 
 
-def freezes_parameters(ctx: "FileContext") -> bool:
+def freezes_parameters(ctx: FileContext) -> bool:
     """The file turns gradients off on parameters (``requires_grad_(False)``, ``p.requires_grad = False``)."""
     if ctx.source.isascii() and "requires_grad" not in ctx.source:
         return False  # both forms spell it (ASCII files: identifiers are as written): not walked
@@ -369,7 +400,7 @@ def freezes_parameters(ctx: "FileContext") -> bool:
     return False
 
 
-def no_grad_calls(ctx: "FileContext", where: "Callable[[ast.Call], bool] | None" = None) -> list[ast.Call]:
+def no_grad_calls(ctx: FileContext, where: Callable[[ast.Call], bool] | None = None) -> list[ast.Call]:
     """Calls that run with autograd off: inside a no_grad/inference_mode block or decorated function.
 
     ``where`` keeps only the calls a caller asks about, tested before the (costlier) look at the
@@ -397,7 +428,7 @@ def no_grad_calls(ctx: "FileContext", where: "Callable[[ast.Call], bool] | None"
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
-def loop_iterables(ctx: "FileContext", node: ast.AST) -> list[tuple[ast.AST, ast.expr]]:
+def loop_iterables(ctx: FileContext, node: ast.AST) -> list[tuple[ast.AST, ast.expr]]:
     """(loop, iterable) for the ``for`` loops *and* comprehensions around ``node`` in its function,
     innermost first: ``[model(x) for x, _ in val_loader]`` is the same evaluation loop as the
     ``for`` statement it abbreviates. ``node`` must sit in the body, not in the iterable itself."""
@@ -415,10 +446,9 @@ def loop_iterables(ctx: "FileContext", node: ast.AST) -> list[tuple[ast.AST, ast
     return out
 
 
-def evaluation_loop(ctx: "FileContext", node: ast.AST) -> ast.AST | None:
+def evaluation_loop(ctx: FileContext, node: ast.AST) -> ast.AST | None:
     """The loop (``for`` or comprehension) around ``node`` that iterates evaluation data: its
     iterable is named like val/valid/test/eval (``val_loader``, ``enumerate(self.test_dl)``)."""
-    from traindoctor.static.loaders import is_evaluation_name
 
     for loop, iterable in loop_iterables(ctx, node):
         if any(_evaluation_word(n) for n in _iter_words(iterable)):
@@ -426,12 +456,16 @@ def evaluation_loop(ctx: "FileContext", node: ast.AST) -> ast.AST | None:
     return None
 
 
-def _steps_in(ctx: "FileContext", region: ast.AST) -> bool:
+def _steps_in(ctx: FileContext, region: ast.AST) -> bool:
     """A backward pass or an optimizer step inside ``region``."""
     for attr in (*_BACKWARD_METHODS, "step"):
         for call in ctx.method_calls(attr):
             if ctx.within(call, region):
-                if attr != "step" or "opt" in (dotted(call.func.value) or "").lower() or "scaler" in (dotted(call.func.value) or "").lower():  # type: ignore[attr-defined]
+                if (
+                    attr != "step"
+                    or "opt" in (dotted(call.func.value) or "").lower()
+                    or "scaler" in (dotted(call.func.value) or "").lower()
+                ):  # type: ignore[attr-defined]
                     return True
     return False
 
@@ -464,7 +498,7 @@ def _iter_words(node: ast.AST, depth: int = 0) -> Iterable[str]:
         yield from _iter_words(node.value, depth + 1)
 
 
-def unguarded_evaluation(ctx: "FileContext", call: ast.Call, loop: ast.AST | None = None) -> str | None:
+def unguarded_evaluation(ctx: FileContext, call: ast.Call, loop: ast.AST | None = None) -> str | None:
     """The model text when ``call`` is an evaluation forward that neither ``eval()`` nor
     ``no_grad``/``inference_mode`` guards: a ``model(x)`` (or ``self.model(x)``) in a loop over
     evaluation data with no backward or optimizer step in that loop (nor after it in the
@@ -475,7 +509,9 @@ def unguarded_evaluation(ctx: "FileContext", call: ast.Call, loop: ast.AST | Non
     func = call.func
     if isinstance(func, ast.Attribute) and not (isinstance(func.value, ast.Name) and func.value.id == "self"):
         return None
-    if isinstance(func, ast.Name) and (func.id in _BUILTINS or func.id in ctx.imports.names or not ctx.bindings_of(func)):
+    if isinstance(func, ast.Name) and (
+        func.id in _BUILTINS or func.id in ctx.imports.names or not ctx.bindings_of(func)
+    ):
         return None  # builtins (``len``, ``float``) and imported functions are not models
     if not isinstance(func, (ast.Name, ast.Attribute)):
         return None
@@ -498,7 +534,7 @@ def unguarded_evaluation(ctx: "FileContext", call: ast.Call, loop: ast.AST | Non
     return model
 
 
-def _in_iterable(ctx: "FileContext", node: ast.AST, loop: ast.AST) -> bool:
+def _in_iterable(ctx: FileContext, node: ast.AST, loop: ast.AST) -> bool:
     """Whether ``node`` sits in the iterable part of ``loop`` rather than its body."""
     if isinstance(loop, (ast.For, ast.AsyncFor)):
         return ctx.within(node, loop.iter)
@@ -510,26 +546,30 @@ def _in_iterable(ctx: "FileContext", node: ast.AST, loop: ast.AST) -> bool:
 _OTHER_FRAMEWORKS = frozenset({"jax", "flax", "tensorflow", "keras", "optax"})
 
 
-def _other_framework_only(ctx: "FileContext") -> bool:
+def _other_framework_only(ctx: FileContext) -> bool:
     """The file imports JAX/Flax/TensorFlow and nothing from torch: not a PyTorch program."""
     tops = {qualname.split(".", 1)[0] for qualname in ctx.imports.names.values()}
     return bool(tops & _OTHER_FRAMEWORKS) and "torch" not in tops
 
 
-def unguarded_evaluation_forwards(ctx: "FileContext") -> list[tuple[ast.Call, str]]:
+def unguarded_evaluation_forwards(ctx: FileContext) -> list[tuple[ast.Call, str]]:
     """(forward call, model text) of every :func:`unguarded_evaluation` forward in the file,
     computed once per file and shared by TD701 and TD702."""
     return ctx.shared("gradmode.unguarded_eval", _unguarded_evaluation_forwards)
 
 
-def _unguarded_evaluation_forwards(ctx: "FileContext") -> list[tuple[ast.Call, str]]:
-    from traindoctor.static.loaders import is_evaluation_name, is_test_file
+def _unguarded_evaluation_forwards(ctx: FileContext) -> list[tuple[ast.Call, str]]:
+    from traindoctor.static.loaders import is_test_file
 
     if is_test_file(ctx.filename) or _other_framework_only(ctx):
         return []
     loops = [
-        n for n in ctx.of(ast.For, ast.AsyncFor, *_COMPREHENSIONS)
-        if any(_evaluation_word(x) for x in _iter_words(n.iter if isinstance(n, (ast.For, ast.AsyncFor)) else n.generators[0].iter))
+        n
+        for n in ctx.of(ast.For, ast.AsyncFor, *_COMPREHENSIONS)
+        if any(
+            _evaluation_word(x)
+            for x in _iter_words(n.iter if isinstance(n, (ast.For, ast.AsyncFor)) else n.generators[0].iter)
+        )
     ]
     if not loops:
         return []

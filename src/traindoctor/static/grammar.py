@@ -22,8 +22,12 @@ _MARKERS: tuple[tuple[tuple[int, int], re.Pattern[str] | None, re.Pattern[str] |
     ((3, 12), re.compile(r"^\s*class\s+[A-Za-z_]\w*\s*\["), None, "type parameter lists"),
     ((3, 12), None, re.compile(r"^f-string"), "f-strings that nest quotes, backslashes or comments"),
     # Exception classes only (CapWords, maybe dotted): Python 2's `except ValueError, e:` is not it.
-    ((3, 14), re.compile(r"^\s*except\s+(?:\w+\.)*[A-Z]\w*(?:\s*,\s*(?:\w+\.)*[A-Z]\w*)+\s*:"), None,
-     "`except` with several exception types without parentheses"),
+    (
+        (3, 14),
+        re.compile(r"^\s*except\s+(?:\w+\.)*[A-Z]\w*(?:\s*,\s*(?:\w+\.)*[A-Z]\w*)+\s*:"),
+        None,
+        "`except` with several exception types without parentheses",
+    ),
     ((3, 14), re.compile(r"(?<![\w.'\"])(?:[tT][rR]?|[rR][tT])(?:'|\")"), None, "t-strings"),
 )
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.names import OPTIMIZERS, dotted
@@ -31,16 +32,26 @@ if TYPE_CHECKING:  # pragma: no cover
 
 DATALOADER = "torch.utils.data.DataLoader"
 DISTRIBUTED_SAMPLER = "torch.utils.data.DistributedSampler"
-_TENSOR_DATASETS = frozenset({
-    "torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset",
-    # Lightning's demo datasets (used by its examples and docs): the corpus or random tensors are
-    # built once in ``__init__`` and ``__getitem__`` slices them.
-    *(f"{package}.{name}" for package in ("lightning.pytorch", "pytorch_lightning") for name in (
-        "demos.WikiText2", "demos.RandomDataset", "demos.RandomDictDataset",
-        "demos.transformer.WikiText2",
-        "demos.boring_classes.RandomDataset", "demos.boring_classes.RandomDictDataset",
-    )),
-})
+_TENSOR_DATASETS = frozenset(
+    {
+        "torch.utils.data.TensorDataset",
+        "torch.utils.data.dataset.TensorDataset",
+        # Lightning's demo datasets (used by its examples and docs): the corpus or random tensors are
+        # built once in ``__init__`` and ``__getitem__`` slices them.
+        *(
+            f"{package}.{name}"
+            for package in ("lightning.pytorch", "pytorch_lightning")
+            for name in (
+                "demos.WikiText2",
+                "demos.RandomDataset",
+                "demos.RandomDictDataset",
+                "demos.transformer.WikiText2",
+                "demos.boring_classes.RandomDataset",
+                "demos.boring_classes.RandomDictDataset",
+            )
+        ),
+    }
+)
 
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -49,17 +60,50 @@ _MAX_DEPTH = 8
 # ---------------------------------------------------------------------------------------- names
 
 #: Words that mark a loader, dataset or function as evaluation-only.
-_EVAL_WORDS = frozenset({
-    "val", "valid", "validation", "validate", "validating", "test", "tests", "testing", "tst",
-    "eval", "evaluate", "evaluation", "evaluating", "dev", "holdout", "inference", "predict",
-    "prediction", "predictions",
-})
+_EVAL_WORDS = frozenset(
+    {
+        "val",
+        "valid",
+        "validation",
+        "validate",
+        "validating",
+        "test",
+        "tests",
+        "testing",
+        "tst",
+        "eval",
+        "evaluate",
+        "evaluation",
+        "evaluating",
+        "dev",
+        "holdout",
+        "inference",
+        "predict",
+        "prediction",
+        "predictions",
+    }
+)
 #: ``valloader``, ``testset``: an evaluation word glued to one of these.
 _EVAL_PREFIXES = ("validation", "valid", "val", "testing", "test", "eval", "dev")
-_GLUED = frozenset({
-    "loader", "loaders", "dl", "dataloader", "dataloaders", "data", "set", "sets", "ds",
-    "dataset", "datasets", "iter", "batches", "sampler", "split",
-})
+_GLUED = frozenset(
+    {
+        "loader",
+        "loaders",
+        "dl",
+        "dataloader",
+        "dataloaders",
+        "data",
+        "set",
+        "sets",
+        "ds",
+        "dataset",
+        "datasets",
+        "iter",
+        "batches",
+        "sampler",
+        "split",
+    }
+)
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
@@ -77,7 +121,7 @@ def is_evaluation_name(name: str) -> bool:
         if token in _EVAL_WORDS:
             return True
         for prefix in _EVAL_PREFIXES:
-            if token.startswith(prefix) and token[len(prefix):] in _GLUED:
+            if token.startswith(prefix) and token[len(prefix) :] in _GLUED:
                 return True
     return False
 
@@ -142,11 +186,11 @@ class Loader:
     built_for_evaluation: bool = False
     #: Built by a project function in another module (``utils.get_training_dataloader(...)``):
     #: ``call`` is then the factory call in this file and the keywords come from its summary.
-    factory: "Resolved | None" = None
+    factory: Resolved | None = None
     #: Where the DataLoader is really constructed, when that is another file.
     related: tuple = ()
 
-    def arg(self, ctx: "FileContext", name: str) -> object:
+    def arg(self, ctx: FileContext, name: str) -> object:
         """The DataLoader's ``name`` argument: a node (for a factory, a constant node holding the
         value it passes), MISSING when not passed, UNKNOWN when it cannot be told."""
         if self.factory is None:
@@ -206,7 +250,7 @@ class Loader:
 class LoaderIndex:
     """Value-flow answers about one file, built lazily once per :class:`FileContext`."""
 
-    def __init__(self, ctx: "FileContext") -> None:
+    def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
         self._stores: dict[tuple[int, str], list[ast.AST]] = {}
         self._loads: dict[str, list[ast.Name]] = {}
@@ -347,7 +391,8 @@ class LoaderIndex:
         parent = self.ctx.parent(fn)
         if isinstance(parent, ast.ClassDef):
             return [
-                c for c in self.ctx.method_calls(fn.name)  # type: ignore[attr-defined]
+                c
+                for c in self.ctx.method_calls(fn.name)  # type: ignore[attr-defined]
                 if isinstance(c.func.value, ast.Name)  # type: ignore[attr-defined]
                 and c.func.value.id in ("self", "cls")  # type: ignore[attr-defined]
                 and self.ctx.enclosing(c, ast.ClassDef) is parent
@@ -393,10 +438,14 @@ class LoaderIndex:
                 or self._passed_in_memory(chain[-1], depth + 1)
                 or self._returned_in_memory(chain[-1], depth + 1)
             )
-        defs, method = self._defs_called_by(call)
+        defs, _method = self._defs_called_by(call)
         if len(defs) != 1:
             return False
-        returns = [r for r in ctx.walk(defs[0]) if isinstance(r, ast.Return) and ctx.enclosing(r, (*_FUNCS, ast.Lambda)) is defs[0]]
+        returns = [
+            r
+            for r in ctx.walk(defs[0])
+            if isinstance(r, ast.Return) and ctx.enclosing(r, (*_FUNCS, ast.Lambda)) is defs[0]
+        ]
         if not returns:
             return False
         for ret in returns:
@@ -451,7 +500,9 @@ class LoaderIndex:
         passed: list[ast.AST] = []
         for call in self._call_sites(fn):
             candidates = [*call.args, *(kw.value for kw in call.keywords)]
-            found = [c for c in candidates if (p := self._param_for(fn, call, c, method)) is not None and p.arg == expr.id]
+            found = [
+                c for c in candidates if (p := self._param_for(fn, call, c, method)) is not None and p.arg == expr.id
+            ]
             if len(found) != 1:
                 return False  # not passed (default), or passed in a way we cannot tell
             passed.append(found[0])
@@ -572,8 +623,14 @@ class LoaderIndex:
                 return uses
         stmt = ctx.statement_of(node)
         if isinstance(stmt, ast.Assign):
-            names = (*names, *(t.id if isinstance(t, ast.Name) else t.attr for t in stmt.targets
-                               if isinstance(t, (ast.Name, ast.Attribute))))
+            names = (
+                *names,
+                *(
+                    t.id if isinstance(t, ast.Name) else t.attr
+                    for t in stmt.targets
+                    if isinstance(t, (ast.Name, ast.Attribute))
+                ),
+            )
         return [Use(names, refs=refs, escapes=True)]
 
     def _call_of_arg(self, node: ast.AST) -> tuple[ast.Call | None, ast.AST]:
@@ -653,7 +710,11 @@ class LoaderIndex:
         if index is None and any(_decorator_name(d) in ("property", "cached_property") for d in fn.decorator_list):
             cls = ctx.parent(fn)
             for ref in self._attr_loads.get(fn.name, ()):
-                if isinstance(ref.value, ast.Name) and ref.value.id == "self" and ctx.enclosing(ref, ast.ClassDef) is cls:
+                if (
+                    isinstance(ref.value, ast.Name)
+                    and ref.value.id == "self"
+                    and ctx.enclosing(ref, ast.ClassDef) is cls
+                ):
                     uses += self._trace_value(ref, names, (), ref, depth + 1, seen)
         else:
             for call in self._call_sites(fn):
@@ -663,8 +724,10 @@ class LoaderIndex:
                 parent = ctx.parent(call)
                 if isinstance(parent, ast.Assign) and parent.value is call:
                     for target in parent.targets:
-                        if isinstance(target, (ast.Tuple, ast.List)) and index < len(target.elts) and not any(
-                            isinstance(e, ast.Starred) for e in target.elts
+                        if (
+                            isinstance(target, (ast.Tuple, ast.List))
+                            and index < len(target.elts)
+                            and not any(isinstance(e, ast.Starred) for e in target.elts)
                         ):
                             uses += self._trace_target(target.elts[index], names, (), call, depth + 1, seen, [])
         if not uses:
@@ -685,7 +748,10 @@ class LoaderIndex:
         else:
             call, _ = self._call_of_arg(node)
             if (
-                call is not None and _callee(call) in ("iter", "cycle", "aiter") and call.args and call.args[0] is node
+                call is not None
+                and _callee(call) in ("iter", "cycle", "aiter")
+                and call.args
+                and call.args[0] is node
                 and not self._defs_called_by(call)[0]  # a local ``def cycle(dl)`` is followed instead
             ):
                 site = Site(call, "iter", via)
@@ -712,7 +778,8 @@ class LoaderIndex:
         site.repeated_by = self._repeating_loop(call, via, origin, 0, frozenset())
         site.evaluation = fn.evaluation or self._evaluation_site(site)  # type: ignore[union-attr]
         site.related = self.ctx.project.related(  # type: ignore[union-attr]
-            fn.iterates[param], f"`{resolved.name}` iterates its `{param}` argument here"  # type: ignore[union-attr]
+            fn.iterates[param],
+            f"`{resolved.name}` iterates its `{param}` argument here",  # type: ignore[union-attr]
         )
         return site
 
@@ -767,7 +834,7 @@ class LoaderIndex:
         return False
 
     # ------------------------------------------------------------------ loaders
-    def _project_function(self, call: ast.Call) -> "Resolved | None":
+    def _project_function(self, call: ast.Call) -> Resolved | None:
         """The project function (in another module) that ``call`` invokes, if any."""
         view = self.ctx.project
         if view is None or not view.imports_project or not drives_training(self.ctx):
@@ -785,8 +852,15 @@ class LoaderIndex:
             if resolved.function is None or resolved.function.loader is None:
                 continue
             facts = resolved.function.loader  # type: ignore[union-attr]
-            loader = Loader(call, self.trace(call), evaluation_dataset=facts.evaluation, in_memory=facts.in_memory,
-                            iterable=facts.iterable, on_device=facts.on_device, factory=resolved)
+            loader = Loader(
+                call,
+                self.trace(call),
+                evaluation_dataset=facts.evaluation,
+                in_memory=facts.in_memory,
+                iterable=facts.iterable,
+                on_device=facts.on_device,
+                factory=resolved,
+            )
             loader.related = view.related(facts.place, f"the DataLoader is built here, in `{resolved.name}`")
             out.append(loader)
         return out
@@ -839,7 +913,7 @@ def _decorator_name(node: ast.AST) -> str:
     return text.rsplit(".", 1)[-1] if text else ""
 
 
-def file_trains(ctx: "FileContext") -> bool:
+def file_trains(ctx: FileContext) -> bool:
     """Whether the file trains: a ``backward()``, an optimizer, or a Lightning ``training_step``."""
     if ctx.method_calls("backward"):
         return True
@@ -848,7 +922,7 @@ def file_trains(ctx: "FileContext") -> bool:
     return any(fn.name == "training_step" for fn in ctx.of(*_FUNCS))
 
 
-def exclusive_branches(ctx: "FileContext", a: ast.AST, b: ast.AST) -> bool:
+def exclusive_branches(ctx: FileContext, a: ast.AST, b: ast.AST) -> bool:
     """Whether ``a`` and ``b`` sit in different branches of one if/try/match statement.
 
     Two assignments in ``if x: ... else: ...`` never both run, so neither overrides the other.
@@ -866,7 +940,7 @@ def exclusive_branches(ctx: "FileContext", a: ast.AST, b: ast.AST) -> bool:
     return False
 
 
-def under_no_grad(ctx: "FileContext", node: ast.AST) -> bool:
+def under_no_grad(ctx: FileContext, node: ast.AST) -> bool:
     """Whether ``node`` runs inside ``torch.no_grad()``/``inference_mode()`` (block or decorator)."""
     for anc in ctx.ancestors(node):
         if isinstance(anc, (ast.With, ast.AsyncWith)):
@@ -879,7 +953,7 @@ def under_no_grad(ctx: "FileContext", node: ast.AST) -> bool:
     return False
 
 
-def _disables_grad(ctx: "FileContext", expr: ast.AST) -> bool:
+def _disables_grad(ctx: FileContext, expr: ast.AST) -> bool:
     func = expr.func if isinstance(expr, ast.Call) else expr
     qn = ctx.qualname(func) or ""
     if not qn.startswith("torch."):
@@ -892,7 +966,7 @@ def _disables_grad(ctx: "FileContext", expr: ast.AST) -> bool:
     return False
 
 
-def _binding_chain(ctx: "FileContext", expr: ast.AST) -> Iterator[ast.AST]:
+def _binding_chain(ctx: FileContext, expr: ast.AST) -> Iterator[ast.AST]:
     """``expr`` and the expressions it stands for, a few hops deep: names bound once,
     ``self.x`` assigned once in the class, and the dataset wrapped by ``Subset(ds, ...)``."""
     for _ in range(6):
@@ -909,7 +983,7 @@ def _binding_chain(ctx: "FileContext", expr: ast.AST) -> Iterator[ast.AST]:
         expr = nxt
 
 
-def _mapped_elements(ctx: "FileContext", expr: ast.AST) -> list[ast.expr] | None:
+def _mapped_elements(ctx: FileContext, expr: ast.AST) -> list[ast.expr] | None:
     """The datasets a one-argument lambda is mapped over, when ``expr`` is its parameter.
 
     ``apply_to_collection(self.datasets, Dataset, lambda x: DataLoader(x))`` or
@@ -937,8 +1011,8 @@ def _mapped_elements(ctx: "FileContext", expr: ast.AST) -> list[ast.expr] | None
     return None
 
 
-def _element_kind(ctx: "FileContext", expr: ast.AST) -> str | None:
-    """"memory" or "iterable" when a dataset expression is known to be one of those, else None."""
+def _element_kind(ctx: FileContext, expr: ast.AST) -> str | None:
+    """ "memory" or "iterable" when a dataset expression is known to be one of those, else None."""
     chain = list(_binding_chain(ctx, expr))
     if any(_is_in_memory(ctx, e) for e in chain):
         return "memory"
@@ -947,7 +1021,7 @@ def _element_kind(ctx: "FileContext", expr: ast.AST) -> str | None:
     return None
 
 
-def _self_attribute_value(ctx: "FileContext", attr: ast.Attribute) -> ast.expr | None:
+def _self_attribute_value(ctx: FileContext, attr: ast.Attribute) -> ast.expr | None:
     """The value of ``self.x`` when the enclosing class assigns ``self.x`` exactly once."""
     if not (isinstance(attr.value, ast.Name) and attr.value.id == "self"):
         return None
@@ -966,7 +1040,7 @@ def _self_attribute_value(ctx: "FileContext", attr: ast.Attribute) -> ast.expr |
 _CONTAINERS = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.SetComp, ast.DictComp)
 
 
-def _is_in_memory(ctx: "FileContext", expr: ast.AST) -> bool:
+def _is_in_memory(ctx: FileContext, expr: ast.AST) -> bool:
     """A dataset of values already in memory: tensors (``TensorDataset``), Python containers,
     ``range``, or a class of this file whose ``__getitem__`` only indexes its own attributes."""
     if isinstance(expr, _CONTAINERS):
@@ -975,7 +1049,11 @@ def _is_in_memory(ctx: "FileContext", expr: ast.AST) -> bool:
         return False
     if ctx.qualname(expr.func) in _TENSOR_DATASETS:
         return True
-    if isinstance(expr.func, ast.Name) and expr.func.id in ("range", "list", "tuple") and expr.func.id not in ctx.imports.names:
+    if (
+        isinstance(expr.func, ast.Name)
+        and expr.func.id in ("range", "list", "tuple")
+        and expr.func.id not in ctx.imports.names
+    ):
         return True
     if isinstance(expr.func, ast.Name):  # ``dataset = partial(ReverseDataset, 10, 16)``; ``dataset(n)``
         bound = ctx.binding(expr.func)
@@ -994,13 +1072,30 @@ def _is_in_memory(ctx: "FileContext", expr: ast.AST) -> bool:
 
 #: Calls that only reshape or convert data already in memory.
 _CHEAP_FUNCS = frozenset({"len", "int", "float", "min", "max", "range", "slice", "tuple", "list", "abs"})
-_CHEAP_METHODS = frozenset({
-    "clone", "long", "float", "int", "view", "reshape", "unsqueeze", "squeeze", "item", "size",
-    "numel", "contiguous", "detach",
-    # wrapping or flipping a slice that is already in memory (``torch.tensor(ts[a:b])``,
-    # ``torch.flip(x, dims=(0,))``, ``arr.astype(np.float32)``): microseconds per sample
-    "tensor", "as_tensor", "from_numpy", "flip", "astype",
-})
+_CHEAP_METHODS = frozenset(
+    {
+        "clone",
+        "long",
+        "float",
+        "int",
+        "view",
+        "reshape",
+        "unsqueeze",
+        "squeeze",
+        "item",
+        "size",
+        "numel",
+        "contiguous",
+        "detach",
+        # wrapping or flipping a slice that is already in memory (``torch.tensor(ts[a:b])``,
+        # ``torch.flip(x, dims=(0,))``, ``arr.astype(np.float32)``): microseconds per sample
+        "tensor",
+        "as_tensor",
+        "from_numpy",
+        "flip",
+        "astype",
+    }
+)
 
 
 def indexes_own_data(cls: ast.ClassDef) -> bool:
@@ -1046,7 +1141,7 @@ def is_test_file(filename: str) -> bool:
     return any(p in ("tests", "testing") for p in parts[:-1])
 
 
-def _says_evaluation(ctx: "FileContext", expr: ast.AST) -> bool:
+def _says_evaluation(ctx: FileContext, expr: ast.AST) -> bool:
     """A dataset expression that names an evaluation split (``val_ds``, ``MNIST(train=False)``)."""
     if isinstance(expr, ast.Name):
         return is_evaluation_name(expr.id)
@@ -1066,7 +1161,7 @@ def _says_evaluation(ctx: "FileContext", expr: ast.AST) -> bool:
     return False
 
 
-def _moves_to_device(ctx: "FileContext", expr: ast.AST) -> bool:
+def _moves_to_device(ctx: FileContext, expr: ast.AST) -> bool:
     """Whether a dataset expression builds its tensors on a device (``TensorDataset(x.cuda())``)."""
     if not isinstance(expr, ast.Call):
         return False
@@ -1084,7 +1179,7 @@ def _moves_to_device(ctx: "FileContext", expr: ast.AST) -> bool:
     return False
 
 
-def _is_iterable_dataset_call(ctx: "FileContext", expr: ast.AST) -> bool:
+def _is_iterable_dataset_call(ctx: FileContext, expr: ast.AST) -> bool:
     """A call of an ``IterableDataset`` subclass defined in this file."""
     if not isinstance(expr, ast.Call) or not isinstance(expr.func, ast.Name):
         return False
@@ -1097,7 +1192,7 @@ def _is_iterable_dataset_call(ctx: "FileContext", expr: ast.AST) -> bool:
     return False
 
 
-def _is_lightning_train_hook(ctx: "FileContext", fn: ast.AST) -> bool:
+def _is_lightning_train_hook(ctx: FileContext, fn: ast.AST) -> bool:
     """``def train_dataloader(self)`` of a LightningModule/DataModule: the trainer iterates it
     once per epoch (it is built once unless ``reload_dataloaders_every_n_epochs`` is set)."""
     if getattr(fn, "name", "") != "train_dataloader":
@@ -1112,7 +1207,7 @@ def _is_lightning_train_hook(ctx: "FileContext", fn: ast.AST) -> bool:
     return False
 
 
-def loader_index(ctx: "FileContext") -> LoaderIndex:
+def loader_index(ctx: FileContext) -> LoaderIndex:
     """The (cached) loader analysis of one file."""
     return ctx.shared("loaders", LoaderIndex)
 
@@ -1126,7 +1221,7 @@ def known(value: object) -> bool:
     return value is not UNKNOWN and value is not MISSING
 
 
-def drives_training(ctx: "FileContext") -> bool:
+def drives_training(ctx: FileContext) -> bool:
     """Whether the file trains (:func:`file_trains`) or drives training done elsewhere: an epoch
     loop (``for epoch in range(...)``) around calls such as ``engine.train_one_epoch(...)``.
 
@@ -1141,7 +1236,7 @@ def drives_training(ctx: "FileContext") -> bool:
     return False
 
 
-def may_build_loaders(ctx: "FileContext") -> bool:
+def may_build_loaders(ctx: FileContext) -> bool:
     """Whether the file constructs a DataLoader, or drives training and imports project modules
     that may build one."""
     if ctx.calls_to(DATALOADER):
@@ -1150,7 +1245,7 @@ def may_build_loaders(ctx: "FileContext") -> bool:
     return view is not None and view.imports_project and drives_training(ctx)
 
 
-def iter_training_loaders(ctx: "FileContext") -> Iterable[Loader]:
+def iter_training_loaders(ctx: FileContext) -> Iterable[Loader]:
     """Training loaders of a file that trains (see :func:`file_trains`), in source order.
 
     Test files (:func:`is_test_file`) have none: performance advice on test loaders is noise.

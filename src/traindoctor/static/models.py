@@ -18,8 +18,9 @@ Nothing here imports torch; results are cached per file.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.names import BATCHNORMS, NORM_LAYERS, dotted
@@ -67,74 +68,219 @@ UNKNOWN_MODEL = ModelInfo(frozenset(), None, "")
 _WEIGHT_BIAS = ("weight", "bias")
 #: torch.nn layer -> parameter names it registers with default arguments.
 _LAYER_PARAMS: dict[str, tuple[str, ...]] = {
-    **{n: _WEIGHT_BIAS for n in (
-        "Linear", "LazyLinear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
-        "ConvTranspose2d", "ConvTranspose3d", "LazyConv1d", "LazyConv2d", "LazyConv3d",
-        "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LazyBatchNorm1d", "LazyBatchNorm2d",
-        "LazyBatchNorm3d", "SyncBatchNorm", "GroupNorm", "LayerNorm",
-    )},
+    **{
+        n: _WEIGHT_BIAS
+        for n in (
+            "Linear",
+            "LazyLinear",
+            "Bilinear",
+            "Conv1d",
+            "Conv2d",
+            "Conv3d",
+            "ConvTranspose1d",
+            "ConvTranspose2d",
+            "ConvTranspose3d",
+            "LazyConv1d",
+            "LazyConv2d",
+            "LazyConv3d",
+            "BatchNorm1d",
+            "BatchNorm2d",
+            "BatchNorm3d",
+            "LazyBatchNorm1d",
+            "LazyBatchNorm2d",
+            "LazyBatchNorm3d",
+            "SyncBatchNorm",
+            "GroupNorm",
+            "LayerNorm",
+        )
+    },
     "RMSNorm": ("weight",),
     "Embedding": ("weight",),
     "EmbeddingBag": ("weight",),
     "PReLU": ("weight",),
-    "InstanceNorm1d": (), "InstanceNorm2d": (), "InstanceNorm3d": (),
+    "InstanceNorm1d": (),
+    "InstanceNorm2d": (),
+    "InstanceNorm3d": (),
     "MultiheadAttention": ("in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"),
 }
-_PARAMLESS = frozenset((
-    "ReLU", "ReLU6", "GELU", "SiLU", "Mish", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "ELU",
-    "SELU", "CELU", "LeakyReLU", "Hardswish", "Hardsigmoid", "Hardtanh", "Softplus", "Softsign",
-    "Tanhshrink", "Threshold", "GLU", "Identity", "Flatten", "Unflatten", "Dropout", "Dropout1d",
-    "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout", "MaxPool1d", "MaxPool2d",
-    "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
-    "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d",
-    "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d", "PixelShuffle", "PixelUnshuffle",
-    "ZeroPad1d", "ZeroPad2d", "ZeroPad3d", "ConstantPad1d", "ConstantPad2d", "ReflectionPad2d",
-    "ReplicationPad2d", "LocalResponseNorm", "ChannelShuffle", "Softmax2d",
-))
+_PARAMLESS = frozenset(
+    (
+        "ReLU",
+        "ReLU6",
+        "GELU",
+        "SiLU",
+        "Mish",
+        "Tanh",
+        "Sigmoid",
+        "Softmax",
+        "LogSoftmax",
+        "ELU",
+        "SELU",
+        "CELU",
+        "LeakyReLU",
+        "Hardswish",
+        "Hardsigmoid",
+        "Hardtanh",
+        "Softplus",
+        "Softsign",
+        "Tanhshrink",
+        "Threshold",
+        "GLU",
+        "Identity",
+        "Flatten",
+        "Unflatten",
+        "Dropout",
+        "Dropout1d",
+        "Dropout2d",
+        "Dropout3d",
+        "AlphaDropout",
+        "FeatureAlphaDropout",
+        "MaxPool1d",
+        "MaxPool2d",
+        "MaxPool3d",
+        "AvgPool1d",
+        "AvgPool2d",
+        "AvgPool3d",
+        "AdaptiveAvgPool1d",
+        "AdaptiveAvgPool2d",
+        "AdaptiveAvgPool3d",
+        "AdaptiveMaxPool1d",
+        "AdaptiveMaxPool2d",
+        "AdaptiveMaxPool3d",
+        "Upsample",
+        "UpsamplingNearest2d",
+        "UpsamplingBilinear2d",
+        "PixelShuffle",
+        "PixelUnshuffle",
+        "ZeroPad1d",
+        "ZeroPad2d",
+        "ZeroPad3d",
+        "ConstantPad1d",
+        "ConstantPad2d",
+        "ReflectionPad2d",
+        "ReplicationPad2d",
+        "LocalResponseNorm",
+        "ChannelShuffle",
+        "Softmax2d",
+    )
+)
 #: Composite torch.nn layers whose inner kinds matter (names left unknown).
 _COMPOSITE_KINDS: dict[str, tuple[str, ...]] = {
     n: ("Linear", "LayerNorm", "Dropout", "MultiheadAttention")
-    for n in ("Transformer", "TransformerEncoderLayer", "TransformerDecoderLayer",
-              "TransformerEncoder", "TransformerDecoder")
+    for n in (
+        "Transformer",
+        "TransformerEncoderLayer",
+        "TransformerDecoderLayer",
+        "TransformerEncoder",
+        "TransformerDecoder",
+    )
 }
 _AFFINE_ARG = {
-    "LayerNorm": "elementwise_affine", "RMSNorm": "elementwise_affine", "GroupNorm": "affine",
-    "InstanceNorm1d": "affine", "InstanceNorm2d": "affine", "InstanceNorm3d": "affine",
+    "LayerNorm": "elementwise_affine",
+    "RMSNorm": "elementwise_affine",
+    "GroupNorm": "affine",
+    "InstanceNorm1d": "affine",
+    "InstanceNorm2d": "affine",
+    "InstanceNorm3d": "affine",
 }
 _CONTAINERS = ("Sequential", "ModuleList", "ModuleDict")
-_MODULE_BASES = frozenset((
-    "torch.nn.Module", "torch.nn.modules.module.Module", "lightning.LightningModule",
-    "lightning.pytorch.LightningModule", "pytorch_lightning.LightningModule",
-    "lightning.pytorch.core.LightningModule", "pytorch_lightning.core.LightningModule",
-))
-_WRAPPERS = frozenset((
-    "torch.nn.parallel.DistributedDataParallel", "torch.nn.DataParallel",
-    "torch.nn.parallel.DataParallel", "torch.compile",
-))
-_WRAPPER_PREFIX = {"torch.nn.parallel.DistributedDataParallel": "module.",
-                   "torch.nn.DataParallel": "module.", "torch.nn.parallel.DataParallel": "module.",
-                   "torch.compile": "_orig_mod."}
-_CHAIN_METHODS = frozenset((
-    "to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train", "eval",
-    "requires_grad_", "share_memory", "type", "to_empty",
-))
-_TENSOR_FACTORIES = frozenset((
-    "zeros", "ones", "empty", "randn", "rand", "full", "arange", "tensor", "eye", "linspace",
-    "zeros_like", "ones_like",
-))
+_MODULE_BASES = frozenset(
+    (
+        "torch.nn.Module",
+        "torch.nn.modules.module.Module",
+        "lightning.LightningModule",
+        "lightning.pytorch.LightningModule",
+        "pytorch_lightning.LightningModule",
+        "lightning.pytorch.core.LightningModule",
+        "pytorch_lightning.core.LightningModule",
+    )
+)
+_WRAPPERS = frozenset(
+    (
+        "torch.nn.parallel.DistributedDataParallel",
+        "torch.nn.DataParallel",
+        "torch.nn.parallel.DataParallel",
+        "torch.compile",
+    )
+)
+_WRAPPER_PREFIX = {
+    "torch.nn.parallel.DistributedDataParallel": "module.",
+    "torch.nn.DataParallel": "module.",
+    "torch.nn.parallel.DataParallel": "module.",
+    "torch.compile": "_orig_mod.",
+}
+_CHAIN_METHODS = frozenset(
+    (
+        "to",
+        "cuda",
+        "cpu",
+        "float",
+        "double",
+        "half",
+        "bfloat16",
+        "train",
+        "eval",
+        "requires_grad_",
+        "share_memory",
+        "type",
+        "to_empty",
+    )
+)
+_TENSOR_FACTORIES = frozenset(
+    (
+        "zeros",
+        "ones",
+        "empty",
+        "randn",
+        "rand",
+        "full",
+        "arange",
+        "tensor",
+        "eye",
+        "linspace",
+        "zeros_like",
+        "ones_like",
+    )
+)
 
 # ---------------------------------------------------------------- torchvision classifiers
-_TV_BN = ("resnet", "resnext", "wide_resnet", "densenet", "mobilenet_v2", "mobilenet_v3",
-          "efficientnet", "regnet", "inception_v3", "googlenet", "shufflenet", "mnasnet")
-_TV_DROPOUT = ("alexnet", "vgg", "squeezenet", "mobilenet_v2", "mobilenet_v3", "efficientnet",
-               "inception_v3", "googlenet", "mnasnet")
+_TV_BN = (
+    "resnet",
+    "resnext",
+    "wide_resnet",
+    "densenet",
+    "mobilenet_v2",
+    "mobilenet_v3",
+    "efficientnet",
+    "regnet",
+    "inception_v3",
+    "googlenet",
+    "shufflenet",
+    "mnasnet",
+)
+_TV_DROPOUT = (
+    "alexnet",
+    "vgg",
+    "squeezenet",
+    "mobilenet_v2",
+    "mobilenet_v3",
+    "efficientnet",
+    "inception_v3",
+    "googlenet",
+    "mnasnet",
+)
 #: ResNet-family block counts and whether they use bottleneck blocks (exact parameter names).
 _RESNETS = {
-    "resnet18": ((2, 2, 2, 2), False), "resnet34": ((3, 4, 6, 3), False),
-    "resnet50": ((3, 4, 6, 3), True), "resnet101": ((3, 4, 23, 3), True),
-    "resnet152": ((3, 8, 36, 3), True), "resnext50_32x4d": ((3, 4, 6, 3), True),
-    "resnext101_32x8d": ((3, 4, 23, 3), True), "resnext101_64x4d": ((3, 4, 23, 3), True),
-    "wide_resnet50_2": ((3, 4, 6, 3), True), "wide_resnet101_2": ((3, 4, 23, 3), True),
+    "resnet18": ((2, 2, 2, 2), False),
+    "resnet34": ((3, 4, 6, 3), False),
+    "resnet50": ((3, 4, 6, 3), True),
+    "resnet101": ((3, 4, 23, 3), True),
+    "resnet152": ((3, 8, 36, 3), True),
+    "resnext50_32x4d": ((3, 4, 6, 3), True),
+    "resnext101_32x8d": ((3, 4, 23, 3), True),
+    "resnext101_64x4d": ((3, 4, 23, 3), True),
+    "wide_resnet50_2": ((3, 4, 6, 3), True),
+    "wide_resnet101_2": ((3, 4, 23, 3), True),
 }
 
 
@@ -148,8 +294,11 @@ def _resnet_params(blocks: tuple[int, ...], bottleneck: bool) -> Params:
             for c in convs:
                 out += [(f"{p}conv{c}.weight", conv), (f"{p}bn{c}.weight", bn), (f"{p}bn{c}.bias", bn)]
             if i == 0 and (layer > 1 or bottleneck):
-                out += [(f"{p}downsample.0.weight", conv), (f"{p}downsample.1.weight", bn),
-                        (f"{p}downsample.1.bias", bn)]
+                out += [
+                    (f"{p}downsample.0.weight", conv),
+                    (f"{p}downsample.1.weight", bn),
+                    (f"{p}downsample.1.bias", bn),
+                ]
     out += [("fc.weight", linear), ("fc.bias", linear)]
     return tuple(out)
 
@@ -170,11 +319,11 @@ def torchvision_model(fn: str) -> ModelInfo | None:
 
 
 # ---------------------------------------------------------------- per-file cache
-def _cache(ctx: "FileContext") -> dict:
+def _cache(ctx: FileContext) -> dict:
     return ctx.shared("models", lambda _ctx: {})
 
 
-def torch_nn_name(ctx: "FileContext", func: ast.AST) -> str | None:
+def torch_nn_name(ctx: FileContext, func: ast.AST) -> str | None:
     """``nn.Conv2d`` / ``torch.nn.modules.conv.Conv2d`` -> ``"Conv2d"``; else None."""
     qn = ctx.qualname(func)
     if qn is None:
@@ -186,7 +335,7 @@ def torch_nn_name(ctx: "FileContext", func: ast.AST) -> str | None:
     return None
 
 
-def classes(ctx: "FileContext") -> dict[str, ast.ClassDef]:
+def classes(ctx: FileContext) -> dict[str, ast.ClassDef]:
     """Top-level and nested classes of the file by name (the last definition wins)."""
     cache = _cache(ctx)
     if "classes" not in cache:
@@ -194,7 +343,7 @@ def classes(ctx: "FileContext") -> dict[str, ast.ClassDef]:
     return cache["classes"]
 
 
-def functions(ctx: "FileContext") -> dict[str, list[ast.FunctionDef]]:
+def functions(ctx: FileContext) -> dict[str, list[ast.FunctionDef]]:
     cache = _cache(ctx)
     if "functions" not in cache:
         table: dict[str, list[ast.FunctionDef]] = {}
@@ -225,11 +374,11 @@ def _merge(infos: list[ModelInfo], label: str = "") -> ModelInfo:
     return ModelInfo(kinds, params, label or infos[0].label)
 
 
-def _const_false(ctx: "FileContext", node: object) -> bool:
+def _const_false(ctx: FileContext, node: object) -> bool:
     return node is not MISSING and node is not UNKNOWN and ctx.value(node) is False
 
 
-def _layer_info(ctx: "FileContext", call: ast.Call, name: str, depth: int) -> ModelInfo:
+def _layer_info(ctx: FileContext, call: ast.Call, name: str, depth: int) -> ModelInfo:
     qn = f"torch.nn.{name}"
     if name in _CONTAINERS:
         return _container_info(ctx, call, name, depth)
@@ -251,14 +400,18 @@ def _layer_info(ctx: "FileContext", call: ast.Call, name: str, depth: int) -> Mo
     return ModelInfo(frozenset({qn}), tuple((n, qn) for n in names), f"nn.{name}")
 
 
-def _container_info(ctx: "FileContext", call: ast.Call, name: str, depth: int) -> ModelInfo:
+def _container_info(ctx: FileContext, call: ast.Call, name: str, depth: int) -> ModelInfo:
     label = f"nn.{name}"
     kinds = {f"torch.nn.{name}"}
     children: list[tuple[str, ast.expr]] = []
     complete = not call.keywords
     args = list(call.args)
-    if name == "Sequential" and len(args) == 1 and isinstance(args[0], ast.Call) and \
-            (ctx.qualname(args[0].func) or "").endswith("OrderedDict"):
+    if (
+        name == "Sequential"
+        and len(args) == 1
+        and isinstance(args[0], ast.Call)
+        and (ctx.qualname(args[0].func) or "").endswith("OrderedDict")
+    ):
         inner = args[0].args[0] if args[0].args else None
         if isinstance(inner, (ast.List, ast.Tuple)):
             for elt in inner.elts:
@@ -299,7 +452,7 @@ def _container_info(ctx: "FileContext", call: ast.Call, name: str, depth: int) -
     return ModelInfo(frozenset(kinds), tuple(params) if complete else None, label)
 
 
-def _kinds_in(ctx: "FileContext", node: ast.AST) -> set[str]:
+def _kinds_in(ctx: FileContext, node: ast.AST) -> set[str]:
     """Every torch.nn layer constructed inside ``node`` (lower bound of a model's kinds)."""
     out: set[str] = set()
     for sub in ctx.walk(node):
@@ -319,7 +472,7 @@ def _kinds_in(ctx: "FileContext", node: ast.AST) -> set[str]:
     return out
 
 
-def _not_a_module(ctx: "FileContext", value: ast.expr) -> bool:
+def _not_a_module(ctx: FileContext, value: ast.expr) -> bool:
     """Attribute values that certainly are not submodules (numbers, strings, tensors, flags)."""
     if isinstance(value, (ast.Constant, ast.JoinedStr, ast.Compare, ast.BoolOp)):
         return True
@@ -335,7 +488,16 @@ def _not_a_module(ctx: "FileContext", value: ast.expr) -> bool:
         qn = ctx.qualname(value.func) or ""
         if qn.startswith("torch.") and qn.rsplit(".", 1)[-1] in _TENSOR_FACTORIES:
             return True
-        if isinstance(value.func, ast.Name) and value.func.id in ("int", "float", "str", "bool", "len", "tuple", "list", "dict"):
+        if isinstance(value.func, ast.Name) and value.func.id in (
+            "int",
+            "float",
+            "str",
+            "bool",
+            "len",
+            "tuple",
+            "list",
+            "dict",
+        ):
             return True
         return False
     if isinstance(value, ast.Name):
@@ -357,7 +519,7 @@ def _not_a_module(ctx: "FileContext", value: ast.expr) -> bool:
     return False
 
 
-def _self_assignments(ctx: "FileContext", cls: ast.ClassDef) -> list[tuple[ast.AST, str, ast.expr]]:
+def _self_assignments(ctx: FileContext, cls: ast.ClassDef) -> list[tuple[ast.AST, str, ast.expr]]:
     """(statement, attr, value) for every ``self.attr = value`` in the class's own methods."""
     cache = _cache(ctx).setdefault("self_assignments", {})
     found = cache.get(id(cls))
@@ -379,7 +541,7 @@ def _scan_self_assignments(cls: ast.ClassDef) -> Iterable[tuple[ast.AST, str, as
                         yield node, t.attr, node.value
 
 
-def class_info(ctx: "FileContext", cls: ast.ClassDef, depth: int = 0) -> ModelInfo:
+def class_info(ctx: FileContext, cls: ast.ClassDef, depth: int = 0) -> ModelInfo:
     """What ``cls()`` builds, if ``cls`` is an ``nn.Module`` subclass defined in the file."""
     cache = _cache(ctx).setdefault("class_info", {})
     key = id(cls)
@@ -406,21 +568,27 @@ def class_info(ctx: "FileContext", cls: ast.ClassDef, depth: int = 0) -> ModelIn
         cache[key] = result
         return result
     for node in ctx.walk(cls):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
-            node.func.attr in ("add_module", "register_module", "register_parameter")
-            or node.func.attr in ("append", "extend", "update", "insert")
-            and (dotted(node.func.value) or "").startswith("self.")
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and (
+                node.func.attr in ("add_module", "register_module", "register_parameter")
+                or (
+                    node.func.attr in ("append", "extend", "update", "insert")
+                    and (dotted(node.func.value) or "").startswith("self.")
+                )
+            )
         ):
             complete = False
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
             complete = False
     attrs: dict[str, list[ModelInfo]] = {}
     for stmt, attr, value in _self_assignments(ctx, cls):
-        if any(isinstance(a, (ast.For, ast.While, ast.AsyncFor)) for a in ctx.ancestors(stmt)
-               if ctx.within(a, cls)):
+        if any(isinstance(a, (ast.For, ast.While, ast.AsyncFor)) for a in ctx.ancestors(stmt) if ctx.within(a, cls)):
             complete = False
         if isinstance(value, ast.Call) and (ctx.qualname(value.func) or "") in (
-            "torch.nn.Parameter", "torch.nn.parameter.Parameter"
+            "torch.nn.Parameter",
+            "torch.nn.parameter.Parameter",
         ):
             attrs.setdefault(attr, []).append(ModelInfo(frozenset(), (("", "torch.nn.Parameter"),)))
             continue
@@ -449,7 +617,7 @@ def class_info(ctx: "FileContext", cls: ast.ClassDef, depth: int = 0) -> ModelIn
     return result
 
 
-def _function_returns(ctx: "FileContext", fn: ast.FunctionDef, depth: int) -> ModelInfo:
+def _function_returns(ctx: FileContext, fn: ast.FunctionDef, depth: int) -> ModelInfo:
     infos = []
     for node in ast.walk(fn):
         if isinstance(node, ast.Return) and node.value is not None and ctx.function_of(node) is fn:
@@ -457,7 +625,7 @@ def _function_returns(ctx: "FileContext", fn: ast.FunctionDef, depth: int) -> Mo
     return _merge(infos) if infos else UNKNOWN_MODEL
 
 
-def model_of(ctx: "FileContext", expr: ast.AST | None, depth: int = 0, _seen: frozenset[int] = frozenset()) -> ModelInfo:
+def model_of(ctx: FileContext, expr: ast.AST | None, depth: int = 0, _seen: frozenset[int] = frozenset()) -> ModelInfo:
     """What the file says about the model ``expr`` evaluates to (UNKNOWN_MODEL when nothing)."""
     if expr is None or depth > 8:
         return UNKNOWN_MODEL
@@ -492,7 +660,7 @@ def model_of(ctx: "FileContext", expr: ast.AST | None, depth: int = 0, _seen: fr
     return _model_of_value(ctx, expr, depth, _seen)
 
 
-def registry_entry(ctx: "FileContext", func: ast.AST) -> tuple[ast.AST, str] | None:
+def registry_entry(ctx: FileContext, func: ast.AST) -> tuple[ast.AST, str] | None:
     """``models.__dict__[args.arch]`` -> (the ``models`` node, ``"resnet18"``) when the key's value
     is known (a literal or an argparse default); the registry idiom of ImageNet-style scripts."""
     if not isinstance(func, ast.Subscript):
@@ -506,7 +674,7 @@ def registry_entry(ctx: "FileContext", func: ast.AST) -> tuple[ast.AST, str] | N
     return holder.value, key
 
 
-def registry_model(ctx: "FileContext", func: ast.AST) -> ModelInfo:
+def registry_model(ctx: FileContext, func: ast.AST) -> ModelInfo:
     """What ``models.__dict__[args.arch](...)`` builds: a torchvision constructor or a model of
     the project's own ``models`` package, named by the key's known value."""
     entry = registry_entry(ctx, func)
@@ -523,7 +691,7 @@ def registry_model(ctx: "FileContext", func: ast.AST) -> ModelInfo:
     return resolved.model or UNKNOWN_MODEL if resolved is not None else UNKNOWN_MODEL
 
 
-def project_model(ctx: "FileContext", func: ast.AST) -> ModelInfo:
+def project_model(ctx: FileContext, func: ast.AST) -> ModelInfo:
     """What a model class or factory of another project module builds (``from unet import UNet``)."""
     view = ctx.project
     if view is None or not isinstance(func, (ast.Name, ast.Attribute)) or not view.imports_project:
@@ -534,7 +702,7 @@ def project_model(ctx: "FileContext", func: ast.AST) -> ModelInfo:
     return resolved.model
 
 
-def _model_of_value(ctx: "FileContext", expr: ast.AST, depth: int, _seen: frozenset[int]) -> ModelInfo:
+def _model_of_value(ctx: FileContext, expr: ast.AST, depth: int, _seen: frozenset[int]) -> ModelInfo:
     if isinstance(expr, ast.Name):
         if id(expr) in _seen:
             return UNKNOWN_MODEL
@@ -576,7 +744,7 @@ def _self_reference(value: ast.expr, name: str) -> bool:
     return isinstance(node, ast.Name) and node.id == name
 
 
-def self_model(ctx: "FileContext", node: ast.AST) -> ModelInfo:
+def self_model(ctx: FileContext, node: ast.AST) -> ModelInfo:
     """The model ``self`` is inside the class that contains ``node``."""
     cls = ctx.enclosing(node, ast.ClassDef)
     if cls is None:
@@ -584,7 +752,7 @@ def self_model(ctx: "FileContext", node: ast.AST) -> ModelInfo:
     return class_info(ctx, cls)  # type: ignore[arg-type]
 
 
-def file_has_batchnorm(ctx: "FileContext") -> ast.AST | None:
+def file_has_batchnorm(ctx: FileContext) -> ast.AST | None:
     """The first BatchNorm layer (or torchvision BN model) the file constructs, if any."""
     cache = _cache(ctx)
     if "bn" not in cache:
@@ -611,7 +779,7 @@ def file_has_batchnorm(ctx: "FileContext") -> ast.AST | None:
     return cache["bn"]
 
 
-def uses_syncbatchnorm(ctx: "FileContext") -> bool:
+def uses_syncbatchnorm(ctx: FileContext) -> bool:
     return ctx.mentions("torch.nn.SyncBatchNorm", "torch.nn.SyncBatchNorm.convert_sync_batchnorm") or any(
         torch_nn_name(ctx, c.func) == "SyncBatchNorm" for c in ctx.of(ast.Call)
     )

@@ -39,8 +39,21 @@ CANONICAL: dict[str, str] = {
 }
 
 _OPTIMIZERS = (
-    "SGD", "Adam", "AdamW", "Adamax", "Adagrad", "Adadelta", "RMSprop", "NAdam", "RAdam",
-    "Rprop", "ASGD", "LBFGS", "SparseAdam", "Adafactor", "Muon",
+    "SGD",
+    "Adam",
+    "AdamW",
+    "Adamax",
+    "Adagrad",
+    "Adadelta",
+    "RMSprop",
+    "NAdam",
+    "RAdam",
+    "Rprop",
+    "ASGD",
+    "LBFGS",
+    "SparseAdam",
+    "Adafactor",
+    "Muon",
 )
 #: Module names under torch.optim where each optimizer class also lives.
 for _opt in _OPTIMIZERS:
@@ -51,9 +64,21 @@ CANONICAL["transformers.optimization.AdamW"] = "transformers.AdamW"
 OPTIMIZERS = OPTIMIZERS | {"transformers.AdamW"}
 
 _SCHEDULERS = (
-    "LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR", "ConstantLR", "LinearLR",
-    "ExponentialLR", "SequentialLR", "CosineAnnealingLR", "ChainedScheduler", "ReduceLROnPlateau",
-    "CyclicLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "PolynomialLR",
+    "LambdaLR",
+    "MultiplicativeLR",
+    "StepLR",
+    "MultiStepLR",
+    "ConstantLR",
+    "LinearLR",
+    "ExponentialLR",
+    "SequentialLR",
+    "CosineAnnealingLR",
+    "ChainedScheduler",
+    "ReduceLROnPlateau",
+    "CyclicLR",
+    "CosineAnnealingWarmRestarts",
+    "OneCycleLR",
+    "PolynomialLR",
 )
 for _s in _SCHEDULERS:
     CANONICAL[f"torch.optim.lr_scheduler.{_s}"] = f"torch.optim.lr_scheduler.{_s}"
@@ -62,15 +87,30 @@ SCHEDULERS: frozenset[str] = frozenset(f"torch.optim.lr_scheduler.{s}" for s in 
 NORM_LAYERS: frozenset[str] = frozenset(
     f"torch.nn.{n}"
     for n in (
-        "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "LazyBatchNorm1d",
-        "LazyBatchNorm2d", "LazyBatchNorm3d", "LayerNorm", "GroupNorm", "RMSNorm",
-        "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "LocalResponseNorm",
+        "BatchNorm1d",
+        "BatchNorm2d",
+        "BatchNorm3d",
+        "SyncBatchNorm",
+        "LazyBatchNorm1d",
+        "LazyBatchNorm2d",
+        "LazyBatchNorm3d",
+        "LayerNorm",
+        "GroupNorm",
+        "RMSNorm",
+        "InstanceNorm1d",
+        "InstanceNorm2d",
+        "InstanceNorm3d",
+        "LocalResponseNorm",
     )
 )
 BATCHNORMS: frozenset[str] = frozenset(
     f"torch.nn.{n}"
     for n in (
-        "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LazyBatchNorm1d", "LazyBatchNorm2d",
+        "BatchNorm1d",
+        "BatchNorm2d",
+        "BatchNorm3d",
+        "LazyBatchNorm1d",
+        "LazyBatchNorm2d",
         "LazyBatchNorm3d",
     )
 )

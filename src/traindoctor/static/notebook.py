@@ -21,8 +21,8 @@ import io
 import json
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from traindoctor.finding import Edit, Finding, Fix, Location
 
@@ -95,14 +95,14 @@ class Notebook:
             return finding
         index, row = self.cell_location(finding.location.row)
         shift = self._shift
-        changes: dict = {"cell": self.cells[index].number if self.cells else 1,
-                         "location": Location(row, finding.location.column + shift(finding.location.row))}
+        changes: dict = {
+            "cell": self.cells[index].number if self.cells else 1,
+            "location": Location(row, finding.location.column + shift(finding.location.row)),
+        }
         end = finding.end_location
         if end is not None:
             end_index, end_row = self.cell_location(end.row)
-            changes["end_location"] = (
-                Location(end_row, end.column + shift(end.row)) if end_index == index else None
-            )
+            changes["end_location"] = Location(end_row, end.column + shift(end.row)) if end_index == index else None
         if finding.fix is not None:
             edits = []
             for edit in finding.fix.edits:
@@ -110,10 +110,16 @@ class Notebook:
                 if a != index or b != index:
                     edits = None
                     break
-                edits.append(Edit(edit.content, Location(ra, edit.location.column + shift(edit.location.row)),
-                                  Location(rb, edit.end_location.column + shift(edit.end_location.row))))
-            changes["fix"] = None if edits is None else Fix(finding.fix.message, tuple(edits),
-                                                            finding.fix.applicability)
+                edits.append(
+                    Edit(
+                        edit.content,
+                        Location(ra, edit.location.column + shift(edit.location.row)),
+                        Location(rb, edit.end_location.column + shift(edit.end_location.row)),
+                    )
+                )
+            changes["fix"] = (
+                None if edits is None else Fix(finding.fix.message, tuple(edits), finding.fix.applicability)
+            )
         return finding.with_(**changes)
 
     def _shift(self, row: int) -> int:
@@ -173,10 +179,14 @@ class Notebook:
         parts = []
         for index in sorted(changed):
             cell = self.cells[index]
-            part = "".join(difflib.unified_diff(
-                cell.text.splitlines(keepends=True), changed[index].splitlines(keepends=True),
-                fromfile=f"{filename}:cell {cell.number}", tofile=f"{filename}:cell {cell.number}",
-            ))
+            part = "".join(
+                difflib.unified_diff(
+                    cell.text.splitlines(keepends=True),
+                    changed[index].splitlines(keepends=True),
+                    fromfile=f"{filename}:cell {cell.number}",
+                    tofile=f"{filename}:cell {cell.number}",
+                )
+            )
             parts.append(part if part.endswith("\n") else part + "\n")
         return "".join(parts)
 
@@ -197,14 +207,14 @@ def _encode_source(raw_value: str, text: str, document: str, start: int) -> str:
     if inner.strip():
         first = inner.index('"')
         prefix = inner[:first]  # between '[' and the first line
-        suffix = inner[len(inner.rstrip()):]  # before ']'
+        suffix = inner[len(inner.rstrip()) :]  # before ']'
         _, after_first = json.decoder.scanstring(inner, first + 1)
         second = inner.find('"', after_first)
         separator = inner[after_first:second] if second != -1 else "," + prefix
     else:  # an empty list: indent like nbformat (one more space than the "source" key's line)
         line_start = document.rfind("\n", 0, start) + 1
         indent = re.match(r"[ \t]*", document[line_start:]).group(0)  # type: ignore[union-attr]
-        newline = "\r\n" if document[line_start - 2:line_start] == "\r\n" else "\n"
+        newline = "\r\n" if document[line_start - 2 : line_start] == "\r\n" else "\n"
         prefix, suffix = f"{newline}{indent} ", f"{newline}{indent}"
         separator = "," + prefix
     return "[" + prefix + separator.join(dump(line) for line in lines) + suffix + "]"
@@ -254,6 +264,7 @@ def _source_spans(text: str) -> dict[int, tuple[int, int]]:
             return i + 1
         index = 0
         while True:
+
             def cell_member(key: str, value_start: int, index: int = index) -> int:
                 end = skip_value(value_start)
                 if key == "source":

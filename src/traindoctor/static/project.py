@@ -22,9 +22,10 @@ from __future__ import annotations
 import ast
 import hashlib
 import os
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.names import dotted
@@ -38,7 +39,9 @@ ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 LOADER_KEYWORDS = ("batch_size", "num_workers", "pin_memory", "persistent_workers", "shuffle", "sampler", "drop_last")
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 #: Calls that hand their argument's iteration through (``for b in tqdm(loader)``).
-_ITER_WRAPPERS = frozenset({"enumerate", "zip", "tqdm", "islice", "track", "trange", "chain", "log_every", "iter", "cycle"})
+_ITER_WRAPPERS = frozenset(
+    {"enumerate", "zip", "tqdm", "islice", "track", "trange", "chain", "log_every", "iter", "cycle"}
+)
 _MAX_FILE_BYTES = 2_000_000
 
 
@@ -155,7 +158,7 @@ class ModuleSummary:
     def dependencies(self) -> frozenset[str]:
         return frozenset(p for p, _ in self.dependency_digests)
 
-    def model(self, name: str, project: "Project") -> tuple["ModelInfo | None", frozenset[str]]:
+    def model(self, name: str, project: Project) -> tuple[ModelInfo | None, frozenset[str]]:
         """(what model ``name`` builds or None, the other files that answer depends on).
 
         Memoised per name and validated against the current content of those files, so a
@@ -195,13 +198,13 @@ class Resolved:
     name: str
     function: FunctionFacts | None = None
     cls: ClassFacts | None = None
-    summary: "ModuleSummary | None" = field(default=None, compare=False, repr=False)
-    project: "Project | None" = field(default=None, compare=False, repr=False)
+    summary: ModuleSummary | None = field(default=None, compare=False, repr=False)
+    project: Project | None = field(default=None, compare=False, repr=False)
     #: Where the files read to answer :attr:`model` are recorded (the asking view's dependencies).
-    sink: "set[str] | None" = field(default=None, compare=False, repr=False)
+    sink: set[str] | None = field(default=None, compare=False, repr=False)
 
     @property
-    def model(self) -> "ModelInfo | None":
+    def model(self) -> ModelInfo | None:
         """What the definition builds when it is a model class or factory (computed on first use)."""
         if self.summary is None or self.project is None:
             return None
@@ -225,7 +228,7 @@ class Resolved:
 class Project:
     """All modules of one project root seen in this process; summaries memoised by content."""
 
-    def __init__(self, root: Path, parse: "Callable[[str, bytes], Any] | None" = None) -> None:
+    def __init__(self, root: Path, parse: Callable[[str, bytes], Any] | None = None) -> None:
         self.root = root
         #: How project modules are parsed: the engine's own ``parse`` (same decoding, same TD000
         #: rules as checked files), handed down so this layer never imports the engine.
@@ -309,7 +312,7 @@ class Project:
         for ctx in contexts:
             ctx.release()
 
-    def module_context(self, summary: ModuleSummary) -> "FileContext | None":
+    def module_context(self, summary: ModuleSummary) -> FileContext | None:
         """The parsed context of a summarised module, for on-demand queries.
 
         Kept only as long as this project (one checked file): retaining every module's tree for
@@ -363,7 +366,7 @@ _BY_CONTENT: dict[tuple[str, str], ModuleSummary] = {}
 _ROOTS: dict[str, Path] = {}
 
 
-def project_for(filename: str, parse: "Callable[[str, bytes], Any] | None" = None) -> Project | None:
+def project_for(filename: str, parse: Callable[[str, bytes], Any] | None = None) -> Project | None:
     """The project of a file on disk (None for in-memory sources with no file behind them).
 
     A fresh :class:`Project` per checked file: file contents are re-validated (by hash) on every
@@ -415,7 +418,7 @@ def _inside(path: Path, folder: Path) -> bool:
 class ProjectView:
     """The project as one checked file sees it: its imports of project modules, resolved."""
 
-    def __init__(self, ctx: "FileContext", project: Project, path: Path) -> None:
+    def __init__(self, ctx: FileContext, project: Project, path: Path) -> None:
         self.ctx = ctx
         self.project = project
         self.path = path
@@ -563,7 +566,7 @@ class ProjectView:
         return (Related(_display(place.path), Location(place.line, place.column), message),)
 
 
-def view_for(ctx: "FileContext", parse: "Callable[[str, bytes], Any] | None" = None) -> ProjectView | None:
+def view_for(ctx: FileContext, parse: Callable[[str, bytes], Any] | None = None) -> ProjectView | None:
     """The project view of a checked file on disk (None for sources with no file behind them)."""
     project = project_for(ctx.filename, parse)
     if project is None:
@@ -610,7 +613,9 @@ def _import_bindings(nodes: list[Any], project: Project, path: Path) -> Iterator
                     sub = project.submodule(base, alias.name)
                     yield local, ((sub, None) if sub is not None else (base, alias.name))
                 elif node.level or module_name:
-                    sub = project.module_file(f"{module_name}.{alias.name}" if module_name else alias.name, path, node.level)
+                    sub = project.module_file(
+                        f"{module_name}.{alias.name}" if module_name else alias.name, path, node.level
+                    )
                     if sub is not None:
                         yield local, (sub, None)
 
@@ -620,6 +625,7 @@ def _import_bindings(nodes: list[Any], project: Project, path: Path) -> Iterator
 
 def _summarize(project: Project, path: str, data: bytes, digest: str) -> ModuleSummary | None:
     from traindoctor.static.loaders import indexes_own_data
+
     if project.parse is None:
         return None  # no parser handed down: the project stays unknown
     parsed = project.parse(path, data)
@@ -653,8 +659,9 @@ def _summarize(project: Project, path: str, data: bytes, digest: str) -> ModuleS
             }
         elif isinstance(stmt, ast.ClassDef):
             defined.add(stmt.name)
-            classes[stmt.name] = ClassFacts(stmt.name, _place(ctx, stmt), _calls_in(ctx, stmt),
-                                            in_memory=indexes_own_data(stmt))
+            classes[stmt.name] = ClassFacts(
+                stmt.name, _place(ctx, stmt), _calls_in(ctx, stmt), in_memory=indexes_own_data(stmt)
+            )
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
                 if isinstance(target, ast.Name):
@@ -671,9 +678,9 @@ def _summarize(project: Project, path: str, data: bytes, digest: str) -> ModuleS
         star_imports=tuple(stars),
         defined=frozenset(defined),
         model_names=model_names,
-        dependency_digests=tuple(sorted(
-            (p, d) for p in view.dependencies - {path} if (d := project.digest(p)) is not None
-        )),
+        dependency_digests=tuple(
+            sorted((p, d) for p in view.dependencies - {path} if (d := project.digest(p)) is not None)
+        ),
     )
 
 
@@ -701,7 +708,7 @@ def _close_over_local_calls(
     return out
 
 
-def _module_context(project: Project, path: str, parsed: tuple) -> "FileContext":
+def _module_context(project: Project, path: str, parsed: tuple) -> FileContext:
     """A project module's own FileContext, seeing the rest of the project through ``project``."""
     from traindoctor.static.context import FileContext
 
@@ -722,12 +729,12 @@ class _ModuleView(ProjectView):
     """The view a module being summarised has of the rest of the project."""
 
 
-def _place(ctx: "FileContext", node: ast.AST) -> Place:
+def _place(ctx: FileContext, node: ast.AST) -> Place:
     loc = ctx.location(node)
     return Place(ctx.filename, loc.row, loc.column)
 
 
-def _calls_in(ctx: "FileContext", node: ast.AST) -> dict[str, Place]:
+def _calls_in(ctx: FileContext, node: ast.AST) -> dict[str, Place]:
     out: dict[str, Place] = {}
     for sub in ast.walk(node):
         if isinstance(sub, ast.Call):
@@ -737,7 +744,7 @@ def _calls_in(ctx: "FileContext", node: ast.AST) -> dict[str, Place]:
     return out
 
 
-def _function_facts(ctx: "FileContext", fn: ast.FunctionDef | ast.AsyncFunctionDef) -> FunctionFacts:
+def _function_facts(ctx: FileContext, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> FunctionFacts:
     from traindoctor.static.loaders import is_evaluation_name, under_no_grad
 
     a = fn.args
@@ -810,7 +817,7 @@ def _iterated_name(it: ast.AST | None) -> str | None:
     return None
 
 
-def _returned_loader(ctx: "FileContext", fn: ast.AST, params: set[str]) -> LoaderFacts | None:
+def _returned_loader(ctx: FileContext, fn: ast.AST, params: set[str]) -> LoaderFacts | None:
     from traindoctor.static.loaders import DATALOADER, loader_index
 
     calls = [c for c in ctx.calls_to(DATALOADER) if ctx.within(c, fn)]
@@ -852,7 +859,7 @@ def _returned_loader(ctx: "FileContext", fn: ast.AST, params: set[str]) -> Loade
     )
 
 
-def _model_candidates(ctx: "FileContext", tree: ast.Module) -> frozenset[str]:
+def _model_candidates(ctx: FileContext, tree: ast.Module) -> frozenset[str]:
     """Top-level classes and functions that may build a model (cheap syntactic filters)."""
     out: set[str] = set()
     local_classes = {s.name for s in tree.body if isinstance(s, ast.ClassDef)}
@@ -864,7 +871,7 @@ def _model_candidates(ctx: "FileContext", tree: ast.Module) -> frozenset[str]:
     return frozenset(out)
 
 
-def _model_of_definition(ctx: "FileContext", name: str) -> "ModelInfo | None":
+def _model_of_definition(ctx: FileContext, name: str) -> ModelInfo | None:
     """What the top-level class or factory function ``name`` of the module builds."""
     from traindoctor.static.models import _function_returns, class_info
 
@@ -884,7 +891,7 @@ def _model_of_definition(ctx: "FileContext", name: str) -> "ModelInfo | None":
     return None
 
 
-def _may_be_module(cls: ast.ClassDef, local_classes: set[str], ctx: "FileContext") -> bool:
+def _may_be_module(cls: ast.ClassDef, local_classes: set[str], ctx: FileContext) -> bool:
     """A class that may be an ``nn.Module``: a base named ``...Module``, another local class, or a
     name from elsewhere in the project (a cheap filter before the model analysis)."""
     view = ctx.project
@@ -898,7 +905,7 @@ def _may_be_module(cls: ast.ClassDef, local_classes: set[str], ctx: "FileContext
     return False
 
 
-def _may_build_model(fn: ast.FunctionDef, local_classes: set[str], ctx: "FileContext") -> bool:
+def _may_build_model(fn: ast.FunctionDef, local_classes: set[str], ctx: FileContext) -> bool:
     """A function whose ``return`` may hand back a model: it returns a call of a local class, an
     ``nn``/``torchvision.models`` constructor, a project name or a capitalised (star-imported)
     name, directly or through a variable (a cheap filter before the model analysis)."""
@@ -916,7 +923,7 @@ def _may_build_model(fn: ast.FunctionDef, local_classes: set[str], ctx: "FileCon
     return False
 
 
-def loader_keyword(resolved: Resolved, call: ast.Call, ctx: "FileContext", name: str) -> Any:
+def loader_keyword(resolved: Resolved, call: ast.Call, ctx: FileContext, name: str) -> Any:
     """The value a project loader factory passes for DataLoader keyword ``name`` at ``call``.
 
     MISSING when the factory does not pass it (the DataLoader default applies), UNKNOWN when the

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 class DictSource(Protocol):
     """Reads a dict the file spells out (for ``**kwargs`` arguments)."""
 
-    def dict_literal(self, node: ast.AST) -> "dict[str, ast.expr] | None": ...
+    def dict_literal(self, node: ast.AST) -> dict[str, ast.expr] | None: ...
 
 
 class ValueSource(DictSource, Protocol):
@@ -24,7 +24,7 @@ class ValueSource(DictSource, Protocol):
 
     imports: Any
 
-    def bindings_of(self, name: ast.Name) -> "list[ast.expr | None] | None": ...
+    def bindings_of(self, name: ast.Name) -> list[ast.expr | None] | None: ...
 
     def argparse_default(self, node: ast.Attribute, *, declared: bool = False) -> Any: ...
 

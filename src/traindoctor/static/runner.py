@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from traindoctor.config import Settings
 from traindoctor.rules.base import Rule
@@ -55,8 +55,9 @@ def _check_guarded(
     filename: str, data: bytes, settings: Settings, rules: list[Rule], options: RunOptions
 ) -> FileOutcome:
     try:
-        return check_file(filename, data, settings, rules, fix=options.fix,
-                          unsafe_fixes=options.unsafe_fixes, diff=options.diff)
+        return check_file(
+            filename, data, settings, rules, fix=options.fix, unsafe_fixes=options.unsafe_fixes, diff=options.diff
+        )
     except RecursionError:
         return FileOutcome(filename, [], internal_errors=[f"{filename}: gave up (file too deeply nested)"])
     except Exception as exc:  # a bug of ours: report it, keep the others' results
@@ -79,14 +80,13 @@ def _pool_context():
     return multiprocessing.get_context()
 
 
-def _parallel(
-    tasks: list[tuple[str, bytes]], settings: Settings, options: RunOptions, jobs: int
-) -> list[FileOutcome]:
+def _parallel(tasks: list[tuple[str, bytes]], settings: Settings, options: RunOptions, jobs: int) -> list[FileOutcome]:
     from concurrent.futures import ProcessPoolExecutor  # imported only when workers are used
 
     chunk = max(1, min(16, len(tasks) // (jobs * 4) or 1))
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context(),
-                             initializer=_init_worker, initargs=(settings, options)) as pool:
+    with ProcessPoolExecutor(
+        max_workers=jobs, mp_context=_pool_context(), initializer=_init_worker, initargs=(settings, options)
+    ) as pool:
         return list(pool.map(_work, tasks, chunksize=chunk))
 
 

@@ -35,6 +35,7 @@ HF_TRIGGERS = ("TrainingArguments", "Config")
 #: Substrings one of which an evaluation-loop iterable's name contains, in any usual casing
 #: (the engine's ``triggers`` pre-filter is case-sensitive): see ``loaders.is_evaluation_name``.
 EVAL_LOOP_TRIGGERS = tuple(
-    spelled for word in ("val", "test", "tst", "eval", "dev", "holdout", "inference", "predict")
+    spelled
+    for word in ("val", "test", "tst", "eval", "dev", "holdout", "inference", "predict")
     for spelled in (word, word.capitalize(), word.upper())
 )

@@ -155,8 +155,17 @@ class Controller:
         return BASE_WARMUP + min(workers * prefetch, 16)
 
     def _open(self, phase: str, config: dict[str, Any] | None, warm: int) -> None:
-        self.seg = {"phase": phase, "config": config, "warm_left": warm, "steps": 0,
-                    "samples": 0, "data_s": 0.0, "wall_s": 0.0, "t0": None, "cpu0": None}
+        self.seg = {
+            "phase": phase,
+            "config": config,
+            "warm_left": warm,
+            "steps": 0,
+            "samples": 0,
+            "data_s": 0.0,
+            "wall_s": 0.0,
+            "t0": None,
+            "cpu0": None,
+        }
 
     def on_step(self, record: Any) -> None:
         self.steps_seen += 1
@@ -194,16 +203,18 @@ class Controller:
         end = t_end if t_end is not None else seg.get("last", time.perf_counter())
         elapsed = max(end - seg["t0"], 1e-9)
         cpu = time.process_time() - seg["cpu0"]
-        self.segments.append({
-            "phase": seg["phase"],
-            "config": seg["config"],
-            "steps": seg["steps"],
-            "samples": seg["samples"],
-            "seconds": elapsed,
-            "samples_per_s": seg["samples"] / elapsed if seg["samples"] else None,
-            "data_wait_share": seg["data_s"] / seg["wall_s"] if seg["wall_s"] > 0 else None,
-            "cpu_s_per_sample": cpu / seg["samples"] if seg["samples"] else None,
-        })
+        self.segments.append(
+            {
+                "phase": seg["phase"],
+                "config": seg["config"],
+                "steps": seg["steps"],
+                "samples": seg["samples"],
+                "seconds": elapsed,
+                "samples_per_s": seg["samples"] / elapsed if seg["samples"] else None,
+                "data_wait_share": seg["data_s"] / seg["wall_s"] if seg["wall_s"] > 0 else None,
+                "cpu_s_per_sample": cpu / seg["samples"] if seg["samples"] else None,
+            }
+        )
 
     def _next_stage(self) -> None:
         if self.mode == "trial":
@@ -242,9 +253,15 @@ class Controller:
         if info.pin_memory:
             config["pin_memory"] = True
         config["torch_threads"] = self.script_threads
-        self.training = {"args": entry["args"], "site": entry["site"], "config": config,
-                         "dataset": loader.dataset, "batch_size": info.batch_size,
-                         "dataset_len": info.dataset_len, "iterable": info.iterable_dataset}
+        self.training = {
+            "args": entry["args"],
+            "site": entry["site"],
+            "config": config,
+            "dataset": loader.dataset,
+            "batch_size": info.batch_size,
+            "dataset_len": info.dataset_len,
+            "iterable": info.iterable_dataset,
+        }
 
     def _loader_bounds(self) -> None:
         assert self.training is not None
@@ -259,9 +276,15 @@ class Controller:
             except Exception as exc:  # a dataset that cannot be loaded by workers
                 self.notes.append(f"loader alone with num_workers={workers} failed: {_short(exc)}")
                 break
-            self.segments.append({"phase": "bound-loader", "config": config,
-                                  "samples_per_s": rate, "data_wait_share": None,
-                                  "cpu_s_per_sample": cpu})
+            self.segments.append(
+                {
+                    "phase": "bound-loader",
+                    "config": config,
+                    "samples_per_s": rate,
+                    "data_wait_share": None,
+                    "cpu_s_per_sample": cpu,
+                }
+            )
             if rate is None:
                 continue
             stalls = stalls + 1 if best and rate < max(best) * 1.05 else 0
@@ -281,6 +304,7 @@ class Controller:
         workers = config["num_workers"]
         iterator = None
         try:
+
             def fetch() -> Any:
                 nonlocal iterator
                 for _ in range(2):
@@ -319,18 +343,29 @@ class Controller:
         training = None
         if self.training is not None:
             site = self.training["site"]
-            training = {"site": list(site) if site else None, "config": self.training["config"],
-                        "batch_size": self.training["batch_size"],
-                        "dataset_len": self.training["dataset_len"],
-                        "iterable": self.training["iterable"]}
+            training = {
+                "site": list(site) if site else None,
+                "config": self.training["config"],
+                "batch_size": self.training["batch_size"],
+                "dataset_len": self.training["dataset_len"],
+                "iterable": self.training["iterable"],
+            }
         elif self.mode == "probe" and self.session is not None and self.session.loaders:
             self.notes.append("the script ended before the baseline was measured")
         from traindoctor.tune.measure import usable_cores
 
-        return {"status": status, "error": error, "mode": self.mode, "segments": self.segments,
-                "steps_seen": self.steps_seen, "script_threads": self.script_threads,
-                "training_loader": training, "cores": usable_cores(), "notes": self.notes,
-                "uses_cuda": bool(getattr(self.session, "uses_cuda", False))}
+        return {
+            "status": status,
+            "error": error,
+            "mode": self.mode,
+            "segments": self.segments,
+            "steps_seen": self.steps_seen,
+            "script_threads": self.script_threads,
+            "training_loader": training,
+            "cores": usable_cores(),
+            "notes": self.notes,
+            "uses_cuda": bool(getattr(self.session, "uses_cuda", False)),
+        }
 
 
 def apply_config(arguments: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
@@ -352,8 +387,7 @@ def apply_config(arguments: dict[str, Any], config: dict[str, Any]) -> dict[str,
 def _same_site(site: Any, target: Any) -> bool:
     if target is None:
         return True
-    return site is not None and os.path.abspath(site[0]) == os.path.abspath(target[0]) \
-        and site[1] == target[1]
+    return site is not None and os.path.abspath(site[0]) == os.path.abspath(target[0]) and site[1] == target[1]
 
 
 def _short(exc: BaseException) -> str:
@@ -371,7 +405,7 @@ def _stop_workers() -> None:
         if isinstance(obj, dl._MultiProcessingDataLoaderIter):
             try:
                 obj._shutdown_workers()
-            except Exception:  # noqa: BLE001 - best effort, the process ends next
+            except Exception:
                 pass
 
 

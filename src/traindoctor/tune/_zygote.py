@@ -32,7 +32,7 @@ def _child(request: dict) -> None:
         code = _trial.main(list(request["argv"]))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:  # noqa: BLE001 - report, never return into the zygote's loop
+    except BaseException:
         traceback.print_exc()
         code = 1
     sys.stdout.flush()
@@ -41,11 +41,11 @@ def _child(request: dict) -> None:
 
 
 def main() -> int:
-    import torch  # noqa: F401 - the expensive import, paid once
+    import torch
     import torch.utils.data  # noqa: F401
 
-    import traindoctor.runtime.session  # noqa: F401
-    import traindoctor.tune._trial  # noqa: F401
+    import traindoctor.runtime.session
+    import traindoctor.tune._trial
     import traindoctor.tune.sandbox  # noqa: F401
     from traindoctor.runtime.probes.base import discover_probes
 

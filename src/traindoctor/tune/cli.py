@@ -16,7 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 EXIT_OK, EXIT_ERROR = 0, 2
 PROG = "traindoctor tune"
@@ -28,30 +29,43 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Measure the fastest DataLoader settings (num_workers, prefetch_factor, "
-                    "pin_memory on CUDA) for a dataset on this machine.",
+        "pin_memory on CUDA) for a dataset on this machine.",
         epilog="DATASET_SPEC is MODULE:ATTRIBUTE (imported with the current directory on "
-               "sys.path) or FILE.py:ATTRIBUTE, naming a Dataset or a zero-argument callable "
-               "returning one, e.g. `traindoctor tune mypkg.data:train_set --batch-size 64 -o "
-               "tuned.json`, then `DataLoader(ds, batch_size=64, **loader_kwargs(ds, "
-               "tuned=\"tuned.json\"))`. To tune the whole training loop instead (loader "
-               "settings and torch threads, measured with your model in the loop): `traindoctor "
-               "tune [--budget SECONDS] [--output-format text|json] [--html FILE] [-o FILE] SCRIPT "
-               "[ARGS...]`.",
+        "sys.path) or FILE.py:ATTRIBUTE, naming a Dataset or a zero-argument callable "
+        "returning one, e.g. `traindoctor tune mypkg.data:train_set --batch-size 64 -o "
+        "tuned.json`, then `DataLoader(ds, batch_size=64, **loader_kwargs(ds, "
+        'tuned="tuned.json"))`. To tune the whole training loop instead (loader '
+        "settings and torch threads, measured with your model in the loop): `traindoctor "
+        "tune [--budget SECONDS] [--output-format text|json] [--html FILE] [-o FILE] SCRIPT "
+        "[ARGS...]`.",
     )
     parser.add_argument("dataset", metavar="DATASET_SPEC", help="MODULE:ATTRIBUTE or FILE.py:ATTRIBUTE")
     parser.add_argument("--batch-size", type=int, required=True, help="batch size to measure with")
-    parser.add_argument("--max-workers", type=int,
-                        help="largest num_workers to try (default: the cores this process may use)")
-    parser.add_argument("--batches", type=int, default=DEFAULT_BATCHES,
-                        help=f"timed batches per configuration (default {DEFAULT_BATCHES})")
-    parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP_BATCHES,
-                        help=f"warm-up batches per configuration, the first one timed as "
-                             f"first-batch latency (default {DEFAULT_WARMUP_BATCHES})")
-    parser.add_argument("--time-budget", type=float, default=DEFAULT_TIME_BUDGET_S,
-                        help=f"seconds per configuration before it is cut short "
-                             f"(default {DEFAULT_TIME_BUDGET_S:g})")
-    parser.add_argument("--collate-fn", metavar="SPEC",
-                        help="MODULE:ATTRIBUTE or FILE.py:ATTRIBUTE of a collate function")
+    parser.add_argument(
+        "--max-workers", type=int, help="largest num_workers to try (default: the cores this process may use)"
+    )
+    parser.add_argument(
+        "--batches",
+        type=int,
+        default=DEFAULT_BATCHES,
+        help=f"timed batches per configuration (default {DEFAULT_BATCHES})",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=DEFAULT_WARMUP_BATCHES,
+        help=f"warm-up batches per configuration, the first one timed as "
+        f"first-batch latency (default {DEFAULT_WARMUP_BATCHES})",
+    )
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        default=DEFAULT_TIME_BUDGET_S,
+        help=f"seconds per configuration before it is cut short (default {DEFAULT_TIME_BUDGET_S:g})",
+    )
+    parser.add_argument(
+        "--collate-fn", metavar="SPEC", help="MODULE:ATTRIBUTE or FILE.py:ATTRIBUTE of a collate function"
+    )
     parser.add_argument("--device", help="where batches go (default: cuda if available, else cpu)")
     parser.add_argument("-o", "--output", metavar="PATH", help="write the result (JSON) here")
     parser.add_argument("--output-format", choices=["text", "json"], default="text")
@@ -90,9 +104,7 @@ def render_text(result: Any, display: str, output: str | None) -> str:
         rows.append((m.candidate.label(), rate, first, speedup))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for row in rows:
-        lines.append(
-            f"{row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:>{widths[2]}}  {row[3]:>{widths[3]}}"
-        )
+        lines.append(f"{row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:>{widths[2]}}  {row[3]:>{widths[3]}}")
     lines.append("")
     for note in result.notes:
         lines.append(f"note: {note}")
@@ -138,8 +150,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         dataset, display = load_dataset(args.dataset)
         collate_fn = load_object(args.collate_fn) if args.collate_fn else None
         result = tune_loader(
-            dataset, batch_size=args.batch_size, collate_fn=collate_fn, batches=args.batches,
-            warmup_batches=args.warmup, time_budget_s=args.time_budget, device=args.device,
+            dataset,
+            batch_size=args.batch_size,
+            collate_fn=collate_fn,
+            batches=args.batches,
+            warmup_batches=args.warmup,
+            time_budget_s=args.time_budget,
+            device=args.device,
             max_workers=args.max_workers,
         )
     except (SpecError, TuneError) as exc:

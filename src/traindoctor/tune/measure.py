@@ -13,9 +13,10 @@ import gc
 import json
 import os
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 __all__ = [
     "Candidate",
@@ -76,12 +77,11 @@ class Candidate:
         return ", ".join(parts)
 
     @classmethod
-    def from_mapping(cls, raw: Mapping[str, Any]) -> "Candidate":
+    def from_mapping(cls, raw: Mapping[str, Any]) -> Candidate:
         unknown = sorted(set(raw) - set(LOADER_KEYS))
         if unknown:
             raise TuneError(
-                f"candidate {dict(raw)!r}: unknown option(s) {', '.join(unknown)} "
-                f"(allowed: {', '.join(LOADER_KEYS)})"
+                f"candidate {dict(raw)!r}: unknown option(s) {', '.join(unknown)} (allowed: {', '.join(LOADER_KEYS)})"
             )
         workers = raw.get("num_workers", 0)
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
@@ -267,9 +267,7 @@ def _measure(
         # Shuffled like training (random access matters for disk-backed data), with a private
         # generator so the caller's global RNG is not consumed.
         loader_args.update(shuffle=True, generator=torch.Generator().manual_seed(0))
-    loader = DataLoader(
-        dataset, batch_size=batch_size, drop_last=True, collate_fn=collate_fn, **loader_args
-    )
+    loader = DataLoader(dataset, batch_size=batch_size, drop_last=True, collate_fn=collate_fn, **loader_args)
     cuda = device is not None and torch.device(device).type == "cuda"
 
     def sync() -> None:
@@ -284,7 +282,7 @@ def _measure(
         nonlocal iterator, epoch_batches
         while True:
             if iterator is None:
-                iterator = iter(loader)
+                iterator = iter(loader)  # noqa: F821 - the enclosing function's, deleted only after the last batch
                 epoch_batches = 0
             try:
                 batch = next(iterator)
@@ -346,8 +344,7 @@ def _recommend(measurements: Iterable[Measurement]) -> Measurement | None:
     close = [m for m in ok if (m.batches_per_s or 0.0) >= best * (1 - TIE_TOLERANCE)]
     return min(
         close,
-        key=lambda m: (m.candidate.num_workers, m.candidate.prefetch_factor or 0,
-                       -(m.batches_per_s or 0.0)),
+        key=lambda m: (m.candidate.num_workers, m.candidate.prefetch_factor or 0, -(m.batches_per_s or 0.0)),
     )
 
 
@@ -418,9 +415,7 @@ def tune_loader(
     except TypeError:
         samples = None
     if samples is not None and samples < batch_size:
-        raise TuneError(
-            f"the dataset has {samples} sample(s), fewer than one batch of {batch_size}"
-        )
+        raise TuneError(f"the dataset has {samples} sample(s), fewer than one batch of {batch_size}")
 
     if candidates is None:
         grid = default_candidates(max_workers, cuda=cuda)
@@ -436,8 +431,13 @@ def tune_loader(
     measurements: list[Measurement] = []
     for candidate in grid:
         m = _measure(
-            dataset, candidate, batch_size=batch_size, collate_fn=collate_fn, batches=batches,
-            warmup_batches=warmup_batches, time_budget_s=float(time_budget_s),
+            dataset,
+            candidate,
+            batch_size=batch_size,
+            collate_fn=collate_fn,
+            batches=batches,
+            warmup_batches=warmup_batches,
+            time_budget_s=float(time_budget_s),
             device=dev if cuda else None,
         )
         measurements.append(m)

@@ -16,8 +16,7 @@ BAR_WIDTH = 24
 class Progress:
     """``start(label)`` before a unit of work, ``done(result)`` after it; ``total`` may grow."""
 
-    def __init__(self, prefix: str, total: int, stream: TextIO | None = None,
-                 enabled: bool = True) -> None:
+    def __init__(self, prefix: str, total: int, stream: TextIO | None = None, enabled: bool = True) -> None:
         self.prefix = prefix
         self.total = max(total, 1)
         self.stream = stream if stream is not None else sys.stderr

@@ -18,8 +18,9 @@ import io
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 _ALLOWED_PREFIXES = ("/dev/", "/proc/", "/sys/")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -38,8 +39,7 @@ class Sandbox:
 
     # ---------------------------------------------------------------- mapping
     def _inside(self, path: str) -> bool:
-        return path == self.scratch or path.startswith(self.scratch + os.sep) \
-            or path.startswith(_ALLOWED_PREFIXES)
+        return path == self.scratch or path.startswith(self.scratch + os.sep) or path.startswith(_ALLOWED_PREFIXES)
 
     def target(self, path: Any) -> Any:
         """Where a write to ``path`` goes (``path`` itself when it may be written)."""
@@ -91,6 +91,7 @@ class Sandbox:
         def two(real: Callable[..., Any]) -> Callable[..., Any]:
             def moved(src: Any, dst: Any, *args: Any, **kwargs: Any) -> Any:
                 return real(box.source(src), box.target(dst), *args, **kwargs)
+
             return moved
 
         def gone(real: Callable[..., Any]) -> Callable[..., Any]:
@@ -101,11 +102,13 @@ class Sandbox:
                 if mapped is path and box.target(path) is not path:
                     return None  # the user's own file: pretend it was removed
                 return real(mapped, *args, **kwargs)
+
             return remove
 
         def made(real: Callable[..., Any]) -> Callable[..., Any]:
             def mkdir(path: Any, *args: Any, **kwargs: Any) -> Any:
                 return real(box.target(path), *args, **kwargs)
+
             return mkdir
 
         os.replace = two(os.replace)  # type: ignore[assignment]

@@ -104,8 +104,10 @@ def label(config: dict[str, Any]) -> str:
 def loader_kwargs_of(config: dict[str, Any]) -> dict[str, Any]:
     """The DataLoader keyword arguments of a configuration (what ``loader_kwargs`` reads)."""
     workers = int(config.get("num_workers", 0))
-    out: dict[str, Any] = {"num_workers": workers,
-                           "persistent_workers": bool(config.get("persistent_workers")) and workers > 0}
+    out: dict[str, Any] = {
+        "num_workers": workers,
+        "persistent_workers": bool(config.get("persistent_workers")) and workers > 0,
+    }
     if workers > 0:
         out["prefetch_factor"] = int(config.get("prefetch_factor") or 2)
     if "pin_memory" in config:
@@ -190,8 +192,9 @@ class Runner:
     (:mod:`traindoctor.tune._zygote`); otherwise each trial is a fresh interpreter.
     """
 
-    def __init__(self, script: str, args: list[str], settings: Settings, scratch: Path,
-                 use_zygote: bool | None = None) -> None:
+    def __init__(
+        self, script: str, args: list[str], settings: Settings, scratch: Path, use_zygote: bool | None = None
+    ) -> None:
         self.script = os.path.abspath(script)
         self.args = list(args)
         self.settings = settings
@@ -205,8 +208,13 @@ class Runner:
         self.count += 1
         folder = self.scratch / f"trial-{self.count:02d}"
         folder.mkdir(parents=True, exist_ok=True)
-        spec = dict(spec, scratch=str(folder), out=str(folder / "result.json"),
-                    seconds=self.settings.measure_s(), max_steps=self.settings.max_steps)
+        spec = dict(
+            spec,
+            scratch=str(folder),
+            out=str(folder / "result.json"),
+            seconds=self.settings.measure_s(),
+            max_steps=self.settings.max_steps,
+        )
         (folder / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
         log = folder / "output.log"
         timeout = self.settings.timeout or max(60.0, 2 * self.settings.budget)
@@ -219,13 +227,13 @@ class Runner:
         self.durations.append(time.perf_counter() - start)
         result_path = folder / "result.json"
         if not result_path.exists():
-            raise TuneScriptError(f"the trial process died (exit status {code}); "
-                                  f"last lines of its output:\n{_tail(log)}")
+            raise TuneScriptError(
+                f"the trial process died (exit status {code}); last lines of its output:\n{_tail(log)}"
+            )
         result = json.loads(result_path.read_text(encoding="utf-8"))
         result["log"] = str(log)
         if result.get("status") == "failed" and not result.get("segments"):
-            raise TuneScriptError(f"the script failed: {result.get('error')}; last lines of its "
-                                  f"output:\n{_tail(log)}")
+            raise TuneScriptError(f"the script failed: {result.get('error')}; last lines of its output:\n{_tail(log)}")
         return result
 
     def _timed_out(self, timeout: float, log: Path) -> TuneScriptError:
@@ -237,8 +245,7 @@ class Runner:
     def _run_fresh(self, argv: list[str], log: Path, timeout: float) -> int | None:
         cmd = [sys.executable, "-m", "traindoctor.tune._trial", *argv]
         with open(log, "wb") as fh:
-            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=_env())
+            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_env())
             try:
                 return proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -249,8 +256,12 @@ class Runner:
     def _start_zygote(self) -> subprocess.Popen[str]:
         if self._zygote is None or self._zygote.poll() is not None:
             self._zygote = subprocess.Popen(
-                [sys.executable, "-m", "traindoctor.tune._zygote"], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_env(), text=True,
+                [sys.executable, "-m", "traindoctor.tune._zygote"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=_env(),
+                text=True,
                 bufsize=1,
             )
             ready = self._read(self._zygote, 120.0)
@@ -363,8 +374,7 @@ class Tuned:
         """The document ``loader_kwargs(dataset, tuned=PATH)`` reads (DataLoader options only
         under ``recommended``; the thread count beside it)."""
         loader = {k: v for k, v in self.recommended.items() if k != "torch_threads"}
-        out: dict[str, Any] = {"traindoctor_tune": 1, "recommended": loader,
-                               "script": self.script}
+        out: dict[str, Any] = {"traindoctor_tune": 1, "recommended": loader, "script": self.script}
         if "torch_threads" in self.recommended:
             out["torch_threads"] = self.recommended["torch_threads"]
         return out
@@ -381,8 +391,14 @@ def _thread_counts(cores: int, script_threads: int | None) -> list[int]:
     return sorted(counts)
 
 
-def tune_script(script: str, args: list[str] | None = None, *, settings: Settings | None = None,
-                progress: Any = None, scratch: str | None = None) -> Tuned:
+def tune_script(
+    script: str,
+    args: list[str] | None = None,
+    *,
+    settings: Settings | None = None,
+    progress: Any = None,
+    scratch: str | None = None,
+) -> Tuned:
     """Tune ``script`` (see the module docstring); raises :class:`TuneScriptError`."""
     settings = settings or Settings()
     args = list(args or [])
@@ -400,8 +416,7 @@ def tune_script(script: str, args: list[str] | None = None, *, settings: Setting
             shutil.rmtree(root, ignore_errors=True)
 
 
-def _tune(script: str, args: list[str], settings: Settings, progress: Any, root: Path,
-          start: float) -> Tuned:
+def _tune(script: str, args: list[str], settings: Settings, progress: Any, root: Path, start: float) -> Tuned:
     runner = Runner(script, args, settings, root)
     try:
         return _search(runner, script, args, settings, progress, start)
@@ -409,8 +424,7 @@ def _tune(script: str, args: list[str], settings: Settings, progress: Any, root:
         runner.close()
 
 
-def _search(runner: Runner, script: str, args: list[str], settings: Settings, progress: Any,
-            start: float) -> Tuned:
+def _search(runner: Runner, script: str, args: list[str], settings: Settings, progress: Any, start: float) -> Tuned:
     cores = usable_cores()
     tick = progress or _NoProgress()
     result = Tuned(script=script, args=args, cores=cores, budget=settings.budget)
@@ -418,11 +432,13 @@ def _search(runner: Runner, script: str, args: list[str], settings: Settings, pr
     # 1. the probe: baseline and both bounds
     tick.remaining(4)
     tick.start("baseline and bounds (loader alone, compute alone)")
-    probe = runner.run({
-        "mode": "probe",
-        "loader_workers": worker_counts(min(2 * cores, 16)),
-        "threads": _thread_counts(cores, None),
-    })
+    probe = runner.run(
+        {
+            "mode": "probe",
+            "loader_workers": worker_counts(min(2 * cores, 16)),
+            "threads": _thread_counts(cores, None),
+        }
+    )
     result.notes.extend(probe.get("notes", []))
     segments = probe.get("segments", [])
     base_seg = next((s for s in segments if s["phase"] == "baseline"), None)
@@ -435,13 +451,15 @@ def _search(runner: Runner, script: str, args: list[str], settings: Settings, pr
             f"{'s' if steps != 1 else ''} seen). The script must train with a DataLoader and an "
             "optimizer for a few dozen steps."
         )
-    result.training_loader = {"site": training.get("site"), "batch_size": training.get("batch_size"),
-                              "config": training.get("config")}
+    result.training_loader = {
+        "site": training.get("site"),
+        "batch_size": training.get("batch_size"),
+        "config": training.get("config"),
+    }
     script_threads = int(training["config"].get("torch_threads") or probe.get("script_threads") or 1)
     own = dict(training["config"], torch_threads=script_threads)
     base_share = base_seg.get("data_wait_share")
-    result.trials.append(Trial(own, "baseline", base_seg.get("samples_per_s"), base_share,
-                               verdict_of(own, base_share)))
+    result.trials.append(Trial(own, "baseline", base_seg.get("samples_per_s"), base_share, verdict_of(own, base_share)))
     loader_rates: dict[int, float] = {}
     compute_rates: dict[int, float] = {}
     compute_cpu: dict[int, float] = {}
@@ -462,8 +480,9 @@ def _search(runner: Runner, script: str, args: list[str], settings: Settings, pr
         elif seg["phase"] == "bound-compute":
             t = int(seg["config"]["torch_threads"])
             cfg = dict(seg["config"])
-            result.trials.append(Trial(cfg, "bound-compute", rate, seg.get("data_wait_share"),
-                                       "compute alone (cached batches)"))
+            result.trials.append(
+                Trial(cfg, "bound-compute", rate, seg.get("data_wait_share"), "compute alone (cached batches)")
+            )
             if rate:
                 compute_rates[t] = rate
                 if seg.get("cpu_s_per_sample") is not None:
@@ -490,12 +509,12 @@ def _search(runner: Runner, script: str, args: list[str], settings: Settings, pr
             cfg["torch_threads"] = t
             predictions.append((rate, cfg))
     if not predictions:
-        raise TuneScriptError("the bounds could not be measured (see the notes): "
-                              + "; ".join(result.notes))
+        raise TuneScriptError("the bounds could not be measured (see the notes): " + "; ".join(result.notes))
     top = max(r for r, _ in predictions)
     # best prediction first; among equals, fewer workers, then the script's own thread count
-    predictions.sort(key=lambda rc: (-round(rc[0] / top, 2), rc[1]["num_workers"],
-                                     rc[1]["torch_threads"] != script_threads))
+    predictions.sort(
+        key=lambda rc: (-round(rc[0] / top, 2), rc[1]["num_workers"], rc[1]["torch_threads"] != script_threads)
+    )
     queue = [cfg for rate, cfg in predictions if rate >= top * SEARCH_SHARE][:MAX_SEARCH]
     # The best configuration without workers is always measured, right after the best
     # prediction: the bounds are single short measurements, possibly on a busy machine, and
@@ -517,8 +536,7 @@ def _search(runner: Runner, script: str, args: list[str], settings: Settings, pr
             continue
         searched = len(measured) - 1
         pending_plain = plain_key is not None and plain_key not in measured
-        if searched >= 1 and not pending_plain \
-                and time.perf_counter() + runner.typical_s() > search_until:
+        if searched >= 1 and not pending_plain and time.perf_counter() + runner.typical_s() > search_until:
             result.notes.append(f"budget: {len(queue) + 1} predicted configuration(s) not measured")
             break
         tick.remaining(len(queue) + 2)
@@ -528,8 +546,12 @@ def _search(runner: Runner, script: str, args: list[str], settings: Settings, pr
         result.trials.append(trial)
         # a larger prefetch factor smooths uneven steps: try it once, on the first configuration
         # with workers that still waits for data
-        if (not tried_prefetch and cfg["num_workers"] > 0 and trial.data_wait_share is not None
-                and trial.data_wait_share > 0.1):
+        if (
+            not tried_prefetch
+            and cfg["num_workers"] > 0
+            and trial.data_wait_share is not None
+            and trial.data_wait_share > 0.1
+        ):
             tried_prefetch = True
             queue.insert(0, dict(cfg, prefetch_factor=4))
 
@@ -547,7 +569,7 @@ def _search(runner: Runner, script: str, args: list[str], settings: Settings, pr
         need = len(finalists) * runner.typical_s()
         if time.perf_counter() + need > start + settings.budget:
             break
-        order = finalists[rounds % len(finalists):] + finalists[:rounds % len(finalists)]
+        order = finalists[rounds % len(finalists) :] + finalists[: rounds % len(finalists)]
         tick.remaining(len(order))
         for key in order:
             trial = _run_trial(runner, tick, configs[key], "confirm", training)
@@ -560,9 +582,9 @@ def _search(runner: Runner, script: str, args: list[str], settings: Settings, pr
     # 4. the choice
     fastest = max(median_rate(k) for k in measured)
     equal = [k for k in measured if median_rate(k) >= fastest * (1 - TIE)]
-    best_key = min(equal, key=lambda k: (configs[k]["num_workers"],
-                                         configs[k]["torch_threads"] != script_threads,
-                                         -median_rate(k)))
+    best_key = min(
+        equal, key=lambda k: (configs[k]["num_workers"], configs[k]["torch_threads"] != script_threads, -median_rate(k))
+    )
     # Workers cost processes, memory and start-up: they must win by a clear margin.
     no_workers = [k for k in measured if configs[k]["num_workers"] == 0 and median_rate(k) > 0]
     if configs[best_key]["num_workers"] > 0 and no_workers:
@@ -574,15 +596,22 @@ def _search(runner: Runner, script: str, args: list[str], settings: Settings, pr
     base_rate = median_rate(config_key(own))
     shares = [t.data_wait_share for t in measured[best_key] if t.data_wait_share is not None]
     best_share = statistics.median(shares) if shares else None
-    base_shares = [t.data_wait_share for t in measured[config_key(own)]
-                   if t.data_wait_share is not None]
+    base_shares = [t.data_wait_share for t in measured[config_key(own)] if t.data_wait_share is not None]
     base_share_med = statistics.median(base_shares) if base_shares else None
-    result.baseline = {"config": own, "settings": loader_kwargs_of(own),
-                       "torch_threads": script_threads, "samples_per_s": round(base_rate, 3),
-                       "runs": len(measured[config_key(own)]),
-                       "data_wait_share": _round(base_share_med)}
-    result.best = {"config": best_cfg, "samples_per_s": round(best_rate, 3),
-                   "runs": len(measured[best_key]), "data_wait_share": _round(best_share)}
+    result.baseline = {
+        "config": own,
+        "settings": loader_kwargs_of(own),
+        "torch_threads": script_threads,
+        "samples_per_s": round(base_rate, 3),
+        "runs": len(measured[config_key(own)]),
+        "data_wait_share": _round(base_share_med),
+    }
+    result.best = {
+        "config": best_cfg,
+        "samples_per_s": round(best_rate, 3),
+        "runs": len(measured[best_key]),
+        "data_wait_share": _round(best_share),
+    }
     if result.limit and result.limit["samples_per_s"]:
         result.limit["reached"] = round(best_rate / result.limit["samples_per_s"], 3)
     result.speedup = best_rate / base_rate if base_rate > 0 else None
@@ -597,8 +626,7 @@ def _search(runner: Runner, script: str, args: list[str], settings: Settings, pr
     return result
 
 
-def _run_trial(runner: Runner, tick: Any, cfg: dict[str, Any], phase: str,
-               training: dict[str, Any]) -> Trial:
+def _run_trial(runner: Runner, tick: Any, cfg: dict[str, Any], phase: str, training: dict[str, Any]) -> Trial:
     tick.start(f"{phase} {label(cfg)}")
     out = runner.run({"mode": "trial", "config": cfg, "site": training.get("site")})
     seg = next((s for s in out.get("segments", []) if s["phase"] == "search"), None)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 EXIT_OK, EXIT_ERROR = 0, 2
 PROG = "traindoctor tune"
@@ -46,8 +47,14 @@ class UsageError(ValueError):
 
 def split(argv: Sequence[str]) -> tuple[dict[str, Any], str | None, list[str]]:
     """Our options (before SCRIPT), SCRIPT, and the script's arguments."""
-    opts: dict[str, Any] = {"budget": 60.0, "output_format": "text", "html": None,
-                            "output": None, "keep": False, "help": False}
+    opts: dict[str, Any] = {
+        "budget": 60.0,
+        "output_format": "text",
+        "html": None,
+        "output": None,
+        "keep": False,
+        "help": False,
+    }
     args = list(argv)
     i = 0
     while i < len(args):
@@ -81,11 +88,11 @@ def split(argv: Sequence[str]) -> tuple[dict[str, Any], str | None, list[str]]:
             else:
                 opts["output"] = value
         elif arg == "--":
-            return opts, (args[i + 1] if i + 1 < len(args) else None), args[i + 2:]
+            return opts, (args[i + 1] if i + 1 < len(args) else None), args[i + 2 :]
         elif arg.startswith("-") and arg != "-":
             raise UsageError(f"unknown option {arg!r}")
         else:
-            return opts, arg, args[i + 1:]
+            return opts, arg, args[i + 1 :]
         i += 1
     return opts, None, []
 
@@ -128,24 +135,38 @@ def render_text(data: dict[str, Any], output: str | None) -> str:
     ]
     rows = [("phase", "configuration", "samples/s", "data wait", "verdict")]
     for t in data["trials"]:
-        rows.append((t["phase"], label(t["config"]), _fmt_rate(t["samples_per_s"]),
-                     _fmt_share(t["data_wait_share"]), t["verdict"]))
+        rows.append(
+            (
+                t["phase"],
+                label(t["config"]),
+                _fmt_rate(t["samples_per_s"]),
+                _fmt_share(t["data_wait_share"]),
+                t["verdict"],
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     for r in rows:
-        lines.append(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  "
-                     f"{r[3]:>{widths[3]}}  {r[4]}".rstrip())
+        lines.append(
+            f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]:>{widths[3]}}  {r[4]}".rstrip()
+        )
     lines.append("")
     base, best = data["baseline"], data["best"]
-    lines.append(f"baseline (the script's own): {label(base['config'])}: "
-                 f"{_fmt_rate(base['samples_per_s'])} samples/s (median of {base['runs']})")
+    lines.append(
+        f"baseline (the script's own): {label(base['config'])}: "
+        f"{_fmt_rate(base['samples_per_s'])} samples/s (median of {base['runs']})"
+    )
     speed = data.get("speedup")
-    lines.append(f"best: {label(best['config'])}: {_fmt_rate(best['samples_per_s'])} samples/s "
-                 f"(median of {best['runs']})" + (f", {speed:.2f}x the baseline" if speed else ""))
+    lines.append(
+        f"best: {label(best['config'])}: {_fmt_rate(best['samples_per_s'])} samples/s "
+        f"(median of {best['runs']})" + (f", {speed:.2f}x the baseline" if speed else "")
+    )
     limit = data.get("limit")
     if limit:
         reached = limit.get("reached")
-        lines.append(f"limit: {_fmt_rate(limit['samples_per_s'])} samples/s ({limit['bound']}-bound): "
-                     f"{limit['detail']}" + (f"; the best reaches {reached:.0%} of it" if reached else ""))
+        lines.append(
+            f"limit: {_fmt_rate(limit['samples_per_s'])} samples/s ({limit['bound']}-bound): "
+            f"{limit['detail']}" + (f"; the best reaches {reached:.0%} of it" if reached else "")
+        )
     lines.append(f"bottleneck: {data['bottleneck_before']} -> {data['bottleneck_after']}")
     for note in data.get("notes", []):
         lines.append(f"note: {note}")
@@ -153,14 +174,11 @@ def render_text(data: dict[str, Any], output: str | None) -> str:
     rec = data["recommended"]
     kwargs = loader_kwargs_of(best["config"])
     lines.append("recommended:")
-    lines.append("  DataLoader(dataset, batch_size=..., "
-                 + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")")
+    lines.append("  DataLoader(dataset, batch_size=..., " + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")")
     if "torch_threads" in rec:
-        lines.append(f"  torch.set_num_threads({rec['torch_threads']})  # in the training process, "
-                     "before the loop")
+        lines.append(f"  torch.set_num_threads({rec['torch_threads']})  # in the training process, before the loop")
     path = output or "tuned.json"
-    lines.append(f"written to {output}; use it with:" if output
-                 else f"save it with `-o {path}`, then use it with:")
+    lines.append(f"written to {output}; use it with:" if output else f"save it with `-o {path}`, then use it with:")
     lines.append("  from traindoctor.recipes import loader_kwargs")
     lines.append(f'  DataLoader(dataset, batch_size=..., **loader_kwargs(dataset, tuned="{path}"))')
     return "\n".join(lines) + "\n"
@@ -205,8 +223,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     progress = Progress("traindoctor tune", 4)
     try:
-        tuned = tune_script(script, rest, settings=Settings(budget=opts["budget"], keep=opts["keep"]),
-                            progress=progress)
+        tuned = tune_script(
+            script, rest, settings=Settings(budget=opts["budget"], keep=opts["keep"]), progress=progress
+        )
     except TuneScriptError as exc:
         progress.close()
         return _error(str(exc))

@@ -14,9 +14,10 @@ import importlib
 import importlib.util
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Mapping
+from typing import Any
 
 
 class SpecError(Exception):
@@ -27,8 +28,7 @@ def _split(spec: str) -> tuple[str, str]:
     target, sep, attribute = spec.rpartition(":")
     if not sep or not target or not attribute:
         raise SpecError(
-            f"{spec!r} is not MODULE:ATTRIBUTE or FILE.py:ATTRIBUTE (e.g. mypkg.data:train_set "
-            "or data.py:make_dataset)"
+            f"{spec!r} is not MODULE:ATTRIBUTE or FILE.py:ATTRIBUTE (e.g. mypkg.data:train_set or data.py:make_dataset)"
         )
     return target, attribute
 
@@ -51,8 +51,7 @@ def _import_file(path: Path) -> ModuleType:
         if existing_file and Path(existing_file).resolve() == resolved:
             return existing
         raise SpecError(
-            f"a different module named {name!r} is already imported; rename {path.name} or "
-            "use MODULE:ATTRIBUTE"
+            f"a different module named {name!r} is already imported; rename {path.name} or use MODULE:ATTRIBUTE"
         )
     _prepend(str(resolved.parent))
     module_spec = importlib.util.spec_from_file_location(name, resolved)

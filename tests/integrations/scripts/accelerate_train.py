@@ -56,8 +56,7 @@ def main():
     mistakes = [m for m in args.mistakes.split(",") if m]
     accumulation = 4 if "bn" in mistakes else 1
     precision = "no" if mistakes else ("fp16" if args.gpu else "bf16")
-    accelerator = Accelerator(cpu=not args.gpu, mixed_precision=precision,
-                              gradient_accumulation_steps=accumulation)
+    accelerator = Accelerator(cpu=not args.gpu, mixed_precision=precision, gradient_accumulation_steps=accumulation)
     torch.manual_seed(0)
     norm = nn.BatchNorm1d(32) if "bn" in mistakes else nn.LayerNorm(32)
     model = nn.Sequential(nn.Linear(16, 32), norm, nn.ReLU(), nn.Linear(32, 2))
@@ -67,8 +66,9 @@ def main():
         optimizer = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-3)
     x, y = torch.randn(args.samples, 16), torch.randint(0, 2, (args.samples,))
     data = SlowDataset(x, y, args.data_ms / 1000) if "slow" in mistakes else TensorDataset(x, y)
-    loader = DataLoader(data, batch_size=4 if "bn" in mistakes else 16, shuffle=True, num_workers=0,
-                        pin_memory=args.gpu)
+    loader = DataLoader(
+        data, batch_size=4 if "bn" in mistakes else 16, shuffle=True, num_workers=0, pin_memory=args.gpu
+    )
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     for epoch in range(args.epochs):
         model.train()

@@ -83,7 +83,11 @@ class Net(L.LightningModule):
 
     def train_dataloader(self):
         batch = 4 if "bn" in self.args.mistakes else 16
-        data = SlowDataset(self.x, self.y, self.args.data_ms / 1000) if "slow" in self.args.mistakes else TensorDataset(self.x, self.y)
+        data = (
+            SlowDataset(self.x, self.y, self.args.data_ms / 1000)
+            if "slow" in self.args.mistakes
+            else TensorDataset(self.x, self.y)
+        )
         return DataLoader(data, batch_size=batch, shuffle=True, num_workers=0, pin_memory=self.args.gpu)
 
     def val_dataloader(self):
@@ -113,8 +117,9 @@ def main():
     if not args.mistakes and not args.gpu:
         # Lightning refuses precision="16-mixed" on CPU; its plugin with a CPU GradScaler runs it.
         plugins.append(MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu")))
-        callbacks.append(ModelCheckpoint(dirpath=os.path.join(args.out, "ckpt"), save_last=True,
-                                         every_n_epochs=1, save_top_k=-1))
+        callbacks.append(
+            ModelCheckpoint(dirpath=os.path.join(args.out, "ckpt"), save_last=True, every_n_epochs=1, save_top_k=-1)
+        )
     if args.callback:
         from traindoctor.integrations.lightning import DoctorCallback
 

@@ -39,8 +39,7 @@ class Tokens(Dataset):
     def __getitem__(self, i):
         if self.delay:
             time.sleep(self.delay)
-        return {"input_ids": self.ids[i], "attention_mask": torch.ones(12, dtype=torch.long),
-                "labels": self.labels[i]}
+        return {"input_ids": self.ids[i], "attention_mask": torch.ones(12, dtype=torch.long), "labels": self.labels[i]}
 
 
 class SaveWeights(TrainerCallback):
@@ -64,8 +63,15 @@ def main():
     args = parser.parse_args()
     mistakes = [m for m in args.mistakes.split(",") if m]
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=16, num_labels=2)
+    config = BertConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=16,
+        num_labels=2,
+    )
     model = BertForSequenceClassification(config)
     optimizers = (None, None)
     if "decay" in mistakes:

@@ -3,6 +3,7 @@
 --kind fsdp: FSDP2 with traindoctor.checkpoint (sharded directory, ResumableLoader): exact.
 --kind ddp-model-only: DDP, rank 0 saves the model weights alone: momentum is lost on resume.
 """
+
 import argparse
 
 import torch
@@ -50,8 +51,7 @@ while step < args.steps:
         step += 1
         if step % 4 == 0:
             if args.kind == "fsdp":
-                checkpoint.save("ckpt", model=model, optimizer=optimizer, loader=loader,
-                                step=step)
+                checkpoint.save("ckpt", model=model, optimizer=optimizer, loader=loader, step=step)
             elif rank == 0:
                 torch.save({"model": model.module.state_dict(), "step": step}, "ckpt.pt")
         if step >= args.steps:

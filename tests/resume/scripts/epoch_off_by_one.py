@@ -1,4 +1,5 @@
 """Resumes at the epoch it saved instead of the next one: the finished epoch is trained twice."""
+
 import argparse
 
 import torch
@@ -29,5 +30,12 @@ for epoch in range(start_epoch, 10):
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "rng": torch.get_rng_state(), "epoch": epoch}, "ckpt.pt")
+    torch.save(
+        {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "rng": torch.get_rng_state(),
+            "epoch": epoch,
+        },
+        "ckpt.pt",
+    )

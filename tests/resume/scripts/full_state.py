@@ -1,5 +1,6 @@
 """Uses traindoctor.checkpoint: resumes bit-exactly, even mid-epoch with a shuffling loader
 with worker processes, dropout, NumPy and Python random draws, and an LR schedule."""
+
 import argparse
 import random
 
@@ -21,16 +22,13 @@ random.seed(0)
 np.random.seed(0)
 X = torch.randn(40, 8)
 Y = X @ torch.randn(8, 1)
-loader = checkpoint.ResumableLoader(TensorDataset(X, Y), batch_size=8, shuffle=True, seed=1,
-                                    num_workers=args.workers)
-model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(0.2),
-                            torch.nn.Linear(16, 1))
+loader = checkpoint.ResumableLoader(TensorDataset(X, Y), batch_size=8, shuffle=True, seed=1, num_workers=args.workers)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(0.2), torch.nn.Linear(16, 1))
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
 scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=4, gamma=0.5)
 step = 0
 if args.resume:
-    info = checkpoint.load(args.ckpt, model=model, optimizer=optimizer, scheduler=scheduler,
-                           loader=loader)
+    info = checkpoint.load(args.ckpt, model=model, optimizer=optimizer, scheduler=scheduler, loader=loader)
     step = info.step
 while step < args.steps:
     for x, y in loader:
@@ -43,7 +41,14 @@ while step < args.steps:
         scheduler.step()
         step += 1
         if step % 3 == 0:
-            checkpoint.save(args.ckpt, model=model, optimizer=optimizer, scheduler=scheduler,
-                            loader=loader, step=step, epoch=loader.epoch)
+            checkpoint.save(
+                args.ckpt,
+                model=model,
+                optimizer=optimizer,
+                scheduler=scheduler,
+                loader=loader,
+                step=step,
+                epoch=loader.epoch,
+            )
         if step >= args.steps:
             break

@@ -1,4 +1,5 @@
 """Saves model and optimizer but not the GradScaler: the loss scale restarts on resume."""
+
 import argparse
 
 import torch
@@ -21,12 +22,11 @@ if args.resume:
     step = state["step"]
 while step < 12:
     i = (step * 8) % 64
-    loss = torch.nn.functional.mse_loss(model(X[i:i + 8]), Y[i:i + 8])
+    loss = torch.nn.functional.mse_loss(model(X[i : i + 8]), Y[i : i + 8])
     optimizer.zero_grad()
     scaler.scale(loss).backward()
     scaler.step(optimizer)
     scaler.update()
     step += 1
     if step % 3 == 0:
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "step": step}, "ckpt.pt")
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, "ckpt.pt")

@@ -1,4 +1,5 @@
 """Saves only the model weights (and the step): the optimizer's momentum is lost on resume."""
+
 import argparse
 
 import torch
@@ -21,7 +22,7 @@ if args.resume:
     step = state["step"]
 while step < args.steps:
     i = (step * 8) % 64
-    loss = torch.nn.functional.mse_loss(model(X[i:i + 8]), Y[i:i + 8])
+    loss = torch.nn.functional.mse_loss(model(X[i : i + 8]), Y[i : i + 8])
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()

@@ -1,4 +1,5 @@
 """Saves model and optimizer but not the LR scheduler: the schedule restarts on resume."""
+
 import argparse
 
 import torch
@@ -23,12 +24,11 @@ if args.resume:
     step = state["step"]
 while step < args.steps:
     i = (step * 8) % 64
-    loss = torch.nn.functional.mse_loss(model(X[i:i + 8]), Y[i:i + 8])
+    loss = torch.nn.functional.mse_loss(model(X[i : i + 8]), Y[i : i + 8])
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
     scheduler.step()
     step += 1
     if step % 3 == 0:
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "step": step}, args.ckpt)
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, args.ckpt)

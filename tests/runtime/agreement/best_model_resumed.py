@@ -1,4 +1,5 @@
 import os
+
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset

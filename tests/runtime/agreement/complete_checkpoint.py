@@ -1,7 +1,8 @@
 import torch
-import traindoctor.checkpoint
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+
+import traindoctor.checkpoint
 
 torch.manual_seed(0)
 ds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))

@@ -15,5 +15,4 @@ for epoch in range(3):
         loss.backward()
         optimizer.step()
     val = loss.item()
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
-               "last.pt")
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, "last.pt")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Fix, Severity
-from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.names import dotted
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -226,7 +227,7 @@ class ClipBeforeUnscale(Rule):
         ),
     )
 
-    def check(self, ctx: "FileContext") -> Iterator[Finding]:
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
         from traindoctor.static.amp import CLIP_FUNCTIONS, amp_facts, exclusive, pos
 
         facts = amp_facts(ctx)
@@ -244,15 +245,15 @@ class ClipBeforeUnscale(Rule):
         for clip in clips:
             scope = facts.scope(clip)
             before = [
-                b for b in scaled
-                if b.scope is scope and pos(b.call) < pos(clip) and not exclusive(ctx, b.call, clip)
+                b for b in scaled if b.scope is scope and pos(b.call) < pos(clip) and not exclusive(ctx, b.call, clip)
             ]
             if not before:
                 continue
             backward = before[-1]
             step = next(
                 (
-                    s for s in steps
+                    s
+                    for s in steps
                     if facts.scope(s) is scope
                     and pos(s) > pos(clip)
                     and dotted(s.func.value) == backward.scaler  # type: ignore[attr-defined]
@@ -263,9 +264,7 @@ class ClipBeforeUnscale(Rule):
             if step is None or id(clip) in reported:
                 continue
             if any(
-                facts.scope(u) is scope
-                and pos(backward.call) < pos(u) < pos(clip)
-                and not exclusive(ctx, u, clip)
+                facts.scope(u) is scope and pos(backward.call) < pos(u) < pos(clip) and not exclusive(ctx, u, clip)
                 for u in unscales
             ):
                 continue
@@ -285,7 +284,7 @@ class ClipBeforeUnscale(Rule):
             )
 
     @staticmethod
-    def _fix(ctx: "FileContext", clip: ast.Call, step: ast.Call) -> Fix | None:
+    def _fix(ctx: FileContext, clip: ast.Call, step: ast.Call) -> Fix | None:
         scaler = dotted(step.func.value)  # type: ignore[attr-defined]
         if scaler is None or len(step.args) != 1 or step.keywords:
             return None

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
-from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.names import dotted
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -160,7 +161,7 @@ class ScalerNeverUpdated(Rule):
         ),
     )
 
-    def check(self, ctx: "FileContext") -> Iterator[Finding]:
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
         from traindoctor.static.amp import amp_facts
 
         steps = ctx.method_calls("step")
@@ -204,7 +205,7 @@ class ScalerNeverUpdated(Rule):
             )
 
     @staticmethod
-    def _passed_as_argument(ctx: "FileContext") -> set[str]:
+    def _passed_as_argument(ctx: FileContext) -> set[str]:
         """Last components of names handed to other calls (``helper(scaler)``, ``return scaler``)."""
         out: set[str] = set()
         for call in ctx.of(ast.Call):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Edit, Finding, Fix, Location, Severity
-from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.rules.base import Invalid, Rule, Valid
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -27,7 +28,7 @@ class DeprecatedAmpApi(Rule):
     severity = Severity.INFO
     summary = (
         "`torch.cuda.amp.autocast` / `torch.cuda.amp.GradScaler` are deprecated; use "
-        "`torch.autocast(\"cuda\", ...)` / `torch.amp.GradScaler(\"cuda\", ...)` instead."
+        '`torch.autocast("cuda", ...)` / `torch.amp.GradScaler("cuda", ...)` instead.'
     )
     gpu_only = False
     static = True
@@ -253,12 +254,12 @@ class DeprecatedAmpApi(Rule):
         ),
     )
 
-    def check(self, ctx: "FileContext") -> Iterator[Finding]:
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
         yield from self._check_frameworks(ctx)
         yield from self._check_file(ctx)
         yield from self._check_project(ctx)
 
-    def _check_project(self, ctx: "FileContext") -> Iterator[Finding]:
+    def _check_project(self, ctx: FileContext) -> Iterator[Finding]:
         """A project function or class this file calls (``engine.train_one_epoch``,
         ``misc.NativeScaler()``) uses the deprecated API in its own module: report the call here
         and cite the use there. Each definition once, at its first call."""
@@ -293,7 +294,7 @@ class DeprecatedAmpApi(Rule):
                 related=view.related(facts.calls[qn], f"`{old}(...)` is called here"),
             )
 
-    def _check_file(self, ctx: "FileContext") -> Iterator[Finding]:
+    def _check_file(self, ctx: FileContext) -> Iterator[Finding]:
         from traindoctor.static.amp import pos
 
         names = ctx.called_names
@@ -317,7 +318,7 @@ class DeprecatedAmpApi(Rule):
                 end_node=call.func,
             )
 
-    def _check_frameworks(self, ctx: "FileContext") -> Iterator[Finding]:
+    def _check_frameworks(self, ctx: FileContext) -> Iterator[Finding]:
         """NVIDIA apex AMP calls, and Lightning's legacy ``precision=16`` / ``"bf16"`` spellings."""
         from traindoctor.static.frameworks import (
             FABRICS,
@@ -330,14 +331,16 @@ class DeprecatedAmpApi(Rule):
         found: list[Finding] = []
         for qn, call in apex_amp_calls(ctx):
             short = "amp." + qn.rsplit(".", 1)[-1]
-            found.append(ctx.report(
-                self,
-                call,
-                f"NVIDIA apex `{short}(...)` is deprecated (apex points to `torch.amp`); use "
-                '`torch.autocast("cuda", ...)` with `torch.amp.GradScaler("cuda")` instead.',
-                help="Migrate from apex.amp to torch.amp",
-                end_node=call.func,
-            ))
+            found.append(
+                ctx.report(
+                    self,
+                    call,
+                    f"NVIDIA apex `{short}(...)` is deprecated (apex points to `torch.amp`); use "
+                    '`torch.autocast("cuda", ...)` with `torch.amp.GradScaler("cuda")` instead.',
+                    help="Migrate from apex.amp to torch.amp",
+                    end_node=call.func,
+                )
+            )
         for call in [*lightning_trainers(ctx), *fabrics(ctx)]:
             node = ctx.arg(call, "precision", qualname="")
             if not isinstance(node, ast.expr):
@@ -350,18 +353,20 @@ class DeprecatedAmpApi(Rule):
             fix = None
             if isinstance(node, ast.Constant):
                 fix = ctx.fix_replace(node, f'"{new}"', f'Use `precision="{new}"`')
-            found.append(ctx.report(
-                self,
-                node,
-                f"`{owner}(precision={ctx.segment(node)})` is a legacy alias that Lightning warns "
-                f'about; write `precision="{new}"`.',
-                fix=fix,
-                help=f'Use `precision="{new}"`',
-            ))
+            found.append(
+                ctx.report(
+                    self,
+                    node,
+                    f"`{owner}(precision={ctx.segment(node)})` is a legacy alias that Lightning warns "
+                    f'about; write `precision="{new}"`.',
+                    fix=fix,
+                    help=f'Use `precision="{new}"`',
+                )
+            )
         found.sort(key=lambda f: (f.location.row, f.location.column))
         yield from found
 
-    def _fix(self, ctx: "FileContext", call: ast.Call, qn: str) -> Fix | None:
+    def _fix(self, ctx: FileContext, call: ast.Call, qn: str) -> Fix | None:
         from traindoctor.static.amp import AUTOCAST_SIGNATURES, pos
 
         replacement, device, _ = _DEPRECATED[qn]
@@ -400,7 +405,7 @@ class DeprecatedAmpApi(Rule):
 _MODERN = frozenset({"torch.autocast", "torch.amp.GradScaler", "torch.GradScaler"})
 
 
-def _version_gated(ctx: "FileContext", call: ast.Call) -> bool:
+def _version_gated(ctx: FileContext, call: ast.Call) -> bool:
     """Whether ``call`` is the old-torch fallback of a branch whose other side uses the new API.
 
     ``torch.amp.GradScaler("cuda") if TORCH_2_4 else torch.cuda.amp.GradScaler()`` already
@@ -423,7 +428,7 @@ def _version_gated(ctx: "FileContext", call: ast.Call) -> bool:
     return False
 
 
-def _torch_module_name(ctx: "FileContext", call: ast.Call) -> str | None:
+def _torch_module_name(ctx: FileContext, call: ast.Call) -> str | None:
     """The name the module ``torch`` is bound to at module level before ``call`` runs."""
     found: list[str] = []
     for node in ctx.of(ast.Import):
@@ -441,7 +446,7 @@ def _torch_module_name(ctx: "FileContext", call: ast.Call) -> str | None:
     return found[0] if found else None
 
 
-def _callee_is_imported(ctx: "FileContext", func: ast.expr) -> bool:
+def _callee_is_imported(ctx: FileContext, func: ast.expr) -> bool:
     """Whether the callee's base name comes from an import (not a local alias assignment)."""
     while isinstance(func, ast.Attribute):
         func = func.value

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
-from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.rules.base import Invalid, Rule, Valid
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.amp import Autocast, ScalerConstruction
@@ -177,7 +178,7 @@ class GradScalerWithBf16(Rule):
         ),
     )
 
-    def check(self, ctx: "FileContext") -> Iterator[Finding]:
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
         from traindoctor.static.amp import amp_facts
 
         facts = amp_facts(ctx)
@@ -197,28 +198,24 @@ class GradScalerWithBf16(Rule):
                 )
 
     @staticmethod
-    def _regions(ctx: "FileContext", scaler: ScalerConstruction) -> list[Autocast]:
+    def _regions(ctx: FileContext, scaler: ScalerConstruction) -> list[Autocast]:
         """The enabled autocast regions this scaler's losses come from (all, if unknown)."""
-        from traindoctor.static.amp import Autocast, amp_facts
+        from traindoctor.static.amp import amp_facts
 
         facts = amp_facts(ctx)
         enabled = [a for a in facts.autocasts if a.enabled is not False]
         if scaler.target is None:
             return enabled
         last = scaler.target.rsplit(".", 1)[-1]
-        uses = [
-            b for b in facts.backwards
-            if b.kind == "scaled" and b.scaler and b.scaler.rsplit(".", 1)[-1] == last
-        ]
+        uses = [b for b in facts.backwards if b.kind == "scaled" and b.scaler and b.scaler.rsplit(".", 1)[-1] == last]
         if not uses:
             return enabled
         regions: list[Autocast] = []
         for use in uses:
             found = [
-                a for a in enabled
-                if a.with_stmt is not None
-                and a.scope is use.scope
-                and facts.flows_from(a, use.loss, use.call)
+                a
+                for a in enabled
+                if a.with_stmt is not None and a.scope is use.scope and facts.flows_from(a, use.loss, use.call)
             ]
             if not found:
                 return enabled  # the loss comes from elsewhere: judge by the whole file

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
-from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.rules.base import Invalid, Rule, Valid
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -15,10 +16,7 @@ class BackwardInsideAutocast(Rule):
     code = "TD307"
     name = "backward-inside-autocast"
     severity = Severity.INFO
-    summary = (
-        "`.backward()` runs inside the autocast region; leave the `with autocast` block "
-        "before calling backward."
-    )
+    summary = "`.backward()` runs inside the autocast region; leave the `with autocast` block before calling backward."
     gpu_only = False
     static = True
     triggers = ("autocast",)
@@ -135,7 +133,7 @@ class BackwardInsideAutocast(Rule):
         ),
     )
 
-    def check(self, ctx: "FileContext") -> Iterator[Finding]:
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
         from traindoctor.static.amp import amp_facts
 
         facts = amp_facts(ctx)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
-from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.names import dotted
 from traindoctor.static.vocab import DTYPE_NAMES, FLOAT16
 
@@ -206,7 +207,7 @@ class HalfPrecisionWeights(Rule):
         ),
     )
 
-    def check(self, ctx: "FileContext") -> Iterator[Finding]:
+    def check(self, ctx: FileContext) -> Iterator[Finding]:
         # Following names to their values needs the (costly) scope tables: only when some name
         # in the file is bound to a float16 dtype at all.
         from traindoctor.static.amp import ModuleIndex, amp_facts, pos
@@ -240,7 +241,7 @@ class HalfPrecisionWeights(Rule):
             )
 
     @staticmethod
-    def _to_float16(ctx: "FileContext", call: ast.Call, follow: bool) -> bool:
+    def _to_float16(ctx: FileContext, call: ast.Call, follow: bool) -> bool:
         from traindoctor.static.amp import amp_facts
 
         facts = amp_facts(ctx)
@@ -254,7 +255,7 @@ class HalfPrecisionWeights(Rule):
         return False
 
     @staticmethod
-    def _names_of(ctx: "FileContext", cast: ast.Call, receiver: ast.expr) -> set[str]:
+    def _names_of(ctx: FileContext, cast: ast.Call, receiver: ast.expr) -> set[str]:
         """Names the cast module goes by: the receiver and what the result is assigned to."""
         from traindoctor.static.amp import chain_root
 
@@ -282,7 +283,7 @@ class HalfPrecisionWeights(Rule):
         return names
 
     @staticmethod
-    def _frozen(ctx: "FileContext", names: set[str]) -> bool:
+    def _frozen(ctx: FileContext, names: set[str]) -> bool:
         for call in ctx.method_calls("requires_grad_"):
             if dotted(call.func.value) in names and call.args:  # type: ignore[attr-defined]
                 if ctx.value(call.args[0]) is False:
@@ -290,7 +291,7 @@ class HalfPrecisionWeights(Rule):
         return False
 
     @staticmethod
-    def _optimizer_calls(ctx: "FileContext") -> list[ast.Call]:
+    def _optimizer_calls(ctx: FileContext) -> list[ast.Call]:
         out = []
         for qn, call in ctx.calls_to_prefix(""):
             if not qn.startswith(_OPTIMIZER_PREFIXES) or ".lr_scheduler." in qn or "swa_utils" in qn:
@@ -301,7 +302,7 @@ class HalfPrecisionWeights(Rule):
         return out
 
     @staticmethod
-    def _trained(ctx: "FileContext", cast: ast.Call, names: set[str], optimizers, backwards) -> bool:
+    def _trained(ctx: FileContext, cast: ast.Call, names: set[str], optimizers, backwards) -> bool:
         """Whether the cast model is trained where it is cast.
 
         A cast inside a function is judged by that function (a library's evaluation helper
@@ -337,7 +338,7 @@ class HalfPrecisionWeights(Rule):
         return _not_only_before(ctx, cast, [b.call for b in backwards])
 
 
-def _updates_weights(ctx: "FileContext", scope: ast.AST) -> bool:
+def _updates_weights(ctx: FileContext, scope: ast.AST) -> bool:
     """Whether a function applies gradients: an ``x.step(...)`` (optimizer or scaler) or an
     in-place ``add_``/``sub_`` (a hand-written SGD update) in its body."""
     for attr in ("step", "add_", "sub_"):
@@ -356,7 +357,7 @@ def _copies(expr: ast.AST) -> bool:
     )
 
 
-def _not_only_before(ctx: "FileContext", cast: ast.Call, training: list[ast.Call]) -> bool:
+def _not_only_before(ctx: FileContext, cast: ast.Call, training: list[ast.Call]) -> bool:
     """False when all training happens earlier in the same function (a cast for export)."""
     from traindoctor.static.amp import pos
 

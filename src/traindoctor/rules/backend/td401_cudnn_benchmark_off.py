@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.backend.td403_benchmark_with_deterministic import (
@@ -11,7 +12,7 @@ from traindoctor.rules.backend.td403_benchmark_with_deterministic import (
     DETERMINISTIC,
     cudnn_settings,
 )
-from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.vocab import HF_TRIGGERS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -19,32 +20,75 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: torch.nn convolution layers (any of them makes the model convolutional).
 _CONV_LAYERS = frozenset(
-    f"torch.nn.{kind}{d}d"
-    for kind in ("Conv", "ConvTranspose", "LazyConv", "LazyConvTranspose")
-    for d in (1, 2, 3)
+    f"torch.nn.{kind}{d}d" for kind in ("Conv", "ConvTranspose", "LazyConv", "LazyConvTranspose") for d in (1, 2, 3)
 )
 #: torchvision / timm model families that are convolutional networks (name prefixes; a tuple
 #: for ``str.startswith``, not a regular expression: this module is imported by every watched run).
 _CNN_FAMILIES = (
-    "resnet", "resnext", "wide_resnet", "seresnet", "seresnext", "resnetv2", "resnest", "res2net",
-    "vgg", "alexnet", "densenet", "mobilenet", "efficientnet", "tf_efficientnet", "regnet",
-    "convnext", "googlenet", "inception", "shufflenet", "squeezenet", "mnasnet", "dla", "dpn",
-    "cspresnet", "cspdarknet", "darknet", "ghostnet", "rexnet", "hrnet", "xception", "nfnet",
-    "dm_nfnet", "nf_resnet", "tresnet", "ese_vovnet", "mixnet", "fbnet", "lcnet", "repvgg",
+    "resnet",
+    "resnext",
+    "wide_resnet",
+    "seresnet",
+    "seresnext",
+    "resnetv2",
+    "resnest",
+    "res2net",
+    "vgg",
+    "alexnet",
+    "densenet",
+    "mobilenet",
+    "efficientnet",
+    "tf_efficientnet",
+    "regnet",
+    "convnext",
+    "googlenet",
+    "inception",
+    "shufflenet",
+    "squeezenet",
+    "mnasnet",
+    "dla",
+    "dpn",
+    "cspresnet",
+    "cspdarknet",
+    "darknet",
+    "ghostnet",
+    "rexnet",
+    "hrnet",
+    "xception",
+    "nfnet",
+    "dm_nfnet",
+    "nf_resnet",
+    "tresnet",
+    "ese_vovnet",
+    "mixnet",
+    "fbnet",
+    "lcnet",
+    "repvgg",
 )
 #: Evidence that inputs have one fixed size: fixed-size crops or resizes, fixed-size datasets.
 _FIXED_TRANSFORMS = frozenset({"RandomResizedCrop", "RandomCrop", "CenterCrop", "FiveCrop", "TenCrop"})
-_FIXED_DATASETS = frozenset({
-    "MNIST", "FashionMNIST", "KMNIST", "EMNIST", "QMNIST", "CIFAR10", "CIFAR100", "SVHN", "STL10",
-    "FakeData", "USPS",
-})
+_FIXED_DATASETS = frozenset(
+    {
+        "MNIST",
+        "FashionMNIST",
+        "KMNIST",
+        "EMNIST",
+        "QMNIST",
+        "CIFAR10",
+        "CIFAR100",
+        "SVHN",
+        "STL10",
+        "FakeData",
+        "USPS",
+    }
+)
 #: Evidence of inputs whose size changes from batch to batch.
 _VARIABLE_TRANSFORMS = frozenset({"RandomResize", "RandomShortestSize", "ScaleJitter", "RandomIoUCrop"})
 _LIGHTNING = ("lightning.", "pytorch_lightning.")
 _PADDING = frozenset({"torch.nn.utils.rnn.pad_sequence", "torch.nn.utils.rnn.pack_padded_sequence"})
 
 
-def convolution_evidence(ctx: "FileContext") -> ast.Call | None:
+def convolution_evidence(ctx: FileContext) -> ast.Call | None:
     """The first call that builds a convolutional layer or CNN model, if any."""
     from traindoctor.static.models import registry_entry, registry_model
 
@@ -63,7 +107,11 @@ def convolution_evidence(ctx: "FileContext") -> ast.Call | None:
             found.append(call)
     for call in ctx.of(ast.Call):
         entry = registry_entry(ctx, call.func)  # ``models.__dict__[args.arch]()``
-        if entry is not None and (ctx.qualname(entry[0]) or "") == "torchvision.models" and entry[1].startswith(_CNN_FAMILIES):
+        if (
+            entry is not None
+            and (ctx.qualname(entry[0]) or "") == "torchvision.models"
+            and entry[1].startswith(_CNN_FAMILIES)
+        ):
             found.append(call)
         elif entry is not None and any(k in _CONV_LAYERS for k in registry_model(ctx, call.func).kinds):
             found.append(call)
@@ -77,8 +125,10 @@ def convolution_evidence(ctx: "FileContext") -> ast.Call | None:
     return found[0] if found else None
 
 
-def _literal_cnn_name(ctx: "FileContext", call: ast.Call) -> bool:
-    node = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg in ("name", "model_name")), None)
+def _literal_cnn_name(ctx: FileContext, call: ast.Call) -> bool:
+    node = (
+        call.args[0] if call.args else next((k.value for k in call.keywords if k.arg in ("name", "model_name")), None)
+    )
     value = ctx.value(node) if node is not None else None
     return isinstance(value, str) and value.split("/")[-1].split(".")[0].startswith(_CNN_FAMILIES)
 
@@ -87,7 +137,7 @@ def _leaf(qualname: str) -> str:
     return qualname.rsplit(".", 1)[-1]
 
 
-def _project_torchvision_calls(ctx: "FileContext") -> list[tuple[str, ast.Call | None]]:
+def _project_torchvision_calls(ctx: FileContext) -> list[tuple[str, ast.Call | None]]:
     """torchvision calls made by the project functions this file calls (``get_training_set()``
     in ``data.py`` builds the crops): the data pipeline often lives in another module."""
     view = ctx.project
@@ -104,7 +154,7 @@ def _project_torchvision_calls(ctx: "FileContext") -> list[tuple[str, ast.Call |
 _SEED_WORDS = ("seed", "determinis", "reproduc")
 
 
-def _seeded_branch_only(ctx: "FileContext", setting: object) -> bool:
+def _seeded_branch_only(ctx: FileContext, setting: object) -> bool:
     """``if args.seed is not None: cudnn.deterministic = True; cudnn.benchmark = False``: the
     reproducible runs turn benchmarking off on purpose, the default runs never turn it on."""
     flag, value, node = setting.flag, setting.value, setting.node  # type: ignore[attr-defined]
@@ -114,14 +164,17 @@ def _seeded_branch_only(ctx: "FileContext", setting: object) -> bool:
         if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             return False
         if isinstance(anc, ast.If) and any(ctx.within(node, b) for b in anc.body):
-            words = " ".join(n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(anc.test)
-                             if isinstance(n, (ast.Name, ast.Attribute))).lower()
+            words = " ".join(
+                n.id if isinstance(n, ast.Name) else n.attr
+                for n in ast.walk(anc.test)
+                if isinstance(n, (ast.Name, ast.Attribute))
+            ).lower()
             if any(w in words for w in _SEED_WORDS):
                 return True
     return False
 
 
-def shape_evidence(ctx: "FileContext") -> tuple[bool, bool]:
+def shape_evidence(ctx: FileContext) -> tuple[bool, bool]:
     """(fixed, variable): whether the file shows inputs of one size, and of changing sizes."""
     from traindoctor.static.loaders import DATALOADER
 
@@ -333,7 +386,7 @@ class CudnnBenchmarkOff(Rule):
         ),
     )
 
-    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.static.frameworks import lightning_flag
         from traindoctor.static.loaders import file_trains, is_test_file
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
-from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.args import UNKNOWN
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,7 +29,7 @@ class Setting:
     node: ast.AST
 
 
-def cudnn_settings(ctx: "FileContext") -> list[Setting]:
+def cudnn_settings(ctx: FileContext) -> list[Setting]:
     """Every assignment of ``cudnn.benchmark``/``cudnn.deterministic`` and every call that sets
     them (``torch.use_deterministic_algorithms``, ``torch.backends.cudnn.flags``), in source order.
 
@@ -61,7 +62,7 @@ def _truth(value: object) -> object:
     return bool(value)
 
 
-def standing_true(ctx: "FileContext", settings: list[Setting], flag: str) -> list[Setting]:
+def standing_true(ctx: FileContext, settings: list[Setting], flag: str) -> list[Setting]:
     """``flag = True`` settings that no later ``flag = False`` (in source order) undoes."""
     from traindoctor.static.loaders import exclusive_branches
 
@@ -71,7 +72,7 @@ def standing_true(ctx: "FileContext", settings: list[Setting], flag: str) -> lis
             continue
         undone = any(
             later.flag == flag and later.value is not True and not exclusive_branches(ctx, s.node, later.node)
-            for later in settings[i + 1:]
+            for later in settings[i + 1 :]
         )
         if not undone:
             out.append(s)
@@ -243,7 +244,7 @@ class BenchmarkWithDeterministic(Rule):
         ),
     )
 
-    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.static.loaders import exclusive_branches
 
         yield from self._check_lightning(ctx)
@@ -273,8 +274,7 @@ class BenchmarkWithDeterministic(Rule):
             )
             return
 
-
-    def _check_lightning(self, ctx: "FileContext") -> Iterable[Finding]:
+    def _check_lightning(self, ctx: FileContext) -> Iterable[Finding]:
         """``Trainer(benchmark=True, deterministic=True)``: Lightning sets both flags as asked."""
         from traindoctor.static.frameworks import lightning_trainers
 

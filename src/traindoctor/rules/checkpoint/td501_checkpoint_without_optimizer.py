@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
-from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.rules.base import Invalid, Rule, Valid
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -189,7 +190,7 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
                 torch.save(model.state_dict(), shard)
             """
         ),
-    Valid("""
+        Valid("""
     import lightning as L
 
     trainer = L.Trainer(max_epochs=10)
@@ -197,7 +198,7 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
         trainer.fit(model, datamodule=dm)
         trainer.save_checkpoint(f"stage{stage}.ckpt")  # Lightning's checkpoint holds everything
     """),
-    Valid("""
+        Valid("""
     from transformers import Trainer, TrainingArguments
 
     # nothing is saved during training
@@ -262,7 +263,7 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
                     save_checkpoint({"epoch": epoch + 1, "state_dict": model.state_dict()})  # TD501
             """
         ),
-    Invalid("""
+        Invalid("""
     from transformers import Trainer, TrainingArguments
 
     args = TrainingArguments(
@@ -292,7 +293,7 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
         ),
     )
 
-    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.static.checkpoints import OPTIMIZER, checkpoint_index
 
         yield from _hf_save_only_model(self, ctx)
@@ -316,7 +317,7 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
             )
 
 
-def _hf_save_only_model(rule: Rule, ctx: "FileContext") -> Iterable[Finding]:
+def _hf_save_only_model(rule: Rule, ctx: FileContext) -> Iterable[Finding]:
     """``TrainingArguments(save_only_model=True)``: the Trainer's checkpoints hold the weights only."""
     from traindoctor.static.frameworks import hf_training_args
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
-from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.rules.base import Invalid, Rule, Valid
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -207,7 +208,7 @@ torch.save(
         ),
     )
 
-    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.static.checkpoints import SCHEDULER, checkpoint_index
 
         idx = checkpoint_index(ctx)
@@ -239,7 +240,7 @@ class CheckpointWithoutSchedulerMonitor(Monitor):
         super().__init__(session)
         import weakref
 
-        self.schedulers: "weakref.WeakSet[object]" = weakref.WeakSet()
+        self.schedulers: weakref.WeakSet[object] = weakref.WeakSet()
         self.sites: set[object] = set()
 
     def on_scheduler_created(self, scheduler: object, site: object = None) -> None:

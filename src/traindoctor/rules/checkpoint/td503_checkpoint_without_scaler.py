@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
-from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.rules.base import Invalid, Rule, Valid
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -16,8 +17,7 @@ class CheckpointWithoutScaler(Rule):
     name = "checkpoint-without-scaler"
     severity = Severity.ERROR
     summary = (
-        "A GradScaler is used but the training checkpoint does not save its state; save "
-        "`scaler.state_dict()` with it."
+        "A GradScaler is used but the training checkpoint does not save its state; save `scaler.state_dict()` with it."
     )
     gpu_only = False
     static = True
@@ -183,7 +183,7 @@ torch.save(
         ),
     )
 
-    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.static.checkpoints import SCALER, checkpoint_index
 
         idx = checkpoint_index(ctx)
@@ -213,7 +213,7 @@ class CheckpointWithoutScalerMonitor(Monitor):
         super().__init__(session)
         import weakref
 
-        self.scalers: "weakref.WeakSet[object]" = weakref.WeakSet()
+        self.scalers: weakref.WeakSet[object] = weakref.WeakSet()
         self.sites: set[object] = set()
 
     def on_scaler_call(self, scaler: object, method: str, optimizer: object = None) -> None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
-from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.vocab import DATA, RNG_CPU, RNG_CUDA, RNG_NUMPY, RNG_PYTHON
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -237,7 +238,7 @@ torch.save(
         ),
     )
 
-    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.static.checkpoints import RNG_KINDS, checkpoint_index, file_draws
 
         idx = checkpoint_index(ctx)
@@ -283,7 +284,7 @@ def _is_counter(expr: object) -> bool:
     return False
 
 
-def _iterates_data(ctx: "FileContext", idx: object, site: object) -> bool:
+def _iterates_data(ctx: FileContext, idx: object, site: object) -> bool:
     """The save sits in a ``for`` loop over a data iterable (a loader): only then is there a data
     position to lose. A ``while True``/``range`` loop that samples batches (nanoGPT's
     ``get_batch``) has none, and the runtime half agrees (it asks only for a DataLoader that is

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
-from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.vocab import OPTIMIZER, SCALER, SCHEDULER
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -60,9 +61,7 @@ start_epoch = ckpt["epoch"] + 1
 # or: state = traindoctor.checkpoint.load("ckpt.pt", model=model, optimizer=optimizer,
 #                                          scheduler=scheduler)
 """
-    references = (
-        "https://pytorch.org/tutorials/recipes/recipes/saving_and_loading_a_general_checkpoint.html",
-    )
+    references = ("https://pytorch.org/tutorials/recipes/recipes/saving_and_loading_a_general_checkpoint.html",)
 
     valid = (
         Valid(
@@ -186,15 +185,15 @@ start_epoch = ckpt["epoch"] + 1
         ),
     )
 
-    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.static.checkpoints import DCP_LOADS, checkpoint_index
 
         if not ctx.method_calls("load_state_dict") and not ctx.calls_to(*DCP_LOADS):
             return
         idx = checkpoint_index(ctx)
         for call, gaps in idx.resume_gaps():
-            what = ", ".join(f"{_WHAT[kind]} (saved as \"{key}\")" for kind, key in gaps)
-            kind, key = gaps[0]
+            what = ", ".join(f'{_WHAT[kind]} (saved as "{key}")' for kind, key in gaps)
+            kind, _key = gaps[0]
             owner = idx.first_name(kind, _DEFAULT[kind])
             if ctx.qualname(call.func) in DCP_LOADS:
                 yield ctx.report(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
-from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.args import MISSING, UNKNOWN
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -154,7 +155,7 @@ plain state dicts.
         ),
     )
 
-    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.static.checkpoints import LOAD_FUNCS
 
         calls = ctx.calls_to(*LOAD_FUNCS)
@@ -168,9 +169,7 @@ plain state dicts.
             if node is MISSING:
                 if not old_default:
                     continue
-                fix = ctx.fix_add_keyword(
-                    call, "weights_only=True", "Pass `weights_only=True`", applicability="unsafe"
-                )
+                fix = ctx.fix_add_keyword(call, "weights_only=True", "Pass `weights_only=True`", applicability="unsafe")
                 yield ctx.report(
                     self,
                     call,

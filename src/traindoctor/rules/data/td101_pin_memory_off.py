@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
-from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.vocab import HF_TRIGGERS
 
@@ -258,7 +259,8 @@ class PinMemoryOff(Rule):
                 model(x.cuda()).sum().backward()
             """
         ),
-        Invalid("""
+        Invalid(
+            """
         from transformers import Trainer, TrainingArguments
 
         args = TrainingArguments(
@@ -268,7 +270,8 @@ class PinMemoryOff(Rule):
             dataloader_pin_memory=False,  # TD101
         )
         Trainer(model=model, args=args, train_dataset=train_ds).train()
-        """, fixed="""
+        """,
+            fixed="""
         from transformers import Trainer, TrainingArguments
 
         args = TrainingArguments(
@@ -278,8 +281,10 @@ class PinMemoryOff(Rule):
             dataloader_pin_memory=True,  # TD101
         )
         Trainer(model=model, args=args, train_dataset=train_ds).train()
-        """),
-        Invalid("""
+        """,
+        ),
+        Invalid(
+            """
         import lightning as L
         from torch.utils.data import DataLoader
 
@@ -292,7 +297,8 @@ class PinMemoryOff(Rule):
                 return DataLoader(self.train_set, batch_size=64, num_workers=4)  # TD101
 
         L.Trainer(max_epochs=5, accelerator="gpu").fit(MNISTModel())
-        """, fixed="""
+        """,
+            fixed="""
         import lightning as L
         from torch.utils.data import DataLoader
 
@@ -305,10 +311,11 @@ class PinMemoryOff(Rule):
                 return DataLoader(self.train_set, batch_size=64, num_workers=4, pin_memory=True)  # TD101
 
         L.Trainer(max_epochs=5, accelerator="gpu").fit(MNISTModel())
-        """),
+        """,
+        ),
     )
 
-    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.static.frameworks import hf_training_args
         from traindoctor.static.loaders import iter_training_loaders, literal_false
 
@@ -354,7 +361,7 @@ class PinMemoryOff(Rule):
             )
 
 
-def _written_in_call(ctx: "FileContext", node: ast.AST, call: ast.Call) -> bool:
+def _written_in_call(ctx: FileContext, node: ast.AST, call: ast.Call) -> bool:
     """Whether ``node`` is spelled in the call itself (not in a ``**kwargs`` dict elsewhere)."""
     parent = ctx.parent(node)
     if isinstance(parent, ast.keyword):
@@ -397,9 +404,7 @@ class PinMemoryOffMonitor(Monitor):
         min_copies = int(self.threshold("min_copies", 3))
         min_share = float(self.threshold("min_transfer_share", 0.01))
         records = self.session.records
-        total = sum(r.wall_s for r in records) if records else (
-            self.session.ended_at - self.session.started_at
-        )
+        total = sum(r.wall_s for r in records) if records else (self.session.ended_at - self.session.started_at)
         for key in sorted(self._copies):
             count, seconds, nbytes = self._copies[key]
             share = seconds / total if total > 0 else 0.0

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
-from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.vocab import HF_TRIGGERS
 
@@ -261,7 +262,7 @@ class LoaderInMainProcess(Rule):
         """),
     )
 
-    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.static.frameworks import hf_training_args
         from traindoctor.static.loaders import iter_training_loaders
 
@@ -359,8 +360,9 @@ class LoaderInMainProcessMonitor(Monitor):
                     f"({measured}, loading needs the CPU): make loading cheaper"
                 )
             settle = (
-                f" `{ev.tune_command(self._script)}` measures it with your model in the loop "
-                f"({advice.uncertain})." if advice.uncertain else ""
+                f" `{ev.tune_command(self._script)}` measures it with your model in the loop ({advice.uncertain})."
+                if advice.uncertain
+                else ""
             )
             self.report(
                 f"The loop waited for data {timing.wait_share:.0%} of the time "
@@ -369,8 +371,7 @@ class LoaderInMainProcessMonitor(Monitor):
                 evidence={
                     "data_wait_share": round(timing.wait_share, 4),
                     "wait_ms_per_batch": round(timing.wait_ms_per_batch, 3),
-                    "load_cpu_ms_per_batch": None if pipe.fetch_cpu_s is None
-                    else round(pipe.fetch_cpu_s * 1000.0, 3),
+                    "load_cpu_ms_per_batch": None if pipe.fetch_cpu_s is None else round(pipe.fetch_cpu_s * 1000.0, 3),
                     "compute_ms_per_batch": round(timing.compute_ms_per_batch, 3),
                     "batches": timing.batches,
                     "num_workers": 0,
@@ -381,8 +382,7 @@ class LoaderInMainProcessMonitor(Monitor):
                 },
                 step=self.session.step or None,
                 help=(
-                    "An IterableDataset must shard its stream per worker "
-                    "(torch.utils.data.get_worker_info())."
+                    "An IterableDataset must shard its stream per worker (torch.utils.data.get_worker_info())."
                     if info.iterable_dataset
                     else f"Pass `num_workers={workers}` (and `persistent_workers=True`); "
                     f"`{ev.tune_command(self._script)}` measures the best loader settings and torch threads."

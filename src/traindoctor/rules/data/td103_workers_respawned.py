@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Fix, Severity
-from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.names import dotted
 from traindoctor.static.vocab import HF_TRIGGERS
@@ -259,7 +260,8 @@ class WorkersRespawned(Rule):
                         self.train_epoch()
             """,
         ),
-        Invalid("""
+        Invalid(
+            """
         from transformers import Trainer, TrainingArguments
 
         args = TrainingArguments(
@@ -268,7 +270,8 @@ class WorkersRespawned(Rule):
             dataloader_num_workers=8,  # TD103
         )
         Trainer(model=model, args=args, train_dataset=train_ds).train()
-        """, fixed="""
+        """,
+            fixed="""
         from transformers import Trainer, TrainingArguments
 
         args = TrainingArguments(
@@ -277,7 +280,8 @@ class WorkersRespawned(Rule):
             dataloader_num_workers=8, dataloader_persistent_workers=True,  # TD103
         )
         Trainer(model=model, args=args, train_dataset=train_ds).train()
-        """),
+        """,
+        ),
         Invalid("""
         import os
         import torch
@@ -290,7 +294,7 @@ class WorkersRespawned(Rule):
         """),
     )
 
-    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.static.frameworks import lightning_hparam
         from traindoctor.static.loaders import is_test_file, loader_index, may_build_loaders
 
@@ -344,7 +348,7 @@ class WorkersRespawned(Rule):
 
         yield from self._check_hf(ctx)
 
-    def _check_hf(self, ctx: "FileContext") -> Iterable[Finding]:
+    def _check_hf(self, ctx: FileContext) -> Iterable[Finding]:
         """``TrainingArguments(dataloader_num_workers=k)`` without ``dataloader_persistent_workers``:
         the Trainer builds a new training DataLoader iterator every epoch."""
         from traindoctor.static.frameworks import hf_training_args
@@ -368,14 +372,16 @@ class WorkersRespawned(Rule):
                 fix = None
             yield ctx.report(
                 self,
-                args.anchor(ctx, "dataloader_persistent_workers" if persistent is not MISSING else "dataloader_num_workers"),
+                args.anchor(
+                    ctx, "dataloader_persistent_workers" if persistent is not MISSING else "dataloader_num_workers"
+                ),
                 f"The Trainer iterates its training DataLoader once per epoch and its {workers} "
                 "worker processes are restarted each time; pass `dataloader_persistent_workers=True`.",
                 fix=fix,
                 help=_HELP_HF,
             )
 
-    def _fix(self, ctx: "FileContext", loader: Loader, workers: ast.AST, persistent: object) -> Fix | None:
+    def _fix(self, ctx: FileContext, loader: Loader, workers: ast.AST, persistent: object) -> Fix | None:
         from traindoctor.static.loaders import literal_false
 
         call = loader.call
@@ -393,11 +399,12 @@ class WorkersRespawned(Rule):
         return None
 
 
-_CORE_COUNTS = frozenset({"os.cpu_count", "multiprocessing.cpu_count", "torch.multiprocessing.cpu_count",
-                          "psutil.cpu_count"})
+_CORE_COUNTS = frozenset(
+    {"os.cpu_count", "multiprocessing.cpu_count", "torch.multiprocessing.cpu_count", "psutil.cpu_count"}
+)
 
 
-def _one_per_core(ctx: "FileContext", node: ast.AST, depth: int = 0) -> bool:
+def _one_per_core(ctx: FileContext, node: ast.AST, depth: int = 0) -> bool:
     """``os.cpu_count()`` (through a name bound once, or ``min``/``max`` with positive constants):
     as many workers as cores, which is at least one wherever training runs."""
     if depth > 3:
@@ -419,14 +426,14 @@ def _one_per_core(ctx: "FileContext", node: ast.AST, depth: int = 0) -> bool:
     return False
 
 
-def _in_call(ctx: "FileContext", node: ast.AST, call: ast.Call) -> bool:
+def _in_call(ctx: FileContext, node: ast.AST, call: ast.Call) -> bool:
     parent = ctx.parent(node)
     if isinstance(parent, ast.keyword):
         parent = ctx.parent(parent)
     return parent is call
 
 
-def _loop_changes_dataset(ctx: "FileContext", loader: Loader) -> bool:
+def _loop_changes_dataset(ctx: FileContext, loader: Loader) -> bool:
     """Whether the repeating loop calls a method of, or assigns to, the loader's dataset."""
     site = loader.repeated_site
     loop = site.repeated_by if site is not None else None

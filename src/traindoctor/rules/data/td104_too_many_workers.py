@@ -97,7 +97,8 @@ class TooManyWorkersMonitor(Monitor):
                 "cores_per_rank": allowed,
                 "recommended_total_workers": ev.worker_budget(session),
                 "loaders": [
-                    f"{i.filename.rsplit('/', 1)[-1]}:{i.row} x{i.num_workers}" if i.row
+                    f"{i.filename.rsplit('/', 1)[-1]}:{i.row} x{i.num_workers}"
+                    if i.row
                     else f"{i.dataset_type} x{i.num_workers}"
                     for i in sorted(concurrent, key=lambda i: i.id)
                 ],

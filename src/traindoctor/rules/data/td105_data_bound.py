@@ -128,7 +128,7 @@ class DataBoundMonitor(Monitor):
                 help=(
                     f"`{ev.tune_command(self._script)} -o tuned.json` measures the best loader settings and "
                     "torch threads on this machine with your model in the loop; use them with "
-                    "`DataLoader(ds, batch_size=N, **loader_kwargs(ds, tuned=\"tuned.json\"))`."
+                    '`DataLoader(ds, batch_size=N, **loader_kwargs(ds, tuned="tuned.json"))`.'
                 ),
                 **ev.site(info),
             )

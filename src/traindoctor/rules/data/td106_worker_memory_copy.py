@@ -98,8 +98,12 @@ class WorkerMemoryCopyMonitor(Monitor):
             "a numpy array or tensor instead.",
             evidence={
                 "containers": [
-                    {"attribute": c.path, "type": c.type_name, "items": c.items,
-                     "approx_mib": round(c.approx_bytes / 2**20, 1)}
+                    {
+                        "attribute": c.path,
+                        "type": c.type_name,
+                        "items": c.items,
+                        "approx_mib": round(c.approx_bytes / 2**20, 1),
+                    }
                     for c in found
                 ],
                 "num_workers": info.num_workers,  # type: ignore[attr-defined]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
-from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.args import UNKNOWN
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -205,7 +206,7 @@ class SamplerSetEpochMissing(Rule):
         ),
     )
 
-    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.static.frameworks import framework_sets_epoch
         from traindoctor.static.loaders import DISTRIBUTED_SAMPLER, loader_index
 
@@ -244,7 +245,7 @@ def _ref_ids(index: LoaderIndex, sampler: ast.Call) -> set[int]:
     return {id(sampler)} | {id(r) for use in index.trace(sampler) for r in use.refs}
 
 
-def _uses_sampler(ctx: "FileContext", loader: Loader, refs: set[int]) -> bool:
+def _uses_sampler(ctx: FileContext, loader: Loader, refs: set[int]) -> bool:
     """Whether the loader draws its indices from the sampler (``sampler=`` or a BatchSampler)."""
     arg = ctx.arg(loader.call, "sampler")
     if isinstance(arg, ast.AST) and _is_ref(arg, refs):
@@ -264,7 +265,7 @@ def _is_ref(node: ast.AST, refs: set[int]) -> bool:
 
 
 def _set_epoch_may_reach(
-    ctx: "FileContext",
+    ctx: FileContext,
     sampler: ast.Call,
     samplers: list[ast.Call],
     refs: dict[int, set[int]],
@@ -315,8 +316,14 @@ class SamplerSetEpochMissingMonitor(Monitor):
 
         state = self.samplers.get(id(sampler))
         if state is None or state["ref"]() is not sampler:
-            state = {"ref": weakref.ref(sampler), "site": site, "epochs": [], "set_epoch": 0,
-                     "shuffle": True, "replicas": getattr(sampler, "num_replicas", None)}
+            state = {
+                "ref": weakref.ref(sampler),
+                "site": site,
+                "epochs": [],
+                "set_epoch": 0,
+                "shuffle": True,
+                "replicas": getattr(sampler, "num_replicas", None),
+            }
             self.samplers[id(sampler)] = state
             self.order.append(state)
         return state

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
@@ -14,7 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
 
 
-def is_evaluation(ctx: "FileContext", call: ast.Call, fn: ast.AST | None) -> bool:
+def is_evaluation(ctx: FileContext, call: ast.Call, fn: ast.AST | None) -> bool:
     """A forward pass that evaluates: its function runs no backward, or it loops over eval data
     (a ``for`` loop or a comprehension / generator expression)."""
     from traindoctor.static.batching import eval_named
@@ -28,7 +29,7 @@ def is_evaluation(ctx: "FileContext", call: ast.Call, fn: ast.AST | None) -> boo
 
 
 def _layers(infos: list) -> str:
-    """"BatchNorm", "Dropout" or both: the mode-dependent layers every candidate model has."""
+    """ "BatchNorm", "Dropout" or both: the mode-dependent layers every candidate model has."""
     bn = all(i.has_batchnorm for i in infos)
     if bn and all(i.has_dropout for i in infos):
         return "BatchNorm and Dropout"
@@ -281,7 +282,7 @@ class EvalInTrainMode(Rule):
         """),
     )
 
-    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.static.gradmode import forward_models, unguarded_evaluation_forwards
         from traindoctor.static.models import model_of
 
@@ -299,7 +300,7 @@ class EvalInTrainMode(Rule):
                 help="Call `model.eval()` before evaluation",
             )
 
-    def _check_guarded(self, ctx: "FileContext") -> Iterable[Finding]:
+    def _check_guarded(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.static.gradmode import TRAIN, forward_models, mode_state, no_grad_calls
         from traindoctor.static.models import model_of
 

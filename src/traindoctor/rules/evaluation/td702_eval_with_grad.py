@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
@@ -191,7 +192,7 @@ class EvalWithGrad(Rule):
         """),
     )
 
-    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.static.gradmode import (
             freezes_parameters,
             grad_disabled_globally,
@@ -211,7 +212,7 @@ class EvalWithGrad(Rule):
             )
         yield from self._check_eval_mode(ctx)
 
-    def _check_eval_mode(self, ctx: "FileContext") -> Iterable[Finding]:
+    def _check_eval_mode(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.static.gradmode import (
             backward_calls,
             callers_disable_grad,
@@ -239,8 +240,11 @@ class EvalWithGrad(Rule):
             fn = ctx.function_of(ev)
             if callers_disable_grad(ctx, fn):
                 continue
-            later = [m for m in mode_calls(ctx, fn) if is_before(ev, m.call) and related(m.receiver, model)
-                     and m.training is not False]
+            later = [
+                m
+                for m in mode_calls(ctx, fn)
+                if is_before(ev, m.call) and related(m.receiver, model) and m.training is not False
+            ]
             end = later[0].call if later else None
             if any(is_before(ev, b) and (end is None or is_before(b, end)) for b in backward_calls(ctx, fn)):
                 continue

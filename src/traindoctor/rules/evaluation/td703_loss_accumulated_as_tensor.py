@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
@@ -13,15 +14,20 @@ if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
 
 
-def _accumulations(ctx: "FileContext") -> Iterable[tuple[ast.stmt, ast.expr, ast.expr]]:
+def _accumulations(ctx: FileContext) -> Iterable[tuple[ast.stmt, ast.expr, ast.expr]]:
     """(statement, accumulator target, added value) for ``t += v`` and ``t = t + v``."""
     for node in ctx.of(ast.AugAssign):
         if isinstance(node.op, ast.Add):
             yield node, node.target, node.value
     for node in ctx.of(ast.Assign):
         value = node.value
-        if (len(node.targets) == 1 and isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add)
-                and dotted(node.targets[0]) is not None and dotted(value.left) == dotted(node.targets[0])):
+        if (
+            len(node.targets) == 1
+            and isinstance(value, ast.BinOp)
+            and isinstance(value.op, ast.Add)
+            and dotted(node.targets[0]) is not None
+            and dotted(value.left) == dotted(node.targets[0])
+        ):
             yield node, node.targets[0], value.right
 
 
@@ -187,7 +193,7 @@ class LossAccumulatedAsTensor(Rule):
         """),
     )
 
-    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.static.gradmode import attached_loss, backward_receivers, grad_enabled_at
 
         if not (ctx.method_calls("backward") or ctx.method_calls("manual_backward")):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
-from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.args import MISSING, UNKNOWN
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -160,7 +161,7 @@ class BatchNotMultipleOf8(Rule):
         ),
     )
 
-    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.static.loaders import iter_training_loaders
 
         if not ctx.targets_cuda:
@@ -182,14 +183,14 @@ class BatchNotMultipleOf8(Rule):
             if half:
                 why = "fp16/bf16 matrix multiplies that include the batch fill whole Tensor Core tiles"
             else:  # no autocast in the file: say nothing about half precision
-                why = ("matrix multiplies that include the batch fill whole Tensor Core tiles "
-                       "(as TF32 and reduced-precision GEMMs use them)")
-            message = (
-                f"Batch size {size}{origin} is not a multiple of 8; use {lower} or {lower + 8} so "
-                f"{why}."
+                why = (
+                    "matrix multiplies that include the batch fill whole Tensor Core tiles "
+                    "(as TF32 and reduced-precision GEMMs use them)"
+                )
+            message = f"Batch size {size}{origin} is not a multiple of 8; use {lower} or {lower + 8} so {why}."
+            yield ctx.report(
+                self, loader.call, message, help=f"Use a batch size of {lower} or {lower + 8}", related=loader.related
             )
-            yield ctx.report(self, loader.call, message, help=f"Use a batch size of {lower} or {lower + 8}",
-                             related=loader.related)
 
 
 # ---------------------------------------------------------------- runtime half (R2)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
@@ -239,7 +240,7 @@ class BatchnormSmallBatch(Rule):
         """),
     )
 
-    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.static.batching import accumulation, distributed, training_batches, trains
         from traindoctor.static.models import file_has_batchnorm, uses_syncbatchnorm
 
@@ -267,8 +268,7 @@ class BatchnormSmallBatch(Rule):
                 help="Replace BatchNorm or enlarge the per-forward batch",
             )
 
-
-    def _check_hf(self, ctx: "FileContext") -> Iterable[Finding]:
+    def _check_hf(self, ctx: FileContext) -> Iterable[Finding]:
         """``TrainingArguments(gradient_accumulation_steps=k)`` for a model with BatchNorm."""
         from traindoctor.static.frameworks import hf_trainer_model, hf_training_args
         from traindoctor.static.models import model_of, uses_syncbatchnorm
@@ -327,9 +327,7 @@ class BatchnormSmallBatchMonitor(Monitor):
         if world > 1 and accumulation <= 1:
             return  # TD602 (batchnorm-without-syncbn) covers it
         total = batch * accumulation * world
-        why = (
-            f" ({accumulation} backward() calls per optimizer step)" if accumulation > 1 else ""
-        )
+        why = f" ({accumulation} backward() calls per optimizer step)" if accumulation > 1 else ""
         self.report(
             f"BatchNorm normalises over {batch} samples per forward while the optimizer sees "
             f"{total} per step{why}; use GroupNorm/LayerNorm "

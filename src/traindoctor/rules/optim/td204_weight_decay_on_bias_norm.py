@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
@@ -17,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
 _DEFAULT_DECAY = {"torch.optim.AdamW": 0.01}
 
 
-def whole_model_params(ctx: "FileContext", node: ast.AST, depth: int = 0) -> ast.expr | None:
+def whole_model_params(ctx: FileContext, node: ast.AST, depth: int = 0) -> ast.expr | None:
     """The module ``m`` when ``node`` hands the optimizer all of ``m``'s parameters, else None.
 
     ``m.parameters()``, ``list(m.parameters())``, ``filter(lambda p: p.requires_grad,
@@ -47,8 +48,12 @@ def whole_model_params(ctx: "FileContext", node: ast.AST, depth: int = 0) -> ast
             return None
         if it.func.attr == "parameters" and isinstance(gen.target, ast.Name):
             param = gen.target.id
-        elif (it.func.attr == "named_parameters" and isinstance(gen.target, ast.Tuple)
-              and len(gen.target.elts) == 2 and isinstance(gen.target.elts[1], ast.Name)):
+        elif (
+            it.func.attr == "named_parameters"
+            and isinstance(gen.target, ast.Tuple)
+            and len(gen.target.elts) == 2
+            and isinstance(gen.target.elts[1], ast.Name)
+        ):
             param = gen.target.elts[1].id
         else:
             return None
@@ -64,11 +69,10 @@ def _only_requires_grad(cond: ast.AST, param: str) -> bool:
 
 
 def _requires_grad_filter(fn: ast.AST) -> bool:
-    return (isinstance(fn, ast.Lambda) and len(fn.args.args) == 1
-            and _only_requires_grad(fn.body, fn.args.args[0].arg))
+    return isinstance(fn, ast.Lambda) and len(fn.args.args) == 1 and _only_requires_grad(fn.body, fn.args.args[0].arg)
 
 
-def _owner(ctx: "FileContext", model: ast.expr) -> str:
+def _owner(ctx: FileContext, model: ast.expr) -> str:
     """How a message names the module whose parameters are decayed."""
     if isinstance(model, ast.Name) and model.id == "self":
         cls = ctx.enclosing(model, ast.ClassDef)
@@ -290,7 +294,7 @@ class WeightDecayOnBiasNorm(Rule):
         """),
     )
 
-    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.static.loaders import is_test_file
         from traindoctor.static.models import model_of, self_model
 
@@ -327,7 +331,7 @@ class WeightDecayOnBiasNorm(Rule):
 
         yield from self._check_hf(ctx)
 
-    def _check_hf(self, ctx: "FileContext") -> Iterable[Finding]:
+    def _check_hf(self, ctx: FileContext) -> Iterable[Finding]:
         """``TrainingArguments(weight_decay=w)``: the Trainer's own AdamW excludes biases and
         LayerNorm (by type, and names containing ``layernorm``/``rmsnorm``/``norm``) but still
         decays BatchNorm/GroupNorm weights named like ``bn1`` or ``norm1``."""

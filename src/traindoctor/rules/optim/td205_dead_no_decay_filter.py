@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
@@ -14,7 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
 _COMPREHENSIONS = (ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp)
 
 
-def _pattern_list(ctx: "FileContext", node: ast.AST) -> ast.AST | None:
+def _pattern_list(ctx: FileContext, node: ast.AST) -> ast.AST | None:
     """The list/tuple/set literal the ``for nd in <node>`` iterates (through one name)."""
     if isinstance(node, ast.Name):
         bound = ctx.binding(node)
@@ -24,7 +25,7 @@ def _pattern_list(ctx: "FileContext", node: ast.AST) -> ast.AST | None:
     return None
 
 
-def _named_parameters_owner(ctx: "FileContext", anchor: ast.AST, name: str) -> ast.expr | None:
+def _named_parameters_owner(ctx: FileContext, anchor: ast.AST, name: str) -> ast.expr | None:
     """``m`` when ``name`` is the name bound by ``for name, p in m.named_parameters()`` around ``anchor``."""
     for anc in ctx.ancestors(anchor):
         gens: list[tuple[ast.AST, ast.AST]] = []
@@ -33,15 +34,22 @@ def _named_parameters_owner(ctx: "FileContext", anchor: ast.AST, name: str) -> a
         elif isinstance(anc, (ast.For, ast.AsyncFor)):
             gens = [(anc.target, anc.iter)]
         for target, it in gens:
-            if (isinstance(target, ast.Tuple) and target.elts and isinstance(target.elts[0], ast.Name)
-                    and target.elts[0].id == name and isinstance(it, ast.Call)
-                    and isinstance(it.func, ast.Attribute) and it.func.attr == "named_parameters"
-                    and not it.args and not it.keywords):
+            if (
+                isinstance(target, ast.Tuple)
+                and target.elts
+                and isinstance(target.elts[0], ast.Name)
+                and target.elts[0].id == name
+                and isinstance(it, ast.Call)
+                and isinstance(it.func, ast.Attribute)
+                and it.func.attr == "named_parameters"
+                and not it.args
+                and not it.keywords
+            ):
                 return it.func.value
     return None
 
 
-def no_decay_filters(ctx: "FileContext") -> Iterable[tuple[ast.AST, list[ast.Constant], ast.expr]]:
+def no_decay_filters(ctx: FileContext) -> Iterable[tuple[ast.AST, list[ast.Constant], ast.expr]]:
     """(list literal, its string patterns, model expr) for each ``any(nd in n for nd in L)``."""
     for call in ctx.of(ast.Call):
         if not (isinstance(call.func, ast.Name) and call.func.id == "any" and "any" not in ctx.imports.names):
@@ -53,9 +61,15 @@ def no_decay_filters(ctx: "FileContext") -> Iterable[tuple[ast.AST, list[ast.Con
             continue
         gen = comp.generators[0]
         elt = comp.elt
-        if not (isinstance(gen.target, ast.Name) and isinstance(elt, ast.Compare) and len(elt.ops) == 1
-                and isinstance(elt.ops[0], ast.In) and isinstance(elt.left, ast.Name)
-                and elt.left.id == gen.target.id and isinstance(elt.comparators[0], ast.Name)):
+        if not (
+            isinstance(gen.target, ast.Name)
+            and isinstance(elt, ast.Compare)
+            and len(elt.ops) == 1
+            and isinstance(elt.ops[0], ast.In)
+            and isinstance(elt.left, ast.Name)
+            and elt.left.id == gen.target.id
+            and isinstance(elt.comparators[0], ast.Name)
+        ):
             continue
         literal = _pattern_list(ctx, gen.iter)
         if literal is None:
@@ -72,7 +86,7 @@ class DeadNoDecayFilter(Rule):
     name = "dead-no-decay-filter"
     severity = Severity.WARNING
     summary = (
-        "A \"no decay\" name pattern matches no parameter of the model, so its normalisation "
+        'A "no decay" name pattern matches no parameter of the model, so its normalisation '
         "parameters are still decayed; select them by module type instead."
     )
     gpu_only = False
@@ -221,7 +235,7 @@ class DeadNoDecayFilter(Rule):
         """),
     )
 
-    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.static.models import ModelInfo, model_of, self_model
 
         done: set[int] = set()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
@@ -19,8 +20,7 @@ class LargeBatchWithoutWarmup(Rule):
     name = "large-batch-without-warmup"
     severity = Severity.INFO
     summary = (
-        "A large batch is trained from the peak learning rate on the first step; ramp the LR up "
-        "with a warmup schedule."
+        "A large batch is trained from the peak learning rate on the first step; ramp the LR up with a warmup schedule."
     )
     gpu_only = False
     static = True
@@ -151,7 +151,7 @@ class LargeBatchWithoutWarmup(Rule):
         """),
     )
 
-    def check(self, ctx: "FileContext") -> Iterable[Finding]:
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.static.batching import accumulation, has_warmup, training_batches, trains
 
         if not trains(ctx) or has_warmup(ctx):
@@ -204,7 +204,8 @@ class LargeBatchWithoutWarmupMonitor(LrStepMonitor):
         if not large and not scaled:
             return
         what = (
-            f"the effective batch is {eff.total}" if large and eff is not None
+            f"the effective batch is {eff.total}"
+            if large and eff is not None
             else f"the LR is {factor:.3g}x the reference"
         )
         self.report(

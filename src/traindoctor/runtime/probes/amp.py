@@ -20,7 +20,8 @@ not seen (``traindoctor run`` installs probes before the script runs, so it sees
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from traindoctor.runtime.live import user_site
 from traindoctor.runtime.probes.base import Probe

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from traindoctor.registry import classes_defined_in
 
@@ -33,16 +34,16 @@ class Probe:
     order: ClassVar[int] = 100
 
     def __init__(self) -> None:
-        self.session: "Session | None" = None
+        self.session: Session | None = None
         self._patches: list[tuple[Any, str, Any]] = []
         self._handles: list[Any] = []
 
     # ---------------------------------------------------------------- lifecycle
-    def applies(self, session: "Session") -> bool:
+    def applies(self, session: Session) -> bool:
         """Whether this probe is useful for this run (e.g. the transfer probe needs CUDA)."""
         return True
 
-    def install(self, session: "Session") -> None:
+    def install(self, session: Session) -> None:
         """Patch / hook torch. Called once when the watch starts."""
         self.session = session
 

@@ -17,7 +17,8 @@ which does not call its base's ``__init__``): ``on_scheduler_created(scheduler, 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from traindoctor.runtime.live import describe_path, user_site
 from traindoctor.runtime.probes.base import Probe

@@ -20,7 +20,8 @@ from __future__ import annotations
 import functools
 import time
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from traindoctor.runtime.live import fields_repr
 from traindoctor.runtime.probes.base import Probe, user_site
@@ -34,13 +35,43 @@ class LoaderInfo:
     """
 
     __slots__ = (
-        "id", "num_workers", "pin_memory", "persistent_workers", "batch_size", "prefetch_factor",
-        "drop_last", "dataset_type", "dataset_len", "iterable_dataset", "sampler_type", "filename",
-        "row", "loader_ref", "dataset_ref", "seen_late", "column",
-        "epochs", "spawns", "batches", "wait_s", "wait_cpu_s", "cpu_batches", "max_wait_s",
-        "first_batches", "first_wait_s", "startup_s", "reuse_first_s", "active_s",
-        "concurrent_workers", "max_concurrent_workers", "feeds_training",
-        "_epoch_open", "_epoch_start", "_epoch_last", "_epoch_batches", "_epoch_spawned",
+        "_epoch_batches",
+        "_epoch_last",
+        "_epoch_open",
+        "_epoch_spawned",
+        "_epoch_start",
+        "active_s",
+        "batch_size",
+        "batches",
+        "column",
+        "concurrent_workers",
+        "cpu_batches",
+        "dataset_len",
+        "dataset_ref",
+        "dataset_type",
+        "drop_last",
+        "epochs",
+        "feeds_training",
+        "filename",
+        "first_batches",
+        "first_wait_s",
+        "id",
+        "iterable_dataset",
+        "loader_ref",
+        "max_concurrent_workers",
+        "max_wait_s",
+        "num_workers",
+        "persistent_workers",
+        "pin_memory",
+        "prefetch_factor",
+        "reuse_first_s",
+        "row",
+        "sampler_type",
+        "seen_late",
+        "spawns",
+        "startup_s",
+        "wait_cpu_s",
+        "wait_s",
     )
 
     id: int

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import functools
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from traindoctor.runtime.live import fields_repr, session_state
 from traindoctor.runtime.probes.base import Probe
@@ -48,8 +49,15 @@ Signature = tuple[Shape | None, str, bool, bool]
 class ForwardInfo:
     """One notable forward, as passed to ``Monitor.on_module_forward``."""
 
-    __slots__ = ("kind", "shape", "device_type", "training", "grad_enabled", "builds_graph",
-                 "mode_sensitive")
+    __slots__ = (
+        "builds_graph",
+        "device_type",
+        "grad_enabled",
+        "kind",
+        "mode_sensitive",
+        "shape",
+        "training",
+    )
 
     kind: str
     shape: Shape | None
@@ -61,8 +69,16 @@ class ForwardInfo:
     #: statistics, Dropout with p > 0).
     mode_sensitive: bool
 
-    def __init__(self, kind: str, shape: Shape | None, device_type: str, training: bool,
-                 grad_enabled: bool, builds_graph: bool, mode_sensitive: bool) -> None:
+    def __init__(
+        self,
+        kind: str,
+        shape: Shape | None,
+        device_type: str,
+        training: bool,
+        grad_enabled: bool,
+        builds_graph: bool,
+        mode_sensitive: bool,
+    ) -> None:
         self.kind = kind
         self.shape = shape
         self.device_type = device_type
@@ -78,7 +94,7 @@ class ForwardInfo:
 class LayerStats:
     """Forward counts of one layer, keyed by :data:`Signature`."""
 
-    __slots__ = ("kind", "type_name", "ref", "sensitive", "counts", "overflow", "last_mode")
+    __slots__ = ("counts", "kind", "last_mode", "overflow", "ref", "sensitive", "type_name")
 
     kind: str
     type_name: str
@@ -163,9 +179,7 @@ def module_stats(session: Any) -> ModuleStats:
 def mode_sensitive(module: Any, kind: str) -> bool:
     """Whether train vs eval mode changes what this layer computes or updates."""
     if kind in ("batchnorm", "syncbatchnorm"):
-        return bool(getattr(module, "track_running_stats", False)) and getattr(
-            module, "running_mean", None
-        ) is not None
+        return bool(getattr(module, "track_running_stats", False)) and getattr(module, "running_mean", None) is not None
     if kind == "dropout":
         return float(getattr(module, "p", 0.0) or 0.0) > 0.0
     return False
@@ -313,9 +327,14 @@ class ModuleProbe(Probe):
                     # input signature was seen before: one counter increment, no event.
                     rec = layers.get(id(module))
                     training = module.training
-                    if rec is not None and type(x) is tensor and training is grad_enabled() \
-                            and rec.last_mode == (training, training) and rec.ref() is module \
-                            and x.is_cpu:
+                    if (
+                        rec is not None
+                        and type(x) is tensor
+                        and training is grad_enabled()
+                        and rec.last_mode == (training, training)
+                        and rec.ref() is module
+                        and x.is_cpu
+                    ):
                         # the key LayerStats.record builds: (shape, device, train mode, grad mode)
                         sig = (tuple(x.shape), "cpu", training, training)
                         counts = rec.counts
@@ -352,8 +371,7 @@ class ModuleProbe(Probe):
             builds_graph, sensitive = False, mode_sensitive(module, kind)
         else:
             builds_graph = grad and (
-                x_requires_grad
-                or any(p is not None and p.requires_grad for p in module._parameters.values())
+                x_requires_grad or any(p is not None and p.requires_grad for p in module._parameters.values())
             )
             sensitive = mode_sensitive(module, kind)
             if not changed:

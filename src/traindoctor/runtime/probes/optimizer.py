@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from traindoctor.runtime.probes.base import Probe, user_site
 
@@ -36,11 +37,10 @@ class OptimizerProbe(Probe):
         super().install(session)
         import torch.autograd
         from torch.optim.optimizer import (
+            Optimizer,
             register_optimizer_step_post_hook,
             register_optimizer_step_pre_hook,
         )
-
-        from torch.optim.optimizer import Optimizer
 
         self.patch(Optimizer, "__init__", self._wrap_init)
         self.keep_handle(register_optimizer_step_pre_hook(self._pre))

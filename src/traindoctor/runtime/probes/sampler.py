@@ -10,7 +10,8 @@ calling ``DistributedSampler.__iter__`` are not seen.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from traindoctor.runtime.live import user_site
 from traindoctor.runtime.probes.base import Probe

@@ -16,7 +16,8 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from traindoctor.runtime.probes.base import Probe
 
@@ -42,8 +43,7 @@ class WarningsProbe(Probe):
         getframe = sys._getframe
 
         @functools.wraps(orig)
-        def warn(message: Any, category: Any = None, stacklevel: int = 1, source: Any = None,
-                 **kwargs: Any) -> None:
+        def warn(message: Any, category: Any = None, stacklevel: int = 1, source: Any = None, **kwargs: Any) -> None:
             if type(stacklevel) is not int:  # let warnings.warn reject it as it would
                 return orig(message, category, stacklevel, source, **kwargs)
             extra = 0
