@@ -35,11 +35,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
+from traindoctor.check.cache import Cache
+from traindoctor.check.discovery import iter_python_files
+from traindoctor.check.engine import decode_source, instantiate
+from traindoctor.check.runner import RunOptions, check_many, usable_cores
 from traindoctor.config import Settings
-from traindoctor.static.cache import Cache
-from traindoctor.static.discovery import iter_python_files
-from traindoctor.static.engine import decode_source, instantiate
-from traindoctor.static.runner import RunOptions, check_many, usable_cores
 
 
 def default_corpus() -> list[str]:

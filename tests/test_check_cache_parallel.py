@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-import traindoctor.static.engine as engine
-import traindoctor.static.runner as runner
+import traindoctor.check.engine as engine
+import traindoctor.check.runner as runner
+from traindoctor.check.cache import Cache
+from traindoctor.check.runner import RunOptions, check_many
 from traindoctor.cli import main
 from traindoctor.config import Settings
-from traindoctor.static.cache import Cache
-from traindoctor.static.runner import RunOptions, check_many
 
 DEPRECATED = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
 NOTEBOOK = json.dumps(

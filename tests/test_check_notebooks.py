@@ -8,8 +8,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from traindoctor.check.notebook import read_notebook
 from traindoctor.cli import main
-from traindoctor.static.notebook import read_notebook
 
 DATA = Path(__file__).parent / "data"
 

@@ -240,7 +240,7 @@ def test_read_only_file_is_left_intact_and_reported(tmp_path, capsys):
 
 
 def test_failed_write_leaves_the_original_and_no_temporary(tmp_path, capsys, monkeypatch):
-    import traindoctor.static.writer as writer
+    import traindoctor.check.writer as writer
 
     path = write(tmp_path, "t.py", DEPRECATED)
 

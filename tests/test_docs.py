@@ -42,8 +42,8 @@ def test_readme_finding_examples_match_the_checker():
     """Every `path:row:col: CODE` example line in the README is what `check` really reports."""
     import re
 
+    from traindoctor.check.engine import check_source
     from traindoctor.config import Settings
-    from traindoctor.static.engine import check_source
 
     root = Path(__file__).resolve().parent.parent
     readme = (root / "README.md").read_text(encoding="utf-8")

@@ -9,12 +9,12 @@ import ast
 
 import pytest
 
+from traindoctor.check.engine import check_source
 from traindoctor.config import Settings
 from traindoctor.finding import Location
 from traindoctor.rules.base import Rule
 from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.context import FileContext, split_lines
-from traindoctor.static.engine import check_source
 
 
 class LoaderNoWorkers(Rule):

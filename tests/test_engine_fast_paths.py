@@ -15,11 +15,11 @@ import weakref
 
 import pytest
 
+from traindoctor.check.engine import _TRAINING_WORDS, _WordTest, check_source, instantiate
 from traindoctor.config import Settings
 from traindoctor.registry import all_rules
 from traindoctor.rules.base import Rule
 from traindoctor.static.context import FileContext, _position
-from traindoctor.static.engine import _TRAINING_WORDS, _WordTest, check_source, instantiate
 from traindoctor.static.names import CANONICAL
 from traindoctor.static.project import ProjectView, import_bindings, project_for
 
@@ -172,7 +172,7 @@ def test_findings_are_the_same_after_the_release():
 
 
 def test_spelled_name_prefilters_hold_for_their_word_lists():
-    from traindoctor.static.checkpoints import _SAVE_WRAPPERS
+    from traindoctor.facts.checkpoint.static import _SAVE_WRAPPERS
 
     assert all("save_on_ma" in name for name in _SAVE_WRAPPERS)
 
@@ -182,6 +182,6 @@ def test_prefilters_do_not_skip_files_whose_identifiers_python_normalises():
     src = "import torch\nfrom torch.nn import ＳyncBatchNorm\nＳyncBatchNorm\np.ｒequires_grad = False\n"
     ctx = ctx_of(src)
     assert ctx.mentions("torch.nn.SyncBatchNorm")
-    from traindoctor.static.gradmode import freezes_parameters
+    from traindoctor.facts.evaluation.static import freezes_parameters
 
     assert freezes_parameters(ctx)

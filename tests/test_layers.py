@@ -27,12 +27,12 @@ LAYERS = {
     "traindoctor.rules": 5,
     "traindoctor.registry": 6,
     "traindoctor.config": 6,
-    "traindoctor.static.engine": 7,
+    "traindoctor.check.engine": 7,
     # the check command: it drives the engine
-    "traindoctor.static.checkfile": 8,
-    "traindoctor.static.cache": 8,
-    "traindoctor.static.runner": 8,
-    "traindoctor.static.cli": 8,
+    "traindoctor.check.checkfile": 8,
+    "traindoctor.check.cache": 8,
+    "traindoctor.check.runner": 8,
+    "traindoctor.check.cli": 8,
 }
 ANALYSIS = 4  # every other module of traindoctor.static
 

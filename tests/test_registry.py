@@ -65,7 +65,7 @@ def test_get_rule_by_name():
 
 
 def test_every_runtime_rule_has_a_monitor_and_only_those():
-    from traindoctor.runtime.monitors import all_monitors
+    from traindoctor.doctor.monitors import all_monitors
 
     monitored = {m.rule.code for m in all_monitors()}
     assert monitored == {r.code for r in all_rules() if r.runtime}

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
+from traindoctor.check.engine import check_source, instantiate
 from traindoctor.config import Settings
 from traindoctor.registry import all_rules
-from traindoctor.static.engine import check_source, instantiate
 
 SETTINGS = Settings(min_torch_version="2.4")
 RULES = instantiate(SETTINGS.enabled_codes())

@@ -12,9 +12,9 @@ import re
 
 import pytest
 
+from traindoctor.check.engine import check_source, instantiate
 from traindoctor.config import Settings, settings_from_mapping
 from traindoctor.registry import all_rules
-from traindoctor.static.engine import check_source, instantiate
 
 MARKER = re.compile(r"#\s*(TD\d{3})\b")
 

@@ -1,8 +1,8 @@
 """The ``traindoctor`` command line.
 
 ``rule`` and ``rules`` live here; the other subcommands are owned by their feature packages and
-receive the rest of the command line: ``check`` -> ``traindoctor.static.cli``, ``run`` ->
-``traindoctor.runtime.cli``, ``ckpt`` -> ``traindoctor.checkpoint.cli``, ``verify-resume`` ->
+receive the rest of the command line: ``check`` -> ``traindoctor.check.cli``, ``run`` ->
+``traindoctor.doctor.cli``, ``ckpt`` -> ``traindoctor.checkpoint.cli``, ``verify-resume`` ->
 ``traindoctor.resume.cli``, ``tune`` -> ``traindoctor.tune.cli``.
 Exit codes follow ruff: 0 no findings, 1 findings, 2 usage or internal error.
 """
@@ -19,8 +19,8 @@ from traindoctor import __version__
 
 #: subcommand -> module whose ``main(argv) -> int`` handles it.
 DELEGATED = {
-    "check": "traindoctor.static.cli",
-    "run": "traindoctor.runtime.cli",
+    "check": "traindoctor.check.cli",
+    "run": "traindoctor.doctor.cli",
     "ckpt": "traindoctor.checkpoint.cli",
     "verify-resume": "traindoctor.resume.cli",
     "tune": "traindoctor.tune.cli",

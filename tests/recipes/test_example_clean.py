@@ -10,8 +10,8 @@ from types import ModuleType
 import pytest
 import torch
 
+from traindoctor.check.engine import check_source
 from traindoctor.config import Settings
-from traindoctor.static.engine import check_source
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "recipes_train.py"
 FAST = ["--epochs", "2", "--samples", "256", "--warmup-steps", "4"]

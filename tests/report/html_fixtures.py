@@ -36,7 +36,7 @@ SLOW_LOOP = textwrap.dedent(
 
 def run_report(folder: Path, *extra: str) -> tuple[int, dict[str, Any], Path]:
     """Run SLOW_LOOP under ``traindoctor run`` with ``extra`` options; (exit code, report, script)."""
-    from traindoctor.runtime.cli import main
+    from traindoctor.doctor.cli import main
 
     script = folder / "slow_train.py"
     script.write_text(SLOW_LOOP)

@@ -171,7 +171,7 @@ def test_missing_plotly_is_a_clear_message_before_the_run(tmp_path, monkeypatch,
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "plotly" else real(name, *a))
     assert html_report.missing_dependency() == html_report.MISSING_PLOTLY
-    from traindoctor.runtime.cli import main
+    from traindoctor.doctor.cli import main
 
     script = tmp_path / "never_run.py"
     script.write_text("open(__file__ + '.ran', 'w').close()\n")

@@ -1,6 +1,6 @@
 """The checker and the doctor agree on the same saves (issue 9): `check` and `run` over the same
 example scripts report the same TD501-TD504 codes on the same lines, because both classify a save
-with one definition of checkpoint vs export (``traindoctor.checkpoint_kinds``)."""
+with one definition of checkpoint vs export (``traindoctor.facts.checkpoint.kinds``)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from traindoctor.checkpoint_kinds import CHECKPOINT, EXPORT, SaveFacts, export_name, save_kind
+from traindoctor.check.engine import check_source, instantiate
 from traindoctor.config import Settings
-from traindoctor.runtime.cli import main as run_main
-from traindoctor.static.engine import check_source, instantiate
+from traindoctor.doctor.cli import main as run_main
+from traindoctor.facts.checkpoint.kinds import CHECKPOINT, EXPORT, SaveFacts, export_name, save_kind
 
 EXAMPLES = Path(__file__).resolve().parent / "agreement"
 CODES = ("TD501", "TD502", "TD503", "TD504")
@@ -67,7 +67,7 @@ def test_the_shared_definition_does_not_import_torch() -> None:
     import subprocess
     import sys
 
-    code = "import sys, traindoctor.checkpoint_kinds, traindoctor.static.checkpoints; print('torch' in sys.modules)"
+    code = "import sys, traindoctor.facts.checkpoint.kinds, traindoctor.facts.checkpoint.static; print('torch' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

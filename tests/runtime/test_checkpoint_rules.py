@@ -41,7 +41,7 @@ def test_td501_weights_only_checkpoint(tmp_path: Path) -> None:
 
 
 def test_td501_weights_export_after_training_is_not_a_checkpoint(tmp_path: Path) -> None:
-    """The shared definition (traindoctor.checkpoint_kinds): weights saved after the training
+    """The shared definition (traindoctor.facts.checkpoint.kinds): weights saved after the training
     loop, never read back, are an export; the checker is silent on the same code."""
     model, opt = _setup()
     with traindoctor.watch(select=["TD501", "TD504"]) as doctor:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from traindoctor.runtime.cli import main, parse_args
+from traindoctor.doctor.cli import main, parse_args
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -122,7 +122,7 @@ def test_exception_prints_the_traceback_and_still_reports(tmp_path: Path, capsys
     err = capsys.readouterr().err
     assert "Traceback (most recent call last):" in err
     assert "ValueError: bad config" in err and str(script) in err
-    assert "runpy" not in err and "traindoctor/runtime/cli.py" not in err
+    assert "runpy" not in err and "traindoctor/doctor/cli.py" not in err
     assert json.loads(out.read_text())["findings"][0]["code"] == "TD102"
 
 
@@ -251,7 +251,7 @@ def test_user_traceback_hides_probe_wrappers(tmp_path: Path, capsys, chain: bool
     assert main(["--select", "TD102", str(script)]) == 1
     err = capsys.readouterr().err
     probes = os.path.join("traindoctor", "runtime", "probes")
-    assert probes not in err and "traindoctor/runtime/cli.py" not in err
+    assert probes not in err and "traindoctor/doctor/cli.py" not in err
     if chain:
         assert "OSError: could not checkpoint" in err and "direct cause" in err
         assert "torch.save(model.state_dict()" in err and "serialization.py" in err

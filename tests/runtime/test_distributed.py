@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from traindoctor.runtime.distributed import merge_reports
+from traindoctor.doctor.distributed import merge_reports
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 import traindoctor
+from traindoctor.check.engine import check_source
 from traindoctor.config import Settings
 from traindoctor.registry import get_rule
-from traindoctor.static.engine import check_source
 
 
 def _eval_in_train_mode(model: nn.Module) -> traindoctor.runtime.session.Session:

@@ -298,7 +298,7 @@ for x, y in DataLoader(data, batch_size=64):
 def test_cli_reference_options_reach_td203(tmp_path) -> None:
     import json
 
-    from traindoctor.runtime.cli import main, parse_args
+    from traindoctor.doctor.cli import main, parse_args
 
     opts = parse_args(["--reference-batch", "16", "--reference-lr=0.1", "--no-decay", "bias,bn", "x.py"])
     assert opts.thresholds == {"reference_batch": 16, "reference_lr": 0.1, "no_decay": "bias,bn"}

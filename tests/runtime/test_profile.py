@@ -7,8 +7,8 @@ from data_loops import SleepyDataset, train
 from torch.utils.data import DataLoader
 
 import traindoctor
+from traindoctor.report.run import render_text
 from traindoctor.runtime.profile import StepRecord, StepTimer, build_profile, default_warmup
-from traindoctor.runtime.report import render_text
 
 
 def _records(

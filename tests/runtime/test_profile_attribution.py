@@ -16,8 +16,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import traindoctor
+from traindoctor.report.run import render_text
 from traindoctor.runtime.profile import StepTimer
-from traindoctor.runtime.report import render_text
 
 HERE = os.path.abspath(__file__)
 

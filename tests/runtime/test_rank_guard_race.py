@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from traindoctor.runtime import distributed
+from traindoctor.doctor import distributed
 
 
 class FakeSession:

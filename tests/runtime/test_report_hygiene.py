@@ -13,7 +13,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from traindoctor.runtime.cli import EXIT_TERMINATED, main
+from traindoctor.doctor.cli import EXIT_TERMINATED, main
 
 ROOT = Path(__file__).resolve().parents[2]
 

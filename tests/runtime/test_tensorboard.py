@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from traindoctor.runtime import tensorboard as tb
-from traindoctor.runtime.cli import main
+from traindoctor.doctor.cli import main
+from traindoctor.report import tensorboard as tb
 
 #: 400 tiny steps: more than the report's timeline keeps (300 points), every one in TensorBoard.
 LOOP = textwrap.dedent(

@@ -103,7 +103,7 @@ def test_watched_run_reports_a_timeline_matching_its_profile() -> None:
 
 
 def test_a_distributed_report_keeps_rank_zeros_timeline() -> None:
-    from traindoctor.runtime.distributed import merge_reports
+    from traindoctor.doctor.distributed import merge_reports
 
     def report(rank: int) -> dict[str, Any]:
         return {
@@ -122,7 +122,7 @@ def test_a_distributed_report_keeps_rank_zeros_timeline() -> None:
 def test_the_timeline_is_built_only_for_outputs_that_read_it() -> None:
     """The text report never prints the timeline, so ``traindoctor run`` does not build it; the
     JSON and HTML reports and a multi-rank run (whose merged report carries rank 0's) do."""
-    from traindoctor.runtime.cli import _base_report, parse_args
+    from traindoctor.doctor.cli import _base_report, parse_args
 
     loader = DataLoader(SleepyDataset(size=16, delay_s=0.0), batch_size=4)
     with traindoctor.watch() as doctor:

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import traindoctor
-from traindoctor.runtime.cli import main
+from traindoctor.doctor.cli import main
 from traindoctor.runtime.live import is_library_file
 
 ROOT = Path(__file__).resolve().parents[2]

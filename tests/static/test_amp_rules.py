@@ -11,10 +11,10 @@ import textwrap
 
 import pytest
 
+from traindoctor.check.engine import check_source, instantiate
 from traindoctor.config import Settings
-from traindoctor.static.amp import BFLOAT16, FLOAT16, amp_facts
+from traindoctor.facts.amp.static import BFLOAT16, FLOAT16, amp_facts
 from traindoctor.static.context import FileContext
-from traindoctor.static.engine import check_source, instantiate
 
 AMP_CODES = ["TD301", "TD302", "TD303", "TD304", "TD305", "TD307", "TD308"]
 

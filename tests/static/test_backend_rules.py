@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
+from traindoctor.check.engine import check_source, instantiate
 from traindoctor.config import Settings
-from traindoctor.static.engine import check_source, instantiate
 
 
 def _findings(src: str, codes: list[str], filename: str = "train.py"):

@@ -11,8 +11,9 @@ from __future__ import annotations
 import ast
 import textwrap
 
+from traindoctor.check.engine import check_source, instantiate
 from traindoctor.config import Settings
-from traindoctor.static.checkpoints import (
+from traindoctor.facts.checkpoint.static import (
     MODEL,
     OPTIMIZER,
     SCALER,
@@ -20,7 +21,6 @@ from traindoctor.static.checkpoints import (
     checkpoint_index,
 )
 from traindoctor.static.context import FileContext
-from traindoctor.static.engine import check_source, instantiate
 
 CODES = ["TD501", "TD502", "TD503", "TD504", "TD505", "TD506", "TD507"]
 
@@ -189,7 +189,7 @@ for epoch in range(20):
 
 
 def test_best_model_export_without_a_resume_path_is_an_export():
-    """Issue 9: one definition of checkpoint vs export (``traindoctor.checkpoint_kinds``): a
+    """Issue 9: one definition of checkpoint vs export (``traindoctor.facts.checkpoint.kinds``): a
     weights-only save under a best-so-far test, never read back, is an export (silent)."""
     assert run(BEST_ONLY_TUTORIAL).findings == []
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
+from traindoctor.check.engine import check_source, instantiate
 from traindoctor.config import Settings
-from traindoctor.static.engine import check_source, instantiate
 
 TRAIN = """
 import torch

@@ -1,4 +1,4 @@
-"""Loader classification (static/loaders.py) and the data-loading rules TD101-TD103, TD201, TD601."""
+"""Loader classification (facts/data/static.py) and the data-loading rules TD101-TD103, TD201, TD601."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import textwrap
 
 import pytest
 
+from traindoctor.check.engine import check_source, instantiate
 from traindoctor.config import Settings
+from traindoctor.facts.data.static import is_evaluation_name, is_test_file, loader_index
 from traindoctor.static.context import FileContext
-from traindoctor.static.engine import check_source, instantiate
-from traindoctor.static.loaders import is_evaluation_name, is_test_file, loader_index
 
 CODES = ["TD101", "TD102", "TD103", "TD201", "TD601"]
 

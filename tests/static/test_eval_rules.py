@@ -1,14 +1,14 @@
-"""Autograd / mode facts (static/gradmode.py) and the evaluation rules TD701-TD703."""
+"""Autograd / mode facts (facts/evaluation/static.py) and the evaluation rules TD701-TD703."""
 
 from __future__ import annotations
 
 import ast
 import textwrap
 
+from traindoctor.check.engine import check_source, instantiate
 from traindoctor.config import Settings
+from traindoctor.facts.evaluation.static import TRAIN, grad_enabled_at, mode_state
 from traindoctor.static.context import FileContext
-from traindoctor.static.engine import check_source, instantiate
-from traindoctor.static.gradmode import TRAIN, grad_enabled_at, mode_state
 
 CODES = ["TD701", "TD702", "TD703"]
 

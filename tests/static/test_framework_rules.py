@@ -1,4 +1,4 @@
-"""The frameworks' forms of the ten mistakes (static/frameworks.py): Hugging Face Trainer,
+"""The frameworks' forms of the ten mistakes (facts/frameworks/static.py): Hugging Face Trainer,
 Lightning Trainer/LightningModule/Fabric, accelerate and apex. No framework is installed here:
 the checker reads the calls, it never imports the libraries."""
 
@@ -11,11 +11,11 @@ import textwrap
 
 import pytest
 
+from traindoctor.check.engine import check_source, instantiate
 from traindoctor.config import Settings
+from traindoctor.facts.frameworks.static import hf_decayed_norm_params, lightning_hparam
 from traindoctor.registry import all_rules
 from traindoctor.static.context import FileContext
-from traindoctor.static.engine import check_source, instantiate
-from traindoctor.static.frameworks import hf_decayed_norm_params, lightning_hparam
 
 ALL = [r.code for r in all_rules() if r.static and r.code != "TD000"]
 
@@ -37,7 +37,7 @@ def test_checking_framework_code_imports_no_framework(tmp_path):
     script.write_text(HF_SCRIPT)
     probe = (
         "import sys\n"
-        "from traindoctor.static.cli import main\n"
+        "from traindoctor.check.cli import main\n"
         f"main([{str(script)!r}, '--no-cache', '--exit-zero', '-q'])\n"
         "names = ('transformers', 'lightning', 'pytorch_lightning', 'accelerate', 'apex', 'torch')\n"
         "print('IMPORTED', [n for n in names if n in sys.modules])\n"

@@ -13,10 +13,10 @@ from __future__ import annotations
 import ast
 import textwrap
 
+from traindoctor.check.engine import check_source, instantiate
 from traindoctor.config import Settings
 from traindoctor.static.args import UNKNOWN
 from traindoctor.static.context import FileContext
-from traindoctor.static.engine import check_source, instantiate
 
 
 def findings(source: str, codes: list[str]):

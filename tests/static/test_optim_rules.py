@@ -1,14 +1,14 @@
-"""Model facts (static/models.py), batch facts (static/batching.py) and the optimizer rules TD202-TD206."""
+"""Model facts (facts/models/static.py), batch facts (facts/batching/static.py) and the optimizer rules TD202-TD206."""
 
 from __future__ import annotations
 
 import ast
 import textwrap
 
+from traindoctor.check.engine import check_source, instantiate
 from traindoctor.config import Settings
+from traindoctor.facts.models.static import model_of
 from traindoctor.static.context import FileContext
-from traindoctor.static.engine import check_source, instantiate
-from traindoctor.static.models import model_of
 
 CODES = ["TD202", "TD203", "TD204", "TD205", "TD206"]
 

@@ -12,10 +12,10 @@ import json
 import textwrap
 from pathlib import Path
 
+from traindoctor.check.engine import check_source, instantiate
+from traindoctor.check.notebook import read_notebook
 from traindoctor.cli import main
 from traindoctor.config import Settings
-from traindoctor.static.engine import check_source, instantiate
-from traindoctor.static.notebook import read_notebook
 
 
 def write(root: Path, files: dict[str, str]) -> None:

@@ -12,12 +12,12 @@ import json
 import textwrap
 from pathlib import Path
 
+from traindoctor.check.engine import _project_view as project_view
+from traindoctor.check.engine import check_source, instantiate, parse
 from traindoctor.config import Settings
 from traindoctor.finding import Location
 from traindoctor.report import get_reporter
 from traindoctor.report import text as text_report
-from traindoctor.static.engine import _project_view as project_view
-from traindoctor.static.engine import check_source, instantiate, parse
 from traindoctor.static.project import Project, project_for, project_root
 
 
@@ -367,8 +367,8 @@ def test_import_cycles_are_cut_and_unknown_stays_silent(tmp_path):
 
 
 def test_project_dependencies_name_the_files_that_influenced_the_findings(tmp_path):
+    from traindoctor.facts.data.static import iter_training_loaders
     from traindoctor.static.context import FileContext
-    from traindoctor.static.loaders import iter_training_loaders
 
     write(tmp_path, {"utils.py": UTILS_FACTORY, "train.py": TRAIN_WITH_FACTORY, "unrelated.py": "x = 1\n"})
     path = tmp_path / "train.py"
@@ -493,8 +493,8 @@ def test_json_config_read_through_a_string_and_attrdict(tmp_path):
     result = check(tmp_path, {"config_v1.json": config, "train.py": src}, "train.py", ["TD103"])
     assert rows(result) == [("TD103", 9)]
     # project_dependencies name the config file read
+    from traindoctor.facts.data.static import loader_index
     from traindoctor.static.context import FileContext
-    from traindoctor.static.loaders import loader_index
 
     path = tmp_path / "train.py"
     source, lines, tree = parse(str(path), path.read_bytes())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from traindoctor.tune.model import Pipeline, recommend
+from traindoctor.facts.data.pipeline import Pipeline, recommend
 
 
 def test_sleepy_loading_on_two_cores_wants_two_workers_not_one() -> None:

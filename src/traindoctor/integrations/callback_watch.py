@@ -133,7 +133,7 @@ class CallbackWatch:
                 logger.log(_LEVELS.get(finding.severity.value, logging.WARNING), finding_line(finding))
             if not self.findings:
                 logger.info("traindoctor: no runtime findings")
-            from traindoctor.runtime.report import render_json, render_text
+            from traindoctor.report.run import render_json, render_text
 
             assert self.report is not None
             if self.report_path:

@@ -260,7 +260,7 @@ def statement_text(filename: str, row: int, max_lines: int = 6) -> str:
 
 
 def _finding_html(finding: Mapping[str, Any]) -> str:
-    from traindoctor.runtime.report import format_value
+    from traindoctor.report.run import format_value
 
     severity = str(finding.get("severity") or "info")
     where, source = _location(finding)

@@ -332,8 +332,8 @@ class Session:
         classes = self._monitor_classes
         if classes is None:
             try:
+                from traindoctor.doctor.monitors import all_monitors
                 from traindoctor.registry import select_codes
-                from traindoctor.runtime.monitors import all_monitors
 
                 codes = select_codes(self._select, self._ignore)
                 classes = all_monitors(codes)
@@ -801,7 +801,7 @@ class Watch:
 
 def _emit_report(session: Session, target: bool | str) -> None:
     try:
-        from traindoctor.runtime.report import render_json, render_text
+        from traindoctor.report.run import render_json, render_text
 
         if isinstance(target, str):
             with open(target, "w", encoding="utf-8") as fh:

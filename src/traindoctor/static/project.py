@@ -31,8 +31,8 @@ from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.names import dotted
 
 if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.facts.models.static import ModelInfo
     from traindoctor.static.context import FileContext
-    from traindoctor.static.models import ModelInfo
 
 ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 #: DataLoader keywords whose value a loader factory's summary records.
@@ -624,7 +624,7 @@ def _import_bindings(nodes: list[Any], project: Project, path: Path) -> Iterator
 
 
 def _summarize(project: Project, path: str, data: bytes, digest: str) -> ModuleSummary | None:
-    from traindoctor.static.loaders import indexes_own_data
+    from traindoctor.facts.data.static import indexes_own_data
 
     if project.parse is None:
         return None  # no parser handed down: the project stays unknown
@@ -745,7 +745,7 @@ def _calls_in(ctx: FileContext, node: ast.AST) -> dict[str, Place]:
 
 
 def _function_facts(ctx: FileContext, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> FunctionFacts:
-    from traindoctor.static.loaders import is_evaluation_name, under_no_grad
+    from traindoctor.facts.data.static import is_evaluation_name, under_no_grad
 
     a = fn.args
     positional = tuple(p.arg for p in [*a.posonlyargs, *a.args])
@@ -818,7 +818,7 @@ def _iterated_name(it: ast.AST | None) -> str | None:
 
 
 def _returned_loader(ctx: FileContext, fn: ast.AST, params: set[str]) -> LoaderFacts | None:
-    from traindoctor.static.loaders import DATALOADER, loader_index
+    from traindoctor.facts.data.static import DATALOADER, loader_index
 
     calls = [c for c in ctx.calls_to(DATALOADER) if ctx.within(c, fn)]
     if not calls:
@@ -873,7 +873,7 @@ def _model_candidates(ctx: FileContext, tree: ast.Module) -> frozenset[str]:
 
 def _model_of_definition(ctx: FileContext, name: str) -> ModelInfo | None:
     """What the top-level class or factory function ``name`` of the module builds."""
-    from traindoctor.static.models import _function_returns, class_info
+    from traindoctor.facts.models.static import _function_returns, class_info
 
     for stmt in ctx.tree.body:
         if getattr(stmt, "name", None) != name:

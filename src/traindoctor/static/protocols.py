@@ -57,7 +57,7 @@ class ProjectLink(Protocol):
 
 
 #: Framework knowledge that lower layers consult without importing it (the layers read bottom-up):
-#: :mod:`traindoctor.static.frameworks` registers ``"attribute_value"`` (``self.lr`` of a
+#: :mod:`traindoctor.facts.frameworks.static` registers ``"attribute_value"`` (``self.lr`` of a
 #: LightningModule from its ``__init__`` default) and ``"targets_cuda"`` (a Trainer, Fabric or
 #: Accelerator picks the GPU itself) when it is imported; the engine imports it.
 FRAMEWORK_HOOKS: dict[str, Any] = {}

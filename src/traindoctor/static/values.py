@@ -4,7 +4,7 @@ What rules may rely on: literals, unary/binary arithmetic on known values, names
 once (or always to the same value) in the enclosing function or at module level, ``int()``/
 ``float()``/``min()``/``max()`` of known values, conditional expressions whose branches agree, and
 argparse defaults read back through ``args.x`` (and a LightningModule's ``__init__`` defaults read back
-through ``self.x``, see :func:`traindoctor.static.frameworks.lightning_hparam`). Everything else is :data:`UNKNOWN`: rules must not
+through ``self.x``, see :func:`traindoctor.facts.frameworks.static.lightning_hparam`). Everything else is :data:`UNKNOWN`: rules must not
 guess.
 """
 

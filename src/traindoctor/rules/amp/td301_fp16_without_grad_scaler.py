@@ -297,7 +297,7 @@ class Fp16WithoutGradScaler(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        from traindoctor.static.amp import amp_facts
+        from traindoctor.facts.amp.static import amp_facts
 
         facts = amp_facts(ctx)
         if not facts.file_uses_autocast or not facts.backwards:

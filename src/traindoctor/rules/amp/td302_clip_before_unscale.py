@@ -228,7 +228,7 @@ class ClipBeforeUnscale(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        from traindoctor.static.amp import CLIP_FUNCTIONS, amp_facts, exclusive, pos
+        from traindoctor.facts.amp.static import CLIP_FUNCTIONS, amp_facts, exclusive, pos
 
         facts = amp_facts(ctx)
         scaled = [b for b in facts.backwards if b.kind == "scaled"]

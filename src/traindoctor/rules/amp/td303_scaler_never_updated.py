@@ -162,7 +162,7 @@ class ScalerNeverUpdated(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        from traindoctor.static.amp import amp_facts
+        from traindoctor.facts.amp.static import amp_facts
 
         steps = ctx.method_calls("step")
         if not steps:

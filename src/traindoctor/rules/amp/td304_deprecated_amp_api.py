@@ -263,7 +263,7 @@ class DeprecatedAmpApi(Rule):
         """A project function or class this file calls (``engine.train_one_epoch``,
         ``misc.NativeScaler()``) uses the deprecated API in its own module: report the call here
         and cite the use there. Each definition once, at its first call."""
-        from traindoctor.static.loaders import drives_training
+        from traindoctor.facts.data.static import drives_training
 
         view = ctx.project
         if view is None or not view.imports_project or not drives_training(ctx):
@@ -295,7 +295,7 @@ class DeprecatedAmpApi(Rule):
             )
 
     def _check_file(self, ctx: FileContext) -> Iterator[Finding]:
-        from traindoctor.static.amp import pos
+        from traindoctor.facts.amp.static import pos
 
         names = ctx.called_names
         wanted = [q for q in sorted(_DEPRECATED) if q in names]
@@ -320,7 +320,7 @@ class DeprecatedAmpApi(Rule):
 
     def _check_frameworks(self, ctx: FileContext) -> Iterator[Finding]:
         """NVIDIA apex AMP calls, and Lightning's legacy ``precision=16`` / ``"bf16"`` spellings."""
-        from traindoctor.static.frameworks import (
+        from traindoctor.facts.frameworks.static import (
             FABRICS,
             LIGHTNING_PRECISION_ALIASES,
             apex_amp_calls,
@@ -367,7 +367,7 @@ class DeprecatedAmpApi(Rule):
         yield from found
 
     def _fix(self, ctx: FileContext, call: ast.Call, qn: str) -> Fix | None:
-        from traindoctor.static.amp import AUTOCAST_SIGNATURES, pos
+        from traindoctor.facts.amp.static import AUTOCAST_SIGNATURES, pos
 
         replacement, device, _ = _DEPRECATED[qn]
         torch_name = _torch_module_name(ctx, call)

@@ -9,7 +9,7 @@ from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 
 if TYPE_CHECKING:  # pragma: no cover
-    from traindoctor.static.amp import Autocast, ScalerConstruction
+    from traindoctor.facts.amp.static import Autocast, ScalerConstruction
     from traindoctor.static.context import FileContext
 
 
@@ -179,7 +179,7 @@ class GradScalerWithBf16(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        from traindoctor.static.amp import amp_facts
+        from traindoctor.facts.amp.static import amp_facts
 
         facts = amp_facts(ctx)
         if not facts.scaler_constructions or not facts.file_uses_autocast:
@@ -200,7 +200,7 @@ class GradScalerWithBf16(Rule):
     @staticmethod
     def _regions(ctx: FileContext, scaler: ScalerConstruction) -> list[Autocast]:
         """The enabled autocast regions this scaler's losses come from (all, if unknown)."""
-        from traindoctor.static.amp import amp_facts
+        from traindoctor.facts.amp.static import amp_facts
 
         facts = amp_facts(ctx)
         enabled = [a for a in facts.autocasts if a.enabled is not False]

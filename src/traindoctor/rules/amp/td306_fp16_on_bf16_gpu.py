@@ -135,7 +135,7 @@ amp.scaler.update()
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.frameworks import fp16_choices
+        from traindoctor.facts.frameworks.static import fp16_choices
 
         for choice in fp16_choices(ctx):
             yield ctx.report(

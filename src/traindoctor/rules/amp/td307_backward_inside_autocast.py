@@ -134,7 +134,7 @@ class BackwardInsideAutocast(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
-        from traindoctor.static.amp import amp_facts
+        from traindoctor.facts.amp.static import amp_facts
 
         facts = amp_facts(ctx)
         if not facts.file_uses_autocast or not facts.backwards:

@@ -210,7 +210,7 @@ class HalfPrecisionWeights(Rule):
     def check(self, ctx: FileContext) -> Iterator[Finding]:
         # Following names to their values needs the (costly) scope tables: only when some name
         # in the file is bound to a float16 dtype at all.
-        from traindoctor.static.amp import ModuleIndex, amp_facts, pos
+        from traindoctor.facts.amp.static import ModuleIndex, amp_facts, pos
 
         follow = any(ctx.qualname(a.value) in _FP16_NAMES for a in ctx.of(ast.Assign))
         casts = [c for c in ctx.method_calls("half") if not c.args and not c.keywords]
@@ -242,7 +242,7 @@ class HalfPrecisionWeights(Rule):
 
     @staticmethod
     def _to_float16(ctx: FileContext, call: ast.Call, follow: bool) -> bool:
-        from traindoctor.static.amp import amp_facts
+        from traindoctor.facts.amp.static import amp_facts
 
         facts = amp_facts(ctx)
         args = [*call.args, *(kw.value for kw in call.keywords if kw.arg in ("dtype", None))]
@@ -257,7 +257,7 @@ class HalfPrecisionWeights(Rule):
     @staticmethod
     def _names_of(ctx: FileContext, cast: ast.Call, receiver: ast.expr) -> set[str]:
         """Names the cast module goes by: the receiver and what the result is assigned to."""
-        from traindoctor.static.amp import chain_root
+        from traindoctor.facts.amp.static import chain_root
 
         names: set[str] = set()
         root = dotted(chain_root(receiver))
@@ -308,7 +308,7 @@ class HalfPrecisionWeights(Rule):
         A cast inside a function is judged by that function (a library's evaluation helper
         that casts a model is not training it); a cast at module level by the whole file.
         """
-        from traindoctor.static.amp import mentions
+        from traindoctor.facts.amp.static import mentions
 
         scope = ctx.scope_of(cast)
         if scope is not ctx.tree:
@@ -359,7 +359,7 @@ def _copies(expr: ast.AST) -> bool:
 
 def _not_only_before(ctx: FileContext, cast: ast.Call, training: list[ast.Call]) -> bool:
     """False when all training happens earlier in the same function (a cast for export)."""
-    from traindoctor.static.amp import pos
+    from traindoctor.facts.amp.static import pos
 
     scope = ctx.scope_of(cast)
     return not all(ctx.scope_of(t) is scope and pos(t) < pos(cast) for t in training)
@@ -375,7 +375,7 @@ class HalfPrecisionWeightsMonitor(Monitor):
     rule = HalfPrecisionWeights
 
     def on_optimizer_found(self, optimizer: object) -> None:
-        from traindoctor.runtime.param_audit import half_params
+        from traindoctor.facts.optim.runtime import half_params
 
         half, total, names = half_params(optimizer, self.session)
         if not half:

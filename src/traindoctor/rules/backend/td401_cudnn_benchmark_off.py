@@ -90,7 +90,7 @@ _PADDING = frozenset({"torch.nn.utils.rnn.pad_sequence", "torch.nn.utils.rnn.pac
 
 def convolution_evidence(ctx: FileContext) -> ast.Call | None:
     """The first call that builds a convolutional layer or CNN model, if any."""
-    from traindoctor.static.models import registry_entry, registry_model
+    from traindoctor.facts.models.static import registry_entry, registry_model
 
     found: list[ast.Call] = []
     for qn, call in ctx.calls_to_prefix("torch.nn."):
@@ -176,7 +176,7 @@ def _seeded_branch_only(ctx: FileContext, setting: object) -> bool:
 
 def shape_evidence(ctx: FileContext) -> tuple[bool, bool]:
     """(fixed, variable): whether the file shows inputs of one size, and of changing sizes."""
-    from traindoctor.static.loaders import DATALOADER
+    from traindoctor.facts.data.static import DATALOADER
 
     fixed = variable = False
     for qn, call in [*ctx.calls_to_prefix("torchvision."), *_project_torchvision_calls(ctx)]:
@@ -387,8 +387,8 @@ class CudnnBenchmarkOff(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.frameworks import lightning_flag
-        from traindoctor.static.loaders import file_trains, is_test_file
+        from traindoctor.facts.data.static import file_trains, is_test_file
+        from traindoctor.facts.frameworks.static import lightning_flag
 
         if not ctx.targets_cuda or is_test_file(ctx.filename):
             return
@@ -449,7 +449,7 @@ class CudnnBenchmarkOffMonitor(Monitor):
             return
         if self.flags.get("deterministic", False):
             return
-        from traindoctor.runtime.train_facts import conv_shapes
+        from traindoctor.facts.batching.runtime import conv_shapes
 
         layers = conv_shapes(self.session)
         min_forwards = int(self.threshold("min_forwards", 8))

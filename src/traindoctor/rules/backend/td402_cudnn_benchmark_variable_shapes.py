@@ -76,7 +76,7 @@ class CudnnBenchmarkVariableShapesMonitor(Monitor):
     def on_run_end(self) -> None:
         if not self.session.device.is_cuda or not self.flags.get("benchmark", False):
             return
-        from traindoctor.runtime.train_facts import conv_shapes
+        from traindoctor.facts.batching.runtime import conv_shapes
 
         min_shapes = int(self.threshold("min_shapes", 8))
         min_new_share = float(self.threshold("min_new_share", 0.05))

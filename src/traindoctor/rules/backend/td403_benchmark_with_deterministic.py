@@ -64,7 +64,7 @@ def _truth(value: object) -> object:
 
 def standing_true(ctx: FileContext, settings: list[Setting], flag: str) -> list[Setting]:
     """``flag = True`` settings that no later ``flag = False`` (in source order) undoes."""
-    from traindoctor.static.loaders import exclusive_branches
+    from traindoctor.facts.data.static import exclusive_branches
 
     out = []
     for i, s in enumerate(settings):
@@ -245,7 +245,7 @@ class BenchmarkWithDeterministic(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.loaders import exclusive_branches
+        from traindoctor.facts.data.static import exclusive_branches
 
         yield from self._check_lightning(ctx)
         if not any(n.startswith("torch") for n in ctx.imports.names.values()):
@@ -276,7 +276,7 @@ class BenchmarkWithDeterministic(Rule):
 
     def _check_lightning(self, ctx: FileContext) -> Iterable[Finding]:
         """``Trainer(benchmark=True, deterministic=True)``: Lightning sets both flags as asked."""
-        from traindoctor.static.frameworks import lightning_trainers
+        from traindoctor.facts.frameworks.static import lightning_trainers
 
         for call in lightning_trainers(ctx):
             bench = ctx.arg(call, "benchmark", qualname="")

@@ -294,14 +294,14 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.checkpoints import OPTIMIZER, checkpoint_index
+        from traindoctor.facts.checkpoint.static import OPTIMIZER, checkpoint_index
 
         yield from _hf_save_only_model(self, ctx)
         idx = checkpoint_index(ctx)
         if idx.optimizers_are_stateless():
             return  # plain SGD keeps no state that a resumed run could miss
         opt = idx.first_name(OPTIMIZER, "optimizer")
-        from traindoctor.static.checkpoints import DCP_SAVES
+        from traindoctor.facts.checkpoint.static import DCP_SAVES
 
         for site in idx.model_only_in_loop():
             save = f"{idx.optimizer_for(site, opt)}.state_dict()"
@@ -319,7 +319,7 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
 
 def _hf_save_only_model(rule: Rule, ctx: FileContext) -> Iterable[Finding]:
     """``TrainingArguments(save_only_model=True)``: the Trainer's checkpoints hold the weights only."""
-    from traindoctor.static.frameworks import hf_training_args
+    from traindoctor.facts.frameworks.static import hf_training_args
 
     for args in hf_training_args(ctx):
         if args.value(ctx, "save_only_model") is not True or args.value(ctx, "save_strategy") == "no":
@@ -352,7 +352,7 @@ class CheckpointWithoutOptimizerMonitor(Monitor):
     def on_checkpoint_save(self, obj: object, path: str | None, site: object = None) -> None:
         if path is None or site in self.sites:
             return
-        from traindoctor.runtime.checkpoint_audit import contents_for, missing_optimizers
+        from traindoctor.facts.checkpoint.runtime import contents_for, missing_optimizers
 
         contents = contents_for(self.session, obj)
         if not contents.has_model:
@@ -360,8 +360,8 @@ class CheckpointWithoutOptimizerMonitor(Monitor):
         missing = missing_optimizers(self.session, contents)
         if not missing:
             return
-        from traindoctor.checkpoint_kinds import EXPORT
-        from traindoctor.runtime.checkpoint_audit import save_kind_of
+        from traindoctor.facts.checkpoint.kinds import EXPORT
+        from traindoctor.facts.checkpoint.runtime import save_kind_of
 
         if save_kind_of(self.session, contents, path, site) == EXPORT:
             return  # a weights export (best/final model, never read back): not a checkpoint

@@ -209,7 +209,7 @@ torch.save(
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.checkpoints import SCHEDULER, checkpoint_index
+        from traindoctor.facts.checkpoint.static import SCHEDULER, checkpoint_index
 
         idx = checkpoint_index(ctx)
         schedulers = idx.exists(SCHEDULER)
@@ -252,7 +252,7 @@ class CheckpointWithoutSchedulerMonitor(Monitor):
     def on_checkpoint_save(self, obj: object, path: str | None, site: object = None) -> None:
         if path is None or site in self.sites:
             return
-        from traindoctor.runtime.checkpoint_audit import contents_for, relevant_optimizers
+        from traindoctor.facts.checkpoint.runtime import contents_for, relevant_optimizers
 
         contents = contents_for(self.session, obj)
         if not contents.is_training_checkpoint or contents.has_scheduler:

@@ -184,7 +184,7 @@ torch.save(
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.checkpoints import SCALER, checkpoint_index
+        from traindoctor.facts.checkpoint.static import SCALER, checkpoint_index
 
         idx = checkpoint_index(ctx)
         if not idx.exists(SCALER) or idx.kept_on_resume(SCALER):
@@ -223,7 +223,7 @@ class CheckpointWithoutScalerMonitor(Monitor):
     def on_checkpoint_save(self, obj: object, path: str | None, site: object = None) -> None:
         if path is None or site in self.sites or not len(self.scalers):
             return
-        from traindoctor.runtime.checkpoint_audit import contents_for
+        from traindoctor.facts.checkpoint.runtime import contents_for
 
         contents = contents_for(self.session, obj)
         if not contents.is_training_checkpoint or contents.has_scaler:

@@ -239,7 +239,7 @@ torch.save(
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.checkpoints import RNG_KINDS, checkpoint_index, file_draws
+        from traindoctor.facts.checkpoint.static import RNG_KINDS, checkpoint_index, file_draws
 
         idx = checkpoint_index(ctx)
         sites = idx.training_checkpoints()
@@ -316,7 +316,7 @@ class CheckpointWithoutRngMonitor(Monitor):
 
     def __init__(self, session: object) -> None:
         super().__init__(session)
-        from traindoctor.runtime.checkpoint_audit import RngUse
+        from traindoctor.facts.checkpoint.runtime import RngUse
 
         self.rng = RngUse()
         self.sites: set[object] = set()
@@ -328,13 +328,13 @@ class CheckpointWithoutRngMonitor(Monitor):
     def on_checkpoint_save(self, obj: object, path: str | None, site: object = None) -> None:
         if path is None or site in self.sites or not self.rng.taken:
             return
-        from traindoctor.runtime.checkpoint_audit import contents_for, mid_epoch_position
+        from traindoctor.facts.checkpoint.runtime import contents_for, mid_epoch_position
 
         contents = contents_for(self.session, obj)
         if not contents.has_model:
             return
-        from traindoctor.checkpoint_kinds import EXPORT
-        from traindoctor.runtime.checkpoint_audit import save_kind_of
+        from traindoctor.facts.checkpoint.kinds import EXPORT
+        from traindoctor.facts.checkpoint.runtime import save_kind_of
 
         if save_kind_of(self.session, contents, path, site) == EXPORT:
             return  # the checker's definition: periodic or read back is a checkpoint

@@ -186,7 +186,7 @@ start_epoch = ckpt["epoch"] + 1
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.checkpoints import DCP_LOADS, checkpoint_index
+        from traindoctor.facts.checkpoint.static import DCP_LOADS, checkpoint_index
 
         if not ctx.method_calls("load_state_dict") and not ctx.calls_to(*DCP_LOADS):
             return

@@ -166,7 +166,7 @@ traindoctor.checkpoint.save("last.pt", model=model, optimizer=optimizer, epoch=e
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.checkpoints import checkpoint_index
+        from traindoctor.facts.checkpoint.static import checkpoint_index
 
         idx = checkpoint_index(ctx)
         seen: set[int] = set()

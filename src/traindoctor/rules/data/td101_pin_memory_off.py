@@ -316,8 +316,8 @@ class PinMemoryOff(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.frameworks import hf_training_args
-        from traindoctor.static.loaders import iter_training_loaders, literal_false
+        from traindoctor.facts.data.static import iter_training_loaders, literal_false
+        from traindoctor.facts.frameworks.static import hf_training_args
 
         if not ctx.targets_cuda:
             return
@@ -399,7 +399,7 @@ class PinMemoryOffMonitor(Monitor):
         stats[2] += nbytes
 
     def on_run_end(self) -> None:
-        from traindoctor.runtime import loader_evidence as ev
+        from traindoctor.facts.data import runtime as ev
 
         min_copies = int(self.threshold("min_copies", 3))
         min_share = float(self.threshold("min_transfer_share", 0.01))

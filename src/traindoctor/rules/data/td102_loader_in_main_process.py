@@ -43,7 +43,7 @@ class LoaderInMainProcess(Rule):
     - `TD102.min_batches` (default 5): batches seen before judging.
 
     The recommended worker count comes from a model of the measured pipeline
-    (`traindoctor.tune.model`): the time and the CPU time the loop spent loading a batch, the time
+    (`traindoctor.facts.data.pipeline`): the time and the CPU time the loop spent loading a batch, the time
     it spent training on it, the cores this process may use (`os.sched_getaffinity`) and the
     training process's intra-op threads (`torch.get_num_threads()`). It is the fewest workers
     predicted within 5% of the fastest, up to the cores; a loader that sleeps or waits on I/O
@@ -263,8 +263,8 @@ class LoaderInMainProcess(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.frameworks import hf_training_args
-        from traindoctor.static.loaders import iter_training_loaders
+        from traindoctor.facts.data.static import iter_training_loaders
+        from traindoctor.facts.frameworks.static import hf_training_args
 
         for loader in iter_training_loaders(ctx):
             if loader.in_memory or loader.iterable:
@@ -325,12 +325,12 @@ class LoaderInMainProcessMonitor(Monitor):
 
     def on_loader_created(self, info: object) -> None:
         if self._script is None:  # while the script runs, sys.argv[0] is its path
-            from traindoctor.runtime.loader_evidence import script_name
+            from traindoctor.facts.data.runtime import script_name
 
             self._script = script_name()
 
     def on_run_end(self) -> None:
-        from traindoctor.runtime import loader_evidence as ev
+        from traindoctor.facts.data import runtime as ev
 
         min_share = float(self.threshold("min_wait_share", 0.2))
         min_ms = float(self.threshold("min_wait_ms", 5.0))

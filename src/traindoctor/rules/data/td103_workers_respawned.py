@@ -13,8 +13,8 @@ from traindoctor.static.names import dotted
 from traindoctor.static.vocab import HF_TRIGGERS
 
 if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.facts.data.static import Loader
     from traindoctor.static.context import FileContext
-    from traindoctor.static.loaders import Loader
 
 _HELP = "Pass `persistent_workers=True`"
 _HELP_HF = "Pass `dataloader_persistent_workers=True`"
@@ -295,8 +295,8 @@ class WorkersRespawned(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.frameworks import lightning_hparam
-        from traindoctor.static.loaders import is_test_file, loader_index, may_build_loaders
+        from traindoctor.facts.data.static import is_test_file, loader_index, may_build_loaders
+        from traindoctor.facts.frameworks.static import lightning_hparam
 
         if is_test_file(ctx.filename):
             return
@@ -351,8 +351,8 @@ class WorkersRespawned(Rule):
     def _check_hf(self, ctx: FileContext) -> Iterable[Finding]:
         """``TrainingArguments(dataloader_num_workers=k)`` without ``dataloader_persistent_workers``:
         the Trainer builds a new training DataLoader iterator every epoch."""
-        from traindoctor.static.frameworks import hf_training_args
-        from traindoctor.static.loaders import literal_false
+        from traindoctor.facts.data.static import literal_false
+        from traindoctor.facts.frameworks.static import hf_training_args
 
         for args in hf_training_args(ctx):
             workers = args.value(ctx, "dataloader_num_workers")
@@ -382,7 +382,7 @@ class WorkersRespawned(Rule):
             )
 
     def _fix(self, ctx: FileContext, loader: Loader, workers: ast.AST, persistent: object) -> Fix | None:
-        from traindoctor.static.loaders import literal_false
+        from traindoctor.facts.data.static import literal_false
 
         call = loader.call
         if isinstance(workers, ast.Constant):
@@ -465,7 +465,7 @@ class WorkersRespawnedMonitor(Monitor):
     rule = WorkersRespawned
 
     def on_run_end(self) -> None:
-        from traindoctor.runtime import loader_evidence as ev
+        from traindoctor.facts.data import runtime as ev
 
         min_s = float(self.threshold("min_startup_s", 0.05))
         min_share = float(self.threshold("min_startup_share", 0.05))

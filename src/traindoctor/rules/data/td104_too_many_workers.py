@@ -69,7 +69,7 @@ class TooManyWorkersMonitor(Monitor):
     rule = TooManyWorkers
 
     def on_run_end(self) -> None:
-        from traindoctor.runtime import loader_evidence as ev
+        from traindoctor.facts.data import runtime as ev
 
         session = self.session
         loaders = ev.loaders_with_workers(session.loaders)

@@ -25,7 +25,7 @@ class DataBound(Rule):
     being iterated and large per batch. The evidence gives the data-wait share, the wait and the
     compute time per batch, the estimated time one worker needs per batch
     (`workers x (wait + compute)` when the workers are saturated) and, when the pipeline model
-    (`traindoctor.tune.model`: those times, the cores this process may use, the training
+    (`traindoctor.facts.data.pipeline`: those times, the cores this process may use, the training
     process's intra-op threads) predicts more workers would help, that worker count;
     `traindoctor tune SCRIPT` measures it with the model in the loop.
     """
@@ -74,12 +74,12 @@ class DataBoundMonitor(Monitor):
 
     def on_loader_created(self, info: object) -> None:
         if self._script is None:  # while the script runs, sys.argv[0] is its path
-            from traindoctor.runtime.loader_evidence import script_name
+            from traindoctor.facts.data.runtime import script_name
 
             self._script = script_name()
 
     def on_run_end(self) -> None:
-        from traindoctor.runtime import loader_evidence as ev
+        from traindoctor.facts.data import runtime as ev
 
         min_share = float(self.threshold("min_wait_share", 0.2))
         min_ms = float(self.threshold("min_wait_ms", 5.0))

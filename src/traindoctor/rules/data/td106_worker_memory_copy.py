@@ -76,7 +76,7 @@ class WorkerMemoryCopyMonitor(Monitor):
         self._checked: set[int] = set()
 
     def on_loader_iter_start(self, loader_info: object) -> None:
-        from traindoctor.runtime import loader_evidence as ev
+        from traindoctor.facts.data import runtime as ev
 
         info = loader_info
         if info.id in self._checked or info.num_workers <= 0 or info.iterable_dataset:  # type: ignore[attr-defined]

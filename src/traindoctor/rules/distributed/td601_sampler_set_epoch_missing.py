@@ -11,8 +11,8 @@ from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.args import UNKNOWN
 
 if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.facts.data.static import Loader, LoaderIndex
     from traindoctor.static.context import FileContext
-    from traindoctor.static.loaders import Loader, LoaderIndex
 
 
 class SamplerSetEpochMissing(Rule):
@@ -207,8 +207,8 @@ class SamplerSetEpochMissing(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.frameworks import framework_sets_epoch
-        from traindoctor.static.loaders import DISTRIBUTED_SAMPLER, loader_index
+        from traindoctor.facts.data.static import DISTRIBUTED_SAMPLER, loader_index
+        from traindoctor.facts.frameworks.static import framework_sets_epoch
 
         samplers = ctx.calls_to(DISTRIBUTED_SAMPLER)
         if not samplers:

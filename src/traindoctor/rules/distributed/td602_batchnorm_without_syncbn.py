@@ -72,7 +72,7 @@ class BatchnormWithoutSyncbnMonitor(Monitor):
         # Whether any optimizer stepped: the session counts the calls (no per-step hook here).
         if world <= 1 or not getattr(self.session, "optimizer_calls", 0):
             return
-        from traindoctor.runtime.train_facts import small_batchnorm_batch
+        from traindoctor.facts.batching.runtime import small_batchnorm_batch
 
         min_batch = int(self.threshold("min_batch", 16))
         small = small_batchnorm_batch(self.session, min_batch)

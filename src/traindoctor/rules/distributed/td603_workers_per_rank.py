@@ -68,7 +68,7 @@ class WorkersPerRankMonitor(Monitor):
     rule = WorkersPerRank
 
     def on_run_end(self) -> None:
-        from traindoctor.runtime import loader_evidence as ev
+        from traindoctor.facts.data import runtime as ev
 
         session = self.session
         local = int(session.local_world_size)

@@ -18,8 +18,8 @@ if TYPE_CHECKING:  # pragma: no cover
 def is_evaluation(ctx: FileContext, call: ast.Call, fn: ast.AST | None) -> bool:
     """A forward pass that evaluates: its function runs no backward, or it loops over eval data
     (a ``for`` loop or a comprehension / generator expression)."""
-    from traindoctor.static.batching import eval_named
-    from traindoctor.static.gradmode import backward_calls, evaluation_loop
+    from traindoctor.facts.batching.static import eval_named
+    from traindoctor.facts.evaluation.static import backward_calls, evaluation_loop
 
     if not backward_calls(ctx, fn):
         return True
@@ -283,8 +283,8 @@ class EvalInTrainMode(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.gradmode import forward_models, unguarded_evaluation_forwards
-        from traindoctor.static.models import model_of
+        from traindoctor.facts.evaluation.static import forward_models, unguarded_evaluation_forwards
+        from traindoctor.facts.models.static import model_of
 
         yield from self._check_guarded(ctx)
         for call, model in unguarded_evaluation_forwards(ctx):
@@ -301,8 +301,8 @@ class EvalInTrainMode(Rule):
             )
 
     def _check_guarded(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.gradmode import TRAIN, forward_models, mode_state, no_grad_calls
-        from traindoctor.static.models import model_of
+        from traindoctor.facts.evaluation.static import TRAIN, forward_models, mode_state, no_grad_calls
+        from traindoctor.facts.models.static import model_of
 
         for call in no_grad_calls(ctx, where=_may_be_model_call):
             func = call.func

@@ -193,7 +193,7 @@ class EvalWithGrad(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.gradmode import (
+        from traindoctor.facts.evaluation.static import (
             freezes_parameters,
             grad_disabled_globally,
             unguarded_evaluation_forwards,
@@ -213,7 +213,7 @@ class EvalWithGrad(Rule):
         yield from self._check_eval_mode(ctx)
 
     def _check_eval_mode(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.gradmode import (
+        from traindoctor.facts.evaluation.static import (
             backward_calls,
             callers_disable_grad,
             grad_enabled_at,

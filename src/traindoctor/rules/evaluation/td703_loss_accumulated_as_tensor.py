@@ -194,7 +194,7 @@ class LossAccumulatedAsTensor(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.gradmode import attached_loss, backward_receivers, grad_enabled_at
+        from traindoctor.facts.evaluation.static import attached_loss, backward_receivers, grad_enabled_at
 
         if not (ctx.method_calls("backward") or ctx.method_calls("manual_backward")):
             return

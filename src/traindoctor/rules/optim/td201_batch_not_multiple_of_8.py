@@ -162,11 +162,11 @@ class BatchNotMultipleOf8(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.loaders import iter_training_loaders
+        from traindoctor.facts.data.static import iter_training_loaders
 
         if not ctx.targets_cuda:
             return
-        from traindoctor.static.amp import amp_facts
+        from traindoctor.facts.amp.static import amp_facts
 
         half = amp_facts(ctx).file_uses_autocast
         for loader in iter_training_loaders(ctx):
@@ -216,8 +216,8 @@ class BatchNotMultipleOf8Monitor(Monitor):
     def on_run_end(self) -> None:
         if not self.dtypes or not self.session.device.is_cuda or not self.session.step:
             return
+        from traindoctor.facts.batching.runtime import leading_dims, most_common
         from traindoctor.runtime.probes.modules import module_stats
-        from traindoctor.runtime.train_facts import leading_dims, most_common
 
         multiple = int(self.threshold("multiple", 8))
         layers = module_stats(self.session).of_kind("linear")

@@ -241,8 +241,8 @@ class BatchnormSmallBatch(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.batching import accumulation, distributed, training_batches, trains
-        from traindoctor.static.models import file_has_batchnorm, uses_syncbatchnorm
+        from traindoctor.facts.batching.static import accumulation, distributed, training_batches, trains
+        from traindoctor.facts.models.static import file_has_batchnorm, uses_syncbatchnorm
 
         yield from self._check_hf(ctx)
         if not trains(ctx) or file_has_batchnorm(ctx) is None or uses_syncbatchnorm(ctx):
@@ -270,8 +270,8 @@ class BatchnormSmallBatch(Rule):
 
     def _check_hf(self, ctx: FileContext) -> Iterable[Finding]:
         """``TrainingArguments(gradient_accumulation_steps=k)`` for a model with BatchNorm."""
-        from traindoctor.static.frameworks import hf_trainer_model, hf_training_args
-        from traindoctor.static.models import model_of, uses_syncbatchnorm
+        from traindoctor.facts.frameworks.static import hf_trainer_model, hf_training_args
+        from traindoctor.facts.models.static import model_of, uses_syncbatchnorm
 
         for args in hf_training_args(ctx):
             steps = args.value(ctx, "gradient_accumulation_steps")
@@ -311,7 +311,7 @@ class BatchnormSmallBatchMonitor(Monitor):
     rule = BatchnormSmallBatch
 
     def on_run_end(self) -> None:
-        from traindoctor.runtime.train_facts import StepFacts, small_batchnorm_batch
+        from traindoctor.facts.batching.runtime import StepFacts, small_batchnorm_batch
 
         self.steps = StepFacts.of(self.session)  # the session's step records: no per-step hook
         if not self.steps.backward_calls:

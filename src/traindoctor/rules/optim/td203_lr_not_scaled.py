@@ -199,7 +199,7 @@ class LrNotScaled(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.batching import (
+        from traindoctor.facts.batching.static import (
             accumulation,
             data_parallel_names,
             distributed,
@@ -253,7 +253,7 @@ class LrNotScaled(Rule):
 
 
 # ---------------------------------------------------------------- runtime half (R2)
-from traindoctor.runtime.lr_monitor import LrStepMonitor  # noqa: E402
+from traindoctor.facts.batching.lr_monitor import LrStepMonitor  # noqa: E402
 
 
 class LrNotScaledMonitor(LrStepMonitor):
@@ -275,7 +275,7 @@ class LrNotScaledMonitor(LrStepMonitor):
         peak = self.lrs.peak_lr()
         if ref_batch <= 0 or ref_lr <= 0 or not peak:
             return
-        from traindoctor.runtime.train_facts import effective_batch
+        from traindoctor.facts.batching.runtime import effective_batch
 
         eff = effective_batch(self.session, self.steps)
         if eff is None or eff.total == ref_batch:

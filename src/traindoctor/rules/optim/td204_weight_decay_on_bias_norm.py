@@ -295,8 +295,8 @@ class WeightDecayOnBiasNorm(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.loaders import is_test_file
-        from traindoctor.static.models import model_of, self_model
+        from traindoctor.facts.data.static import is_test_file
+        from traindoctor.facts.models.static import model_of, self_model
 
         if is_test_file(ctx.filename):
             return  # optimizer recipes in test code are fixtures, not advice targets
@@ -335,13 +335,13 @@ class WeightDecayOnBiasNorm(Rule):
         """``TrainingArguments(weight_decay=w)``: the Trainer's own AdamW excludes biases and
         LayerNorm (by type, and names containing ``layernorm``/``rmsnorm``/``norm``) but still
         decays BatchNorm/GroupNorm weights named like ``bn1`` or ``norm1``."""
-        from traindoctor.static.frameworks import (
+        from traindoctor.facts.frameworks.static import (
             hf_custom_optimizer,
             hf_decayed_norm_params,
             hf_trainer_model,
             hf_training_args,
         )
-        from traindoctor.static.models import model_of
+        from traindoctor.facts.models.static import model_of
 
         for args in hf_training_args(ctx):
             decay = args.value(ctx, "weight_decay")
@@ -380,7 +380,7 @@ class WeightDecayOnBiasNormMonitor(Monitor):
     rule = WeightDecayOnBiasNorm
 
     def on_optimizer_found(self, optimizer: object) -> None:
-        from traindoctor.runtime.param_audit import audit_optimizer
+        from traindoctor.facts.optim.runtime import audit_optimizer
 
         audit = audit_optimizer(optimizer, self.session)
         if not audit.decayed:

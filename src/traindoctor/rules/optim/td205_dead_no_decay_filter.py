@@ -236,7 +236,7 @@ class DeadNoDecayFilter(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.models import ModelInfo, model_of, self_model
+        from traindoctor.facts.models.static import ModelInfo, model_of, self_model
 
         done: set[int] = set()
         for literal, patterns, owner in no_decay_filters(ctx):
@@ -294,7 +294,7 @@ class DeadNoDecayFilterMonitor(Monitor):
             self.names.setdefault(name)
 
     def on_optimizer_found(self, optimizer: object) -> None:
-        from traindoctor.runtime.param_audit import audit_optimizer
+        from traindoctor.facts.optim.runtime import audit_optimizer
 
         audit = audit_optimizer(optimizer, self.session)
         if audit.empty_zero_groups and audit.decayed:
@@ -303,7 +303,7 @@ class DeadNoDecayFilterMonitor(Monitor):
             )
 
     def on_run_end(self) -> None:
-        from traindoctor.runtime.param_audit import declared_patterns
+        from traindoctor.facts.optim.runtime import declared_patterns
 
         patterns = declared_patterns(self.threshold("no_decay", None))
         if patterns:

@@ -152,7 +152,7 @@ class LargeBatchWithoutWarmup(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.static.batching import accumulation, has_warmup, training_batches, trains
+        from traindoctor.facts.batching.static import accumulation, has_warmup, training_batches, trains
 
         if not trains(ctx) or has_warmup(ctx):
             return
@@ -176,7 +176,7 @@ class LargeBatchWithoutWarmup(Rule):
 
 
 # ---------------------------------------------------------------- runtime half (R2)
-from traindoctor.runtime.lr_monitor import LrStepMonitor  # noqa: E402
+from traindoctor.facts.batching.lr_monitor import LrStepMonitor  # noqa: E402
 
 
 class LargeBatchWithoutWarmupMonitor(LrStepMonitor):
@@ -189,7 +189,7 @@ class LargeBatchWithoutWarmupMonitor(LrStepMonitor):
         min_steps = int(self.threshold("min_steps", 2))
         if self.lrs.steps < min_steps or not self.lrs.starts_at_peak():
             return
-        from traindoctor.runtime.train_facts import effective_batch
+        from traindoctor.facts.batching.runtime import effective_batch
 
         eff = effective_batch(self.session, self.steps)
         min_batch = int(self.threshold("min_batch", 1024))

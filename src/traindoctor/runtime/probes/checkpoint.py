@@ -92,7 +92,7 @@ class CheckpointProbe(Probe):
     def _forget(self) -> None:
         """Drop the monitors' shared audit of the object just saved (never keep it alive)."""
         if self.session is not None:
-            from traindoctor.runtime.checkpoint_audit import clear_cache
+            from traindoctor.facts.checkpoint.runtime import clear_cache
 
             clear_cache(self.session)
 

@@ -102,7 +102,7 @@ class LoaderInfo:
     #: CPU time of the training thread inside ``next()`` over the ``cpu_batches`` batches it was
     #: read for (see :func:`samples_cpu`): with ``num_workers=0`` that is the CPU cost of loading
     #: (a dataset that sleeps or waits on I/O has little), read by the pipeline model
-    #: (:mod:`traindoctor.tune.model`) behind TD102's worker count.
+    #: (:mod:`traindoctor.facts.data.pipeline`) behind TD102's worker count.
     wait_cpu_s: float
     cpu_batches: int
     max_wait_s: float

@@ -158,7 +158,7 @@ def hf_training_args(ctx: FileContext) -> list[HfArgs]:
 
 
 def _hf_training_args(ctx: FileContext) -> list[HfArgs]:
-    from traindoctor.static.loaders import is_test_file
+    from traindoctor.facts.data.static import is_test_file
 
     if "TrainingArguments" not in ctx.source and "trl" not in ctx.source:
         return []  # cheap: most files that mention ``Config`` are not TRL scripts
@@ -443,7 +443,7 @@ class Fp16Choice:
 def fp16_choices(ctx: FileContext) -> list[Fp16Choice]:
     """Framework configurations that pick float16 autocast (``fp16=True``, ``precision="16-mixed"``,
     ``mixed_precision="fp16"``), where bfloat16 would need no loss scaling on Ampere or newer GPUs."""
-    from traindoctor.static.loaders import is_test_file
+    from traindoctor.facts.data.static import is_test_file
 
     out: list[Fp16Choice] = []
     if is_test_file(ctx.filename) or not _mentions(ctx, "Trainer", "Fabric", "Accelerator", *HF_TRIGGERS):
@@ -490,7 +490,7 @@ _EPOCH_SETTING_WRAPPERS = frozenset({"prepare", "prepare_data_loader", "setup_da
 
 
 def framework_sets_epoch(ctx: FileContext, loader: Any) -> bool:
-    """Whether a framework iterates ``loader`` (a :class:`~traindoctor.static.loaders.Loader`)
+    """Whether a framework iterates ``loader`` (a :class:`~traindoctor.facts.data.static.Loader`)
     and sets its sampler's epoch: it is returned by a Lightning ``train_dataloader`` hook (the fit
     loop sets the epoch), or handed to ``accelerator.prepare(...)`` / ``fabric.setup_dataloaders(...)``."""
     if any(site.kind == "hook" for site in loader.sites):

@@ -15,11 +15,11 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from traindoctor.check.cache import Cache, content_hash
+from traindoctor.check.checkfile import FileOutcome, check_file
+from traindoctor.check.engine import instantiate
 from traindoctor.config import Settings
 from traindoctor.rules.base import Rule
-from traindoctor.static.cache import Cache, content_hash
-from traindoctor.static.checkfile import FileOutcome, check_file
-from traindoctor.static.engine import instantiate
 
 #: Below this much source in total, an automatic ``--jobs`` stays in-process.
 PARALLEL_MIN_BYTES = 256 * 1024

@@ -90,14 +90,14 @@ def main_threads() -> int:
 
 
 def pipeline(timing: LoaderTiming, info: Any, session: Any) -> Any:
-    """The measured pipeline of one loader, for :mod:`traindoctor.tune.model`.
+    """The measured pipeline of one loader, for :mod:`traindoctor.facts.data.pipeline`.
 
     In the main process (``num_workers == 0``) the wait *is* the time to produce a batch, and the
     training thread's CPU time inside ``next()`` is its CPU cost. With ``w`` saturated workers a
     batch arrives every ``wait + compute``, so one worker needs about ``w x (wait + compute)``
     per batch; its CPU cost is not seen from the training process.
     """
-    from traindoctor.tune.model import Pipeline
+    from traindoctor.facts.data.pipeline import Pipeline
 
     current = int(getattr(info, "num_workers", 0) or 0)
     compute_s = timing.compute_ms_per_batch / 1000.0
@@ -119,8 +119,8 @@ def pipeline(timing: LoaderTiming, info: Any, session: Any) -> Any:
 
 
 def worker_advice(timing: LoaderTiming, info: Any, session: Any) -> Any:
-    """The pipeline model's worker count (an :class:`~traindoctor.tune.model.Advice`)."""
-    from traindoctor.tune.model import recommend
+    """The pipeline model's worker count (an :class:`~traindoctor.facts.data.pipeline.Advice`)."""
+    from traindoctor.facts.data.pipeline import recommend
 
     current = int(getattr(info, "num_workers", 0) or 0)
     return recommend(pipeline(timing, info, session), current)

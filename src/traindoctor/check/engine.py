@@ -15,15 +15,15 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from traindoctor.check.fix import apply_edits, select_fixes
 from traindoctor.config import Settings
+from traindoctor.facts.data.static import drives_training
+from traindoctor.facts.frameworks import static as _frameworks  # noqa: F401 - registers FRAMEWORK_HOOKS
 from traindoctor.finding import Finding, Location, Origin, Severity, sort_findings
 from traindoctor.registry import all_rules
 from traindoctor.rules.base import Rule
-from traindoctor.static import frameworks as _frameworks  # noqa: F401 - registers FRAMEWORK_HOOKS
 from traindoctor.static.context import FileContext, split_lines
-from traindoctor.static.fix import apply_edits, select_fixes
 from traindoctor.static.grammar import newer_python_needed, running_python
-from traindoctor.static.loaders import drives_training
 from traindoctor.static.project import ProjectView, view_for
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]*(?:[\s,]+[A-Za-z]+[0-9]*)*))?", re.IGNORECASE)

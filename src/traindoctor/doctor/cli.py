@@ -454,7 +454,7 @@ def _restore_stdout(saved: int) -> None:
 def _start_rank_guard(session: Any, opts: RunOptions) -> Any:
     """Under torchrun: the guard that gets this rank's evidence to rank 0 however it ends."""
     try:
-        from traindoctor.runtime import distributed
+        from traindoctor.doctor import distributed
 
         if not distributed.is_distributed():
             return None
@@ -480,7 +480,7 @@ def _base_report(session: Any, opts: RunOptions, code: int) -> dict[str, Any]:
 
 
 def _write_report(report: dict[str, Any], opts: RunOptions) -> None:
-    from traindoctor.runtime.report import render_json, render_text
+    from traindoctor.report.run import render_json, render_text
 
     text = render_json(report) if opts.output_format == "json" else render_text(report)
     _write(text, opts.output_file)
@@ -489,7 +489,7 @@ def _write_report(report: dict[str, Any], opts: RunOptions) -> None:
 def _report(session: Any, opts: RunOptions, code: int, guard: Any = None) -> int:
     """Write the report (rank 0 only under torchrun, merged over the ranks); fail-open."""
     try:
-        from traindoctor.runtime import distributed
+        from traindoctor.doctor import distributed
 
         report = _base_report(session, opts, code)
         if guard is not None:
@@ -526,7 +526,7 @@ def _check_extras(opts: RunOptions) -> str | None:
 
         return missing_dependency()
     if opts.tensorboard:
-        from traindoctor.runtime.tensorboard import missing_dependency as missing_tb
+        from traindoctor.report.tensorboard import missing_dependency as missing_tb
 
         return missing_tb()
     return None
@@ -543,7 +543,7 @@ def _write_extras(session: Any, report: dict[str, Any], opts: RunOptions) -> Non
             sys.stderr.write(f"traindoctor run: could not write {opts.html}: {type(exc).__name__}: {exc}\n")
     if opts.tensorboard:
         try:
-            from traindoctor.runtime.tensorboard import write_events
+            from traindoctor.report.tensorboard import write_events
             from traindoctor.runtime.timeline import session_timeline
 
             write_events(session_timeline(session, max_points=None), opts.tensorboard, report.get("profile"))

@@ -18,17 +18,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from traindoctor.check.cache import Cache, default_directory
+from traindoctor.check.checkfile import FileOutcome, check_file, parse_error
+from traindoctor.check.discovery import force_excluded, iter_python_files
+from traindoctor.check.engine import instantiate
+from traindoctor.check.runner import RunOptions, check_many
+from traindoctor.check.writer import write_atomically
 from traindoctor.config import ConfigError, Settings, load_settings, parse_version
 from traindoctor.finding import Finding, sort_findings
 from traindoctor.registry import UnknownCodeError, select_codes
 from traindoctor.report import get_reporter
 from traindoctor.report import text as text_report
-from traindoctor.static.cache import Cache, default_directory
-from traindoctor.static.checkfile import FileOutcome, check_file, parse_error
-from traindoctor.static.discovery import force_excluded, iter_python_files
-from traindoctor.static.engine import instantiate
-from traindoctor.static.runner import RunOptions, check_many
-from traindoctor.static.writer import write_atomically
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 PROG = "traindoctor check"

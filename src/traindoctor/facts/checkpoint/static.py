@@ -48,7 +48,7 @@ from traindoctor.static.vocab import (  # piece kinds, re-exported for the rules
 )
 
 if TYPE_CHECKING:
-    from traindoctor.checkpoint_kinds import SaveFacts  # pragma: no cover
+    from traindoctor.facts.checkpoint.kinds import SaveFacts  # pragma: no cover
     from traindoctor.static.context import FileContext
 
 # ---------------------------------------------------------------------------------- vocabulary
@@ -260,7 +260,7 @@ def kind_from_name(name: str) -> str | None:
 
 def _builds_model(ctx: FileContext, call: ast.Call) -> bool:
     """Whether a call builds an ``nn.Module`` the file (or its project) spells out."""
-    from traindoctor.static.models import model_of
+    from traindoctor.facts.models.static import model_of
 
     info = model_of(ctx, call)
     return bool(info.kinds) or info.known
@@ -1038,16 +1038,16 @@ class CheckpointIndex:
         """A test module (``test_*.py``, ``*_test.py``): its saves are fixtures that check a
         save/load round trip, not checkpoints a training run resumes from. Judged by the file's
         own name only: training scripts kept under a ``tests/`` folder as fixtures still count."""
-        from traindoctor.static.loaders import is_test_module
+        from traindoctor.facts.data.static import is_test_module
 
         return is_test_module(self.ctx.filename)
 
     def model_only_in_loop(self) -> list[SaveSite]:
         """Model-weight saves in the training loop of a training file with no optimizer state
-        saved anywhere, that are checkpoints rather than exports (see ``traindoctor.checkpoint_kinds``)."""
+        saved anywhere, that are checkpoints rather than exports (see ``traindoctor.facts.checkpoint.kinds``)."""
         if not self.trains or self.may_hold_anywhere(OPTIMIZER) or self.in_test_code:
             return []
-        from traindoctor.checkpoint_kinds import CHECKPOINT
+        from traindoctor.facts.checkpoint.kinds import CHECKPOINT
 
         return self._first_of_repeats(
             [
@@ -1062,13 +1062,13 @@ class CheckpointIndex:
 
     # -------------------------------------------------------------- checkpoint or export
     def save_kind(self, site: SaveSite) -> str:
-        """``"checkpoint"`` or ``"export"`` (the shared definition in ``traindoctor.checkpoint_kinds``)."""
-        from traindoctor.checkpoint_kinds import save_kind
+        """``"checkpoint"`` or ``"export"`` (the shared definition in ``traindoctor.facts.checkpoint.kinds``)."""
+        from traindoctor.facts.checkpoint.kinds import save_kind
 
         return save_kind(self.save_facts(site))
 
     def save_facts(self, site: SaveSite) -> SaveFacts:
-        from traindoctor.checkpoint_kinds import SaveFacts, export_name, quality_guard
+        from traindoctor.facts.checkpoint.kinds import SaveFacts, export_name, quality_guard
 
         saved = site.saved
         resume_kinds = (OPTIMIZER, SCHEDULER, SCALER, DATA, RNG_ANY, *RNG_KINDS)

@@ -30,7 +30,7 @@ class LrStepMonitor(Monitor):
     @property
     def steps(self) -> Any:
         """Backward calls per finished step (from the session's records; no per-step copy)."""
-        from traindoctor.runtime.train_facts import StepFacts
+        from traindoctor.facts.batching.runtime import StepFacts
 
         return StepFacts.of(self.session)
 
@@ -47,7 +47,7 @@ class LrStepMonitor(Monitor):
 
 class _SharedLrFacts:
     def __init__(self) -> None:
-        from traindoctor.runtime.train_facts import LrTrace
+        from traindoctor.facts.batching.runtime import LrTrace
 
         self.lrs = LrTrace()
         self.mark: Any = None

@@ -462,7 +462,7 @@ _STATIC_FACTS: dict[tuple[str, int, float], list[Any]] = {}
 
 
 def static_save_facts(filename: str, row: int) -> list[Any] | None:
-    """The checker's :class:`~traindoctor.checkpoint_kinds.SaveFacts` for the save(s) at
+    """The checker's :class:`~traindoctor.facts.checkpoint.kinds.SaveFacts` for the save(s) at
     ``filename:row`` (the ``torch.save`` line the doctor saw), or None when the source cannot be
     read or holds no save there. Parsed once per file version."""
     import os
@@ -476,10 +476,10 @@ def static_save_facts(filename: str, row: int) -> list[Any] | None:
         return _STATIC_FACTS[key] or None
     facts: list[Any] = []
     try:
+        from traindoctor.check.engine import parse
         from traindoctor.config import Settings
-        from traindoctor.static.checkpoints import checkpoint_index
+        from traindoctor.facts.checkpoint.static import checkpoint_index
         from traindoctor.static.context import FileContext
-        from traindoctor.static.engine import parse
 
         with open(filename, "rb") as fh:
             parsed = parse(filename, fh.read())
@@ -500,11 +500,11 @@ def static_save_facts(filename: str, row: int) -> list[Any] | None:
 
 def save_kind_of(session: Any, contents: Contents, path: str | None, site: Any) -> str:
     """``"checkpoint"`` or ``"export"`` for a save the doctor saw, by the shared definition
-    (``traindoctor.checkpoint_kinds``): the checker's facts for that source line, with the
+    (``traindoctor.facts.checkpoint.kinds``): the checker's facts for that source line, with the
     contents the run actually wrote; without readable source, the contents and the file name."""
     from dataclasses import replace
 
-    from traindoctor.checkpoint_kinds import CHECKPOINT, EXPORT, SaveFacts, export_name, save_kind
+    from traindoctor.facts.checkpoint.kinds import CHECKPOINT, EXPORT, SaveFacts, export_name, save_kind
 
     holds = contents.is_training_checkpoint
     found = static_save_facts(site[0], site[1]) if site and site[0] and site[1] else None

@@ -19,9 +19,9 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from traindoctor.facts.data.static import is_evaluation_name, is_test_file, iter_training_loaders
+from traindoctor.facts.frameworks.static import is_lightning_class
 from traindoctor.static.args import MISSING, UNKNOWN
-from traindoctor.static.frameworks import is_lightning_class
-from traindoctor.static.loaders import is_evaluation_name, is_test_file, iter_training_loaders
 from traindoctor.static.names import dotted
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,7 +47,7 @@ class LoaderBatch:
 
 
 def training_batches(ctx: FileContext) -> list[LoaderBatch]:
-    """Training loaders (see :mod:`traindoctor.static.loaders`) that pass ``batch_size``, in source order.
+    """Training loaders (see :mod:`traindoctor.facts.data.static`) that pass ``batch_size``, in source order.
 
     Test files have none: batch-size advice about test code is noise.
     """

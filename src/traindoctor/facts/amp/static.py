@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from traindoctor.facts.frameworks.static import framework_backward_unscaled
 from traindoctor.static.args import MISSING, UNKNOWN, find_arg
-from traindoctor.static.frameworks import framework_backward_unscaled
 from traindoctor.static.names import dotted
 from traindoctor.static.vocab import BFLOAT16, DTYPE_NAMES, FLOAT16  # re-exported
 

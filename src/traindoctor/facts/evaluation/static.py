@@ -475,7 +475,7 @@ _BUILTINS = frozenset(dir(builtins))
 
 @lru_cache(maxsize=4096)
 def _evaluation_word(word: str) -> bool:
-    from traindoctor.static.loaders import is_evaluation_name
+    from traindoctor.facts.data.static import is_evaluation_name
 
     return is_evaluation_name(word)
 
@@ -559,7 +559,7 @@ def unguarded_evaluation_forwards(ctx: FileContext) -> list[tuple[ast.Call, str]
 
 
 def _unguarded_evaluation_forwards(ctx: FileContext) -> list[tuple[ast.Call, str]]:
-    from traindoctor.static.loaders import is_test_file
+    from traindoctor.facts.data.static import is_test_file
 
     if is_test_file(ctx.filename) or _other_framework_only(ctx):
         return []

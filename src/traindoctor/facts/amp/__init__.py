@@ -1,0 +1,1 @@
+"""Mixed precision: autocast regions, scalers and clipping, read from the file."""

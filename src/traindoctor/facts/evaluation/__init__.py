@@ -1,0 +1,1 @@
+"""Evaluation hygiene: grad mode, eval mode and evaluation loops, read from the file."""

@@ -1,0 +1,1 @@
+"""Training frameworks (Lightning, Hugging Face, accelerate) read without importing them."""

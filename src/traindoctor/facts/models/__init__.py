@@ -1,0 +1,1 @@
+"""Models: which layers a model has, read from its definition."""

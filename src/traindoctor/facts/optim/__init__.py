@@ -1,0 +1,1 @@
+"""Optimizers: the live audit of param groups against the model's modules."""
