@@ -8,8 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from traindoctor.finding import Edit, Finding, Fix, Location, Origin, Severity
-
-__version__ = "0.1.0"
+from traindoctor.version import __version__
 
 __all__ = ["Edit", "Finding", "Fix", "Location", "Origin", "Severity", "__version__", "watch"]
 

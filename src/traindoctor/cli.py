@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from traindoctor import __version__
+from traindoctor.version import __version__
 
 #: subcommand -> module whose ``main(argv) -> int`` handles it.
 DELEGATED = {

@@ -12,37 +12,20 @@ import os
 import pkgutil
 from collections.abc import Iterable
 from functools import cache
-from types import ModuleType
-from typing import TypeVar
 
+from traindoctor.discover import classes_defined_in
 from traindoctor.rules.base import Rule
-
-T = TypeVar("T")
 
 
 class UnknownCodeError(ValueError):
     """Raised for a --select/--ignore entry that matches no rule."""
 
 
-def classes_defined_in(module: ModuleType, base: type[T]) -> list[type[T]]:
-    """Subclasses of ``base`` that ``module`` itself defines (not ones it merely imports).
-
-    The one discovery rule shared by rules, their runtime monitors and the runtime probes:
-    adding a class means adding it to a module, nothing else.
-    """
-    name = module.__name__
-    return [
-        obj
-        for obj in vars(module).values()
-        if isinstance(obj, type) and issubclass(obj, base) and obj is not base and obj.__module__ == name
-    ]
-
-
 def _is_rule_leaf(leaf: str) -> bool:
     return leaf.startswith("td") and leaf[2:5].isdigit()
 
 
-def _iter_rule_modules() -> Iterable[str]:
+def iter_rule_modules() -> Iterable[str]:
     """Names of the rule modules, ``traindoctor.rules.<topic>.tdNNN_<name>``.
 
     Listed from the package folders directly (a watched run does this at start-up, and
@@ -75,7 +58,7 @@ def _iter_rule_modules() -> Iterable[str]:
 def all_rules() -> tuple[type[Rule], ...]:
     """Every rule class, sorted by code. Each code appears exactly once."""
     found: dict[str, type[Rule]] = {}
-    for modname in sorted(_iter_rule_modules()):
+    for modname in sorted(iter_rule_modules()):
         for obj in classes_defined_in(importlib.import_module(modname), Rule):
             if not obj.code:
                 continue

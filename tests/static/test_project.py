@@ -13,12 +13,13 @@ import textwrap
 from pathlib import Path
 
 from traindoctor.check.engine import _project_view as project_view
-from traindoctor.check.engine import check_source, instantiate, parse
+from traindoctor.check.engine import check_source, instantiate
 from traindoctor.config import Settings
 from traindoctor.finding import Location
 from traindoctor.report import get_reporter
 from traindoctor.report import text as text_report
 from traindoctor.static.project import Project, project_for, project_root
+from traindoctor.static.source import parse
 
 
 def write(root: Path, files: dict[str, str]) -> None:

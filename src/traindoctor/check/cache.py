@@ -26,9 +26,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from traindoctor import __version__
 from traindoctor.config import Settings
 from traindoctor.finding import Finding
+from traindoctor.version import __version__
 
 CACHE_DIR_NAME = ".traindoctor_cache"
 _FORMAT = 1

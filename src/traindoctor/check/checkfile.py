@@ -13,11 +13,12 @@ import io
 import tokenize
 from dataclasses import dataclass, field
 
-from traindoctor.check.engine import check_source, parse_error
+from traindoctor.check.engine import check_source
 from traindoctor.check.notebook import NotebookError, is_notebook, read_notebook
 from traindoctor.config import Settings
 from traindoctor.finding import Finding
 from traindoctor.rules.base import Rule
+from traindoctor.static.source import parse_error
 
 
 @dataclass

@@ -8,10 +8,7 @@ other rules' findings for that file still count) so one bug cannot hide every ot
 from __future__ import annotations
 
 import ast
-import io
 import re
-import tokenize
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -19,12 +16,12 @@ from traindoctor.check.fix import apply_edits, select_fixes
 from traindoctor.config import Settings
 from traindoctor.facts.data.static import drives_training
 from traindoctor.facts.frameworks import static as _frameworks  # noqa: F401 - registers FRAMEWORK_HOOKS
-from traindoctor.finding import Finding, Location, Origin, Severity, sort_findings
+from traindoctor.finding import Finding, sort_findings
 from traindoctor.registry import all_rules
 from traindoctor.rules.base import Rule
-from traindoctor.static.context import FileContext, split_lines
-from traindoctor.static.grammar import newer_python_needed, running_python
+from traindoctor.static.context import FileContext
 from traindoctor.static.project import ProjectView, view_for
+from traindoctor.static.source import parse
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]*(?:[\s,]+[A-Za-z]+[0-9]*)*))?", re.IGNORECASE)
 #: ``# traindoctor: noqa`` (every code) or ``# traindoctor: noqa: TD102, TD3`` on a line of its own.
@@ -99,61 +96,6 @@ class FileResult:
 def instantiate(codes: Iterable[str]) -> list[Rule]:
     wanted = set(codes)
     return [r() for r in all_rules() if r.code in wanted and r.static]
-
-
-def parse_error(filename: str, message: str, row: int = 1, column: int = 1, line: str | None = None) -> Finding:
-    return Finding(
-        code="TD000",
-        name="parse-error",
-        severity=Severity.ERROR,
-        message=message,
-        filename=filename,
-        location=Location(max(row, 1), max(column, 1)),
-        origin=Origin.STATIC,
-        source_line=line,
-    )
-
-
-def decode_source(data: bytes) -> str:
-    """Decode like the interpreter does (PEP 263 cookie or BOM, else UTF-8)."""
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    text = data.decode(encoding)
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    return text
-
-
-def parse(filename: str, data: bytes | str) -> tuple[str, list[str], ast.Module] | Finding:
-    """Source text, its lines and its tree; or the TD000 finding that explains why not."""
-    try:
-        source = data if isinstance(data, str) else decode_source(data)
-    except (UnicodeDecodeError, LookupError, SyntaxError) as exc:
-        return parse_error(filename, f"File is not valid text in its declared encoding ({exc}); it was skipped.")
-    if "\x00" in source:
-        return parse_error(filename, "File contains null bytes (a binary file?); it was skipped.")
-    lines = split_lines(source)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(source, filename=filename)
-    except SyntaxError as exc:
-        row = exc.lineno or 1
-        text = lines[row - 1].rstrip("\r\n") if 0 < row <= len(lines) else None
-        newer = newer_python_needed(text, exc.msg or "")
-        if newer is not None:
-            version, feature = newer
-            message = (
-                f"SyntaxError: {exc.msg}; this looks like Python {version} syntax ({feature}) and "
-                f"traindoctor runs on Python {running_python()}: run it with Python {version} or "
-                "newer to check this file; the file was skipped."
-            )
-            return parse_error(filename, message, row, exc.offset or 1, text)
-        return parse_error(filename, f"SyntaxError: {exc.msg}; the file was skipped.", row, exc.offset or 1, text)
-    except (RecursionError, MemoryError):
-        return parse_error(filename, "File is nested too deeply for the Python parser; it was skipped.")
-    except (ValueError, OverflowError) as exc:
-        return parse_error(filename, f"File cannot be parsed ({exc}); it was skipped.")
-    return source, lines, tree
 
 
 def _noqa_allows(finding: Finding, lines: list[str]) -> bool:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable
 
-from traindoctor.registry import _iter_rule_modules, classes_defined_in
+from traindoctor.discover import classes_defined_in
+from traindoctor.registry import iter_rule_modules
 from traindoctor.runtime.events import Monitor
 
 
@@ -26,7 +27,7 @@ def all_monitors(enabled_codes: Iterable[str] | None = None) -> list[type[Monito
     """
     wanted = None if enabled_codes is None else set(enabled_codes)
     found: list[type[Monitor]] = []
-    for modname in sorted(_iter_rule_modules()):
+    for modname in sorted(iter_rule_modules()):
         for cls in _module_monitors(modname):
             if wanted is None or cls.rule.code in wanted:
                 found.append(cls)

@@ -200,7 +200,7 @@ window.addEventListener('error', function (e) {
 
 
 def _page(title: str, subtitle: str, body: str, plotly_js: str) -> str:
-    from traindoctor import __version__
+    from traindoctor.version import __version__
 
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

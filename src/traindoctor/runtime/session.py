@@ -700,7 +700,7 @@ class Session:
         torch_mod = sys.modules.get("torch")
         if torch_mod is not None:
             torch_version = getattr(torch_mod, "__version__", None)
-        from traindoctor import __version__
+        from traindoctor.version import __version__
 
         return {
             "traindoctor": __version__,

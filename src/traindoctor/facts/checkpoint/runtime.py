@@ -476,10 +476,10 @@ def static_save_facts(filename: str, row: int) -> list[Any] | None:
         return _STATIC_FACTS[key] or None
     facts: list[Any] = []
     try:
-        from traindoctor.check.engine import parse
         from traindoctor.config import Settings
         from traindoctor.facts.checkpoint.static import checkpoint_index
         from traindoctor.static.context import FileContext
+        from traindoctor.static.source import parse
 
         with open(filename, "rb") as fh:
             parsed = parse(filename, fh.read())

@@ -7,7 +7,7 @@ from traindoctor.rules.base import Invalid, Rule, Valid
 
 
 class ParseError(Rule):
-    """Reported by the engine itself (``traindoctor.check.engine.parse``), never by ``check``."""
+    """Reported by the engine itself (``traindoctor.static.source.parse``), never by ``check``."""
 
     code = "TD000"
     name = "parse-error"

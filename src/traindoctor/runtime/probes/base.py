@@ -17,7 +17,7 @@ import pkgutil
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from traindoctor.registry import classes_defined_in
+from traindoctor.discover import classes_defined_in
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.runtime.session import Session
