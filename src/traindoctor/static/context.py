@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 import io
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from functools import cached_property
 from operator import attrgetter
 from typing import Any, TypeVar
@@ -22,7 +22,7 @@ from traindoctor.static import values as _values
 from traindoctor.static.argparse_facts import ArgparseFacts
 from traindoctor.static.args import MISSING, SIGNATURES, UNKNOWN, ArgResult, find_arg, last_arg_end
 from traindoctor.static.dicts import SpelledDicts
-from traindoctor.static.names import ImportMap, dotted
+from traindoctor.static.names import ImportMap
 from traindoctor.static.protocols import CheckSettings, ProjectLink, RuleInfo
 
 T = TypeVar("T")
@@ -721,18 +721,3 @@ class FileContext:
         if line.endswith("\r\n"):
             newline = "\r\n"
         return Fix(message, (Edit(f"{indent}{text}{newline}", at, at),), applicability)
-
-
-def iter_arg_nodes(call: ast.Call) -> Iterable[ast.expr]:
-    """All argument expressions of a call, positional then keyword."""
-    yield from call.args
-    for kw in call.keywords:
-        yield kw.value
-
-
-def is_const(node: ast.AST | Any, *values: Any) -> bool:
-    return isinstance(node, ast.Constant) and any(node.value == v and type(node.value) is type(v) for v in values)
-
-
-def names_in(nodes: Sequence[ast.AST]) -> set[str]:
-    return {d for n in nodes if (d := dotted(n)) is not None}

@@ -102,10 +102,6 @@ LIGHTNING_PRECISION_ALIASES = {16: "16-mixed", "16": "16-mixed", "bf16": "bf16-m
 APEX_AMP = frozenset({"apex.amp.initialize", "apex.amp.scale_loss"})
 
 
-def is_framework_call(ctx: FileContext, call: ast.Call, names: frozenset[str]) -> bool:
-    return ctx.qualname(call.func) in names
-
-
 def _mentions(ctx: FileContext, *words: str) -> bool:
     """A cheap text pre-check before resolving calls: the file spells one of ``words``."""
     source = ctx.source
