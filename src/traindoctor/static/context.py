@@ -543,9 +543,9 @@ class FileContext:
         return SpelledDicts(self)
 
     @property
-    def _mutated_names(self) -> frozenset[str]:
+    def mutated_names(self) -> frozenset[str]:
         """Names of containers changed in place somewhere in the file (see :mod:`.dicts`)."""
-        return self._dicts._mutated_names
+        return self._dicts.mutated_names
 
     def dict_literal(self, node: ast.AST) -> dict[str, ast.expr] | None:
         """Keys -> value nodes of a dict the file spells out (``{...}``, ``dict(k=v)``), else None."""
@@ -579,7 +579,7 @@ class FileContext:
     @property
     def _parsed_args_names(self) -> frozenset[str]:
         """Names bound to the result of ``parse_args()`` (see :mod:`.argparse_facts`)."""
-        return self._argparse_facts._parsed_args_names
+        return self._argparse_facts.parsed_args_names
 
     def argparse_default(self, node: ast.Attribute, *, declared: bool = False) -> Any:
         """Value of ``args.x`` from this file's argparse default for ``x`` (else UNKNOWN)."""

@@ -33,6 +33,26 @@ class ValueSource(DictSource, Protocol):
     def value(self, node: Any) -> Any: ...
 
 
+class FileIndex(Protocol):
+    """The node index of one file and its navigation: what ``dicts`` and ``argparse_facts`` walk."""
+
+    def of(self, *types: type) -> list[Any]: ...
+
+    def method_calls(self, attr: str) -> list[ast.Call]: ...
+
+    def parent(self, node: ast.AST) -> ast.AST | None: ...
+
+    def scope_of(self, node: ast.AST) -> ast.AST: ...
+
+    def function_of(self, node: ast.AST) -> ast.AST | None: ...
+
+    def binding(self, name: ast.Name) -> ast.expr | None: ...
+
+
+class ArgparseSource(FileIndex, ValueSource, Protocol):
+    """What reading argparse defaults asks of a file: its nodes and the values of expressions."""
+
+
 class CheckSettings(Protocol):
     """The settings a file's rules read (``traindoctor.config.Settings`` provides them)."""
 
