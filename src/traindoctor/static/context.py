@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import io
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter
 from typing import Any, TypeVar
@@ -208,6 +209,18 @@ def _bind(
                 _bind(table, t.value if isinstance(t, ast.Starred) else t, None, scope)
 
 
+@dataclass(frozen=True)
+class FrameworkHooks:
+    """Framework conventions a file's context consults without importing the frameworks' facts
+    (the layers read bottom-up): :data:`traindoctor.facts.frameworks.static.HOOKS` provides them
+    and the engine hands them to each context it builds (:func:`traindoctor.check.engine.file_context`)."""
+
+    #: ``self.lr`` / ``self.hparams.lr`` inside a LightningModule: its ``__init__`` default, else UNKNOWN.
+    attribute_value: Callable[[FileContext, ast.Attribute], Any]
+    #: Whether a Trainer, Fabric or Accelerator of the file picks the GPU itself.
+    targets_cuda: Callable[[FileContext], bool]
+
+
 class FileContext:
     """One parsed file and the questions rules ask about it."""
 
@@ -219,6 +232,7 @@ class FileContext:
         settings: CheckSettings,
         lines: list[str] | None = None,
         project: Callable[[FileContext], ProjectLink | None] | None = None,
+        frameworks: FrameworkHooks | None = None,
     ) -> None:
         self.filename = filename
         self.source = source
@@ -227,6 +241,8 @@ class FileContext:
         #: Builds the file's view of its project on first use (the engine passes
         #: :func:`traindoctor.static.project.view_for`); None: the file is checked alone.
         self._project_factory = project
+        #: The frameworks' conventions (None: the file is read without them).
+        self.frameworks = frameworks
         self.lines = lines if lines is not None else split_lines(source)
         self.nodes = build_index(tree)
         self._ordered: set[type] = set()
@@ -532,6 +548,12 @@ class FileContext:
             return UNKNOWN
         return _values.evaluate(self, node)
 
+    def framework_value(self, node: ast.Attribute) -> Any:
+        """What a framework's convention says ``node`` holds (``self.lr`` of a LightningModule:
+        its ``__init__`` default), else UNKNOWN. See :class:`FrameworkHooks`."""
+        hooks = self.frameworks
+        return hooks.attribute_value(self, node) if hooks is not None else UNKNOWN
+
     def outside_value(self, node: ast.AST) -> Any:
         """A value the file reads from elsewhere in its project (``cfg.train.batch_size`` from a
         YAML file the script loads), else UNKNOWN. See :mod:`traindoctor.static.config_files`."""
@@ -599,10 +621,8 @@ class FileContext:
             v = node.value  # type: ignore[attr-defined]
             if isinstance(v, str) and (v == "cuda" or v.startswith("cuda:") or v == "nccl"):
                 return True
-        from traindoctor.static.protocols import FRAMEWORK_HOOKS
-
-        hook = FRAMEWORK_HOOKS.get("targets_cuda")  # Trainer/Fabric/Accelerator pick the GPU themselves
-        return bool(hook(self)) if hook is not None else False
+        hooks = self.frameworks  # Trainer/Fabric/Accelerator pick the GPU themselves
+        return hooks is not None and bool(hooks.targets_cuda(self))
 
     # ------------------------------------------------------------------ positions and text
     def _char_col(self, lineno: int, byte_col: int) -> int:

@@ -32,7 +32,7 @@ from traindoctor.static.names import dotted
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.facts.models.static import ModelInfo
-    from traindoctor.static.context import FileContext
+    from traindoctor.static.context import FileContext, FrameworkHooks
 
 ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 #: DataLoader keywords whose value a loader factory's summary records.
@@ -225,14 +225,24 @@ class Resolved:
 # ---------------------------------------------------------------------------------------- project
 
 
+@dataclass(frozen=True)
+class ModuleReader:
+    """How the project model reads the other modules of a project, handed down by the engine so
+    that this layer imports neither the engine nor the facts."""
+
+    #: The engine's own ``parse`` (same decoding, same TD000 rules as checked files).
+    parse: Callable[[str, bytes], Any]
+    #: The framework conventions the modules' contexts know (as the checked file's does).
+    frameworks: FrameworkHooks | None = None
+
+
 class Project:
     """All modules of one project root seen in this process; summaries memoised by content."""
 
-    def __init__(self, root: Path, parse: Callable[[str, bytes], Any] | None = None) -> None:
+    def __init__(self, root: Path, reader: ModuleReader | None = None) -> None:
         self.root = root
-        #: How project modules are parsed: the engine's own ``parse`` (same decoding, same TD000
-        #: rules as checked files), handed down so this layer never imports the engine.
-        self.parse = parse
+        #: How project modules are read (None: the project stays unknown, only imports resolve).
+        self.reader = reader
         self._summaries: dict[str, ModuleSummary | None] = {}
         self._in_progress: set[str] = set()
         self._modules: dict[tuple[str, str], str | None] = {}
@@ -319,9 +329,9 @@ class Project:
         the whole run would make each garbage collection walk them all."""
         ctx = self._contexts.get(summary.path)
         if ctx is None:
-            if self.digest(summary.path) != summary.digest or self.parse is None:
+            if self.digest(summary.path) != summary.digest or self.reader is None:
                 return None
-            parsed = self.parse(summary.path, self._data[summary.path])
+            parsed = self.reader.parse(summary.path, self._data[summary.path])
             if not isinstance(parsed, tuple):
                 return None
             ctx = self._contexts[summary.path] = _module_context(self, summary.path, parsed)
@@ -366,7 +376,7 @@ _BY_CONTENT: dict[tuple[str, str], ModuleSummary] = {}
 _ROOTS: dict[str, Path] = {}
 
 
-def project_for(filename: str, parse: Callable[[str, bytes], Any] | None = None) -> Project | None:
+def project_for(filename: str, reader: ModuleReader | None = None) -> Project | None:
     """The project of a file on disk (None for in-memory sources with no file behind them).
 
     A fresh :class:`Project` per checked file: file contents are re-validated (by hash) on every
@@ -384,7 +394,7 @@ def project_for(filename: str, parse: Callable[[str, bytes], Any] | None = None)
     root = _ROOTS.get(folder)
     if root is None:
         root = _ROOTS[folder] = project_root(path)
-    return Project(root, parse)
+    return Project(root, reader)
 
 
 def _file_of(base: Path, parts: list[str]) -> str | None:
@@ -566,9 +576,9 @@ class ProjectView:
         return (Related(_display(place.path), Location(place.line, place.column), message),)
 
 
-def view_for(ctx: FileContext, parse: Callable[[str, bytes], Any] | None = None) -> ProjectView | None:
+def view_for(ctx: FileContext, reader: ModuleReader | None = None) -> ProjectView | None:
     """The project view of a checked file on disk (None for sources with no file behind them)."""
-    project = project_for(ctx.filename, parse)
+    project = project_for(ctx.filename, reader)
     if project is None:
         return None
     return ProjectView(ctx, project, Path(ctx.filename).resolve())
@@ -626,9 +636,9 @@ def _import_bindings(nodes: list[Any], project: Project, path: Path) -> Iterator
 def _summarize(project: Project, path: str, data: bytes, digest: str) -> ModuleSummary | None:
     from traindoctor.facts.data.static import indexes_own_data
 
-    if project.parse is None:
-        return None  # no parser handed down: the project stays unknown
-    parsed = project.parse(path, data)
+    if project.reader is None:
+        return None  # no reader handed down: the project stays unknown
+    parsed = project.reader.parse(path, data)
     if not isinstance(parsed, tuple):
         return None
     ctx = project._contexts[path] = _module_context(project, path, parsed)
@@ -713,7 +723,8 @@ def _module_context(project: Project, path: str, parsed: tuple) -> FileContext:
     from traindoctor.static.context import FileContext
 
     source, lines, tree = parsed
-    ctx = FileContext(path, source, tree, _SummarySettings(), lines)
+    frameworks = project.reader.frameworks if project.reader is not None else None
+    ctx = FileContext(path, source, tree, _SummarySettings(), lines, frameworks=frameworks)
     ctx.__dict__["project"] = _ModuleView(ctx, project, Path(path))  # the module's own view
     return ctx
 

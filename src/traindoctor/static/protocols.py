@@ -28,6 +28,8 @@ class ValueSource(DictSource, Protocol):
 
     def argparse_default(self, node: ast.Attribute, *, declared: bool = False) -> Any: ...
 
+    def framework_value(self, node: ast.Attribute) -> Any: ...
+
     def outside_value(self, node: ast.AST) -> Any: ...
 
     def value(self, node: Any) -> Any: ...
@@ -74,10 +76,3 @@ class ProjectLink(Protocol):
     dependencies: set[str]
 
     def config_value(self, node: ast.AST) -> Any: ...
-
-
-#: Framework knowledge that lower layers consult without importing it (the layers read bottom-up):
-#: :mod:`traindoctor.facts.frameworks.static` registers ``"attribute_value"`` (``self.lr`` of a
-#: LightningModule from its ``__init__`` default) and ``"targets_cuda"`` (a Trainer, Fabric or
-#: Accelerator picks the GPU itself) when it is imported; the engine imports it.
-FRAMEWORK_HOOKS: dict[str, Any] = {}
