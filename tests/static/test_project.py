@@ -14,6 +14,7 @@ from pathlib import Path
 
 from traindoctor.check.engine import READER, check_source, file_context, instantiate
 from traindoctor.config import Settings
+from traindoctor.facts.data.project import function_data
 from traindoctor.finding import Location
 from traindoctor.report import get_reporter
 from traindoctor.report import text as text_report
@@ -390,11 +391,14 @@ def test_summaries_are_computed_once_per_content_and_redone_when_it_changes(tmp_
     first = Project(tmp_path, READER).summary(utils)
     again = Project(tmp_path, READER).summary(utils)  # a fresh project (another run, same process)
     assert first is again
-    assert first.functions["get_training_dataloader"].loader.keywords["num_workers"] == ("param", "num_workers")
+    assert function_data(first.functions["get_training_dataloader"]).loader.keywords["num_workers"] == (
+        "param",
+        "num_workers",
+    )
     (tmp_path / "utils.py").write_text(UTILS_FACTORY.replace("num_workers=num_workers,", "num_workers=3,"))
     changed = Project(tmp_path, READER).summary(utils)
     assert changed is not first
-    assert changed.functions["get_training_dataloader"].loader.keywords["num_workers"] == ("value", 3)
+    assert function_data(changed.functions["get_training_dataloader"]).loader.keywords["num_workers"] == ("value", 3)
 
 
 def test_modules_outside_the_project_are_the_outside_world(tmp_path):

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from traindoctor.check.fix import apply_edits, select_fixes
 from traindoctor.config import Settings
 from traindoctor.facts.data.static import drives_training
+from traindoctor.facts.data.summariser import DATA_SUMMARISER
 from traindoctor.facts.frameworks.static import HOOKS
+from traindoctor.facts.models.summariser import MODEL_QUERY
 from traindoctor.finding import Finding, sort_findings
 from traindoctor.registry import all_rules
 from traindoctor.rules.base import Rule
@@ -231,8 +233,9 @@ def check_source(
 
 
 #: How the project model reads a checked file's project modules: parsed like checked files, with
-#: the same framework conventions.
-READER = ModuleReader(parse, frameworks=HOOKS)
+#: the same framework conventions, summarised by the topics' facts (what a function's DataLoader is
+#: built with, whether a Dataset holds its data; what model a class builds, on first use).
+READER = ModuleReader(parse, frameworks=HOOKS, summarisers=(DATA_SUMMARISER,), queries=(MODEL_QUERY,))
 
 
 def file_context(

@@ -277,6 +277,10 @@ class FileContext:
             store[key] = build(self)
         return store[key]
 
+    def forget(self, key: str) -> None:
+        """Drop the shared analysis ``key``: it was built against a state that no longer holds."""
+        self._shared.pop(key, None)
+
     def release(self) -> None:
         """Drop every analysis built for this file; the context must not be used afterwards.
 

@@ -2,9 +2,10 @@
 
 The static engine reads bottom-up: ``args``/``names`` (argument lookup, qualified names) ->
 ``values`` (constant propagation) -> ``dicts``/``argparse_facts`` -> ``context`` (one file, one
-walk) -> the shared analyses (``loaders``, ``models``, ``checkpoints``, ``project``, ...) -> rules
--> ``engine``. A lower layer never imports a higher one, not even for type hints: where it needs
-to ask the file something, it names the question here and ``FileContext`` answers it.
+walk) -> ``project``, ``config_files`` -> the topics' facts (``traindoctor.facts``) -> rules ->
+``check.engine``. A lower layer never imports a higher one, not even for type hints: where it
+needs to ask the file something, it names the question here and ``FileContext`` answers it; what
+it needs from above (the framework conventions, the topics' summarisers) the engine hands down.
 """
 
 from __future__ import annotations
