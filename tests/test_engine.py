@@ -9,7 +9,7 @@ import ast
 
 import pytest
 
-from traindoctor.check.engine import check_source
+from traindoctor.check.engine import check_source, file_context
 from traindoctor.config import Settings
 from traindoctor.finding import Location
 from traindoctor.rules.base import Rule
@@ -38,7 +38,7 @@ def run(src: str, **kw):
 
 
 def ctx_of(src: str) -> FileContext:
-    return FileContext("t.py", src, ast.parse(src), Settings())
+    return file_context("t.py", src, ast.parse(src), Settings())
 
 
 @pytest.mark.parametrize(

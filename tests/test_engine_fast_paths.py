@@ -15,7 +15,7 @@ import weakref
 
 import pytest
 
-from traindoctor.check.engine import _TRAINING_WORDS, _WordTest, check_source, instantiate
+from traindoctor.check.engine import _TRAINING_WORDS, _WordTest, check_source, file_context, instantiate
 from traindoctor.config import Settings
 from traindoctor.registry import all_rules
 from traindoctor.rules.base import Rule
@@ -49,7 +49,7 @@ def main():
 
 
 def ctx_of(src: str) -> FileContext:
-    return FileContext("t.py", src, ast.parse(src), Settings())
+    return file_context("t.py", src, ast.parse(src), Settings())
 
 
 @pytest.mark.parametrize("source", [TRAINING_SCRIPT, "x = 1\n", "model.eval()\nval = 3\n", ""])
@@ -128,7 +128,7 @@ def test_imports_project_stops_early_but_agrees_with_the_full_bindings(tmp_path)
     for name, src in cases.items():
         path = tmp_path / name
         path.write_text(src)
-        ctx = FileContext(str(path), src, ast.parse(src), Settings())
+        ctx = file_context(str(path), src, ast.parse(src), Settings())
         project = project_for(str(path))
         assert project is not None
         fast = ProjectView(ctx, project, path.resolve()).imports_project
@@ -145,13 +145,7 @@ def test_a_checked_file_s_tree_is_freed_without_the_cycle_collector(tmp_path):
     rules = instantiate(Settings().enabled_codes())
     tree = ast.parse(TRAINING_SCRIPT)
     ref = weakref.ref(tree)
-    ctx = FileContext(
-        str(path),
-        TRAINING_SCRIPT,
-        tree,
-        Settings(),
-        project=lambda c: __import__("traindoctor.static.project", fromlist=["x"]).view_for(c),
-    )
+    ctx = file_context(str(path), TRAINING_SCRIPT, tree, Settings())
     del tree
     gc.disable()
     try:

@@ -75,15 +75,11 @@ KNOWN_UPWARD: set[tuple[str, str]] = {
     ("traindoctor.runtime.session", "traindoctor.report.run"),
     ("traindoctor.runtime.session", "traindoctor.doctor.monitors"),
     ("traindoctor.runtime.session", "traindoctor.registry"),
-    ("traindoctor.static.project", "traindoctor.facts.models.static"),
-    ("traindoctor.static.project", "traindoctor.facts.data.static"),
 }
 
 #: Import circles still to be broken (each a frozenset of modules); the list only shrinks.
 KNOWN_CYCLES: set[frozenset[str]] = {
-    frozenset({"traindoctor.static.argparse_facts", "traindoctor.static.context", "traindoctor.static.dicts"}),
     frozenset({"traindoctor.runtime.probes.base", "traindoctor.runtime.session"}),
-    frozenset({"traindoctor.facts.data.static", "traindoctor.static.project"}),
     frozenset({"traindoctor.checkpoint.core", "traindoctor.checkpoint.sharded"}),
     frozenset({"traindoctor.checkpoint.dcp_inspect", "traindoctor.checkpoint.inspect"}),
 }
@@ -92,7 +88,6 @@ KNOWN_CYCLES: set[frozenset[str]] = {
 KNOWN_PRIVATE: set[tuple[str, str]] = {
     ("traindoctor.runtime.probes.base", "traindoctor.runtime.live._first_user_frame"),
     ("traindoctor.recipes.data", "traindoctor.recipes.amp._device_of"),
-    ("traindoctor.static.project", "traindoctor.facts.models.static._function_returns"),
     ("traindoctor.checkpoint.sharded", "traindoctor.checkpoint.atomic._fsync_dir"),
     ("traindoctor.checkpoint.sharded", "traindoctor.checkpoint.atomic._writer_alive"),
     ("traindoctor.checkpoint.sharded", "traindoctor.checkpoint.atomic._LAST_DIGITS"),

@@ -11,10 +11,9 @@ import textwrap
 
 import pytest
 
-from traindoctor.check.engine import check_source, instantiate
+from traindoctor.check.engine import check_source, file_context, instantiate
 from traindoctor.config import Settings
 from traindoctor.facts.amp.static import BFLOAT16, FLOAT16, amp_facts
-from traindoctor.static.context import FileContext
 
 AMP_CODES = ["TD301", "TD302", "TD303", "TD304", "TD305", "TD307", "TD308"]
 
@@ -35,7 +34,7 @@ def found(src: str, codes=None, **kw) -> list[tuple[str, int]]:
 
 def facts_of(src: str):
     source = textwrap.dedent(src).lstrip("\n")
-    ctx = FileContext("x.py", source, ast.parse(source), Settings())
+    ctx = file_context("x.py", source, ast.parse(source), Settings())
     return amp_facts(ctx)
 
 

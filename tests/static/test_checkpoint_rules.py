@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import textwrap
 
-from traindoctor.check.engine import check_source, instantiate
+from traindoctor.check.engine import check_source, file_context, instantiate
 from traindoctor.config import Settings
 from traindoctor.facts.checkpoint.static import (
     MODEL,
@@ -20,7 +20,6 @@ from traindoctor.facts.checkpoint.static import (
     SCHEDULER,
     checkpoint_index,
 )
-from traindoctor.static.context import FileContext
 
 CODES = ["TD501", "TD502", "TD503", "TD504", "TD505", "TD506", "TD507"]
 
@@ -45,7 +44,7 @@ def found(source: str, **kw) -> list[tuple[str, int]]:
 
 def index(source: str):
     source = textwrap.dedent(source).lstrip("\n")
-    ctx = FileContext("train.py", source, ast.parse(source), Settings(min_torch_version="2.13"))
+    ctx = file_context("train.py", source, ast.parse(source), Settings(min_torch_version="2.13"))
     return checkpoint_index(ctx)
 
 

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from traindoctor.check.engine import check_source, instantiate
+from traindoctor.check.engine import check_source, file_context, instantiate
 from traindoctor.config import Settings
 from traindoctor.facts.data.static import is_evaluation_name, is_test_file, loader_index
 from traindoctor.static.context import FileContext
@@ -17,7 +17,7 @@ CODES = ["TD101", "TD102", "TD103", "TD201", "TD601"]
 
 def _ctx(src: str, filename: str = "train.py") -> FileContext:
     src = textwrap.dedent(src)
-    return FileContext(filename, src, ast.parse(src), Settings(min_torch_version="2.13"))
+    return file_context(filename, src, ast.parse(src), Settings(min_torch_version="2.13"))
 
 
 def _findings(src: str, codes=CODES, filename: str = "train.py", **kw):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import textwrap
 
-from traindoctor.check.engine import check_source, instantiate
+from traindoctor.check.engine import check_source, file_context, instantiate
 from traindoctor.config import Settings
 from traindoctor.facts.evaluation.static import TRAIN, grad_enabled_at, mode_state
 from traindoctor.static.context import FileContext
@@ -15,7 +15,7 @@ CODES = ["TD701", "TD702", "TD703"]
 
 def _ctx(src: str) -> FileContext:
     src = textwrap.dedent(src)
-    return FileContext("train.py", src, ast.parse(src), Settings(min_torch_version="2.13"))
+    return file_context("train.py", src, ast.parse(src), Settings(min_torch_version="2.13"))
 
 
 def _result(src: str, codes=CODES, **kw):

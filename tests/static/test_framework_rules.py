@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from traindoctor.check.engine import check_source, instantiate
+from traindoctor.check.engine import check_source, file_context, instantiate
 from traindoctor.config import Settings
 from traindoctor.facts.frameworks.static import hf_decayed_norm_params, lightning_hparam
 from traindoctor.registry import all_rules
@@ -254,7 +254,7 @@ def test_lightning_module_hooks_and_trainer_flags():
 
 def _ctx(src: str) -> FileContext:
     src = textwrap.dedent(src)
-    return FileContext("m.py", src, ast.parse(src), Settings(min_torch_version="2.13"))
+    return file_context("m.py", src, ast.parse(src), Settings(min_torch_version="2.13"))
 
 
 def _attr(ctx: FileContext, text: str) -> ast.Attribute:

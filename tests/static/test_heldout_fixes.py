@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import textwrap
 
-from traindoctor.check.engine import check_source, instantiate
+from traindoctor.check.engine import check_source, file_context, instantiate
 from traindoctor.config import Settings
 from traindoctor.static.args import UNKNOWN
 from traindoctor.static.context import FileContext
@@ -32,7 +32,7 @@ def found(source: str, codes: list[str]) -> list[tuple[str, int]]:
 
 def context(source: str) -> FileContext:
     source = textwrap.dedent(source).lstrip("\n")
-    return FileContext("train.py", source, ast.parse(source), Settings(min_torch_version="2.13"))
+    return file_context("train.py", source, ast.parse(source), Settings(min_torch_version="2.13"))
 
 
 CKPT = ["TD501", "TD502", "TD503", "TD504"]

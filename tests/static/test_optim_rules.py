@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import textwrap
 
-from traindoctor.check.engine import check_source, instantiate
+from traindoctor.check.engine import check_source, file_context, instantiate
 from traindoctor.config import Settings
 from traindoctor.facts.models.static import model_of
 from traindoctor.static.context import FileContext
@@ -15,7 +15,7 @@ CODES = ["TD202", "TD203", "TD204", "TD205", "TD206"]
 
 def _ctx(src: str) -> FileContext:
     src = textwrap.dedent(src)
-    return FileContext("train.py", src, ast.parse(src), Settings(min_torch_version="2.13"))
+    return file_context("train.py", src, ast.parse(src), Settings(min_torch_version="2.13"))
 
 
 def _findings(src: str, codes=CODES, filename: str = "train.py"):

@@ -12,9 +12,9 @@ import json
 import textwrap
 from pathlib import Path
 
-from traindoctor.check.engine import _project_view as project_view
-from traindoctor.check.engine import check_source, instantiate
+from traindoctor.check.engine import READER, check_source, file_context, instantiate
 from traindoctor.config import Settings
+from traindoctor.facts.data.project import function_data
 from traindoctor.finding import Location
 from traindoctor.report import get_reporter
 from traindoctor.report import text as text_report
@@ -260,13 +260,12 @@ def test_library_code_that_does_not_drive_training_never_reads_other_modules(tmp
         return NativeScalerWithGradNormCount()
     """
     write(tmp_path, {"util/__init__.py": "", "util/misc.py": MISC, "lib.py": main})
-    from traindoctor.static.context import FileContext
 
     path = tmp_path / "lib.py"
     result = check_source(path.read_bytes(), str(path), Settings(), instantiate(["TD304", "TD101", "TD401"]))
     assert result.findings == []
     source, lines, tree = parse(str(path), path.read_bytes())
-    ctx = FileContext(str(path), source, tree, Settings(), lines, project=project_view)
+    ctx = file_context(str(path), source, tree, Settings(), lines)
     for rule in instantiate(["TD304", "TD101", "TD103", "TD401", "TD202"]):
         list(rule.check(ctx))
     assert ctx.project_dependencies == ()
@@ -369,12 +368,11 @@ def test_import_cycles_are_cut_and_unknown_stays_silent(tmp_path):
 
 def test_project_dependencies_name_the_files_that_influenced_the_findings(tmp_path):
     from traindoctor.facts.data.static import iter_training_loaders
-    from traindoctor.static.context import FileContext
 
     write(tmp_path, {"utils.py": UTILS_FACTORY, "train.py": TRAIN_WITH_FACTORY, "unrelated.py": "x = 1\n"})
     path = tmp_path / "train.py"
     source, lines, tree = parse(str(path), path.read_bytes())
-    ctx = FileContext(str(path), source, tree, Settings(), lines, project=project_view)
+    ctx = file_context(str(path), source, tree, Settings(), lines)
     assert ctx.project_dependencies == ()  # nothing asked yet: nothing read
     list(iter_training_loaders(ctx))
     assert ctx.project_dependencies == (str((tmp_path / "utils.py").resolve()),)
@@ -382,7 +380,7 @@ def test_project_dependencies_name_the_files_that_influenced_the_findings(tmp_pa
     result = check_source(path.read_bytes(), str(path), Settings(), instantiate(["TD101", "TD103"]))
     assert result.project_dependencies == (str((tmp_path / "utils.py").resolve()),)
     # in-memory source with no file behind it: no project
-    memory = FileContext("<stdin>", source, tree, Settings(), lines, project=project_view)
+    memory = file_context("<stdin>", source, tree, Settings(), lines)
     assert memory.project is None and memory.project_dependencies == ()
 
 
@@ -390,14 +388,17 @@ def test_summaries_are_computed_once_per_content_and_redone_when_it_changes(tmp_
     write(tmp_path, {"pyproject.toml": "", "utils.py": UTILS_FACTORY, "train.py": TRAIN_WITH_FACTORY})
     assert project_root(tmp_path / "train.py") == tmp_path
     utils = str(tmp_path / "utils.py")
-    first = Project(tmp_path, parse).summary(utils)
-    again = Project(tmp_path, parse).summary(utils)  # a fresh project (another run, same process)
+    first = Project(tmp_path, READER).summary(utils)
+    again = Project(tmp_path, READER).summary(utils)  # a fresh project (another run, same process)
     assert first is again
-    assert first.functions["get_training_dataloader"].loader.keywords["num_workers"] == ("param", "num_workers")
+    assert function_data(first.functions["get_training_dataloader"]).loader.keywords["num_workers"] == (
+        "param",
+        "num_workers",
+    )
     (tmp_path / "utils.py").write_text(UTILS_FACTORY.replace("num_workers=num_workers,", "num_workers=3,"))
-    changed = Project(tmp_path, parse).summary(utils)
+    changed = Project(tmp_path, READER).summary(utils)
     assert changed is not first
-    assert changed.functions["get_training_dataloader"].loader.keywords["num_workers"] == ("value", 3)
+    assert function_data(changed.functions["get_training_dataloader"]).loader.keywords["num_workers"] == ("value", 3)
 
 
 def test_modules_outside_the_project_are_the_outside_world(tmp_path):
@@ -495,11 +496,10 @@ def test_json_config_read_through_a_string_and_attrdict(tmp_path):
     assert rows(result) == [("TD103", 9)]
     # project_dependencies name the config file read
     from traindoctor.facts.data.static import loader_index
-    from traindoctor.static.context import FileContext
 
     path = tmp_path / "train.py"
     source, lines, tree = parse(str(path), path.read_bytes())
-    ctx = FileContext(str(path), source, tree, Settings(), lines, project=project_view)
+    ctx = file_context(str(path), source, tree, Settings(), lines)
     call = loader_index(ctx).loaders[0].call
     assert ctx.arg_value(call, "num_workers") == 4
     assert ctx.project_dependencies == (str((tmp_path / "config_v1.json").resolve()),)

@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from traindoctor.check.fix import apply_edits, select_fixes
 from traindoctor.config import Settings
 from traindoctor.facts.data.static import drives_training
-from traindoctor.facts.frameworks import static as _frameworks  # noqa: F401 - registers FRAMEWORK_HOOKS
+from traindoctor.facts.data.summariser import DATA_SUMMARISER
+from traindoctor.facts.frameworks.static import HOOKS
+from traindoctor.facts.models.summariser import MODEL_QUERY
 from traindoctor.finding import Finding, sort_findings
 from traindoctor.registry import all_rules
 from traindoctor.rules.base import Rule
 from traindoctor.static.context import FileContext
-from traindoctor.static.project import ProjectView, view_for
+from traindoctor.static.project import ModuleReader, ProjectView, view_for
 from traindoctor.static.source import parse
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]*(?:[\s,]+[A-Za-z]+[0-9]*)*))?", re.IGNORECASE)
@@ -190,7 +192,7 @@ def check_source(
             cross = []  # cannot drive training: no question about other modules will be asked
         if not active and not cross:
             return []
-        ctx = FileContext(filename, source, tree, settings, lines, project=_project_view)
+        ctx = file_context(filename, source, tree, settings, lines)
         try:
             if cross and drives_training(ctx) and ctx.project is not None and ctx.project.imports_project:
                 active = [r for r in rules if r in active or r in cross]
@@ -230,9 +232,23 @@ def check_source(
     return result
 
 
+#: How the project model reads a checked file's project modules: parsed like checked files, with
+#: the same framework conventions, summarised by the topics' facts (what a function's DataLoader is
+#: built with, whether a Dataset holds its data; what model a class builds, on first use).
+READER = ModuleReader(parse, frameworks=HOOKS, summarisers=(DATA_SUMMARISER,), queries=(MODEL_QUERY,))
+
+
+def file_context(
+    filename: str, source: str, tree: ast.Module, settings: Settings, lines: list[str] | None = None
+) -> FileContext:
+    """A file's context as the checker builds it: the frameworks' conventions known, the project
+    around the file resolved on first use (see :data:`READER`)."""
+    return FileContext(filename, source, tree, settings, lines, project=_project_view, frameworks=HOOKS)
+
+
 def _project_view(ctx: FileContext) -> ProjectView | None:
-    """The checked file's view of its project; project modules are parsed like checked files."""
-    return view_for(ctx, parse)
+    """The checked file's view of its project."""
+    return view_for(ctx, READER)
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:

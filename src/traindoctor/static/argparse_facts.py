@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import ast
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from traindoctor.static import values as _values
 from traindoctor.static.args import UNKNOWN
-
-if TYPE_CHECKING:  # pragma: no cover
-    from traindoctor.static.context import FileContext  # the file these facts belong to
+from traindoctor.static.protocols import ArgparseSource
 
 
 class ArgparseFacts:
     """Options a file declares and the names its parsed arguments are bound to."""
 
-    def __init__(self, ctx: FileContext) -> None:
+    def __init__(self, ctx: ArgparseSource) -> None:
         self.ctx = ctx
 
     @cached_property
@@ -42,7 +40,7 @@ class ArgparseFacts:
         return out
 
     @cached_property
-    def _parsed_args_names(self) -> frozenset[str]:
+    def parsed_args_names(self) -> frozenset[str]:
         """Names bound to the result of ``parse_args()`` / ``parse_known_args()``."""
         names: set[str] = set()
         for attr in ("parse_args", "parse_known_args"):
@@ -96,7 +94,7 @@ class ArgparseFacts:
         if not defaults or (not declared and node.attr in self._reassigned_namespace_attrs):
             return UNKNOWN  # ``args.workers = ...`` anywhere: the default no longer tells the value
         base = node.value
-        if base.id not in self._parsed_args_names:
+        if base.id not in self.parsed_args_names:
             fn = self.ctx.function_of(node)
             params = set()
             while fn is not None:

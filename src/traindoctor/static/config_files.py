@@ -122,7 +122,7 @@ class _ConfigTable:
         self.changed: set[str] = set()
         if not self.loads:
             return
-        self.changed = set(ctx._mutated_names)
+        self.changed = set(ctx.mutated_names)
         for target in (*ctx.of(ast.Attribute), *ctx.of(ast.Subscript)):  # ``cfg.a = ``, ``cfg["a"] = ``
             if isinstance(target.ctx, (ast.Store, ast.Del)):
                 root = target.value

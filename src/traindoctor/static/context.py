@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import ast
 import io
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter
 from typing import Any, TypeVar
@@ -22,7 +23,7 @@ from traindoctor.static import values as _values
 from traindoctor.static.argparse_facts import ArgparseFacts
 from traindoctor.static.args import MISSING, SIGNATURES, UNKNOWN, ArgResult, find_arg, last_arg_end
 from traindoctor.static.dicts import SpelledDicts
-from traindoctor.static.names import ImportMap, dotted
+from traindoctor.static.names import ImportMap
 from traindoctor.static.protocols import CheckSettings, ProjectLink, RuleInfo
 
 T = TypeVar("T")
@@ -208,6 +209,18 @@ def _bind(
                 _bind(table, t.value if isinstance(t, ast.Starred) else t, None, scope)
 
 
+@dataclass(frozen=True)
+class FrameworkHooks:
+    """Framework conventions a file's context consults without importing the frameworks' facts
+    (the layers read bottom-up): :data:`traindoctor.facts.frameworks.static.HOOKS` provides them
+    and the engine hands them to each context it builds (:func:`traindoctor.check.engine.file_context`)."""
+
+    #: ``self.lr`` / ``self.hparams.lr`` inside a LightningModule: its ``__init__`` default, else UNKNOWN.
+    attribute_value: Callable[[FileContext, ast.Attribute], Any]
+    #: Whether a Trainer, Fabric or Accelerator of the file picks the GPU itself.
+    targets_cuda: Callable[[FileContext], bool]
+
+
 class FileContext:
     """One parsed file and the questions rules ask about it."""
 
@@ -219,6 +232,7 @@ class FileContext:
         settings: CheckSettings,
         lines: list[str] | None = None,
         project: Callable[[FileContext], ProjectLink | None] | None = None,
+        frameworks: FrameworkHooks | None = None,
     ) -> None:
         self.filename = filename
         self.source = source
@@ -227,6 +241,8 @@ class FileContext:
         #: Builds the file's view of its project on first use (the engine passes
         #: :func:`traindoctor.static.project.view_for`); None: the file is checked alone.
         self._project_factory = project
+        #: The frameworks' conventions (None: the file is read without them).
+        self.frameworks = frameworks
         self.lines = lines if lines is not None else split_lines(source)
         self.nodes = build_index(tree)
         self._ordered: set[type] = set()
@@ -260,6 +276,10 @@ class FileContext:
         if key not in store:
             store[key] = build(self)
         return store[key]
+
+    def forget(self, key: str) -> None:
+        """Drop the shared analysis ``key``: it was built against a state that no longer holds."""
+        self._shared.pop(key, None)
 
     def release(self) -> None:
         """Drop every analysis built for this file; the context must not be used afterwards.
@@ -532,6 +552,12 @@ class FileContext:
             return UNKNOWN
         return _values.evaluate(self, node)
 
+    def framework_value(self, node: ast.Attribute) -> Any:
+        """What a framework's convention says ``node`` holds (``self.lr`` of a LightningModule:
+        its ``__init__`` default), else UNKNOWN. See :class:`FrameworkHooks`."""
+        hooks = self.frameworks
+        return hooks.attribute_value(self, node) if hooks is not None else UNKNOWN
+
     def outside_value(self, node: ast.AST) -> Any:
         """A value the file reads from elsewhere in its project (``cfg.train.batch_size`` from a
         YAML file the script loads), else UNKNOWN. See :mod:`traindoctor.static.config_files`."""
@@ -543,9 +569,9 @@ class FileContext:
         return SpelledDicts(self)
 
     @property
-    def _mutated_names(self) -> frozenset[str]:
+    def mutated_names(self) -> frozenset[str]:
         """Names of containers changed in place somewhere in the file (see :mod:`.dicts`)."""
-        return self._dicts._mutated_names
+        return self._dicts.mutated_names
 
     def dict_literal(self, node: ast.AST) -> dict[str, ast.expr] | None:
         """Keys -> value nodes of a dict the file spells out (``{...}``, ``dict(k=v)``), else None."""
@@ -579,7 +605,7 @@ class FileContext:
     @property
     def _parsed_args_names(self) -> frozenset[str]:
         """Names bound to the result of ``parse_args()`` (see :mod:`.argparse_facts`)."""
-        return self._argparse_facts._parsed_args_names
+        return self._argparse_facts.parsed_args_names
 
     def argparse_default(self, node: ast.Attribute, *, declared: bool = False) -> Any:
         """Value of ``args.x`` from this file's argparse default for ``x`` (else UNKNOWN)."""
@@ -599,10 +625,8 @@ class FileContext:
             v = node.value  # type: ignore[attr-defined]
             if isinstance(v, str) and (v == "cuda" or v.startswith("cuda:") or v == "nccl"):
                 return True
-        from traindoctor.static.protocols import FRAMEWORK_HOOKS
-
-        hook = FRAMEWORK_HOOKS.get("targets_cuda")  # Trainer/Fabric/Accelerator pick the GPU themselves
-        return bool(hook(self)) if hook is not None else False
+        hooks = self.frameworks  # Trainer/Fabric/Accelerator pick the GPU themselves
+        return hooks is not None and bool(hooks.targets_cuda(self))
 
     # ------------------------------------------------------------------ positions and text
     def _char_col(self, lineno: int, byte_col: int) -> int:
@@ -721,18 +745,3 @@ class FileContext:
         if line.endswith("\r\n"):
             newline = "\r\n"
         return Fix(message, (Edit(f"{indent}{text}{newline}", at, at),), applicability)
-
-
-def iter_arg_nodes(call: ast.Call) -> Iterable[ast.expr]:
-    """All argument expressions of a call, positional then keyword."""
-    yield from call.args
-    for kw in call.keywords:
-        yield kw.value
-
-
-def is_const(node: ast.AST | Any, *values: Any) -> bool:
-    return isinstance(node, ast.Constant) and any(node.value == v and type(node.value) is type(v) for v in values)
-
-
-def names_in(nodes: Sequence[ast.AST]) -> set[str]:
-    return {d for n in nodes if (d := dotted(n)) is not None}

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import ast
 from functools import cached_property
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # pragma: no cover
-    from traindoctor.static.context import FileContext  # the file these facts belong to
+from traindoctor.static.protocols import FileIndex
 
 #: Methods that change a dict in place.
 MUTATING_METHODS = ("update", "setdefault", "pop", "popitem", "clear")
@@ -20,11 +18,11 @@ MUTATING_METHODS = ("update", "setdefault", "pop", "popitem", "clear")
 class SpelledDicts:
     """Which dicts of one file are spelled out, and what they hold."""
 
-    def __init__(self, ctx: FileContext) -> None:
+    def __init__(self, ctx: FileIndex) -> None:
         self.ctx = ctx
 
     @cached_property
-    def _mutated_names(self) -> frozenset[str]:
+    def mutated_names(self) -> frozenset[str]:
         """Names of containers changed in place somewhere in the file.
 
         ``kw = {...}; kw.update(cuda_kwargs)`` or ``kw["num_workers"] = 4``: the literal no longer
@@ -52,7 +50,7 @@ class SpelledDicts:
         """
         for _ in range(4):
             if isinstance(node, ast.Name):
-                if node.id in self._mutated_names:
+                if node.id in self.mutated_names:
                     return self._updated_dict(node)
                 bound = self.ctx.binding(node)
                 if bound is None:

@@ -11,7 +11,11 @@ and ask ``ctx.project`` about a name that resolves to another module of the same
 * **Summaries** (the Salsa/ty shape): one immutable :class:`ModuleSummary` per module, computed on
   first use from that module's own :class:`FileContext`, cached by file content, so a module shared
   by many scripts is summarised once per process. A summary that is being computed when it is asked
-  for again (an import cycle) answers "unknown".
+  for again (an import cycle) answers "unknown". What a summary says about its functions and
+  classes beyond their syntax (the DataLoader a function returns, the model a class builds) comes
+  from the topics' facts, handed down by the engine in a :class:`ModuleReader` (this layer imports
+  no facts): summarisers (:class:`Summariser`) run with the summary, queries (:class:`Query`) on
+  first use.
 * **Purity**: everything here is a function of the files on disk, never of the order files are
   checked in, so checking files in worker processes or from a content-keyed cache is safe. Each view
   records which other files it read (``dependencies``) so a cache can invalidate on them.
@@ -25,18 +29,16 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.names import dotted
 
 if TYPE_CHECKING:  # pragma: no cover
-    from traindoctor.facts.models.static import ModelInfo
-    from traindoctor.static.context import FileContext
+    from traindoctor.static.context import FileContext, FrameworkHooks
 
 ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
-#: DataLoader keywords whose value a loader factory's summary records.
-LOADER_KEYWORDS = ("batch_size", "num_workers", "pin_memory", "persistent_workers", "shuffle", "sampler", "drop_last")
+#: A top-level function a summary describes.
+FuncDef = ast.FunctionDef | ast.AsyncFunctionDef
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 #: Calls that hand their argument's iteration through (``for b in tqdm(loader)``).
 _ITER_WRAPPERS = frozenset(
@@ -67,23 +69,6 @@ class Place:
 
 
 @dataclass(frozen=True)
-class LoaderFacts:
-    """A ``DataLoader(...)`` a function builds and returns.
-
-    ``keywords`` maps a DataLoader keyword to ``("value", v)`` (a known value), ``("param", name)``
-    (the function's parameter ``name`` is passed through) or ``("unknown", None)``; a keyword that
-    is not passed is absent (the DataLoader default applies) unless ``opaque``.
-    """
-
-    place: Place
-    keywords: Mapping[str, tuple[str, Any]]
-    evaluation: bool
-    in_memory: bool
-    iterable: bool
-    on_device: bool
-
-
-@dataclass(frozen=True)
 class FunctionFacts:
     """What a top-level function of a project module does, as far as its own file tells."""
 
@@ -96,14 +81,12 @@ class FunctionFacts:
     defaults: Mapping[str, Any]
     #: Parameter -> where the function starts a pass over it (``for batch in loader``).
     iterates: Mapping[str, Place]
-    #: Runs without gradients or is an evaluation function without ``backward()``.
-    evaluation: bool
-    #: Whether the body calls ``backward()`` or an optimizer step (runs the train step).
-    trains: bool
-    #: The DataLoader it returns, if it builds one.
-    loader: LoaderFacts | None
+    #: Whether the body calls ``backward()``.
+    backward: bool
     #: Qualified names it calls (torch APIs etc.) -> first place.
     calls: Mapping[str, Place]
+    #: Topic -> what that topic's :class:`Summariser` found (the DataLoader it returns, ...).
+    topics: Mapping[str, Any] = field(default_factory=dict)
 
     def param_for(self, call: ast.Call, arg: ast.AST, method: bool = False) -> str | None:
         """The parameter that receives ``arg`` at ``call`` (None when it cannot be told)."""
@@ -126,9 +109,43 @@ class ClassFacts:
     name: str
     place: Place
     calls: Mapping[str, Place]
-    #: A Dataset whose ``__getitem__`` only indexes data it already holds (see
-    #: ``loaders.indexes_own_data``): loader workers would not pay for themselves.
-    in_memory: bool = False
+    #: Topic -> what that topic's :class:`Summariser` found (a Dataset that holds its data, ...).
+    topics: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Summariser(Protocol):
+    """One topic's facts about the top-level functions and classes of a project module, computed
+    with the module's summary (the facts packages provide these; the engine hands them down)."""
+
+    #: The key its facts are filed under in ``FunctionFacts.topics`` and ``ClassFacts.topics``.
+    topic: str
+
+    def function(self, ctx: FileContext, node: FuncDef, facts: FunctionFacts) -> Any:
+        """What the function ``node`` (whose syntax facts are ``facts``) tells the topic."""
+        ...
+
+    def cls(self, ctx: FileContext, node: ast.ClassDef) -> Any:
+        """What the class ``node`` tells the topic."""
+        ...
+
+
+class Query(Protocol):
+    """A question about a top-level definition of a project module (what model a class builds),
+    too costly to answer for every module: answered on first use, memoised in the summary and
+    validated against the files the answer read (see :meth:`ModuleSummary.answer`)."""
+
+    #: The name it is asked by (:meth:`Resolved.answer`).
+    name: str
+
+    def candidates(self, ctx: FileContext) -> frozenset[str]:
+        """The module's top-level names the question may have an answer for (a cheap filter, run
+        with the summary)."""
+        ...
+
+    def answer(self, ctx: FileContext, name: str, fresh: bool) -> Any:
+        """The answer for the definition ``name`` (None: unknown). ``fresh``: what the module's
+        context kept from earlier answers was computed against another project state."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -146,9 +163,9 @@ class ModuleSummary:
     star_imports: tuple[str, ...]
     #: Top-level names the module defines itself (functions, classes, assignments).
     defined: frozenset[str]
-    #: Top-level classes and functions that may be models (nn.Module classes, factories); what
-    #: each builds is computed on first use (:meth:`model`), as a memoised query.
-    model_names: frozenset[str] = frozenset()
+    #: Query name -> the top-level names it may answer for (nn.Module classes and factories for
+    #: "what model does it build"); answers are computed on first use (:meth:`answer`).
+    answerable: Mapping[str, frozenset[str]] = field(default_factory=dict)
     #: (path, content digest) of the other project files whose content went into this summary.
     dependency_digests: tuple[tuple[str, str], ...] = ()
 
@@ -158,35 +175,40 @@ class ModuleSummary:
     def dependencies(self) -> frozenset[str]:
         return frozenset(p for p, _ in self.dependency_digests)
 
-    def model(self, name: str, project: Project) -> tuple[ModelInfo | None, frozenset[str]]:
-        """(what model ``name`` builds or None, the other files that answer depends on).
+    def answers(self, name: str) -> bool:
+        """Whether some query may have an answer for the top-level name ``name``."""
+        return any(name in names for names in self.answerable.values())
 
-        Memoised per name and validated against the current content of those files, so a
+    def answer(self, query: str, name: str, project: Project) -> tuple[Any, frozenset[str]]:
+        """(the answer of ``query`` for ``name`` or None, the other files that answer depends on).
+
+        Memoised per question and validated against the current content of those files, so a
         changed dependency recomputes only this answer (the Salsa shape)."""
-        if name not in self.model_names:
+        if name not in self.answerable.get(query, ()):
             return None, frozenset()
-        entry = self._memo.get(name)
+        entry = self._memo.get((query, name))
         if entry is not None and all(project.digest(p) == d for p, d in entry[1]):
             return entry[0], frozenset(p for p, _ in entry[1])
-        key = (self.path, name)
-        if key in project.models_in_progress:
-            return None, frozenset()  # a cycle between models: unknown
+        asked = project.query(query)
+        key = (self.path, query, name)
+        if asked is None:
+            return None, frozenset()  # the query was not handed down
+        if key in project.queries_in_progress:
+            return None, frozenset()  # a cycle between answers: unknown
         ctx = project.module_context(self)
         if ctx is None:
             return None, frozenset()
-        project.models_in_progress.add(key)
+        project.queries_in_progress.add(key)
         saved = ctx.__dict__.get("project")
         view = _ModuleView(ctx, project, Path(self.path))
         ctx.__dict__["project"] = view
-        if not project.models_in_progress - {key}:
-            ctx._shared.pop("models", None)  # answers computed against another project state
         try:
-            info = _model_of_definition(ctx, name)
+            info = asked.answer(ctx, name, fresh=not project.queries_in_progress - {key})
         finally:
             ctx.__dict__["project"] = saved
-            project.models_in_progress.discard(key)
+            project.queries_in_progress.discard(key)
         deps = tuple(sorted((p, d) for p in view.dependencies - {self.path} if (d := project.digest(p)) is not None))
-        self._memo[name] = (info, deps)
+        self._memo[(query, name)] = (info, deps)
         return info, frozenset(p for p, _ in deps)
 
 
@@ -200,15 +222,14 @@ class Resolved:
     cls: ClassFacts | None = None
     summary: ModuleSummary | None = field(default=None, compare=False, repr=False)
     project: Project | None = field(default=None, compare=False, repr=False)
-    #: Where the files read to answer :attr:`model` are recorded (the asking view's dependencies).
+    #: Where the files read to answer :meth:`answer` are recorded (the asking view's dependencies).
     sink: set[str] | None = field(default=None, compare=False, repr=False)
 
-    @property
-    def model(self) -> ModelInfo | None:
-        """What the definition builds when it is a model class or factory (computed on first use)."""
+    def answer(self, query: str) -> Any:
+        """The answer of ``query`` for the definition (computed on first use); None: unknown."""
         if self.summary is None or self.project is None:
             return None
-        info, deps = self.summary.model(self.name, self.project)
+        info, deps = self.summary.answer(query, self.name, self.project)
         if self.sink is not None:
             self.sink.update(deps)
         return info
@@ -225,20 +246,34 @@ class Resolved:
 # ---------------------------------------------------------------------------------------- project
 
 
+@dataclass(frozen=True, eq=False)
+class ModuleReader:
+    """How the project model reads the other modules of a project, handed down by the engine so
+    that this layer imports neither the engine nor the facts."""
+
+    #: The engine's own ``parse`` (same decoding, same TD000 rules as checked files).
+    parse: Callable[[str, bytes], Any]
+    #: The framework conventions the modules' contexts know (as the checked file's does).
+    frameworks: FrameworkHooks | None = None
+    #: The topics' facts about each module's functions and classes, computed with its summary.
+    summarisers: tuple[Summariser, ...] = ()
+    #: The topics' questions about a module's definitions, answered on first use.
+    queries: tuple[Query, ...] = ()
+
+
 class Project:
     """All modules of one project root seen in this process; summaries memoised by content."""
 
-    def __init__(self, root: Path, parse: Callable[[str, bytes], Any] | None = None) -> None:
+    def __init__(self, root: Path, reader: ModuleReader | None = None) -> None:
         self.root = root
-        #: How project modules are parsed: the engine's own ``parse`` (same decoding, same TD000
-        #: rules as checked files), handed down so this layer never imports the engine.
-        self.parse = parse
+        #: How project modules are read (None: the project stays unknown, only imports resolve).
+        self.reader = reader
         self._summaries: dict[str, ModuleSummary | None] = {}
         self._in_progress: set[str] = set()
         self._modules: dict[tuple[str, str], str | None] = {}
         self._digests: dict[str, str | None] = {}
         self._data: dict[str, bytes] = {}
-        self.models_in_progress: set[tuple[str, str]] = set()
+        self.queries_in_progress: set[tuple[str, str, str]] = set()
         self._contexts: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ resolution
@@ -291,7 +326,7 @@ class Project:
         if digest is None or len(self._data.get(path, b"")) > _MAX_FILE_BYTES:
             self._summaries[path] = None
             return None
-        cached = _BY_CONTENT.get((path, digest))
+        cached = _BY_CONTENT.get((self.reader, path, digest))
         if cached is not None and all(self.digest(p) == d for p, d in cached.dependency_digests):
             self._summaries[path] = cached
             return cached
@@ -302,7 +337,7 @@ class Project:
             self._in_progress.discard(path)
         self._summaries[path] = result
         if result is not None:
-            _BY_CONTENT[(path, digest)] = result
+            _BY_CONTENT[(self.reader, path, digest)] = result
         return result
 
     def release(self) -> None:
@@ -319,13 +354,18 @@ class Project:
         the whole run would make each garbage collection walk them all."""
         ctx = self._contexts.get(summary.path)
         if ctx is None:
-            if self.digest(summary.path) != summary.digest or self.parse is None:
+            if self.digest(summary.path) != summary.digest or self.reader is None:
                 return None
-            parsed = self.parse(summary.path, self._data[summary.path])
+            parsed = self.reader.parse(summary.path, self._data[summary.path])
             if not isinstance(parsed, tuple):
                 return None
             ctx = self._contexts[summary.path] = _module_context(self, summary.path, parsed)
         return ctx
+
+    def query(self, name: str) -> Query | None:
+        """The reader's query called ``name`` (None: not handed down)."""
+        queries = self.reader.queries if self.reader is not None else ()
+        return next((q for q in queries if q.name == name), None)
 
     def lookup(self, path: str, name: str, seen: frozenset[str] = frozenset()) -> Resolved | None:
         """``name`` as defined by (or re-exported from) the module at ``path``."""
@@ -336,7 +376,7 @@ class Project:
             return None
         fn = summary.functions.get(name)
         cls = summary.classes.get(name)
-        if fn is not None or cls is not None or name in summary.model_names:
+        if fn is not None or cls is not None or summary.answers(name):
             return Resolved(path, name, fn, cls, summary, self)
         if name in summary.defined:
             return None
@@ -359,14 +399,14 @@ class Project:
         return _file_of(p.parent, [name])
 
 
-#: (path, content digest) -> summary; shared by all projects of the process, so a module imported by
-#: many checked files is summarised once. Entries are reused only while the files they depend on
-#: still have the content they were built from.
-_BY_CONTENT: dict[tuple[str, str], ModuleSummary] = {}
+#: (reader, path, content digest) -> summary; shared by all projects of the process, so a module
+#: imported by many checked files is summarised once. Entries are reused only while the files they
+#: depend on still have the content they were built from.
+_BY_CONTENT: dict[tuple[ModuleReader | None, str, str], ModuleSummary] = {}
 _ROOTS: dict[str, Path] = {}
 
 
-def project_for(filename: str, parse: Callable[[str, bytes], Any] | None = None) -> Project | None:
+def project_for(filename: str, reader: ModuleReader | None = None) -> Project | None:
     """The project of a file on disk (None for in-memory sources with no file behind them).
 
     A fresh :class:`Project` per checked file: file contents are re-validated (by hash) on every
@@ -384,7 +424,7 @@ def project_for(filename: str, parse: Callable[[str, bytes], Any] | None = None)
     root = _ROOTS.get(folder)
     if root is None:
         root = _ROOTS[folder] = project_root(path)
-    return Project(root, parse)
+    return Project(root, reader)
 
 
 def _file_of(base: Path, parts: list[str]) -> str | None:
@@ -566,9 +606,9 @@ class ProjectView:
         return (Related(_display(place.path), Location(place.line, place.column), message),)
 
 
-def view_for(ctx: FileContext, parse: Callable[[str, bytes], Any] | None = None) -> ProjectView | None:
+def view_for(ctx: FileContext, reader: ModuleReader | None = None) -> ProjectView | None:
     """The project view of a checked file on disk (None for sources with no file behind them)."""
-    project = project_for(ctx.filename, parse)
+    project = project_for(ctx.filename, reader)
     if project is None:
         return None
     return ProjectView(ctx, project, Path(ctx.filename).resolve())
@@ -624,11 +664,10 @@ def _import_bindings(nodes: list[Any], project: Project, path: Path) -> Iterator
 
 
 def _summarize(project: Project, path: str, data: bytes, digest: str) -> ModuleSummary | None:
-    from traindoctor.facts.data.static import indexes_own_data
-
-    if project.parse is None:
-        return None  # no parser handed down: the project stays unknown
-    parsed = project.parse(path, data)
+    reader = project.reader
+    if reader is None:
+        return None  # no reader handed down: the project stays unknown
+    parsed = reader.parse(path, data)
     if not isinstance(parsed, tuple):
         return None
     ctx = project._contexts[path] = _module_context(project, path, parsed)
@@ -653,21 +692,24 @@ def _summarize(project: Project, path: str, data: bytes, digest: str) -> ModuleS
     for stmt in tree.body:
         if isinstance(stmt, _FUNCS):
             defined.add(stmt.name)
-            functions[stmt.name] = _function_facts(ctx, stmt)
+            functions[stmt.name] = _function_facts(ctx, stmt, reader.summarisers)
             local_calls[stmt.name] = {
                 c.func.id for c in ast.walk(stmt) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
             }
         elif isinstance(stmt, ast.ClassDef):
             defined.add(stmt.name)
             classes[stmt.name] = ClassFacts(
-                stmt.name, _place(ctx, stmt), _calls_in(ctx, stmt), in_memory=indexes_own_data(stmt)
+                stmt.name,
+                place_of(ctx, stmt),
+                _calls_in(ctx, stmt),
+                topics={s.topic: s.cls(ctx, stmt) for s in reader.summarisers},
             )
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
                 if isinstance(target, ast.Name):
                     defined.add(target.id)
     functions = _close_over_local_calls(functions, local_calls)
-    model_names = _model_candidates(ctx, tree)
+    answerable = {q.name: q.candidates(ctx) for q in reader.queries}
     view = ctx.__dict__["project"]
     return ModuleSummary(
         path=path,
@@ -677,7 +719,7 @@ def _summarize(project: Project, path: str, data: bytes, digest: str) -> ModuleS
         imports=imports,
         star_imports=tuple(stars),
         defined=frozenset(defined),
-        model_names=model_names,
+        answerable=answerable,
         dependency_digests=tuple(
             sorted((p, d) for p in view.dependencies - {path} if (d := project.digest(p)) is not None)
         ),
@@ -689,8 +731,6 @@ def _close_over_local_calls(
 ) -> dict[str, FunctionFacts]:
     """A function's ``calls`` include those of the same module's functions it calls (transitively):
     ``get_training_set()`` calls ``input_transform()``, which builds the ``CenterCrop``."""
-    from dataclasses import replace
-
     out = {}
     for name, facts in functions.items():
         seen = {name}
@@ -713,7 +753,8 @@ def _module_context(project: Project, path: str, parsed: tuple) -> FileContext:
     from traindoctor.static.context import FileContext
 
     source, lines, tree = parsed
-    ctx = FileContext(path, source, tree, _SummarySettings(), lines)
+    frameworks = project.reader.frameworks if project.reader is not None else None
+    ctx = FileContext(path, source, tree, _SummarySettings(), lines, frameworks=frameworks)
     ctx.__dict__["project"] = _ModuleView(ctx, project, Path(path))  # the module's own view
     return ctx
 
@@ -729,7 +770,8 @@ class _ModuleView(ProjectView):
     """The view a module being summarised has of the rest of the project."""
 
 
-def _place(ctx: FileContext, node: ast.AST) -> Place:
+def place_of(ctx: FileContext, node: ast.AST) -> Place:
+    """Where ``node`` is in the file of ``ctx``."""
     loc = ctx.location(node)
     return Place(ctx.filename, loc.row, loc.column)
 
@@ -740,13 +782,11 @@ def _calls_in(ctx: FileContext, node: ast.AST) -> dict[str, Place]:
         if isinstance(sub, ast.Call):
             qn = ctx.qualname(sub.func)
             if qn is not None and qn not in out:
-                out[qn] = _place(ctx, sub)
+                out[qn] = place_of(ctx, sub)
     return out
 
 
-def _function_facts(ctx: FileContext, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> FunctionFacts:
-    from traindoctor.facts.data.static import is_evaluation_name, under_no_grad
-
+def _function_facts(ctx: FileContext, fn: FuncDef, summarisers: tuple[Summariser, ...]) -> FunctionFacts:
     a = fn.args
     positional = tuple(p.arg for p in [*a.posonlyargs, *a.args])
     keyword_only = tuple(p.arg for p in a.kwonlyargs)
@@ -760,7 +800,7 @@ def _function_facts(ctx: FileContext, fn: ast.FunctionDef | ast.AsyncFunctionDef
     iterates: dict[str, Place] = {}
     stored: set[str] = set()
     calls: dict[str, Place] = {}
-    trains = has_backward = False
+    backward = False
     qualname = ctx.qualname
     for sub in ast.walk(fn):  # one walk collects every fact
         kind = sub.__class__
@@ -769,14 +809,12 @@ def _function_facts(ctx: FileContext, fn: ast.FunctionDef | ast.AsyncFunctionDef
             func = sub.func  # type: ignore[attr-defined]
             if func.__class__ is ast.Attribute:
                 if func.attr == "backward":
-                    trains = has_backward = True
-                elif func.attr == "step":
-                    trains = True
+                    backward = True
             elif func.__class__ is ast.Name and func.id in ("iter", "cycle") and sub.args:  # type: ignore[attr-defined]
                 it = sub.args[0]  # type: ignore[attr-defined]
             qn = qualname(func)
             if qn is not None and qn not in calls:
-                calls[qn] = _place(ctx, sub)
+                calls[qn] = place_of(ctx, sub)
         elif kind in (ast.For, ast.AsyncFor, ast.comprehension):
             it = sub.iter  # type: ignore[attr-defined]
         elif kind is ast.Name and sub.ctx.__class__ is ast.Store:  # type: ignore[attr-defined]
@@ -784,23 +822,22 @@ def _function_facts(ctx: FileContext, fn: ast.FunctionDef | ast.AsyncFunctionDef
         if it is not None:
             name = _iterated_name(it)
             if name in params and name not in iterates:
-                iterates[name] = _place(ctx, sub if kind is not ast.comprehension else it)
+                iterates[name] = place_of(ctx, sub if kind is not ast.comprehension else it)
     for name in stored & set(iterates):
         del iterates[name]  # the parameter is rebound: the loop may iterate something else
-    no_grad = under_no_grad(ctx, fn.body[0]) if fn.body else False
-    evaluation = not has_backward and (no_grad or is_evaluation_name(fn.name))
-    return FunctionFacts(
+    facts = FunctionFacts(
         name=fn.name,
-        place=_place(ctx, fn),
+        place=place_of(ctx, fn),
         positional=positional,
         keyword_only=keyword_only,
         defaults=defaults,
         iterates=iterates,
-        evaluation=evaluation,
-        trains=trains,
-        loader=_returned_loader(ctx, fn, params),
+        backward=backward,
         calls=calls,
     )
+    if not summarisers:
+        return facts
+    return replace(facts, topics={s.topic: s.function(ctx, fn, facts) for s in summarisers})
 
 
 def _iterated_name(it: ast.AST | None) -> str | None:
@@ -815,136 +852,3 @@ def _iterated_name(it: ast.AST | None) -> str | None:
                 continue
         return None
     return None
-
-
-def _returned_loader(ctx: FileContext, fn: ast.AST, params: set[str]) -> LoaderFacts | None:
-    from traindoctor.facts.data.static import DATALOADER, loader_index
-
-    calls = [c for c in ctx.calls_to(DATALOADER) if ctx.within(c, fn)]
-    if not calls:
-        return None
-    returned: list[ast.Call] = []
-    for sub in ast.walk(fn):
-        if isinstance(sub, ast.Return) and sub.value is not None and ctx.function_of(sub) is fn:
-            value: ast.AST | None = sub.value
-            if isinstance(value, ast.Name):
-                value = ctx.binding(value)
-            if isinstance(value, ast.Call) and any(value is c for c in calls):
-                returned.append(value)
-            else:
-                return None  # returns something else too: not a plain factory
-    if len(returned) != 1:
-        return None
-    call = returned[0]
-    keywords: dict[str, tuple[str, Any]] = {}
-    for name in LOADER_KEYWORDS:
-        node = ctx.arg(call, name)
-        if node is MISSING:
-            continue
-        if node is UNKNOWN:
-            keywords[name] = ("unknown", None)
-        elif isinstance(node, ast.Name) and node.id in params and ctx.bindings_of(node) == [None]:
-            keywords[name] = ("param", node.id)
-        else:
-            value = ctx.value(node)
-            keywords[name] = ("unknown", None) if value is UNKNOWN else ("value", value)
-    loader = loader_index(ctx).loader_of(call)
-    return LoaderFacts(
-        place=_place(ctx, call),
-        keywords=keywords,
-        evaluation=loader is None or loader.evaluation_dataset or loader.built_for_evaluation,
-        in_memory=loader is not None and loader.in_memory,
-        iterable=loader is not None and loader.iterable,
-        on_device=loader is not None and loader.on_device,
-    )
-
-
-def _model_candidates(ctx: FileContext, tree: ast.Module) -> frozenset[str]:
-    """Top-level classes and functions that may build a model (cheap syntactic filters)."""
-    out: set[str] = set()
-    local_classes = {s.name for s in tree.body if isinstance(s, ast.ClassDef)}
-    for stmt in tree.body:
-        if isinstance(stmt, ast.ClassDef) and _may_be_module(stmt, local_classes, ctx):
-            out.add(stmt.name)
-        elif isinstance(stmt, ast.FunctionDef) and _may_build_model(stmt, local_classes, ctx):
-            out.add(stmt.name)
-    return frozenset(out)
-
-
-def _model_of_definition(ctx: FileContext, name: str) -> ModelInfo | None:
-    """What the top-level class or factory function ``name`` of the module builds."""
-    from traindoctor.facts.models.static import _function_returns, class_info
-
-    for stmt in ctx.tree.body:
-        if getattr(stmt, "name", None) != name:
-            continue
-        try:
-            if isinstance(stmt, ast.ClassDef):
-                info = class_info(ctx, stmt)
-            elif isinstance(stmt, ast.FunctionDef):
-                info = _function_returns(ctx, stmt, 0)
-            else:
-                return None
-        except RecursionError:
-            return None
-        return info if info.kinds or info.known else None
-    return None
-
-
-def _may_be_module(cls: ast.ClassDef, local_classes: set[str], ctx: FileContext) -> bool:
-    """A class that may be an ``nn.Module``: a base named ``...Module``, another local class, or a
-    name from elsewhere in the project (a cheap filter before the model analysis)."""
-    view = ctx.project
-    for base in cls.bases:
-        text = dotted(base) or ""
-        head = text.split(".", 1)[0]
-        if text.endswith("Module") or text in local_classes or (head and head not in ctx.imports.names):
-            return True
-        if view is not None and head in view.bindings:
-            return True
-    return False
-
-
-def _may_build_model(fn: ast.FunctionDef, local_classes: set[str], ctx: FileContext) -> bool:
-    """A function whose ``return`` may hand back a model: it returns a call of a local class, an
-    ``nn``/``torchvision.models`` constructor, a project name or a capitalised (star-imported)
-    name, directly or through a variable (a cheap filter before the model analysis)."""
-    view = ctx.project
-    for sub in ast.walk(fn):
-        if isinstance(sub, ast.Call):
-            text = dotted(sub.func) or ""
-            head = text.split(".", 1)[0]
-            if text in local_classes or "nn." in text or text.startswith("torchvision.models"):
-                return True
-            if view is not None and head in view.bindings:
-                return True
-            if head and head not in ctx.imports.names and head[:1].isupper():
-                return True
-    return False
-
-
-def loader_keyword(resolved: Resolved, call: ast.Call, ctx: FileContext, name: str) -> Any:
-    """The value a project loader factory passes for DataLoader keyword ``name`` at ``call``.
-
-    MISSING when the factory does not pass it (the DataLoader default applies), UNKNOWN when the
-    summary or the call site cannot tell, else the value.
-    """
-    fn = resolved.function
-    if fn is None or fn.loader is None:
-        return UNKNOWN
-    fact = fn.loader.keywords.get(name)
-    if fact is None:
-        return MISSING
-    kind, value = fact
-    if kind == "value":
-        return value
-    if kind != "param":
-        return UNKNOWN
-    from traindoctor.static.args import find_arg
-
-    node = find_arg(call, value, fn.positional, ctx)
-    if node is MISSING:
-        return fn.defaults.get(value, UNKNOWN)
-    if node is UNKNOWN:
-        return UNKNOWN
-    return ctx.value(node)

@@ -2,9 +2,10 @@
 
 The static engine reads bottom-up: ``args``/``names`` (argument lookup, qualified names) ->
 ``values`` (constant propagation) -> ``dicts``/``argparse_facts`` -> ``context`` (one file, one
-walk) -> the shared analyses (``loaders``, ``models``, ``checkpoints``, ``project``, ...) -> rules
--> ``engine``. A lower layer never imports a higher one, not even for type hints: where it needs
-to ask the file something, it names the question here and ``FileContext`` answers it.
+walk) -> ``project``, ``config_files`` -> the topics' facts (``traindoctor.facts``) -> rules ->
+``check.engine``. A lower layer never imports a higher one, not even for type hints: where it
+needs to ask the file something, it names the question here and ``FileContext`` answers it; what
+it needs from above (the framework conventions, the topics' summarisers) the engine hands down.
 """
 
 from __future__ import annotations
@@ -28,9 +29,31 @@ class ValueSource(DictSource, Protocol):
 
     def argparse_default(self, node: ast.Attribute, *, declared: bool = False) -> Any: ...
 
+    def framework_value(self, node: ast.Attribute) -> Any: ...
+
     def outside_value(self, node: ast.AST) -> Any: ...
 
     def value(self, node: Any) -> Any: ...
+
+
+class FileIndex(Protocol):
+    """The node index of one file and its navigation: what ``dicts`` and ``argparse_facts`` walk."""
+
+    def of(self, *types: type) -> list[Any]: ...
+
+    def method_calls(self, attr: str) -> list[ast.Call]: ...
+
+    def parent(self, node: ast.AST) -> ast.AST | None: ...
+
+    def scope_of(self, node: ast.AST) -> ast.AST: ...
+
+    def function_of(self, node: ast.AST) -> ast.AST | None: ...
+
+    def binding(self, name: ast.Name) -> ast.expr | None: ...
+
+
+class ArgparseSource(FileIndex, ValueSource, Protocol):
+    """What reading argparse defaults asks of a file: its nodes and the values of expressions."""
 
 
 class CheckSettings(Protocol):
@@ -54,10 +77,3 @@ class ProjectLink(Protocol):
     dependencies: set[str]
 
     def config_value(self, node: ast.AST) -> Any: ...
-
-
-#: Framework knowledge that lower layers consult without importing it (the layers read bottom-up):
-#: :mod:`traindoctor.facts.frameworks.static` registers ``"attribute_value"`` (``self.lr`` of a
-#: LightningModule from its ``__init__`` default) and ``"targets_cuda"`` (a Trainer, Fabric or
-#: Accelerator picks the GPU itself) when it is imported; the engine imports it.
-FRAMEWORK_HOOKS: dict[str, Any] = {}

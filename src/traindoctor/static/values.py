@@ -4,8 +4,8 @@ What rules may rely on: literals, unary/binary arithmetic on known values, names
 once (or always to the same value) in the enclosing function or at module level, ``int()``/
 ``float()``/``min()``/``max()`` of known values, conditional expressions whose branches agree, and
 argparse defaults read back through ``args.x`` (and a LightningModule's ``__init__`` defaults read back
-through ``self.x``, see :func:`traindoctor.facts.frameworks.static.lightning_hparam`). Everything else is :data:`UNKNOWN`: rules must not
-guess.
+through ``self.x``: ``ctx.framework_value``, see :func:`traindoctor.facts.frameworks.static.lightning_hparam`).
+Everything else is :data:`UNKNOWN`: rules must not guess.
 """
 
 from __future__ import annotations
@@ -106,11 +106,7 @@ def evaluate(ctx: ValueSource, node: ast.AST | None, depth: int = 0) -> Any:
     if isinstance(node, ast.Attribute):
         value = ctx.argparse_default(node) if isinstance(node.value, ast.Name) else UNKNOWN
         if value is UNKNOWN:
-            # ``self.lr`` / ``self.hparams.lr`` of a LightningModule: its ``__init__`` default.
-            from traindoctor.static.protocols import FRAMEWORK_HOOKS
-
-            hook = FRAMEWORK_HOOKS.get("attribute_value")
-            value = hook(ctx, node) if hook is not None else UNKNOWN
+            value = ctx.framework_value(node)  # ``self.lr`` of a LightningModule: its ``__init__`` default
         if value is not UNKNOWN:
             return value
     if isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):

@@ -22,9 +22,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from traindoctor.facts.data.project import function_data, holds_its_data, loader_keyword
 from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.names import OPTIMIZERS, dotted
-from traindoctor.static.project import loader_keyword
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -776,7 +776,8 @@ class LoaderIndex:
             return None
         site = Site(call, "for", via)
         site.repeated_by = self._repeating_loop(call, via, origin, 0, frozenset())
-        site.evaluation = fn.evaluation or self._evaluation_site(site)  # type: ignore[union-attr]
+        data = function_data(fn)
+        site.evaluation = (data is not None and data.evaluation) or self._evaluation_site(site)
         site.related = self.ctx.project.related(  # type: ignore[union-attr]
             fn.iterates[param],
             f"`{resolved.name}` iterates its `{param}` argument here",  # type: ignore[union-attr]
@@ -849,9 +850,10 @@ class LoaderIndex:
             return []
         out = []
         for call, resolved in view.calls():
-            if resolved.function is None or resolved.function.loader is None:
+            data = function_data(resolved.function)
+            if data is None or data.loader is None:
                 continue
-            facts = resolved.function.loader  # type: ignore[union-attr]
+            facts = data.loader
             loader = Loader(
                 call,
                 self.trace(call),
@@ -1066,7 +1068,7 @@ def _is_in_memory(ctx: FileContext, expr: ast.AST) -> bool:
     view = ctx.project
     if view is not None and view.imports_project:
         resolved = view.resolve(expr.func)  # a Dataset class of another project module
-        return resolved is not None and resolved.cls is not None and resolved.cls.in_memory
+        return resolved is not None and holds_its_data(resolved.cls)
     return False
 
 

@@ -321,15 +321,6 @@ def attached_loss(ctx: FileContext, name: str, at: ast.AST, fn: ast.AST | None) 
     return _plain_loss_expr(ctx, value) and bool(backward_calls(ctx, fn))
 
 
-def names_in(node: ast.AST) -> Iterable[str]:
-    """Every identifier (names and attribute names) in ``node``."""
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Name):
-            yield sub.id
-        elif isinstance(sub, ast.Attribute):
-            yield sub.attr
-
-
 # ---------------------------------------------------------------- train/eval mode flow
 TRAIN, EVAL = "train", "eval"
 

@@ -18,14 +18,12 @@ import ast
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from traindoctor.static.args import MISSING, UNKNOWN
+from traindoctor.static.context import FileContext, FrameworkHooks
 from traindoctor.static.names import dotted
 from traindoctor.static.vocab import HF_TRIGGERS  # re-exported (rules' ``triggers``)
-
-if TYPE_CHECKING:  # pragma: no cover
-    from traindoctor.static.context import FileContext
 
 # ---------------------------------------------------------------------------------------- names
 
@@ -100,10 +98,6 @@ ACCELERATORS = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Acce
 LIGHTNING_PRECISION_ALIASES = {16: "16-mixed", "16": "16-mixed", "bf16": "bf16-mixed"}
 #: NVIDIA apex AMP entry points (deprecated in favour of ``torch.amp``).
 APEX_AMP = frozenset({"apex.amp.initialize", "apex.amp.scale_loss"})
-
-
-def is_framework_call(ctx: FileContext, call: ast.Call, names: frozenset[str]) -> bool:
-    return ctx.qualname(call.func) in names
 
 
 def _mentions(ctx: FileContext, *words: str) -> bool:
@@ -514,11 +508,6 @@ def apex_amp_calls(ctx: FileContext) -> list[tuple[str, ast.Call]]:
     return [(qn, c) for qn in sorted(APEX_AMP) for c in ctx.calls_to(qn)]
 
 
-def _register() -> None:
-    from traindoctor.static.protocols import FRAMEWORK_HOOKS
-
-    FRAMEWORK_HOOKS["attribute_value"] = lightning_hparam
-    FRAMEWORK_HOOKS["targets_cuda"] = framework_targets_cuda
-
-
-_register()
+#: The conventions a file's context consults without importing this module (see
+#: :class:`~traindoctor.static.context.FrameworkHooks`); the engine hands them to every context.
+HOOKS = FrameworkHooks(attribute_value=lightning_hparam, targets_cuda=framework_targets_cuda)

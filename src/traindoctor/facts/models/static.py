@@ -27,8 +27,13 @@ from traindoctor.static.names import BATCHNORMS, NORM_LAYERS, dotted
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
+    from traindoctor.static.project import Resolved
 
 Params = tuple[tuple[str, str], ...]
+#: The project model's query "what model does this definition build" (see :mod:`.summariser`).
+MODEL = "model"
+#: The key of the per-file cache in ``ctx.shared``.
+_CACHE = "models"
 
 
 @dataclass(frozen=True)
@@ -320,7 +325,18 @@ def torchvision_model(fn: str) -> ModelInfo | None:
 
 # ---------------------------------------------------------------- per-file cache
 def _cache(ctx: FileContext) -> dict:
-    return ctx.shared("models", lambda _ctx: {})
+    return ctx.shared(_CACHE, lambda _ctx: {})
+
+
+def forget_models(ctx: FileContext) -> None:
+    """Drop what the file's models were found to build (computed against another project state)."""
+    ctx.forget(_CACHE)
+
+
+def model_built_by(resolved: Resolved) -> ModelInfo | None:
+    """What a definition of another project module builds when it is a model class or factory
+    (computed on first use, see :class:`~traindoctor.facts.models.summariser.ModelQuery`)."""
+    return resolved.answer(MODEL)
 
 
 def torch_nn_name(ctx: FileContext, func: ast.AST) -> str | None:
@@ -617,7 +633,8 @@ def class_info(ctx: FileContext, cls: ast.ClassDef, depth: int = 0) -> ModelInfo
     return result
 
 
-def _function_returns(ctx: FileContext, fn: ast.FunctionDef, depth: int) -> ModelInfo:
+def function_returns(ctx: FileContext, fn: ast.FunctionDef, depth: int) -> ModelInfo:
+    """What the models a function of the file returns are made of."""
     infos = []
     for node in ast.walk(fn):
         if isinstance(node, ast.Return) and node.value is not None and ctx.function_of(node) is fn:
@@ -653,7 +670,7 @@ def model_of(ctx: FileContext, expr: ast.AST | None, depth: int = 0, _seen: froz
                 return class_info(ctx, cls, depth + 1)
             fns = functions(ctx).get(func.id)
             if fns and len(fns) == 1:
-                return _function_returns(ctx, fns[0], depth)
+                return function_returns(ctx, fns[0], depth)
         if isinstance(func, ast.Subscript):
             return registry_model(ctx, func)
         return project_model(ctx, func)
@@ -688,7 +705,7 @@ def registry_model(ctx: FileContext, func: ast.AST) -> ModelInfo:
     if view is None or not view.imports_project:
         return UNKNOWN_MODEL
     resolved = view.resolve(ast.Attribute(value=base, attr=key, ctx=ast.Load()))
-    return resolved.model or UNKNOWN_MODEL if resolved is not None else UNKNOWN_MODEL
+    return model_built_by(resolved) or UNKNOWN_MODEL if resolved is not None else UNKNOWN_MODEL
 
 
 def project_model(ctx: FileContext, func: ast.AST) -> ModelInfo:
@@ -697,9 +714,8 @@ def project_model(ctx: FileContext, func: ast.AST) -> ModelInfo:
     if view is None or not isinstance(func, (ast.Name, ast.Attribute)) or not view.imports_project:
         return UNKNOWN_MODEL
     resolved = view.resolve(func)
-    if resolved is None or resolved.model is None:
-        return UNKNOWN_MODEL
-    return resolved.model
+    model = model_built_by(resolved) if resolved is not None else None
+    return model if model is not None else UNKNOWN_MODEL
 
 
 def _model_of_value(ctx: FileContext, expr: ast.AST, depth: int, _seen: frozenset[int]) -> ModelInfo:
@@ -772,7 +788,8 @@ def file_has_batchnorm(ctx: FileContext) -> ast.AST | None:
         if found is None and view is not None and view.imports_project:
             # a model of another project module that contains BatchNorm (``from unet import UNet``)
             for call, resolved in view.calls():
-                if resolved.model is not None and resolved.model.has_batchnorm:
+                model = model_built_by(resolved)
+                if model is not None and model.has_batchnorm:
                     found = call
                     break
         cache["bn"] = found

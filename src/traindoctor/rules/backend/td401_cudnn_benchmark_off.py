@@ -90,7 +90,7 @@ _PADDING = frozenset({"torch.nn.utils.rnn.pad_sequence", "torch.nn.utils.rnn.pac
 
 def convolution_evidence(ctx: FileContext) -> ast.Call | None:
     """The first call that builds a convolutional layer or CNN model, if any."""
-    from traindoctor.facts.models.static import registry_entry, registry_model
+    from traindoctor.facts.models.static import model_built_by, registry_entry, registry_model
 
     found: list[ast.Call] = []
     for qn, call in ctx.calls_to_prefix("torch.nn."):
@@ -119,7 +119,8 @@ def convolution_evidence(ctx: FileContext) -> ast.Call | None:
     if not found and view is not None and view.imports_project:
         # a model class or factory of another project module (``from unet import UNet``)
         for call, resolved in view.calls():
-            if resolved.model is not None and any(k in _CONV_LAYERS for k in resolved.model.kinds):
+            model = model_built_by(resolved)
+            if model is not None and any(k in _CONV_LAYERS for k in model.kinds):
                 found.append(call)
     found.sort(key=lambda c: (c.lineno, c.col_offset))
     return found[0] if found else None

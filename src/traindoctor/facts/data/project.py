@@ -1,0 +1,89 @@
+"""The data facts a project module's summary holds about its functions and classes.
+
+``utils.get_training_dataloader(...)`` builds and returns the DataLoader a training script iterates;
+``engine.train_one_epoch(model, loader)`` runs the pass over it; ``datautils.MyTrainDataset`` holds
+its samples in memory. The rules read those facts at the call in the checked file. They are
+computed with the module's summary (:mod:`traindoctor.facts.data.summariser`) and filed under
+:data:`DATA` in ``FunctionFacts.topics`` / ``ClassFacts.topics``; this module says what they are
+and reads them.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from traindoctor.static.args import MISSING, UNKNOWN, find_arg
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.static.context import FileContext
+    from traindoctor.static.project import ClassFacts, FunctionFacts, Place, Resolved
+
+#: The topic the data facts are filed under in a summary.
+DATA = "data"
+
+
+@dataclass(frozen=True)
+class LoaderFacts:
+    """A ``DataLoader(...)`` a function builds and returns.
+
+    ``keywords`` maps a DataLoader keyword to ``("value", v)`` (a known value), ``("param", name)``
+    (the function's parameter ``name`` is passed through) or ``("unknown", None)``; a keyword that
+    is not passed is absent (the DataLoader default applies).
+    """
+
+    place: Place
+    keywords: Mapping[str, tuple[str, Any]]
+    evaluation: bool
+    in_memory: bool
+    iterable: bool
+    on_device: bool
+
+
+@dataclass(frozen=True)
+class FunctionData:
+    """What a project function does with data."""
+
+    #: Runs without gradients or is an evaluation function without ``backward()``.
+    evaluation: bool
+    #: The DataLoader it returns, if it builds one.
+    loader: LoaderFacts | None
+
+
+def function_data(fn: FunctionFacts | None) -> FunctionData | None:
+    """The data facts of a project function (None: none were computed)."""
+    return fn.topics.get(DATA) if fn is not None else None
+
+
+def holds_its_data(cls: ClassFacts | None) -> bool:
+    """Whether a project class is a Dataset whose ``__getitem__`` only indexes data it already
+    holds (see ``indexes_own_data``): loader workers would not pay for themselves."""
+    return cls is not None and bool(cls.topics.get(DATA))
+
+
+def loader_keyword(resolved: Resolved, call: ast.Call, ctx: FileContext, name: str) -> Any:
+    """The value a project loader factory passes for DataLoader keyword ``name`` at ``call``.
+
+    MISSING when the factory does not pass it (the DataLoader default applies), UNKNOWN when the
+    summary or the call site cannot tell, else the value.
+    """
+    fn = resolved.function
+    data = function_data(fn)
+    if fn is None or data is None or data.loader is None:
+        return UNKNOWN
+    fact = data.loader.keywords.get(name)
+    if fact is None:
+        return MISSING
+    kind, value = fact
+    if kind == "value":
+        return value
+    if kind != "param":
+        return UNKNOWN
+    node = find_arg(call, value, fn.positional, ctx)
+    if node is MISSING:
+        return fn.defaults.get(value, UNKNOWN)
+    if node is UNKNOWN:
+        return UNKNOWN
+    return ctx.value(node)
