@@ -110,13 +110,6 @@ def is_library_file(filename: str) -> bool:
     return result
 
 
-def reset_library_roots() -> None:
-    """Forget the cached classification (tests that move files or change ``sys.path``)."""
-    global _ROOTS
-    _ROOTS = None
-    _KIND.clear()
-
-
 def _column(frame: FrameType) -> tuple[int, int | None]:
     """(row, 1-based character column) of the expression ``frame`` is executing."""
     row = frame.f_lineno

@@ -126,15 +126,6 @@ def worker_advice(timing: LoaderTiming, info: Any, session: Any) -> Any:
     return recommend(pipeline(timing, info, session), current)
 
 
-def recommended_workers(timing: LoaderTiming, current: int, session: Any, info: Any = None) -> int:
-    """Workers the pipeline model recommends (see :func:`worker_advice`)."""
-    if info is None:
-        from types import SimpleNamespace
-
-        info = SimpleNamespace(num_workers=current, batches=timing.batches, wait_cpu_s=None)
-    return worker_advice(timing, info, session).workers
-
-
 def script_name() -> str | None:
     """The running script as the user typed it (``sys.argv[0]`` while the script runs)."""
     import os

@@ -110,15 +110,6 @@ def _iter_probe_modules() -> list[str]:
     return sorted(names)
 
 
-def all_probe_classes() -> list[type[Probe]]:
-    """Every concrete probe class in the probes package, in install order.
-
-    A module that fails to import is skipped (fail-open); the error is returned to the session
-    through :func:`discover_probes`.
-    """
-    return discover_probes()[0]
-
-
 def discover_probes() -> tuple[list[type[Probe]], list[tuple[str, BaseException]]]:
     """Probe classes in install order, and the modules that failed to import."""
     found: list[type[Probe]] = []
