@@ -38,8 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from traindoctor.check.cache import Cache
 from traindoctor.check.discovery import iter_python_files
 from traindoctor.check.engine import instantiate
-from traindoctor.check.runner import RunOptions, check_many, usable_cores
+from traindoctor.check.runner import RunOptions, check_many
 from traindoctor.config import Settings
+from traindoctor.machine import usable_cores
 from traindoctor.static.source import decode_source
 
 

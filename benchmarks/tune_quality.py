@@ -33,7 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
-from traindoctor.tune.measure import usable_cores, worker_counts
+from traindoctor.machine import usable_cores
+from traindoctor.tune.measure import worker_counts
 from traindoctor.tune.progress import Progress
 from traindoctor.tune.script import (
     Runner,

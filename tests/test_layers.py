@@ -30,6 +30,7 @@ LAYERS = {
     "traindoctor.finding": 0,
     "traindoctor.version": 0,
     "traindoctor.discover": 0,
+    "traindoctor.machine": 0,
     "traindoctor.static": 1,
     "traindoctor.runtime": 1,
     "traindoctor.checkpoint": 1,

@@ -19,6 +19,7 @@ from traindoctor.check.cache import Cache, content_hash
 from traindoctor.check.checkfile import FileOutcome, check_file
 from traindoctor.check.engine import instantiate
 from traindoctor.config import Settings
+from traindoctor.machine import usable_cores
 from traindoctor.rules.base import Rule
 
 #: Below this much source in total, an automatic ``--jobs`` stays in-process.
@@ -32,13 +33,6 @@ class RunOptions:
     diff: bool = False
     #: Worker processes; 0 means one per usable core (and in-process for small runs).
     jobs: int = 0
-
-
-def usable_cores() -> int:
-    try:
-        return max(len(os.sched_getaffinity(0)), 1)
-    except (AttributeError, OSError):
-        return max(os.cpu_count() or 1, 1)
 
 
 # -- worker side -----------------------------------------------------------------------------------

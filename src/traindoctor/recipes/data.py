@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from traindoctor.machine import usable_cores
+
 __all__ = [
     "MAX_DEFAULT_WORKERS",
     "default_workers",
@@ -45,14 +47,6 @@ _TUNABLE = {
     "in_order": bool,
     "timeout": (int, float),
 }
-
-
-def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity mask; ``os.cpu_count()`` where unknown)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def local_ranks() -> int:

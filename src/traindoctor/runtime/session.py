@@ -29,8 +29,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from traindoctor.finding import Finding, sort_findings
-from traindoctor.runtime.device import DeviceInfo, usable_cores
-from traindoctor.runtime.device import machine_cores as _machine_cores
+from traindoctor.machine import machine_cores as _machine_cores
+from traindoctor.machine import usable_cores
+from traindoctor.runtime.device import DeviceInfo
 from traindoctor.runtime.events import Monitor
 from traindoctor.runtime.profile import (
     PHASE_OPTIMIZER,

@@ -352,7 +352,7 @@ class Controller:
             }
         elif self.mode == "probe" and self.session is not None and self.session.loaders:
             self.notes.append("the script ended before the baseline was measured")
-        from traindoctor.tune.measure import usable_cores
+        from traindoctor.machine import usable_cores
 
         return {
             "status": status,

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from traindoctor.machine import usable_cores
+
 __all__ = [
     "Candidate",
     "Measurement",
@@ -185,14 +187,6 @@ class TuneResult:
         target = Path(path)
         target.write_text(self.to_json(), encoding="utf-8")
         return target
-
-
-def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity mask; ``os.cpu_count()`` where unknown)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def worker_counts(max_workers: int) -> list[int]:

@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import traindoctor
-from traindoctor.tune.measure import LOADER_KEYS, usable_cores, worker_counts
+from traindoctor.machine import usable_cores
+from traindoctor.tune.measure import LOADER_KEYS, worker_counts
 
 #: Configurations predicted within this share of the best prediction are measured.
 SEARCH_SHARE = 0.85
