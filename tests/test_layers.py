@@ -31,6 +31,7 @@ LAYERS = {
     "traindoctor.version": 0,
     "traindoctor.discover": 0,
     "traindoctor.machine": 0,
+    "traindoctor.errors": 0,
     "traindoctor.static": 1,
     "traindoctor.runtime": 1,
     "traindoctor.checkpoint": 1,

@@ -23,6 +23,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+from traindoctor.errors import UsageError
 from traindoctor.runtime.live import fields_repr
 
 USAGE = """\
@@ -66,10 +67,6 @@ _THRESHOLD_ALIASES = {
     "--reference-lr": "reference_lr",
     "--no-decay": "no_decay",
 }
-
-
-class UsageError(ValueError):
-    """A command line that cannot be used."""
 
 
 class RunOptions:

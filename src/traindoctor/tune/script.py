@@ -71,7 +71,10 @@ class Trial:
 
 
 @dataclass
-class Settings:
+class TuneSettings:
+    """How long ``tune SCRIPT`` may take and what it keeps (``--budget``, ``--keep``); not the
+    ``[tool.traindoctor]`` settings of :class:`traindoctor.config.Settings`."""
+
     budget: float = 60.0
     #: Seconds of steady steps per measurement (default: from the budget).
     seconds: float | None = None
@@ -80,6 +83,7 @@ class Settings:
     keep: bool = False
 
     def measure_s(self) -> float:
+        """Seconds of steady steps each measurement runs for."""
         if self.seconds is not None:
             return self.seconds
         return min(max(self.budget / 40.0, 0.25), 3.0)
@@ -194,7 +198,7 @@ class Runner:
     """
 
     def __init__(
-        self, script: str, args: list[str], settings: Settings, scratch: Path, use_zygote: bool | None = None
+        self, script: str, args: list[str], settings: TuneSettings, scratch: Path, use_zygote: bool | None = None
     ) -> None:
         self.script = os.path.abspath(script)
         self.args = list(args)
@@ -396,12 +400,12 @@ def tune_script(
     script: str,
     args: list[str] | None = None,
     *,
-    settings: Settings | None = None,
+    settings: TuneSettings | None = None,
     progress: Any = None,
     scratch: str | None = None,
 ) -> Tuned:
     """Tune ``script`` (see the module docstring); raises :class:`TuneScriptError`."""
-    settings = settings or Settings()
+    settings = settings or TuneSettings()
     args = list(args or [])
     if not os.path.isfile(script):
         raise TuneScriptError(f"can't open file {os.path.abspath(script)!r}: no such file")
@@ -417,7 +421,7 @@ def tune_script(
             shutil.rmtree(root, ignore_errors=True)
 
 
-def _tune(script: str, args: list[str], settings: Settings, progress: Any, root: Path, start: float) -> Tuned:
+def _tune(script: str, args: list[str], settings: TuneSettings, progress: Any, root: Path, start: float) -> Tuned:
     runner = Runner(script, args, settings, root)
     try:
         return _search(runner, script, args, settings, progress, start)
@@ -425,7 +429,7 @@ def _tune(script: str, args: list[str], settings: Settings, progress: Any, root:
         runner.close()
 
 
-def _search(runner: Runner, script: str, args: list[str], settings: Settings, progress: Any, start: float) -> Tuned:
+def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings, progress: Any, start: float) -> Tuned:
     cores = usable_cores()
     tick = progress or _NoProgress()
     result = Tuned(script=script, args=args, cores=cores, budget=settings.budget)
