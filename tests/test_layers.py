@@ -92,8 +92,6 @@ KNOWN_CYCLES: set[frozenset[str]] = {
 
 #: Private names imported from another module, still to be made public or moved: (importer, name).
 KNOWN_PRIVATE: set[tuple[str, str]] = {
-    ("traindoctor.runtime.probes.base", "traindoctor.runtime.live._first_user_frame"),
-    ("traindoctor.recipes.data", "traindoctor.recipes.amp._device_of"),
     ("traindoctor.static.project", "traindoctor.facts.models.static._function_returns"),
     ("traindoctor.checkpoint.sharded", "traindoctor.checkpoint.atomic._fsync_dir"),
     ("traindoctor.checkpoint.sharded", "traindoctor.checkpoint.atomic._writer_alive"),

@@ -146,16 +146,13 @@ def loader_kwargs(
 
         train_loader = DataLoader(train_set, batch_size=64, shuffle=True, **loader_kwargs(train_set))
     """
-    from traindoctor.recipes.amp import _device_of
+    from traindoctor.recipes.amp import device_of
 
     if local_world_size is None:
         local_world_size = local_ranks()
     elif isinstance(local_world_size, bool) or not isinstance(local_world_size, int) or local_world_size < 1:
         raise ValueError(f"local_world_size must be a positive int, got {local_world_size!r}")
-    try:
-        dev = _device_of(device)
-    except ValueError as exc:
-        raise ValueError(str(exc).replace("autocast_settings", "loader_kwargs")) from None
+    dev = device_of(device, "loader_kwargs")
     if _is_in_memory(dataset) or _is_iterable(dataset):
         workers = 0
     else:

@@ -24,6 +24,9 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+#: The folder of the ``traindoctor`` package (this file is ``traindoctor/runtime/live.py``).
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 
 class Site(tuple):  # type: ignore[type-arg]
     """A call site: ``(filename, row)``, plus ``.column`` (1-based, in characters) when known.
@@ -62,9 +65,7 @@ def _library_roots() -> tuple[str, ...]:
     for entry in sys.path:
         if os.path.basename(entry.rstrip(os.sep)) in ("site-packages", "dist-packages"):
             roots.append(entry)
-    import traindoctor
-
-    roots.append(os.path.dirname(os.path.abspath(traindoctor.__file__)))
+    roots.append(PACKAGE_DIR)
     torch_mod = sys.modules.get("torch")
     if torch_mod is not None and getattr(torch_mod, "__file__", None):
         roots.append(os.path.dirname(os.path.abspath(torch_mod.__file__)))
@@ -164,15 +165,21 @@ def first_user_frame(frame: FrameType | None) -> FrameType | None:
     return None
 
 
-def _first_user_frame(frame: FrameType | None) -> Site | None:
-    """Site of ``frame`` or the nearest caller outside library code."""
+def first_user_site(frame: FrameType | None) -> Site | None:
+    """The :class:`Site` of ``frame`` or of the nearest caller outside library code."""
     user = first_user_frame(frame)
     return frame_site(user) if user is not None else None
 
 
 def user_site(skip: int = 1) -> Site | None:
-    """(filename, row) of the innermost frame that belongs to user code, or None."""
-    return _first_user_frame(sys._getframe(skip))
+    """The :class:`Site` (``(filename, row)`` with ``.column``) of the innermost user frame at or
+    above ``skip`` frames up (1: the caller), e.g. where the user constructed an object; None when
+    only library code is on the stack. It walks the stack: call it once per construction."""
+    try:
+        frame = sys._getframe(skip)
+    except ValueError:  # pragma: no cover - a stack shallower than ``skip``
+        return None
+    return first_user_site(frame)
 
 
 _MODULE_CALL = {"_call_impl", "_wrapped_call_impl"}
@@ -200,7 +207,7 @@ def forward_call_site(skip: int = 1) -> Site | None:
         frame = frame.f_back
     if outer is None:
         return user_site(skip + 1)
-    return _first_user_frame(outer.f_back)
+    return first_user_site(outer.f_back)
 
 
 def site_kwargs(site: Site | None) -> dict[str, Any]:

@@ -23,8 +23,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from traindoctor.runtime.live import fields_repr
-from traindoctor.runtime.probes.base import Probe, user_site
+from traindoctor.runtime.live import Site, fields_repr, user_site
+from traindoctor.runtime.probes.base import Probe
 
 
 class LoaderInfo:
@@ -294,7 +294,7 @@ class DataLoaderProbe(Probe):
             orig(loader, *args, **kwargs)
             try:
                 if probe._lookup(loader) is None:
-                    probe._register(loader, user_site(1), late=False)
+                    probe._register(loader, user_site(2), late=False)
             except Exception as exc:
                 probe.fail("DataLoader.__init__", exc)
 
@@ -373,7 +373,7 @@ class DataLoaderProbe(Probe):
             return info
         return None
 
-    def _register(self, loader: Any, site: tuple[str, int | None], late: bool) -> LoaderInfo:
+    def _register(self, loader: Any, site: Site | None, late: bool) -> LoaderInfo:
         from torch.utils.data import IterableDataset
 
         dataset = getattr(loader, "dataset", None)
@@ -405,8 +405,8 @@ class DataLoaderProbe(Probe):
             dataset_len=length,
             iterable_dataset=isinstance(dataset, IterableDataset),
             sampler_type=_qualname(inner if inner is not None else sampler),
-            filename=site[0],
-            row=site[1],
+            filename=site[0] if site else "",
+            row=site[1] if site else None,
             loader_ref=weakref.ref(loader, forget),
             dataset_ref=dataset_ref,
             seen_late=late,
@@ -420,7 +420,7 @@ class DataLoaderProbe(Probe):
     def _iter_started(self, loader: Any, iterator: Any, t0: float, spawned: bool) -> None:
         info = self._lookup(loader)
         if info is None:  # built before the watch started
-            info = self._register(loader, user_site(2), late=True)
+            info = self._register(loader, user_site(3), late=True)
         key = id(iterator)
         iters = self._iters
 
