@@ -32,6 +32,7 @@ LAYERS = {
     "traindoctor.discover": 0,
     "traindoctor.machine": 0,
     "traindoctor.errors": 0,
+    "traindoctor.unwrap": 0,
     "traindoctor.static": 1,
     "traindoctor.runtime": 1,
     "traindoctor.checkpoint": 1,
