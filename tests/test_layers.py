@@ -73,8 +73,6 @@ KNOWN_UPWARD: set[tuple[str, str]] = {
     ("traindoctor.checkpoint.inspect", "traindoctor.registry"),
     ("traindoctor.facts.checkpoint.runtime", "traindoctor.config"),
     ("traindoctor.runtime.events", "traindoctor.rules.base"),
-    ("traindoctor.runtime.probes.checkpoint", "traindoctor.integrations.frameworks"),
-    ("traindoctor.runtime.probes.checkpoint", "traindoctor.facts.checkpoint.runtime"),
     ("traindoctor.runtime.session", "traindoctor.report.run"),
     ("traindoctor.runtime.session", "traindoctor.doctor.monitors"),
     ("traindoctor.runtime.session", "traindoctor.registry"),

@@ -7,7 +7,8 @@
 * :func:`forward_call_site` finds the line that called the *outermost* module, i.e. the
   ``model(x)`` line of an evaluation loop rather than a line inside ``model.forward``.
 * :func:`session_state` gives probes and monitors one shared, per-session dictionary (for
-  aggregated statistics that are too hot to emit as events).
+  aggregated statistics that are too hot to emit as events); :func:`save_cache` is the part of it
+  that lives for one ``torch.save``.
 * :func:`fields_repr` writes the ``ClassName(field=value, ...)`` repr of the runtime's small
   record classes (plain classes with ``__slots__``: a ``@dataclass`` costs start-up time).
 
@@ -233,6 +234,18 @@ def session_state(session: Any, key: str, factory: Callable[[], T]) -> T:
     if key not in store:
         store[key] = factory()
     return store[key]
+
+
+def save_cache(session: Any) -> dict[str, Any]:
+    """The per-session dictionary that lives for one ``torch.save``: what the monitors of that save
+    share about the saved object (its audit). The checkpoint probe empties it after the save's
+    ``on_checkpoint_save``, so an entry never outlives its save (nor keeps the object alive)."""
+    return session_state(session, "save_cache", dict)
+
+
+def clear_save_cache(session: Any) -> None:
+    """Empty :func:`save_cache` (the checkpoint probe, after each save's event)."""
+    save_cache(session).clear()
 
 
 def fields_repr(obj: Any, names: Iterable[str]) -> str:
