@@ -348,9 +348,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"traindoctor run: {exc}\n")
         return EXIT_USAGE
 
-    from traindoctor.runtime.session import Session
+    from traindoctor.doctor.watch import doctor_session
 
-    session = Session(select=select, ignore=ignore, thresholds=thresholds)
+    session = doctor_session(select=select, ignore=ignore, thresholds=thresholds)
     saved_argv, saved_path = list(sys.argv), list(sys.path)
     code = 0
     exc_type: type[BaseException] | None = None

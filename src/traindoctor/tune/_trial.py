@@ -420,9 +420,9 @@ def main(argv: list[str] | None = None) -> int:
     Sandbox(spec["scratch"]).install()
     controller = Controller(spec)
     controller.install()
-    from traindoctor.runtime.session import Session
+    from traindoctor.doctor.watch import doctor_session
 
-    session = Session(monitors=[])
+    session = doctor_session(monitors=[])
     controller.attach(session)
     status, error = "ended", None
     sys.argv = [script, *args]
