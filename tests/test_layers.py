@@ -72,7 +72,6 @@ STATIC_LEVELS = {
 KNOWN_UPWARD: set[tuple[str, str]] = {
     ("traindoctor.checkpoint.inspect", "traindoctor.registry"),
     ("traindoctor.facts.checkpoint.runtime", "traindoctor.config"),
-    ("traindoctor.runtime.events", "traindoctor.rules.base"),
     ("traindoctor.static.project", "traindoctor.facts.models.static"),
     ("traindoctor.static.project", "traindoctor.facts.data.static"),
 }

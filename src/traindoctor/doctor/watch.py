@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from traindoctor.runtime.events import Monitor
 from traindoctor.runtime.session import Installable, Session, training_reference
@@ -61,8 +61,8 @@ def doctor_session(
         probes = found
         errors.extend((f"import {modname}", exc) for modname, exc in failed)
     session = Session(monitors=monitors, probes=probes, **options)
-    for where, exc in errors:
-        session.internal_error(where, exc)
+    for where, error in errors:
+        session.internal_error(where, error)
     return session
 
 
@@ -88,7 +88,7 @@ class Watch:
         session.start()
         return session
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> Literal[False]:
         session = self._stack.pop()
         session.stop(exc_type)
         if self._report and not session.inert:

@@ -20,7 +20,7 @@ import time
 import traceback
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from traindoctor.finding import Finding, sort_findings
 from traindoctor.machine import machine_cores as _machine_cores
@@ -270,7 +270,7 @@ class Session:
         self.start()
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         self.stop(exc_type)
         return False
 

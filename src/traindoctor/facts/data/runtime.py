@@ -1,8 +1,8 @@
 """Numbers the data-loading monitors (TD101-TD106, TD603) judge from. Never imports torch.
 
-The dataloader probe keeps raw counters on each :class:`~traindoctor.runtime.probes.dataloader.
-LoaderInfo`; this module turns them into the evidence the rules report, so every rule computes
-"data-wait share" the same way.
+The dataloader probe keeps raw counters on each
+:class:`~traindoctor.runtime.records.LoaderInfo`; this module turns them into the evidence the
+rules report, so every rule computes "data-wait share" the same way.
 
 * *wait*: time the loop spent inside ``next(iterator)`` for this loader.
 * *active time*: from ``iter(loader)`` to the last batch of each epoch, summed over epochs.
