@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from traindoctor.cli import main as traindoctor_main
+from traindoctor.facts.data.pipeline import Bounds
 from traindoctor.recipes import loader_kwargs
 from traindoctor.tune.progress import Progress
-from traindoctor.tune.script import Bounds, Runner, TuneSettings, tune_script
+from traindoctor.tune.script import Runner, TuneSettings, tune_script
 from traindoctor.tune.script_cli import looks_like_script_mode
 
 SCRIPTS = Path(__file__).parent / "scripts"

@@ -33,6 +33,7 @@ import time
 from collections import deque
 from typing import Any
 
+from traindoctor.facts.data.pipeline import TIE
 from traindoctor.runtime.script import ScriptRunner
 
 #: Steps kept out of every measurement after a change (start-up, allocator growth, lazy init).
@@ -287,7 +288,7 @@ class Controller:
             )
             if rate is None:
                 continue
-            stalls = stalls + 1 if best and rate < max(best) * 1.05 else 0
+            stalls = stalls + 1 if best and rate < max(best) * (1 + TIE) else 0
             best.append(rate)
             if stalls >= 2:  # two worker counts in a row without gain: the loader has saturated
                 break

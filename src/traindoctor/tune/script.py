@@ -8,8 +8,8 @@ stops it after a bounded number of steady steps. The search:
    the pipeline in the same process: the training loader *alone* for each worker count (how fast
    batches can be produced), and the loop *alone* on batches replayed from memory for each
    intra-op thread count (how fast they can be consumed);
-2. **search**: the pipeline model (:func:`predict`) ranks every (workers, threads) pair from the
-   bounds; only the pairs predicted within :data:`SEARCH_SHARE` of the best are run end to end,
+2. **search**: the pipeline model (:meth:`~traindoctor.facts.data.pipeline.Bounds.predict`)
+   ranks every (workers, threads) pair from the bounds; only the pairs predicted within :data:`SEARCH_SHARE` of the best are run end to end,
    best first, while the budget allows;
 3. **confirm**: the two fastest configurations and the baseline run again, interleaved, in
    rounds; each configuration's result is the median of its runs.
@@ -33,15 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import traindoctor
+from traindoctor.facts.data.pipeline import MEASURED_GAIN, MEASURED_TIE, Bounds, equally_fast
 from traindoctor.machine import usable_cores
 from traindoctor.tune.measure import LOADER_KEYS, worker_counts
 
 #: Configurations predicted within this share of the best prediction are measured.
 SEARCH_SHARE = 0.85
-#: Measured configurations within this share of the fastest are equally fast: fewer workers win.
-TIE = 0.03
-#: Workers are recommended only when measured this much faster than the best setting without.
-WORKER_GAIN = 1.10
 MAX_SEARCH = 6
 MAX_CONFIRM_ROUNDS = 2
 DATA_BOUND_SHARE = 0.5
@@ -128,56 +125,6 @@ def verdict_of(config: dict[str, Any], share: float | None) -> str:
         where = "main process" if workers == 0 else f"{workers} worker{'s' if workers != 1 else ''}"
         return f"data-bound ({where})"
     return "compute-bound"
-
-
-# ---------------------------------------------------------------- the pipeline model
-@dataclass
-class Bounds:
-    """What the probe measured: samples/s of the loader alone and of the compute alone."""
-
-    loader: dict[int, float]
-    compute: dict[int, float]
-    loader_cpu: float | None  # CPU seconds per sample of loading in the main process
-    compute_cpu: dict[int, float]  # CPU seconds per sample of the loop, per thread count
-    cores: int
-    #: CPU seconds per sample the training process spends *receiving* batches from ``w``
-    #: workers (unpickling, shared-memory rebuild), measured with the loader alone.
-    receive_cpu: dict[int, float] = field(default_factory=dict)
-
-    def predict(self, workers: int, threads: int) -> float | None:
-        """Predicted samples/s of the whole loop.
-
-        Without workers loading and compute take turns: ``1 / (1/loader_0 + 1/compute_t)``.
-        With workers: the smallest of what the workers deliver, what the training process can
-        do per sample (compute plus receiving the batch), and what the cores can do for both.
-        """
-        load, comp = self.loader.get(workers), self.compute.get(threads)
-        if load is None or comp is None or load <= 0 or comp <= 0:
-            return None
-        if workers == 0:
-            return 1.0 / (1.0 / load + 1.0 / comp)
-        receive = self.receive_cpu.get(workers, 0.0)
-        rate = min(load, 1.0 / (1.0 / comp + receive))
-        load_cpu, comp_cpu = self.loader_cpu, self.compute_cpu.get(threads)
-        if load_cpu is not None and comp_cpu is not None and load_cpu + comp_cpu > 0:
-            rate = min(rate, self.cores / (load_cpu + comp_cpu + receive))
-        return rate
-
-    def limit(self) -> dict[str, Any] | None:
-        if not self.loader or not self.compute:
-            return None
-        w, load = max(self.loader.items(), key=lambda kv: kv[1])
-        t, comp = max(self.compute.items(), key=lambda kv: kv[1])
-        bound = "loader" if load < comp else "compute"
-        return {
-            "samples_per_s": round(min(load, comp), 3),
-            "bound": bound,
-            "detail": (
-                f"the loader alone delivers at most {load:.1f} samples/s (num_workers={w}); the "
-                f"loop alone consumes at most {comp:.1f} samples/s on cached batches "
-                f"(torch_threads={t}); no setting of these knobs can beat the smaller"
-            ),
-        }
 
 
 # ---------------------------------------------------------------- child processes
@@ -585,8 +532,7 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
         result.notes.append("budget: no confirmation rounds (raise --budget for repeated runs)")
 
     # 4. the choice
-    fastest = max(median_rate(k) for k in measured)
-    equal = [k for k in measured if median_rate(k) >= fastest * (1 - TIE)]
+    equal = equally_fast(((k, median_rate(k)) for k in measured), MEASURED_TIE)
     best_key = min(
         equal, key=lambda k: (configs[k]["num_workers"], configs[k]["torch_threads"] != script_threads, -median_rate(k))
     )
@@ -594,7 +540,7 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
     no_workers = [k for k in measured if configs[k]["num_workers"] == 0 and median_rate(k) > 0]
     if configs[best_key]["num_workers"] > 0 and no_workers:
         plain_best = max(no_workers, key=median_rate)
-        if median_rate(plain_best) * WORKER_GAIN >= median_rate(best_key):
+        if median_rate(plain_best) * MEASURED_GAIN >= median_rate(best_key):
             best_key = plain_best
     best_cfg = configs[best_key]
     best_rate = median_rate(best_key)
