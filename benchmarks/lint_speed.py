@@ -38,8 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from traindoctor.check.cache import Cache
 from traindoctor.check.discovery import iter_python_files
 from traindoctor.check.engine import instantiate
-from traindoctor.check.runner import RunOptions, check_many, usable_cores
+from traindoctor.check.runner import CheckOptions, check_many
 from traindoctor.config import Settings
+from traindoctor.machine import usable_cores
 from traindoctor.static.source import decode_source
 
 
@@ -89,7 +90,7 @@ def time_check(
     timer = clock if jobs == 1 else time.perf_counter  # workers' CPU time is not this process's
     start = timer()
     cache = Cache.open(cache_dir, settings) if cache_dir is not None else None
-    outcomes = check_many(files, settings, RunOptions(jobs=jobs), cache=cache, rules=rules)
+    outcomes = check_many(files, settings, CheckOptions(jobs=jobs), cache=cache, rules=rules)
     elapsed = timer() - start
     if cache is not None:
         if cache.misses:
@@ -123,7 +124,7 @@ def main() -> int:
         cache_dir = Path(tmp)
         # Fill the cache once (a first `traindoctor check`), then time re-runs.
         fill = Cache.open(cache_dir, settings)
-        check_many(files, settings, RunOptions(jobs=jobs), cache=fill, rules=rules)
+        check_many(files, settings, CheckOptions(jobs=jobs), cache=fill, rules=rules)
         fill.save()
         for _ in range(args.repeat):
             gc.collect()

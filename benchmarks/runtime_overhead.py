@@ -221,8 +221,8 @@ def _pairs(
 LOADED = textwrap.dedent(
     """
     import runpy, sys
-    from traindoctor.runtime.session import Session
-    session = Session()
+    from traindoctor.doctor.watch import doctor_session
+    session = doctor_session()
     session.start()
     session.stop()
     sys.argv = sys.argv[1:]

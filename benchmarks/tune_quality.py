@@ -33,11 +33,12 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
-from traindoctor.tune.measure import usable_cores, worker_counts
+from traindoctor.machine import usable_cores
+from traindoctor.tune.measure import worker_counts
 from traindoctor.tune.progress import Progress
 from traindoctor.tune.script import (
     Runner,
-    Settings,
+    TuneSettings,
     _thread_counts,
     label,
     tune_script,
@@ -84,7 +85,7 @@ def main() -> int:
     args = parser.parse_args()
 
     cores = usable_cores()
-    settings = Settings(budget=args.budget)
+    settings = TuneSettings(budget=args.budget)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
         f"# tune quality on {os.path.relpath(args.script)} ({cores} usable cores, "

@@ -10,7 +10,7 @@ import pytest
 import traindoctor.check.engine as engine
 import traindoctor.check.runner as runner
 from traindoctor.check.cache import Cache
-from traindoctor.check.runner import RunOptions, check_many
+from traindoctor.check.runner import CheckOptions, check_many
 from traindoctor.cli import main
 from traindoctor.config import Settings
 
@@ -89,8 +89,8 @@ def test_parallel_output_is_identical_to_serial(project, capsys, fmt):
 def test_parallel_pool_really_runs_and_keeps_input_order(project):
     items = [(str(p), p.read_bytes()) for p in sorted(project.rglob("*.py"))]
     settings = Settings(min_torch_version="2.13")
-    serial = check_many(items, settings, RunOptions(jobs=1))
-    parallel = check_many(items, settings, RunOptions(jobs=2))
+    serial = check_many(items, settings, CheckOptions(jobs=1))
+    parallel = check_many(items, settings, CheckOptions(jobs=2))
     assert [o.filename for o in parallel] == [name for name, _ in items]
     assert [o.findings for o in parallel] == [o.findings for o in serial]
 

@@ -16,7 +16,7 @@ __all__ = ["Edit", "Finding", "Fix", "Location", "Origin", "Severity", "__versio
 def __getattr__(name: str) -> Any:
     # Lazy: ``traindoctor.watch`` pulls in the runtime (and torch) only when used.
     if name == "watch":
-        from traindoctor.runtime.session import watch
+        from traindoctor.doctor.watch import watch
 
         return watch
     raise AttributeError(name)

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 import traindoctor
-from traindoctor.integrations.frameworks import CHECKPOINT_WRITERS, framework_writer
+from traindoctor.runtime.framework_writers import CHECKPOINT_WRITERS, framework_writer
 
 
 def _bn_model() -> nn.Module:

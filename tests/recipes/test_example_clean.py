@@ -66,9 +66,9 @@ def test_example_uses_only_recipes_for_what_traindoctor_checks() -> None:
 
 def test_watched_run_reports_nothing_and_trains(tmp_path: Path) -> None:
     try:
-        from traindoctor.runtime.session import watch
+        from traindoctor.doctor.watch import watch
     except ImportError as exc:  # the runtime doctor is optional while it is being built
-        pytest.skip(f"traindoctor.runtime.session.watch is not importable yet: {exc}")
+        pytest.skip(f"traindoctor.doctor.watch.watch is not importable yet: {exc}")
     example = load_example()
     with watch() as doctor:
         result = example.main(FAST + ["--out", str(tmp_path)])

@@ -15,14 +15,15 @@ from pathlib import Path
 import pytest
 
 from traindoctor.cli import main as traindoctor_main
+from traindoctor.facts.data.pipeline import Bounds
 from traindoctor.recipes import loader_kwargs
 from traindoctor.tune.progress import Progress
-from traindoctor.tune.script import Bounds, Runner, Settings, tune_script
+from traindoctor.tune.script import Runner, TuneSettings, tune_script
 from traindoctor.tune.script_cli import looks_like_script_mode
 
 SCRIPTS = Path(__file__).parent / "scripts"
 TRIAL_KEYS = {"config", "phase", "samples_per_s", "data_wait_share", "verdict"}
-FAST = Settings(budget=1.0, seconds=0.15, max_steps=40)
+FAST = TuneSettings(budget=1.0, seconds=0.15, max_steps=40)
 
 
 @pytest.fixture
@@ -43,7 +44,7 @@ def test_a_trial_stops_after_its_bounded_steps_and_writes_nothing_of_the_users(
 ) -> None:
     before = _files(sleepy)
     scratch = tmp_path_factory.mktemp("scratch")
-    runner = Runner("train.py", ["--epochs", "50"], Settings(budget=5, seconds=60, max_steps=4), scratch)
+    runner = Runner("train.py", ["--epochs", "50"], TuneSettings(budget=5, seconds=60, max_steps=4), scratch)
     config = {"num_workers": 0, "torch_threads": 1}
     out = runner.run({"mode": "trial", "config": config, "site": None})
     assert out["status"] == "complete"

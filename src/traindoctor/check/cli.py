@@ -22,9 +22,10 @@ from traindoctor.check.cache import Cache, default_directory
 from traindoctor.check.checkfile import FileOutcome, check_file, parse_error
 from traindoctor.check.discovery import force_excluded, iter_python_files
 from traindoctor.check.engine import instantiate
-from traindoctor.check.runner import RunOptions, check_many
+from traindoctor.check.runner import CheckOptions, check_many
 from traindoctor.check.writer import write_atomically
 from traindoctor.config import ConfigError, Settings, load_settings, parse_version
+from traindoctor.errors import UsageError
 from traindoctor.finding import Finding, sort_findings
 from traindoctor.registry import UnknownCodeError, select_codes
 from traindoctor.report import get_reporter
@@ -102,10 +103,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     return run_check(args)
-
-
-class UsageError(Exception):
-    """A command line or configuration that cannot be run (exit 2, one line, no traceback)."""
 
 
 def _selection(settings: Settings, args: argparse.Namespace) -> Settings:
@@ -209,7 +206,7 @@ def _run_files(args: argparse.Namespace, settings: Settings, codes: frozenset[st
                 findings.append(
                     parse_error(str(path), f"Cannot read the file ({exc.strerror or exc}); it was skipped.")
                 )
-    options = RunOptions(fix=args.fix or args.diff, unsafe_fixes=args.unsafe_fixes, diff=args.diff, jobs=args.jobs)
+    options = CheckOptions(fix=args.fix or args.diff, unsafe_fixes=args.unsafe_fixes, diff=args.diff, jobs=args.jobs)
     cache = _cache_for(args, settings)
     outcomes = check_many(items, settings, options, cache)
     if cache is not None:

@@ -19,6 +19,7 @@ from traindoctor.check.cache import Cache, content_hash
 from traindoctor.check.checkfile import FileOutcome, check_file
 from traindoctor.check.engine import instantiate
 from traindoctor.config import Settings
+from traindoctor.machine import usable_cores
 from traindoctor.rules.base import Rule
 
 #: Below this much source in total, an automatic ``--jobs`` stays in-process.
@@ -26,7 +27,10 @@ PARALLEL_MIN_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
-class RunOptions:
+class CheckOptions:
+    """How :func:`check_many` checks the files: fix them (``--fix``, ``--unsafe-fixes``), show the
+    fixes as a diff (``--diff``), on how many worker processes (``--jobs``)."""
+
     fix: bool = False
     unsafe_fixes: bool = False
     diff: bool = False
@@ -34,25 +38,18 @@ class RunOptions:
     jobs: int = 0
 
 
-def usable_cores() -> int:
-    try:
-        return max(len(os.sched_getaffinity(0)), 1)
-    except (AttributeError, OSError):
-        return max(os.cpu_count() or 1, 1)
-
-
 # -- worker side -----------------------------------------------------------------------------------
 _WORKER: dict[str, object] = {}
 
 
-def _init_worker(settings: Settings, options: RunOptions) -> None:
+def _init_worker(settings: Settings, options: CheckOptions) -> None:
     _WORKER["settings"] = settings
     _WORKER["options"] = options
     _WORKER["rules"] = instantiate(settings.enabled_codes())
 
 
 def _check_guarded(
-    filename: str, data: bytes, settings: Settings, rules: list[Rule], options: RunOptions
+    filename: str, data: bytes, settings: Settings, rules: list[Rule], options: CheckOptions
 ) -> FileOutcome:
     try:
         return check_file(
@@ -80,7 +77,9 @@ def _pool_context():
     return multiprocessing.get_context()
 
 
-def _parallel(tasks: list[tuple[str, bytes]], settings: Settings, options: RunOptions, jobs: int) -> list[FileOutcome]:
+def _parallel(
+    tasks: list[tuple[str, bytes]], settings: Settings, options: CheckOptions, jobs: int
+) -> list[FileOutcome]:
     from concurrent.futures import ProcessPoolExecutor  # imported only when workers are used
 
     chunk = max(1, min(16, len(tasks) // (jobs * 4) or 1))
@@ -100,7 +99,7 @@ def _may_start_processes() -> bool:
 def check_many(
     items: Sequence[tuple[str, bytes]],
     settings: Settings,
-    options: RunOptions = RunOptions(),
+    options: CheckOptions = CheckOptions(),
     cache: Cache | None = None,
     rules: list[Rule] | None = None,
 ) -> list[FileOutcome]:

@@ -21,6 +21,7 @@ from typing import Any
 
 from traindoctor.checkpoint.atomic import atomic_write, prune, shift_backups
 from traindoctor.checkpoint.state import capture_rng, check_plain, restore_rng
+from traindoctor.unwrap import unwrap_model
 
 FORMAT = "traindoctor.checkpoint/1"
 COMPONENTS = ("model", "optimizer", "scheduler", "scaler", "sampler", "loader")
@@ -46,20 +47,6 @@ def _dist() -> tuple[int, int]:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
     return 0, 1
-
-
-def unwrap_model(model: Any) -> Any:
-    """The module whose parameters are saved: strips DDP/DataParallel and torch.compile."""
-    for _ in range(4):
-        inner = getattr(model, "_orig_mod", None) or (
-            getattr(model, "module", None)
-            if type(model).__name__ in ("DistributedDataParallel", "DataParallel")
-            else None
-        )
-        if inner is None:
-            return model
-        model = inner
-    return model
 
 
 def _state_of(obj: Any, what: str) -> Any:

@@ -16,14 +16,14 @@ standard error, and the report is written to stdout at the end, so
 from __future__ import annotations
 
 import os
-import runpy
 import signal
 import sys
-import traceback
 from collections.abc import Sequence
 from typing import Any
 
+from traindoctor.errors import UsageError
 from traindoctor.runtime.live import fields_repr
+from traindoctor.runtime.script import ScriptOutcome, ScriptRunner
 
 USAGE = """\
 usage: traindoctor run [--output-format text|json] [-o FILE] [--select CODES] [--ignore CODES]
@@ -51,7 +51,6 @@ options:
 """
 
 EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 128 + 15
 
 
@@ -66,10 +65,6 @@ _THRESHOLD_ALIASES = {
     "--reference-lr": "reference_lr",
     "--no-decay": "no_decay",
 }
-
-
-class UsageError(ValueError):
-    """A command line that cannot be used."""
 
 
 class RunOptions:
@@ -215,80 +210,9 @@ def _settings(opts: RunOptions) -> tuple[list[str] | None, list[str], dict[str, 
     return select, ignore, thresholds
 
 
-def _exit_code(exc: SystemExit) -> int:
-    """The process exit code Python would use for ``sys.exit(code)``."""
-    code = exc.code
-    if code is None:
-        return 0
-    if isinstance(code, bool):
-        return int(code)
-    if isinstance(code, int):
-        return code & 0xFF if code >= 0 else code % 256
-    print(code, file=sys.stderr)
-    return 1
-
-
-def _print_user_traceback(exc: BaseException) -> None:
-    """Print the traceback as ``python x.py`` would: without the doctor's own frames.
-
-    Dropped: the runner's frames at the top (this module, ``runpy``) and, anywhere in the stack,
-    the probes' thin wrappers (``DataLoader.__next__``, ``torch.save``, ...) that sit between the
-    user's call and torch. A frame where the exception was raised is always kept, so a bug in
-    the doctor itself still shows where it happened.
-    """
-    import traindoctor
-
-    ours = os.path.dirname(os.path.abspath(traindoctor.__file__)) + os.sep
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        filename = tb.tb_frame.f_code.co_filename
-        if (
-            filename.startswith(ours)
-            or filename in ("<frozen runpy>", "<frozen importlib._bootstrap>")
-            or os.path.basename(filename) == "runpy.py"
-        ):
-            tb = tb.tb_next
-            continue
-        break
-    try:
-        report = traceback.TracebackException(type(exc), exc, tb)
-        _hide_probe_frames(report, os.path.join(ours, "runtime", "probes") + os.sep)
-        sys.stderr.write("".join(report.format()))
-    except Exception:  # pragma: no cover - never lose the user's traceback over cosmetics
-        traceback.print_exception(type(exc), exc, tb)
-    sys.stderr.flush()
-
-
-def _hide_probe_frames(report: traceback.TracebackException, probes_dir: str) -> None:
-    """Remove probe wrapper frames from ``report`` and the exceptions chained to it."""
-    seen: set[int] = set()
-    pending = [report]
-    while pending:
-        te = pending.pop()
-        if id(te) in seen:
-            continue
-        seen.add(id(te))
-        frames = list(te.stack)
-        kept = [f for i, f in enumerate(frames) if i == len(frames) - 1 or not f.filename.startswith(probes_dir)]
-        if len(kept) != len(frames):
-            te.stack = traceback.StackSummary.from_list(kept)
-        for linked in (te.__cause__, te.__context__):
-            if linked is not None:
-                pending.append(linked)
-        pending.extend(getattr(te, "exceptions", None) or [])  # exception groups
-
-
-def _run_target(opts: RunOptions) -> None:
-    """Run the script or module as ``__main__`` with the script's argv and path."""
-    if opts.module:
-        sys.argv = [opts.module, *opts.args]  # runpy replaces argv[0] with the module's file
-        sys.path[0:0] = [os.getcwd()]
-        runpy.run_module(opts.module, run_name="__main__", alter_sys=True)
-    else:
-        script = opts.script or ""
-        sys.argv = [script, *opts.args]
-        sys.path[0:0] = [os.path.dirname(os.path.abspath(script))]
-        runpy.run_path(script, run_name="__main__")
+def _runner(opts: RunOptions) -> ScriptRunner:
+    """The script or module of ``opts`` with its arguments; SIGTERM stops it with exit code 143."""
+    return ScriptRunner(opts.script, opts.args, module=opts.module, stops={Terminated: EXIT_TERMINATED})
 
 
 def _check_target(opts: RunOptions) -> str | None:
@@ -351,12 +275,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"traindoctor run: {exc}\n")
         return EXIT_USAGE
 
-    from traindoctor.runtime.session import Session
+    from traindoctor.doctor.watch import doctor_session
 
-    session = Session(select=select, ignore=ignore, thresholds=thresholds)
-    saved_argv, saved_path = list(sys.argv), list(sys.path)
-    code = 0
-    exc_type: type[BaseException] | None = None
+    session = doctor_session(select=select, ignore=ignore, thresholds=thresholds)
     json_stdout = opts.output_format == "json" and not opts.output_file
     stdout_fd = _stdout_to_stderr() if json_stdout else None
     real_stdout = sys.stdout
@@ -365,38 +286,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     old_term = _catch_sigterm()
     session.start()
     guard = _start_rank_guard(session, opts)
+    outcome = ScriptOutcome(0)
     try:
-        if guard is not None:
-            guard.run_script(_run_target, opts)
-        else:
-            _run_target(opts)
-    except SystemExit as exc:
-        code = _exit_code(exc)
-    except KeyboardInterrupt as exc:
-        exc_type = KeyboardInterrupt
-        _print_user_traceback(exc)
-        code = EXIT_INTERRUPTED
-    except Terminated:
-        exc_type = Terminated
-        session.mark_partial("the run was terminated (SIGTERM)")
-        code = EXIT_TERMINATED
-    except BaseException as exc:  # the script's own error: print it as Python would
-        if guard is not None:
-            guard.note_exception(exc)
-        exc_type = type(exc)
-        _print_user_traceback(exc)
-        code = 1
+        outcome = _runner(opts).run(around=guard.run_script if guard is not None else None)
+        error = outcome.error
+        if isinstance(error, Terminated):
+            session.mark_partial("the run was terminated (SIGTERM)")
+        elif guard is not None and error is not None and not isinstance(error, KeyboardInterrupt):
+            guard.note_exception(error)  # the script's own error
     finally:
-        sys.argv[:] = saved_argv
-        sys.path[:] = saved_path
         sys.stdout.flush()
-        session.stop(exc_type)
+        session.stop(type(outcome.error) if outcome.error is not None else None)
         _restore_sigterm(old_term)
         if json_stdout:
             sys.stdout = real_stdout
         if stdout_fd is not None:
             _restore_stdout(stdout_fd)
-    return _report(session, opts, code, guard)
+    return _report(session, opts, outcome.code, guard)
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:

@@ -2,7 +2,8 @@
 
 A callback cannot wrap the user's code in ``with traindoctor.watch():``; it gets "training
 starts" and "training ended" hooks instead. :class:`CallbackWatch` turns those into a
-:class:`~traindoctor.runtime.session.Session` started and stopped by hand, then publishes the
+:class:`~traindoctor.runtime.session.Session` (:func:`~traindoctor.doctor.watch.doctor_session`'s)
+started and stopped by hand, then publishes the
 findings: one line per finding to the framework's Python logger (severity mapped to the log
 level), the full text report (evidence, profile) to stderr, and the JSON report to a file when
 asked. Only rank 0 publishes.
@@ -83,14 +84,15 @@ class CallbackWatch:
         if self.running or self.passive:
             return
         try:
-            from traindoctor.runtime.session import Session, active_session
+            from traindoctor.doctor.watch import doctor_session
+            from traindoctor.runtime.session import active_session
 
             if active_session() is not None:
                 self.passive = True  # ``traindoctor run`` (or an outer watch) reports
                 return
             self.partial = False
             self.findings, self.report = [], None
-            self.session = Session(**self.options)
+            self.session = doctor_session(**self.options)
             self.session.start()
             if not self._atexit_registered:  # a run that dies without an end hook still reports
                 ref = weakref.ref(self)

@@ -56,13 +56,15 @@ class AmpSettings:
         return torch.autocast(self.device_type, dtype=self.dtype)
 
 
-def _device_of(device: Any) -> torch.device:
+def device_of(device: Any, recipe: str = "autocast_settings") -> torch.device:
+    """``device`` as a ``torch.device`` (None: CUDA if available, else CPU); a value that names no
+    device is a ``ValueError`` that starts with the ``recipe`` it was given to."""
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         return torch.device(device)
     except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"autocast_settings: not a device: {device!r} ({exc})") from None
+        raise ValueError(f"{recipe}: not a device: {device!r} ({exc})") from None
 
 
 def autocast_settings(
@@ -87,7 +89,7 @@ def autocast_settings(
         amp.scaler.step(optimizer)
         amp.scaler.update()
     """
-    dev = _device_of(device)
+    dev = device_of(device)
     kind = dev.type
     if kind == "cuda":
         if bf16_supported is None:

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from traindoctor.machine import usable_cores
+
 __all__ = [
     "MAX_DEFAULT_WORKERS",
     "default_workers",
@@ -45,14 +47,6 @@ _TUNABLE = {
     "in_order": bool,
     "timeout": (int, float),
 }
-
-
-def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity mask; ``os.cpu_count()`` where unknown)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def local_ranks() -> int:
@@ -152,16 +146,13 @@ def loader_kwargs(
 
         train_loader = DataLoader(train_set, batch_size=64, shuffle=True, **loader_kwargs(train_set))
     """
-    from traindoctor.recipes.amp import _device_of
+    from traindoctor.recipes.amp import device_of
 
     if local_world_size is None:
         local_world_size = local_ranks()
     elif isinstance(local_world_size, bool) or not isinstance(local_world_size, int) or local_world_size < 1:
         raise ValueError(f"local_world_size must be a positive int, got {local_world_size!r}")
-    try:
-        dev = _device_of(device)
-    except ValueError as exc:
-        raise ValueError(str(exc).replace("autocast_settings", "loader_kwargs")) from None
+    dev = device_of(device, "loader_kwargs")
     if _is_in_memory(dataset) or _is_iterable(dataset):
         workers = 0
     else:

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Union
 import torch
 from torch import nn
 
+from traindoctor.unwrap import unwrap_model
+
 if TYPE_CHECKING:
     from torch.optim import Optimizer
     from torch.optim.lr_scheduler import LRScheduler
@@ -50,34 +52,6 @@ NORM_TYPES: tuple[type, ...] = _norm_types()
 def is_norm_module(module: nn.Module) -> bool:
     """True for BatchNorm, SyncBatchNorm, InstanceNorm, LayerNorm, GroupNorm, RMSNorm (and subclasses)."""
     return isinstance(module, NORM_TYPES)
-
-
-def unwrap_model(model: nn.Module) -> nn.Module:
-    """The user's model inside ``torch.compile`` / DDP / DataParallel (or a similar) wrapper.
-
-    A wrapper is recognised by type (``DistributedDataParallel``, ``DataParallel``), by the
-    ``_orig_mod`` attribute of ``torch.compile``'s ``OptimizedModule``, or generically: a module
-    with a ``.module`` submodule that holds every one of its parameters (DeepSpeed-style engines).
-    """
-    seen: set[int] = set()
-    while id(model) not in seen:
-        seen.add(id(model))
-        inner = getattr(model, "_orig_mod", None)
-        if isinstance(inner, nn.Module):
-            model = inner
-            continue
-        inner = getattr(model, "module", None)
-        if not isinstance(inner, nn.Module):
-            break
-        if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
-            model = inner
-            continue
-        outer_params = {id(p) for p in model.parameters()}
-        if outer_params and outer_params == {id(p) for p in inner.parameters()}:
-            model = inner
-            continue
-        break
-    return model
 
 
 def _no_weight_decay_names(model: nn.Module) -> set[str]:

@@ -2,18 +2,22 @@
 
 ``python -m traindoctor.resume._child --mode M --target N [--offset K] [--interrupt-at K]
 [--detail-step S] --out DIR -- SCRIPT ARGS...``
+
+The script runs as ``traindoctor run`` runs it (:mod:`traindoctor.runtime.script`); the child's
+exit code is the script's, and the record says ``ended`` (exit code 0) or ``crashed``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import runpy
 import sys
-import traceback
+
+from traindoctor.runtime.script import ScriptRunner
 
 
 def main() -> int:
+    """Parse the child's command line, install the recorder, run the script; its exit code."""
     parser = argparse.ArgumentParser(prog="traindoctor.resume._child")
     parser.add_argument("--mode", choices=["reference", "interrupt", "resume"], required=True)
     parser.add_argument("--target", type=int, required=True)
@@ -49,20 +53,9 @@ def main() -> int:
 
         install_write_guard()
         torch.save = guard_torch_save(torch.save)
-    sys.argv = [opts.script, *args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(opts.script)))
-    try:
-        runpy.run_path(opts.script, run_name="__main__")
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        recorder.write_record("ended" if code == 0 else "crashed")
-        return code
-    except BaseException:
-        traceback.print_exc()
-        recorder.write_record("crashed")
-        return 1
-    recorder.write_record("ended")
-    return 0
+    code = ScriptRunner(opts.script, args).run().code
+    recorder.write_record("ended" if code == 0 else "crashed")
+    return code
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ must still be testable on a CPU-only machine. Everything device-specific therefo
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from traindoctor.runtime.live import fields_repr
@@ -148,16 +147,3 @@ def _cpu_name() -> str:
     import platform
 
     return platform.processor() or platform.machine() or "cpu"
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity), not the machine's core count."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # macOS, Windows
-        return os.cpu_count() or 1
-
-
-def machine_cores() -> int:
-    """Logical cores of the machine."""
-    return os.cpu_count() or 1

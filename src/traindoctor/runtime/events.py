@@ -6,27 +6,49 @@ overrides the few hooks it needs (all are no-ops here, as Lightning's ``Callback
 findings with measured evidence, usually at :meth:`Monitor.on_run_end`.
 
 Hooks run on the training hot path: keep them cheap (record numbers, decide at the end).
-This module must not import torch.
+This module must not import torch (its types are imported for type checkers only).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from traindoctor.finding import Finding, Location, Origin
+from traindoctor.finding import Finding, Location, Origin, Severity
 
 if TYPE_CHECKING:  # pragma: no cover
-    from traindoctor.rules.base import Rule
+    import torch
+    from torch import nn
+    from torch.amp import GradScaler
+    from torch.optim import Optimizer
+    from torch.optim.lr_scheduler import LRScheduler
+    from torch.utils.data import DistributedSampler
+
+    from traindoctor.runtime.live import Site
+    from traindoctor.runtime.profile import StepRecord
+    from traindoctor.runtime.records import ForwardInfo, LoaderInfo
+
+
+class RuleInfo(Protocol):
+    """What a monitor and its session read of the rule class the monitor reports for: the
+    finding's metadata (:class:`traindoctor.rules.base.Rule` subclasses provide it)."""
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    severity: ClassVar[Severity]
+    #: Reported only when the run used a CUDA device.
+    gpu_only: ClassVar[bool]
 
 
 class Monitor:
     """Base class of the runtime half of a rule. Subclass it in the rule's own module."""
 
     #: The rule class (metadata and docs) this monitor reports for.
-    rule: ClassVar[type[Rule]]
+    rule: ClassVar[type[RuleInfo]]
 
     def __init__(self, session: Any) -> None:
+        """``session``: the :class:`~traindoctor.runtime.session.Session` watching the run (typed
+        ``Any``: the session module imports this one)."""
         self.session = session
         self.findings: list[Finding] = []
 
@@ -47,6 +69,7 @@ class Monitor:
         column: int | None = None,
         help: str | None = None,
     ) -> Finding:
+        """Record a finding of this monitor's rule (the session collects it at the end) and return it."""
         finding = Finding(
             code=self.rule.code,
             name=self.rule.name,
@@ -70,16 +93,16 @@ class Monitor:
         """Called once when the watch ends (normally, on exception or on Ctrl-C)."""
 
     # ---------------------------------------------------------------- data loading
-    def on_loader_created(self, loader_info: Any) -> None:
+    def on_loader_created(self, loader_info: LoaderInfo) -> None:
         """Called when a DataLoader is constructed (or first iterated, if built before the watch)."""
 
-    def on_loader_iter_start(self, loader_info: Any) -> None:
+    def on_loader_iter_start(self, loader_info: LoaderInfo) -> None:
         """Called when an epoch of a DataLoader begins (``iter(loader)``); workers may be spawned."""
 
-    def on_batch_fetched(self, loader_info: Any, wait_s: float) -> None:
+    def on_batch_fetched(self, loader_info: LoaderInfo, wait_s: float) -> None:
         """Called when the training loop received a batch after waiting ``wait_s`` seconds for it."""
 
-    def on_loader_iter_end(self, loader_info: Any) -> None:
+    def on_loader_iter_end(self, loader_info: LoaderInfo) -> None:
         """Called when a DataLoader iterator is exhausted (the epoch ran to its end)."""
 
     def on_transfer(
@@ -88,66 +111,64 @@ class Monitor:
         seconds: float,
         pinned: bool,
         device_type: str,
-        loader_info: Any = None,
+        loader_info: LoaderInfo | None = None,
     ) -> None:
         """Called when a host tensor was copied to an accelerator (``loader_info``: its loader, if known)."""
 
     # ---------------------------------------------------------------- model and optimizer
-    def on_model_found(self, module: Any) -> None:
+    def on_model_found(self, module: nn.Module) -> None:
         """Called when a root ``nn.Module`` is first seen running forward (during warm-up)."""
 
-    def on_optimizer_found(self, optimizer: Any) -> None:
+    def on_optimizer_found(self, optimizer: Optimizer) -> None:
         """Called when an optimizer steps for the first time, before that step."""
 
     def on_backward(self) -> None:
         """Called after each ``backward()`` call (counts gradient-accumulation micro-batches)."""
 
-    def on_before_optimizer_step(self, optimizer: Any) -> None:
+    def on_before_optimizer_step(self, optimizer: Optimizer) -> None:
         """Called before ``optimizer.step()`` runs (the gradients are final here)."""
 
-    def on_after_optimizer_step(self, optimizer: Any) -> None:
+    def on_after_optimizer_step(self, optimizer: Optimizer) -> None:
         """Called after ``optimizer.step()`` returned."""
 
-    def on_step_end(self, step_record: Any) -> None:
+    def on_step_end(self, step_record: StepRecord) -> None:
         """Called when a training step ended (after the primary optimizer's step), with its timings."""
 
     # ---------------------------------------------------------------- mixed precision (R2 probes)
-    def on_autocast_enter(self, device_type: str, dtype: Any) -> None:
-        """Called when an enabled autocast region is entered (``dtype``: a ``torch.dtype``)."""
+    def on_autocast_enter(self, device_type: str, dtype: torch.dtype) -> None:
+        """Called when an enabled autocast region is entered."""
 
-    def on_scaler_created(self, scaler: Any, site: Any = None) -> None:
+    def on_scaler_created(self, scaler: GradScaler, site: Site | None = None) -> None:
         """Called when a GradScaler is constructed (``site``: the user's ``(filename, row)``)."""
 
-    def on_scaler_call(self, scaler: Any, method: str, optimizer: Any = None) -> None:
+    def on_scaler_call(self, scaler: GradScaler, method: str, optimizer: Optimizer | None = None) -> None:
         """Called before ``scaler.scale/unscale_/step/update`` runs (``method`` names which)."""
 
-    def on_clip_grad(self, kind: str, parameters: Any, site: Any = None) -> None:
+    def on_clip_grad(
+        self, kind: str, parameters: torch.Tensor | Iterable[torch.Tensor], site: Site | None = None
+    ) -> None:
         """Called before ``clip_grad_norm_`` (``kind="norm"``) or ``clip_grad_value_`` (``"value"``)."""
 
-    def on_scheduler_created(self, scheduler: Any, site: Any = None) -> None:
+    def on_scheduler_created(self, scheduler: LRScheduler, site: Site | None = None) -> None:
         """Called when an LR scheduler is constructed."""
 
     # ---------------------------------------------------------------- checkpoints (R2 probes)
-    def on_checkpoint_save(self, obj: Any, path: str | None, site: Any = None) -> None:
+    def on_checkpoint_save(self, obj: object, path: str | None, site: Site | None = None) -> None:
         """Called after ``torch.save(obj, path)`` wrote its file (``path`` None for unnamed buffers)."""
 
     # ---------------------------------------------------------------- modules (R2 probes)
-    def on_module_forward(self, module: Any, info: Any) -> None:
-        """Called on a notable forward of a BatchNorm/conv/Dropout/Linear layer (see probes.modules).
-
-        Only forwards that may matter are emitted (train mode without autograd, eval mode with
-        autograd); ordinary per-layer statistics are aggregated by the probe instead.
-        """
+    def on_module_forward(self, module: nn.Module, info: ForwardInfo) -> None:
+        """Called on a notable forward of a BatchNorm/conv/Dropout/Linear layer (see :class:`ForwardInfo`)."""
 
     # ---------------------------------------------------------------- distributed / backends (R2)
-    def on_sampler_created(self, sampler: Any, site: Any = None) -> None:
+    def on_sampler_created(self, sampler: DistributedSampler[Any], site: Site | None = None) -> None:
         """Called when a ``DistributedSampler`` is constructed."""
 
-    def on_sampler_iter(self, sampler: Any) -> None:
+    def on_sampler_iter(self, sampler: DistributedSampler[Any]) -> None:
         """Called when a ``DistributedSampler`` is iterated (an epoch of its loader begins)."""
 
-    def on_sampler_set_epoch(self, sampler: Any, epoch: int) -> None:
+    def on_sampler_set_epoch(self, sampler: DistributedSampler[Any], epoch: int) -> None:
         """Called when ``DistributedSampler.set_epoch(epoch)`` is called."""
 
-    def on_backend_flags(self, flags: Mapping[str, Any], site: Any = None) -> None:
+    def on_backend_flags(self, flags: Mapping[str, bool], site: Site | None = None) -> None:
         """Called when cudnn ``benchmark``/``deterministic`` change (and once at start, site None)."""

@@ -7,7 +7,8 @@
 * :func:`forward_call_site` finds the line that called the *outermost* module, i.e. the
   ``model(x)`` line of an evaluation loop rather than a line inside ``model.forward``.
 * :func:`session_state` gives probes and monitors one shared, per-session dictionary (for
-  aggregated statistics that are too hot to emit as events).
+  aggregated statistics that are too hot to emit as events); :func:`save_cache` is the part of it
+  that lives for one ``torch.save``.
 * :func:`fields_repr` writes the ``ClassName(field=value, ...)`` repr of the runtime's small
   record classes (plain classes with ``__slots__``: a ``@dataclass`` costs start-up time).
 
@@ -23,6 +24,9 @@ from types import FrameType
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+#: The folder of the ``traindoctor`` package (this file is ``traindoctor/runtime/live.py``).
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Site(tuple):  # type: ignore[type-arg]
@@ -62,9 +66,7 @@ def _library_roots() -> tuple[str, ...]:
     for entry in sys.path:
         if os.path.basename(entry.rstrip(os.sep)) in ("site-packages", "dist-packages"):
             roots.append(entry)
-    import traindoctor
-
-    roots.append(os.path.dirname(os.path.abspath(traindoctor.__file__)))
+    roots.append(PACKAGE_DIR)
     torch_mod = sys.modules.get("torch")
     if torch_mod is not None and getattr(torch_mod, "__file__", None):
         roots.append(os.path.dirname(os.path.abspath(torch_mod.__file__)))
@@ -108,13 +110,6 @@ def is_library_file(filename: str) -> bool:
     if len(_KIND) < 65536:
         _KIND[filename] = result
     return result
-
-
-def reset_library_roots() -> None:
-    """Forget the cached classification (tests that move files or change ``sys.path``)."""
-    global _ROOTS
-    _ROOTS = None
-    _KIND.clear()
 
 
 def _column(frame: FrameType) -> tuple[int, int | None]:
@@ -171,15 +166,21 @@ def first_user_frame(frame: FrameType | None) -> FrameType | None:
     return None
 
 
-def _first_user_frame(frame: FrameType | None) -> Site | None:
-    """Site of ``frame`` or the nearest caller outside library code."""
+def first_user_site(frame: FrameType | None) -> Site | None:
+    """The :class:`Site` of ``frame`` or of the nearest caller outside library code."""
     user = first_user_frame(frame)
     return frame_site(user) if user is not None else None
 
 
 def user_site(skip: int = 1) -> Site | None:
-    """(filename, row) of the innermost frame that belongs to user code, or None."""
-    return _first_user_frame(sys._getframe(skip))
+    """The :class:`Site` (``(filename, row)`` with ``.column``) of the innermost user frame at or
+    above ``skip`` frames up (1: the caller), e.g. where the user constructed an object; None when
+    only library code is on the stack. It walks the stack: call it once per construction."""
+    try:
+        frame = sys._getframe(skip)
+    except ValueError:  # pragma: no cover - a stack shallower than ``skip``
+        return None
+    return first_user_site(frame)
 
 
 _MODULE_CALL = {"_call_impl", "_wrapped_call_impl"}
@@ -207,7 +208,7 @@ def forward_call_site(skip: int = 1) -> Site | None:
         frame = frame.f_back
     if outer is None:
         return user_site(skip + 1)
-    return _first_user_frame(outer.f_back)
+    return first_user_site(outer.f_back)
 
 
 def site_kwargs(site: Site | None) -> dict[str, Any]:
@@ -233,6 +234,18 @@ def session_state(session: Any, key: str, factory: Callable[[], T]) -> T:
     if key not in store:
         store[key] = factory()
     return store[key]
+
+
+def save_cache(session: Any) -> dict[str, Any]:
+    """The per-session dictionary that lives for one ``torch.save``: what the monitors of that save
+    share about the saved object (its audit). The checkpoint probe empties it after the save's
+    ``on_checkpoint_save``, so an entry never outlives its save (nor keeps the object alive)."""
+    return session_state(session, "save_cache", dict)
+
+
+def clear_save_cache(session: Any) -> None:
+    """Empty :func:`save_cache` (the checkpoint probe, after each save's event)."""
+    save_cache(session).clear()
 
 
 def fields_repr(obj: Any, names: Iterable[str]) -> str:

@@ -1,14 +1,9 @@
 """The watch session: installs the probes, feeds the monitors, builds the profile and report.
 
-``traindoctor.watch()`` is the public entry point::
-
-    with traindoctor.watch() as doctor:
-        train()
-    print(doctor.findings, doctor.profile)
-
-    @traindoctor.watch(thresholds={"TD102.min_wait_share": 0.3})
-    def train(): ...
-    train(); train.doctor.findings
+A :class:`Session` creates the monitor classes and installs the probe classes it is handed: which
+ones is the driver's choice (``traindoctor.watch()``, ``traindoctor run``, the framework callbacks
+and ``tune`` trials build sessions in :mod:`traindoctor.doctor.watch`); the session discovers
+nothing itself and renders no report (:meth:`Session.report_dict` is the data the reporters read).
 
 The doctor is fail-open: an exception inside a probe or a monitor is recorded in
 :attr:`Session.notes` and training goes on (a failing monitor is switched off for the rest of the
@@ -18,7 +13,6 @@ attributes, so a watched run computes bit-for-bit what the unwatched run compute
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import threading
@@ -26,11 +20,12 @@ import time
 import traceback
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Literal, Protocol
 
 from traindoctor.finding import Finding, sort_findings
-from traindoctor.runtime.device import DeviceInfo, usable_cores
-from traindoctor.runtime.device import machine_cores as _machine_cores
+from traindoctor.machine import machine_cores as _machine_cores
+from traindoctor.machine import usable_cores
+from traindoctor.runtime.device import DeviceInfo
 from traindoctor.runtime.events import Monitor
 from traindoctor.runtime.profile import (
     PHASE_OPTIMIZER,
@@ -42,8 +37,6 @@ from traindoctor.runtime.profile import (
     measure_memory,
 )
 from traindoctor.runtime.timeline import session_timeline
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 #: ``backward()`` ends remembered for a loop without an optimizer (enough for a profile).
 MAX_BACKWARD_MARKS = 100_000
@@ -158,6 +151,22 @@ def training_reference(
     return out
 
 
+class Installable(Protocol):
+    """What a session needs of a probe (:class:`traindoctor.runtime.probes.base.Probe` is one)."""
+
+    def applies(self, session: Session) -> bool:
+        """Whether the probe is useful for this run."""
+        ...
+
+    def install(self, session: Session) -> None:
+        """Patch or hook torch for this run."""
+        ...
+
+    def uninstall(self) -> None:
+        """Undo every patch and hook."""
+        ...
+
+
 class Session:
     """One watched run. Monitors read the attributes below; probes call the ``record_*`` methods.
 
@@ -171,12 +180,10 @@ class Session:
     def __init__(
         self,
         *,
-        select: Iterable[str] | None = None,
-        ignore: Iterable[str] | None = None,
+        monitors: Iterable[type[Monitor]] = (),
+        probes: Iterable[type[Installable]] = (),
         thresholds: Mapping[str, Any] | None = None,
         device: DeviceInfo | None = None,
-        monitors: Iterable[type[Monitor]] | None = None,
-        probes: Iterable[type] | None = None,
         local_world_size: int | None = None,
         cpu_count: int | None = None,
         machine_cores: int | None = None,
@@ -184,17 +191,16 @@ class Session:
         reference_lr: float | None = None,
         no_decay: Iterable[str] | str | None = None,
     ) -> None:
-        self._select = list(select) if select is not None else None
-        self._ignore = list(ignore or [])
+        """``monitors``: the monitor classes to create at :meth:`start`; ``probes``: the probe
+        classes to install then, in this order. ``device``, ``cpu_count``, ``machine_cores`` and
+        ``local_world_size`` replace what would be detected (tests)."""
         self.thresholds: dict[str, Any] = dict(thresholds or {})
         self.thresholds.update(
             training_reference(reference_batch=reference_batch, reference_lr=reference_lr, no_decay=no_decay)
         )
         self._device_override = device
-        self._monitor_classes = list(monitors) if monitors is not None else None
-        self._probe_classes = list(probes) if probes is not None else None
-        self._local_world_size_override = local_world_size
-        self._cpu_count_override = cpu_count
+        self._monitor_classes = list(monitors)
+        self._probe_classes = list(probes)
 
         self.device: DeviceInfo = device or DeviceInfo()
         self.cpu_count: int = cpu_count or usable_cores()
@@ -206,7 +212,7 @@ class Session:
         self.uses_cuda = False
         self.notes: list[str] = []
         self.monitors: list[Monitor] = []
-        self.probes: list[Any] = []
+        self.probes: list[Installable] = []
         self.loaders: list[Any] = []
         self.models: weakref.WeakSet[Any] = weakref.WeakSet()
         self._optimizers: list[weakref.ReferenceType[Any]] = []
@@ -264,7 +270,7 @@ class Session:
         self.start()
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         self.stop(exc_type)
         return False
 
@@ -329,18 +335,7 @@ class Session:
             self.partial_reason = reason
 
     def _create_monitors(self) -> None:
-        classes = self._monitor_classes
-        if classes is None:
-            try:
-                from traindoctor.doctor.monitors import all_monitors
-                from traindoctor.registry import select_codes
-
-                codes = select_codes(self._select, self._ignore)
-                classes = all_monitors(codes)
-            except Exception as exc:
-                self.internal_error("monitor discovery", exc)
-                classes = []
-        for cls in classes:
+        for cls in self._monitor_classes:
             try:
                 self.monitors.append(cls(self))
             except Exception as exc:
@@ -348,14 +343,7 @@ class Session:
         self._dispatch.clear()
 
     def _install_probes(self) -> None:
-        classes = self._probe_classes
-        if classes is None:
-            from traindoctor.runtime.probes.base import discover_probes
-
-            classes, errors = discover_probes()
-            for modname, exc in errors:
-                self.internal_error(f"import {modname}", exc)
-        for cls in classes:
+        for cls in self._probe_classes:
             try:
                 probe = cls()
                 if not probe.applies(self):
@@ -758,85 +746,3 @@ def platform_string() -> str:
     while "--" in text:
         text = text.replace("--", "-")
     return text.rstrip("-")
-
-
-class Watch:
-    """``watch()``'s return value: a context manager (yields a fresh :class:`Session`) and a decorator."""
-
-    def __init__(self, report: bool | str = False, **options: Any) -> None:
-        training_reference(  # a bad declared reference fails here, not in the middle of a run
-            reference_batch=options.get("reference_batch"),
-            reference_lr=options.get("reference_lr"),
-            no_decay=options.get("no_decay"),
-        )
-        self._options = options
-        self._report = report
-        self._stack: list[Session] = []
-        self.doctor: Session | None = None
-
-    def __enter__(self) -> Session:
-        session = Session(**self._options)
-        self._stack.append(session)
-        self.doctor = session
-        session.start()
-        return session
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        session = self._stack.pop()
-        session.stop(exc_type)
-        if self._report and not session.inert:
-            _emit_report(session, self._report)
-        return False
-
-    def __call__(self, func: F) -> F:
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with self as doctor:
-                wrapper.doctor = doctor  # type: ignore[attr-defined]
-                return func(*args, **kwargs)
-
-        wrapper.doctor = None  # type: ignore[attr-defined]
-        return wrapper  # type: ignore[return-value]
-
-
-def _emit_report(session: Session, target: bool | str) -> None:
-    try:
-        from traindoctor.report.run import render_json, render_text
-
-        if isinstance(target, str):
-            with open(target, "w", encoding="utf-8") as fh:
-                fh.write(render_json(session.report_dict()))
-        else:
-            sys.stderr.write(render_text(session.report_dict()))
-    except Exception as exc:  # pragma: no cover - fail-open
-        sys.stderr.write(f"traindoctor: could not write the report: {exc}\n")
-
-
-def watch(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
-    """Watch a training run: ``with watch() as doctor:`` or ``@watch()`` / ``@watch``.
-
-    Options: ``select`` / ``ignore`` (codes or prefixes), ``thresholds`` (``{"TD102.min_wait_share":
-    0.3}``), ``report`` (``True``: print the text report to stderr at the end; a path: write the
-    JSON report there).
-
-    What the run cannot observe, the caller can declare (shorthands for the thresholds of the
-    same names; the CLI's ``--reference-batch`` / ``--reference-lr`` / ``--no-decay``):
-
-    - ``reference_batch`` (int): the effective batch the learning rate was tuned for, and
-      ``reference_lr`` (float): that learning rate. With both, TD203 reports a run whose
-      effective batch differs while its LR is still ``reference_lr``, and TD206 also counts a
-      peak LR well above ``reference_lr`` as "large" when asking for warm-up.
-    - ``no_decay`` (list of str, or a comma-separated string): the parameter-name patterns the
-      script excludes from weight decay, e.g. ``["bias", "bn"]``; TD205 reports patterns that
-      match no parameter (a dead filter, so everything is decayed).
-
-    Example: ``with watch(reference_batch=256, reference_lr=0.1) as doctor: train()``. A value
-    of the wrong kind raises ``ValueError`` before the run starts.
-
-    For tests: ``device`` (a fake :class:`DeviceInfo`), ``cpu_count``,
-    ``machine_cores``, ``local_world_size``, ``monitors`` / ``probes`` (classes to use instead of
-    the discovered ones).
-    """
-    if func is not None and callable(func):
-        return Watch(**options)(func)
-    return Watch(**options)

@@ -28,12 +28,13 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import runpy
 import sys
 import time
-import traceback
 from collections import deque
 from typing import Any
+
+from traindoctor.facts.data.pipeline import TIE
+from traindoctor.runtime.script import ScriptRunner
 
 #: Steps kept out of every measurement after a change (start-up, allocator growth, lazy init).
 BASE_WARMUP = 2
@@ -287,7 +288,7 @@ class Controller:
             )
             if rate is None:
                 continue
-            stalls = stalls + 1 if best and rate < max(best) * 1.05 else 0
+            stalls = stalls + 1 if best and rate < max(best) * (1 + TIE) else 0
             best.append(rate)
             if stalls >= 2:  # two worker counts in a row without gain: the loader has saturated
                 break
@@ -352,7 +353,7 @@ class Controller:
             }
         elif self.mode == "probe" and self.session is not None and self.session.loaders:
             self.notes.append("the script ended before the baseline was measured")
-        from traindoctor.tune.measure import usable_cores
+        from traindoctor.machine import usable_cores
 
         return {
             "status": status,
@@ -420,27 +421,23 @@ def main(argv: list[str] | None = None) -> int:
     Sandbox(spec["scratch"]).install()
     controller = Controller(spec)
     controller.install()
-    from traindoctor.runtime.session import Session
+    from traindoctor.doctor.watch import doctor_session
 
-    session = Session(monitors=[])
+    session = doctor_session(monitors=[])
     controller.attach(session)
-    status, error = "ended", None
-    sys.argv = [script, *args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     session.start()
-    try:
-        runpy.run_path(script, run_name="__main__")
-    except TrialComplete:
-        status = "complete"
-    except SystemExit as exc:
-        if exc.code not in (None, 0):
-            status, error = "failed", f"the script exited with status {exc.code}"
-    except BaseException as exc:  # the script's own error: print it (goes to the trial log)
-        traceback.print_exc()
-        status, error = "failed", _short(exc)
+    try:  # the script's own error is printed as Python would (it goes to the trial log)
+        outcome = ScriptRunner(script, args, stops={TrialComplete: 0}).run()
     finally:
         sys.stdout.flush()
         session.stop()
+    status, error = "ended", None
+    if isinstance(outcome.error, TrialComplete):
+        status = "complete"
+    elif outcome.error is not None:
+        status, error = "failed", _short(outcome.error)
+    elif outcome.code != 0:
+        status, error = "failed", f"the script exited with status {outcome.code}"
     result = controller.result(status, error)
     with open(out, "w", encoding="utf-8") as fh:
         json.dump(result, fh)

@@ -44,7 +44,7 @@ def main() -> int:
     import torch
     import torch.utils.data  # noqa: F401
 
-    import traindoctor.runtime.session
+    import traindoctor.doctor.watch
     import traindoctor.tune._trial
     import traindoctor.tune.sandbox  # noqa: F401
     from traindoctor.runtime.probes.base import discover_probes

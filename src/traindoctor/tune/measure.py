@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from traindoctor.facts.data.pipeline import TIE, equally_fast
+from traindoctor.machine import usable_cores
+
 __all__ = [
     "Candidate",
     "Measurement",
@@ -30,10 +33,6 @@ __all__ = [
 
 #: Format version written under ``"traindoctor_tune"`` in the JSON document.
 FORMAT_VERSION = 1
-#: A configuration within this fraction of the fastest one counts as equally fast; the one with
-#: fewer workers (fewer processes, less memory) is then recommended.
-TIE_TOLERANCE = 0.05
-
 DEFAULT_BATCHES = 20
 DEFAULT_WARMUP_BATCHES = 3
 DEFAULT_TIME_BUDGET_S = 10.0
@@ -173,7 +172,7 @@ class TuneResult:
             "warmup_batches": self.warmup_batches,
             "device": self.device,
             "cores": self.cores,
-            "tie_tolerance": TIE_TOLERANCE,
+            "tie_tolerance": TIE,
             "measurements": [m.to_dict(base) for m in self.measurements],
             "notes": list(self.notes),
         }
@@ -185,14 +184,6 @@ class TuneResult:
         target = Path(path)
         target.write_text(self.to_json(), encoding="utf-8")
         return target
-
-
-def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity mask; ``os.cpu_count()`` where unknown)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def worker_counts(max_workers: int) -> list[int]:
@@ -340,8 +331,7 @@ def _recommend(measurements: Iterable[Measurement]) -> Measurement | None:
         ok = [m for m in measurements if m.batches_per_s is not None]
     if not ok:
         return None
-    best = max(m.batches_per_s or 0.0 for m in ok)
-    close = [m for m in ok if (m.batches_per_s or 0.0) >= best * (1 - TIE_TOLERANCE)]
+    close = equally_fast(((m, m.batches_per_s or 0.0) for m in ok), TIE)
     return min(
         close,
         key=lambda m: (m.candidate.num_workers, m.candidate.prefetch_factor or 0, -(m.batches_per_s or 0.0)),

@@ -19,7 +19,6 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 _ALLOWED_PREFIXES = ("/dev/", "/proc/", "/sys/")
@@ -138,9 +137,3 @@ class Sandbox:
         for owner in (torch, serialization):
             owner.save = save  # type: ignore[attr-defined]
             owner.load = load  # type: ignore[attr-defined]
-
-
-def writes_under(root: str | os.PathLike[str]) -> list[Path]:
-    """Files a sandbox redirected under ``root`` (for reports and tests)."""
-    base = Path(root) / "redirected"
-    return sorted(p for p in base.rglob("*") if p.is_file()) if base.exists() else []

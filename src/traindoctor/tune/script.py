@@ -8,8 +8,8 @@ stops it after a bounded number of steady steps. The search:
    the pipeline in the same process: the training loader *alone* for each worker count (how fast
    batches can be produced), and the loop *alone* on batches replayed from memory for each
    intra-op thread count (how fast they can be consumed);
-2. **search**: the pipeline model (:func:`predict`) ranks every (workers, threads) pair from the
-   bounds; only the pairs predicted within :data:`SEARCH_SHARE` of the best are run end to end,
+2. **search**: the pipeline model (:meth:`~traindoctor.facts.data.pipeline.Bounds.predict`)
+   ranks every (workers, threads) pair from the bounds; only the pairs predicted within :data:`SEARCH_SHARE` of the best are run end to end,
    best first, while the budget allows;
 3. **confirm**: the two fastest configurations and the baseline run again, interleaved, in
    rounds; each configuration's result is the median of its runs.
@@ -33,14 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import traindoctor
-from traindoctor.tune.measure import LOADER_KEYS, usable_cores, worker_counts
+from traindoctor.facts.data.pipeline import MEASURED_GAIN, MEASURED_TIE, Bounds, equally_fast
+from traindoctor.machine import usable_cores
+from traindoctor.tune.measure import LOADER_KEYS, worker_counts
 
 #: Configurations predicted within this share of the best prediction are measured.
 SEARCH_SHARE = 0.85
-#: Measured configurations within this share of the fastest are equally fast: fewer workers win.
-TIE = 0.03
-#: Workers are recommended only when measured this much faster than the best setting without.
-WORKER_GAIN = 1.10
 MAX_SEARCH = 6
 MAX_CONFIRM_ROUNDS = 2
 DATA_BOUND_SHARE = 0.5
@@ -70,7 +68,10 @@ class Trial:
 
 
 @dataclass
-class Settings:
+class TuneSettings:
+    """How long ``tune SCRIPT`` may take and what it keeps (``--budget``, ``--keep``); not the
+    ``[tool.traindoctor]`` settings of :class:`traindoctor.config.Settings`."""
+
     budget: float = 60.0
     #: Seconds of steady steps per measurement (default: from the budget).
     seconds: float | None = None
@@ -79,6 +80,7 @@ class Settings:
     keep: bool = False
 
     def measure_s(self) -> float:
+        """Seconds of steady steps each measurement runs for."""
         if self.seconds is not None:
             return self.seconds
         return min(max(self.budget / 40.0, 0.25), 3.0)
@@ -125,56 +127,6 @@ def verdict_of(config: dict[str, Any], share: float | None) -> str:
     return "compute-bound"
 
 
-# ---------------------------------------------------------------- the pipeline model
-@dataclass
-class Bounds:
-    """What the probe measured: samples/s of the loader alone and of the compute alone."""
-
-    loader: dict[int, float]
-    compute: dict[int, float]
-    loader_cpu: float | None  # CPU seconds per sample of loading in the main process
-    compute_cpu: dict[int, float]  # CPU seconds per sample of the loop, per thread count
-    cores: int
-    #: CPU seconds per sample the training process spends *receiving* batches from ``w``
-    #: workers (unpickling, shared-memory rebuild), measured with the loader alone.
-    receive_cpu: dict[int, float] = field(default_factory=dict)
-
-    def predict(self, workers: int, threads: int) -> float | None:
-        """Predicted samples/s of the whole loop.
-
-        Without workers loading and compute take turns: ``1 / (1/loader_0 + 1/compute_t)``.
-        With workers: the smallest of what the workers deliver, what the training process can
-        do per sample (compute plus receiving the batch), and what the cores can do for both.
-        """
-        load, comp = self.loader.get(workers), self.compute.get(threads)
-        if load is None or comp is None or load <= 0 or comp <= 0:
-            return None
-        if workers == 0:
-            return 1.0 / (1.0 / load + 1.0 / comp)
-        receive = self.receive_cpu.get(workers, 0.0)
-        rate = min(load, 1.0 / (1.0 / comp + receive))
-        load_cpu, comp_cpu = self.loader_cpu, self.compute_cpu.get(threads)
-        if load_cpu is not None and comp_cpu is not None and load_cpu + comp_cpu > 0:
-            rate = min(rate, self.cores / (load_cpu + comp_cpu + receive))
-        return rate
-
-    def limit(self) -> dict[str, Any] | None:
-        if not self.loader or not self.compute:
-            return None
-        w, load = max(self.loader.items(), key=lambda kv: kv[1])
-        t, comp = max(self.compute.items(), key=lambda kv: kv[1])
-        bound = "loader" if load < comp else "compute"
-        return {
-            "samples_per_s": round(min(load, comp), 3),
-            "bound": bound,
-            "detail": (
-                f"the loader alone delivers at most {load:.1f} samples/s (num_workers={w}); the "
-                f"loop alone consumes at most {comp:.1f} samples/s on cached batches "
-                f"(torch_threads={t}); no setting of these knobs can beat the smaller"
-            ),
-        }
-
-
 # ---------------------------------------------------------------- child processes
 def _env() -> dict[str, str]:
     env = dict(os.environ)
@@ -193,7 +145,7 @@ class Runner:
     """
 
     def __init__(
-        self, script: str, args: list[str], settings: Settings, scratch: Path, use_zygote: bool | None = None
+        self, script: str, args: list[str], settings: TuneSettings, scratch: Path, use_zygote: bool | None = None
     ) -> None:
         self.script = os.path.abspath(script)
         self.args = list(args)
@@ -395,12 +347,12 @@ def tune_script(
     script: str,
     args: list[str] | None = None,
     *,
-    settings: Settings | None = None,
+    settings: TuneSettings | None = None,
     progress: Any = None,
     scratch: str | None = None,
 ) -> Tuned:
     """Tune ``script`` (see the module docstring); raises :class:`TuneScriptError`."""
-    settings = settings or Settings()
+    settings = settings or TuneSettings()
     args = list(args or [])
     if not os.path.isfile(script):
         raise TuneScriptError(f"can't open file {os.path.abspath(script)!r}: no such file")
@@ -416,7 +368,7 @@ def tune_script(
             shutil.rmtree(root, ignore_errors=True)
 
 
-def _tune(script: str, args: list[str], settings: Settings, progress: Any, root: Path, start: float) -> Tuned:
+def _tune(script: str, args: list[str], settings: TuneSettings, progress: Any, root: Path, start: float) -> Tuned:
     runner = Runner(script, args, settings, root)
     try:
         return _search(runner, script, args, settings, progress, start)
@@ -424,7 +376,7 @@ def _tune(script: str, args: list[str], settings: Settings, progress: Any, root:
         runner.close()
 
 
-def _search(runner: Runner, script: str, args: list[str], settings: Settings, progress: Any, start: float) -> Tuned:
+def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings, progress: Any, start: float) -> Tuned:
     cores = usable_cores()
     tick = progress or _NoProgress()
     result = Tuned(script=script, args=args, cores=cores, budget=settings.budget)
@@ -580,8 +532,7 @@ def _search(runner: Runner, script: str, args: list[str], settings: Settings, pr
         result.notes.append("budget: no confirmation rounds (raise --budget for repeated runs)")
 
     # 4. the choice
-    fastest = max(median_rate(k) for k in measured)
-    equal = [k for k in measured if median_rate(k) >= fastest * (1 - TIE)]
+    equal = equally_fast(((k, median_rate(k)) for k in measured), MEASURED_TIE)
     best_key = min(
         equal, key=lambda k: (configs[k]["num_workers"], configs[k]["torch_threads"] != script_threads, -median_rate(k))
     )
@@ -589,7 +540,7 @@ def _search(runner: Runner, script: str, args: list[str], settings: Settings, pr
     no_workers = [k for k in measured if configs[k]["num_workers"] == 0 and median_rate(k) > 0]
     if configs[best_key]["num_workers"] > 0 and no_workers:
         plain_best = max(no_workers, key=median_rate)
-        if median_rate(plain_best) * WORKER_GAIN >= median_rate(best_key):
+        if median_rate(plain_best) * MEASURED_GAIN >= median_rate(best_key):
             best_key = plain_best
     best_cfg = configs[best_key]
     best_rate = median_rate(best_key)

@@ -15,6 +15,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from traindoctor.errors import UsageError
+
 EXIT_OK, EXIT_ERROR = 0, 2
 PROG = "traindoctor tune"
 
@@ -39,10 +41,6 @@ options:
 #: Options that take a value, and flags.
 _VALUED = {"--budget", "--output-format", "--html", "-o", "--output"}
 _FLAGS = {"--keep", "-h", "--help"}
-
-
-class UsageError(ValueError):
-    pass
 
 
 def split(argv: Sequence[str]) -> tuple[dict[str, Any], str | None, list[str]]:
@@ -219,12 +217,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as exc:
         return _error(f"needs PyTorch ({exc})")
     from traindoctor.tune.progress import Progress
-    from traindoctor.tune.script import Settings, TuneScriptError, tune_script
+    from traindoctor.tune.script import TuneScriptError, TuneSettings, tune_script
 
     progress = Progress("traindoctor tune", 4)
     try:
         tuned = tune_script(
-            script, rest, settings=Settings(budget=opts["budget"], keep=opts["keep"]), progress=progress
+            script, rest, settings=TuneSettings(budget=opts["budget"], keep=opts["keep"]), progress=progress
         )
     except TuneScriptError as exc:
         progress.close()

@@ -359,12 +359,13 @@ class RngUse:
 def contents_for(session: Any, obj: Any) -> Contents:
     """The audit of ``obj`` for this save, shared by the TD501-TD504 monitors.
 
-    The checkpoint probe clears the cache after each ``on_checkpoint_save`` emit, so a cached
-    entry never outlives the save it belongs to (and never keeps ``obj`` alive).
+    Kept in the session's :func:`~traindoctor.runtime.live.save_cache`, which the checkpoint
+    probe empties after each ``on_checkpoint_save`` emit, so a cached entry never outlives the save
+    it belongs to (and never keeps ``obj`` alive).
     """
-    from traindoctor.runtime.live import session_state
+    from traindoctor.runtime.live import save_cache
 
-    cache: dict[str, Any] = session_state(session, "checkpoint_audit", dict)
+    cache = save_cache(session)
     if cache.get("obj") is obj:
         return cache["contents"]
     models = []
@@ -376,12 +377,6 @@ def contents_for(session: Any, obj: Any) -> Contents:
     cache["obj"] = obj
     cache["contents"] = contents
     return contents
-
-
-def clear_cache(session: Any) -> None:
-    from traindoctor.runtime.live import session_state
-
-    session_state(session, "checkpoint_audit", dict).clear()
 
 
 def saved_param_ids(contents: Contents) -> set[int]:

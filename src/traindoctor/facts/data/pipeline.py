@@ -1,37 +1,86 @@
-"""A small model of the input pipeline: how fast a training loop can go with ``w`` loader workers.
+"""The model of the input pipeline: how fast a training loop can go with ``w`` loader workers.
 
-Shared by the runtime advice (TD102/TD105 recommend a worker count from it) and by
-``traindoctor tune SCRIPT`` (which uses it to decide which configurations are worth measuring).
-Never imports torch.
+The one model behind the runtime advice (TD102/TD105 recommend a worker count from a watched
+run, :class:`Pipeline`) and behind ``traindoctor tune SCRIPT`` (which predicts from its measured
+bounds which configurations are worth running, :class:`Bounds`), with the margins both use to
+call two rates equal. Never imports torch.
 
-Inputs, all per batch and measured:
+:func:`loop_rate` is the model. Items (batches or samples) per second:
 
-* ``fetch_s``: wall time one process needs to produce a batch (load, decode, collate);
-* ``fetch_cpu_s``: CPU time of that (None when unknown: then loading is assumed CPU-bound,
-  the pessimistic case). A dataset that sleeps or waits on I/O has ``fetch_cpu_s << fetch_s``
-  and its workers hardly compete with the training process for cores;
-* ``compute_s``: what the loop does with a batch (forward, backward, optimizer);
-* ``cores``: the cores this process may use (``os.sched_getaffinity``);
-* ``threads``: the training process's intra-op threads (``torch.get_num_threads()``).
+* ``w = 0``: loading and compute are serial, ``1 / (produce + consume)``;
+* ``w > 0``: the smallest of what the workers deliver, what the loop consumes (its compute plus
+  receiving the item from a worker), and what the cores can do when busy workers and the
+  training threads share them (``cores / CPU seconds per item``).
 
-Predicted batches per second:
+Its two measured forms:
 
-* ``w = 0``: loading and compute are serial, ``1 / (fetch + compute)``;
-* ``w > 0``: the smallest of what the workers deliver (``w / fetch``), what the loop consumes
-  (``1 / compute``), and what the cores can do when busy workers and the training threads share
-  them (``cores / (fetch_cpu + compute x threads)``).
+* :class:`Pipeline`, per batch, from inside a run: ``fetch_s`` (wall time one process needs to
+  produce a batch: load, decode, collate), ``fetch_cpu_s`` (its CPU time; None when unknown: then
+  loading is assumed CPU-bound, the pessimistic case. A dataset that sleeps or waits on I/O has
+  ``fetch_cpu_s << fetch_s`` and its workers hardly compete with the training process for
+  cores), ``compute_s`` (forward, backward, optimizer), ``cores`` (the cores this process may
+  use, ``os.sched_getaffinity``) and ``threads`` (``torch.get_num_threads()``); ``w`` workers
+  deliver ``w / fetch`` and a step's compute takes ``compute x threads`` of CPU;
+* :class:`Bounds`, per sample, measured by tune's probe: the loader alone for each worker count
+  and the loop alone (on cached batches) for each thread count, with their CPU costs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
-#: A configuration within this share of the fastest prediction counts as equally fast; the
-#: one with fewer workers wins.
+T = TypeVar("T")
+
+#: Rates within this share of the fastest count as equally fast, and the one with fewer workers
+#: wins: for the model's predictions, and for ``tune DATASET``'s measurements of the loader alone
+#: (one run per configuration).
 TIE = 0.05
+#: The same for rates of the whole loop measured end to end (``tune SCRIPT``'s trials, medians
+#: over its confirmation rounds): a measurement of the real loop carries less error than a
+#: prediction, so a smaller margin still tells a real difference from noise.
+MEASURED_TIE = 0.03
 #: Workers are recommended only when they are predicted to beat ``num_workers=0`` by this
 #: factor: they cost processes, memory and inter-process copies that the model leaves out.
 MIN_GAIN = 1.15
+#: The same for rates measured end to end: the measurement already paid the workers' costs
+#: (their processes, copies and start-up), so a smaller margin is enough.
+MEASURED_GAIN = 1.10
+#: A predicted gain below this factor is called small (a measurement should settle it).
+SMALL_GAIN = 1.5
+
+
+def loop_rate(
+    workers: int,
+    *,
+    produce_s: float,
+    consume_s: float,
+    delivered: float,
+    cores: float,
+    cpu_s: float | None,
+    receive_s: float = 0.0,
+) -> float:
+    """Predicted items per second of a loop that consumes what a loader produces (see the module docstring).
+
+    ``produce_s`` / ``consume_s``: seconds one process needs to produce an item / the loop needs
+    to consume it; ``delivered``: items per second ``workers`` workers deliver; ``receive_s``:
+    seconds the training process spends receiving an item from a worker; ``cpu_s``: CPU seconds
+    per item of loading and consuming together, shared by ``cores`` cores (None: no core limit).
+    """
+    if workers <= 0:
+        return 1.0 / (produce_s + consume_s)
+    rate = min(delivered, 1.0 / (consume_s + receive_s))
+    if cpu_s is not None:
+        rate = min(rate, cores / cpu_s)
+    return rate
+
+
+def equally_fast(rates: Iterable[tuple[T, float]], tie: float) -> list[T]:
+    """The items whose rate is within ``tie`` (a share) of the fastest, in the given order."""
+    pairs = list(rates)
+    best = max(rate for _, rate in pairs)
+    return [item for item, rate in pairs if rate >= best * (1 - tie)]
 
 
 @dataclass(frozen=True)
@@ -55,14 +104,17 @@ class Pipeline:
         """Predicted batches per second with ``workers`` loader workers."""
         fetch = max(self.fetch_s, 1e-6)
         compute = max(self.compute_s, 1e-6)
-        if workers <= 0:
-            return 1.0 / (fetch + compute)
         cores = max(self.cores, 1)
         threads = max(min(self.threads, cores), 1)
         cpu_fetch = self.fetch_s if self.fetch_cpu_s is None else self.fetch_cpu_s
-        # the cores shared fairly by busy workers and the training threads
-        cpu_cap = cores / max(cpu_fetch + compute * threads, 1e-6)
-        return min(workers / fetch, 1.0 / compute, cpu_cap)
+        return loop_rate(
+            workers,
+            produce_s=fetch,
+            consume_s=compute,
+            delivered=workers / fetch,
+            cores=cores,
+            cpu_s=max(cpu_fetch + compute * threads, 1e-6),  # busy workers and the training threads
+        )
 
 
 @dataclass(frozen=True)
@@ -79,16 +131,16 @@ class Advice:
 
     @property
     def speedup(self) -> float:
+        """Predicted rate over the current configuration's."""
         return self.rate / self.current_rate if self.current_rate > 0 else 1.0
 
 
 def recommend(pipeline: Pipeline, current: int, max_workers: int | None = None) -> Advice:
-    """The fewest workers predicted within 5% of the fastest, up to ``max_workers`` (default: the
-    cores); 0 unless workers beat the main process by :data:`MIN_GAIN`."""
+    """The fewest workers predicted within :data:`TIE` of the fastest, up to ``max_workers``
+    (default: the cores); 0 unless workers beat the main process by :data:`MIN_GAIN`."""
     limit = max(pipeline.cores if max_workers is None else max_workers, 0)
     rates = {w: pipeline.rate(w) for w in range(0, limit + 1)}
-    best = max(rates.values())
-    chosen = min(w for w, r in rates.items() if r >= best * (1 - TIE))
+    chosen = min(equally_fast(rates.items(), TIE))
     if chosen > 0 and rates[chosen] < rates[0] * MIN_GAIN:
         chosen = 0
     reasons = []
@@ -102,6 +154,58 @@ def recommend(pipeline: Pipeline, current: int, max_workers: int | None = None) 
             f"{'s' if pipeline.threads != 1 else ''}"
         )
     current_rate = rates.get(current, pipeline.rate(current))
-    if chosen != current and rates[chosen] < current_rate * 1.5:
+    if chosen != current and rates[chosen] < current_rate * SMALL_GAIN:
         reasons.append(f"the predicted gain is small ({rates[chosen] / current_rate:.2f}x)")
     return Advice(chosen, rates[chosen], current_rate, limit, "; ".join(reasons))
+
+
+@dataclass
+class Bounds:
+    """What ``tune SCRIPT``'s probe measured: samples/s of the loader alone and of the compute alone."""
+
+    loader: dict[int, float]
+    compute: dict[int, float]
+    loader_cpu: float | None  # CPU seconds per sample of loading in the main process
+    compute_cpu: dict[int, float]  # CPU seconds per sample of the loop, per thread count
+    cores: int
+    #: CPU seconds per sample the training process spends *receiving* batches from ``w``
+    #: workers (unpickling, shared-memory rebuild), measured with the loader alone.
+    receive_cpu: dict[int, float] = field(default_factory=dict)
+
+    def predict(self, workers: int, threads: int) -> float | None:
+        """Predicted samples/s of the whole loop (:func:`loop_rate`: the loader alone delivers
+        ``loader[workers]``; the CPU limit applies when both CPU costs were measured)."""
+        load, comp = self.loader.get(workers), self.compute.get(threads)
+        if load is None or comp is None or load <= 0 or comp <= 0:
+            return None
+        receive = self.receive_cpu.get(workers, 0.0)
+        load_cpu, comp_cpu = self.loader_cpu, self.compute_cpu.get(threads)
+        cpu = None
+        if load_cpu is not None and comp_cpu is not None and load_cpu + comp_cpu > 0:
+            cpu = load_cpu + comp_cpu + receive
+        return loop_rate(
+            workers,
+            produce_s=1.0 / load,
+            consume_s=1.0 / comp,
+            delivered=load,
+            cores=self.cores,
+            cpu_s=cpu,
+            receive_s=receive,
+        )
+
+    def limit(self) -> dict[str, Any] | None:
+        """The physical limit: the fastest loader alone or the fastest compute alone, the smaller."""
+        if not self.loader or not self.compute:
+            return None
+        w, load = max(self.loader.items(), key=lambda kv: kv[1])
+        t, comp = max(self.compute.items(), key=lambda kv: kv[1])
+        bound = "loader" if load < comp else "compute"
+        return {
+            "samples_per_s": round(min(load, comp), 3),
+            "bound": bound,
+            "detail": (
+                f"the loader alone delivers at most {load:.1f} samples/s (num_workers={w}); the "
+                f"loop alone consumes at most {comp:.1f} samples/s on cached batches "
+                f"(torch_threads={t}); no setting of these knobs can beat the smaller"
+            ),
+        }

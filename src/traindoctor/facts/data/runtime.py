@@ -1,8 +1,8 @@
 """Numbers the data-loading monitors (TD101-TD106, TD603) judge from. Never imports torch.
 
-The dataloader probe keeps raw counters on each :class:`~traindoctor.runtime.probes.dataloader.
-LoaderInfo`; this module turns them into the evidence the rules report, so every rule computes
-"data-wait share" the same way.
+The dataloader probe keeps raw counters on each
+:class:`~traindoctor.runtime.records.LoaderInfo`; this module turns them into the evidence the
+rules report, so every rule computes "data-wait share" the same way.
 
 * *wait*: time the loop spent inside ``next(iterator)`` for this loader.
 * *active time*: from ``iter(loader)`` to the last batch of each epoch, summed over epochs.
@@ -124,15 +124,6 @@ def worker_advice(timing: LoaderTiming, info: Any, session: Any) -> Any:
 
     current = int(getattr(info, "num_workers", 0) or 0)
     return recommend(pipeline(timing, info, session), current)
-
-
-def recommended_workers(timing: LoaderTiming, current: int, session: Any, info: Any = None) -> int:
-    """Workers the pipeline model recommends (see :func:`worker_advice`)."""
-    if info is None:
-        from types import SimpleNamespace
-
-        info = SimpleNamespace(num_workers=current, batches=timing.batches, wait_cpu_s=None)
-    return worker_advice(timing, info, session).workers
 
 
 def script_name() -> str | None:

@@ -110,15 +110,6 @@ def _iter_probe_modules() -> list[str]:
     return sorted(names)
 
 
-def all_probe_classes() -> list[type[Probe]]:
-    """Every concrete probe class in the probes package, in install order.
-
-    A module that fails to import is skipped (fail-open); the error is returned to the session
-    through :func:`discover_probes`.
-    """
-    return discover_probes()[0]
-
-
 def discover_probes() -> tuple[list[type[Probe]], list[tuple[str, BaseException]]]:
     """Probe classes in install order, and the modules that failed to import."""
     found: list[type[Probe]] = []
@@ -132,20 +123,3 @@ def discover_probes() -> tuple[list[type[Probe]], list[tuple[str, BaseException]
         found.extend(p for p in classes_defined_in(module, Probe) if not vars(p).get("abstract", False))
     found.sort(key=lambda cls: (cls.order, cls.__module__, cls.__name__))
     return found, errors
-
-
-def user_site(skip: int = 1) -> tuple[str, int | None]:
-    """``(filename, row)`` of the first caller frame that is user code (see
-    :func:`traindoctor.runtime.live.is_library_file`): where the user constructed the object.
-    The result is a :class:`~traindoctor.runtime.live.Site` carrying ``.column``; ``("", None)``
-    when only library code is on the stack. Call once per construction."""
-    import sys
-
-    from traindoctor.runtime.live import _first_user_frame
-
-    try:
-        frame = sys._getframe(skip + 1)
-    except ValueError:  # pragma: no cover
-        return "", None
-    site = _first_user_frame(frame)
-    return site if site is not None else ("", None)

@@ -7,7 +7,7 @@ Monitors inspect ``obj`` in place (keys, types, tensor identity); nothing is cop
 Saves into unnamed in-memory buffers (``io.BytesIO``, used for deep copies) are emitted with
 ``path=None`` and monitors ignore them. Saves made by a framework's own checkpoint writer
 (``accelerator.save_state``, the Hugging Face ``Trainer``'s checkpoints, Lightning's
-``save_checkpoint``; see :mod:`traindoctor.integrations.frameworks`) are not emitted: the framework
+``save_checkpoint``; see :mod:`traindoctor.runtime.framework_writers`) are not emitted: the framework
 writes the rest of the state next to them.
 
 LR schedulers are seen at construction (``LRScheduler.__init__`` and ``ReduceLROnPlateau.__init__``,
@@ -20,7 +20,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from traindoctor.runtime.live import describe_path, user_site
+from traindoctor.runtime.framework_writers import caller_is_framework_writer
+from traindoctor.runtime.live import clear_save_cache, describe_path, user_site
 from traindoctor.runtime.probes.base import Probe
 
 
@@ -59,7 +60,8 @@ class CheckpointProbe(Probe):
                 except Exception as exc:  # fail-open
                     probe.fail("torch.save", exc)
                 try:
-                    probe._forget()
+                    if probe.session is not None:
+                        clear_save_cache(probe.session)
                 except Exception as exc:  # fail-open
                     probe.fail("torch.save cleanup", exc)
             return result
@@ -82,19 +84,10 @@ class CheckpointProbe(Probe):
     def _framework_save(self) -> bool:
         """True when a framework's own checkpoint writer called this save (fail-open: False)."""
         try:
-            from traindoctor.integrations.frameworks import caller_is_framework_writer
-
             return caller_is_framework_writer(2) is not None
         except Exception as exc:
             self.fail("framework checkpoint writer", exc)
             return False
-
-    def _forget(self) -> None:
-        """Drop the monitors' shared audit of the object just saved (never keep it alive)."""
-        if self.session is not None:
-            from traindoctor.facts.checkpoint.runtime import clear_cache
-
-            clear_cache(self.session)
 
     def _emit(self, hook: str, *args: Any, **kwargs: Any) -> None:
         if self.session is not None:

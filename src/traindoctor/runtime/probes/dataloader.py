@@ -23,229 +23,9 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from traindoctor.runtime.live import fields_repr
-from traindoctor.runtime.probes.base import Probe, user_site
-
-
-class LoaderInfo:
-    """One DataLoader as the doctor sees it: its configuration (the constructor's arguments) and
-    its measured behaviour (starting at zero).
-
-    A plain class (a ``@dataclass`` costs start-up time); equality is identity.
-    """
-
-    __slots__ = (
-        "_epoch_batches",
-        "_epoch_last",
-        "_epoch_open",
-        "_epoch_spawned",
-        "_epoch_start",
-        "active_s",
-        "batch_size",
-        "batches",
-        "column",
-        "concurrent_workers",
-        "cpu_batches",
-        "dataset_len",
-        "dataset_ref",
-        "dataset_type",
-        "drop_last",
-        "epochs",
-        "feeds_training",
-        "filename",
-        "first_batches",
-        "first_wait_s",
-        "id",
-        "iterable_dataset",
-        "loader_ref",
-        "max_concurrent_workers",
-        "max_wait_s",
-        "num_workers",
-        "persistent_workers",
-        "pin_memory",
-        "prefetch_factor",
-        "reuse_first_s",
-        "row",
-        "sampler_type",
-        "seen_late",
-        "spawns",
-        "startup_s",
-        "wait_cpu_s",
-        "wait_s",
-    )
-
-    id: int
-    num_workers: int
-    pin_memory: bool
-    persistent_workers: bool
-    batch_size: int | None
-    prefetch_factor: int | None
-    drop_last: bool
-    dataset_type: str
-    dataset_len: int | None
-    iterable_dataset: bool
-    sampler_type: str
-    filename: str
-    row: int | None
-    loader_ref: weakref.ReferenceType[Any] | None
-    dataset_ref: weakref.ReferenceType[Any] | None
-    #: True when the loader was built before the watch started (seen first at ``iter()``).
-    seen_late: bool
-    #: 1-based column of the ``DataLoader(...)`` call (None when unknown).
-    column: int | None
-
-    # measured
-    epochs: int
-    spawns: int
-    batches: int
-    wait_s: float
-    #: CPU time of the training thread inside ``next()`` over the ``cpu_batches`` batches it was
-    #: read for (see :func:`samples_cpu`): with ``num_workers=0`` that is the CPU cost of loading
-    #: (a dataset that sleeps or waits on I/O has little), read by the pipeline model
-    #: (:mod:`traindoctor.facts.data.pipeline`) behind TD102's worker count.
-    wait_cpu_s: float
-    cpu_batches: int
-    max_wait_s: float
-    first_batches: int
-    first_wait_s: float
-    #: Time from ``iter()`` to the first batch, for epochs that spawned workers / reused them.
-    startup_s: list[float]
-    reuse_first_s: list[float]
-    #: Wall time the loader was being iterated (``iter()`` to its last batch, summed over epochs).
-    active_s: float
-    #: Worker processes alive in this process (all loaders) when this loader last started an epoch.
-    concurrent_workers: int
-    max_concurrent_workers: int
-    #: True once a batch of this loader was followed by ``backward()`` or an optimizer step: it
-    #: feeds training. A loader only iterated for evaluation stays False (see ``Session``).
-    feeds_training: bool
-
-    _epoch_open: bool
-    _epoch_start: float
-    _epoch_last: float
-    _epoch_batches: int
-    _epoch_spawned: bool
-
-    def __init__(
-        self,
-        id: int,
-        num_workers: int,
-        pin_memory: bool,
-        persistent_workers: bool,
-        batch_size: int | None,
-        prefetch_factor: int | None,
-        drop_last: bool,
-        dataset_type: str,
-        dataset_len: int | None,
-        iterable_dataset: bool,
-        sampler_type: str,
-        filename: str,
-        row: int | None,
-        loader_ref: weakref.ReferenceType[Any] | None = None,
-        dataset_ref: weakref.ReferenceType[Any] | None = None,
-        seen_late: bool = False,
-        column: int | None = None,
-    ) -> None:
-        self.id = id
-        self.num_workers = num_workers
-        self.pin_memory = pin_memory
-        self.persistent_workers = persistent_workers
-        self.batch_size = batch_size
-        self.prefetch_factor = prefetch_factor
-        self.drop_last = drop_last
-        self.dataset_type = dataset_type
-        self.dataset_len = dataset_len
-        self.iterable_dataset = iterable_dataset
-        self.sampler_type = sampler_type
-        self.filename = filename
-        self.row = row
-        self.loader_ref = loader_ref
-        self.dataset_ref = dataset_ref
-        self.seen_late = seen_late
-        self.column = column
-        # measured
-        self.epochs = self.spawns = self.batches = 0
-        self.wait_s = self.wait_cpu_s = self.max_wait_s = 0.0
-        self.cpu_batches = self.first_batches = 0
-        self.first_wait_s = 0.0
-        self.startup_s = []
-        self.reuse_first_s = []
-        self.active_s = 0.0
-        self.concurrent_workers = self.max_concurrent_workers = 0
-        self.feeds_training = False
-        self._epoch_open = False
-        self._epoch_start = self._epoch_last = 0.0
-        self._epoch_batches = 0
-        self._epoch_spawned = False
-
-    def __repr__(self) -> str:
-        return fields_repr(self, self.__slots__)
-
-    @property
-    def loader(self) -> Any:
-        return self.loader_ref() if self.loader_ref is not None else None
-
-    @property
-    def dataset(self) -> Any:
-        return self.dataset_ref() if self.dataset_ref is not None else None
-
-    @property
-    def steady_batches(self) -> int:
-        """Batches other than the first of each epoch (those pay worker start-up)."""
-        return self.batches - self.first_batches
-
-    @property
-    def steady_wait_s(self) -> float:
-        return self.wait_s - self.first_wait_s
-
-    def open_epoch(self, t0: float, spawned: bool) -> None:
-        if self._epoch_open:
-            self.close_epoch(t0)
-        self.epochs += 1
-        self.spawns += 1 if spawned else 0
-        self._epoch_open = True
-        self._epoch_start = self._epoch_last = t0
-        self._epoch_batches = 0
-        self._epoch_spawned = spawned
-
-    def add_batch(self, wait_s: float, t_end: float) -> None:
-        self.batches += 1
-        self.wait_s += wait_s
-        if wait_s > self.max_wait_s:
-            self.max_wait_s = wait_s
-        if self._epoch_open:
-            if self._epoch_batches == 0:
-                self.first_batches += 1
-                self.first_wait_s += wait_s
-                first = t_end - self._epoch_start
-                (self.startup_s if self._epoch_spawned else self.reuse_first_s).append(first)
-            self._epoch_batches += 1
-            self._epoch_last = t_end
-
-    def close_epoch(self, t: float | None = None) -> None:
-        """End the current epoch's active span at its last batch (not at ``t``: the time after
-        the last batch belongs to whatever the loop did next)."""
-        if not self._epoch_open:
-            return
-        self.active_s += max(self._epoch_last - self._epoch_start, 0.0)
-        self._epoch_open = False
-
-    def summary(self) -> dict[str, Any]:
-        """Configuration and measurements, for evidence and reports."""
-        return {
-            "loader": f"{self.filename}:{self.row}" if self.row else self.dataset_type,
-            "num_workers": self.num_workers,
-            "pin_memory": self.pin_memory,
-            "persistent_workers": self.persistent_workers,
-            "batch_size": self.batch_size,
-            "dataset": self.dataset_type,
-            "dataset_len": self.dataset_len,
-            "epochs": self.epochs,
-            "batches": self.batches,
-            "wait_s": round(self.wait_s, 6),
-            "active_s": round(self.active_s, 6),
-        }
-
+from traindoctor.runtime.live import Site, user_site
+from traindoctor.runtime.probes.base import Probe
+from traindoctor.runtime.records import LoaderInfo
 
 #: ``next()``'s CPU time is read for every N-th batch of a main-process loader (its first, ...).
 CPU_SAMPLE_EVERY = 8
@@ -294,7 +74,7 @@ class DataLoaderProbe(Probe):
             orig(loader, *args, **kwargs)
             try:
                 if probe._lookup(loader) is None:
-                    probe._register(loader, user_site(1), late=False)
+                    probe._register(loader, user_site(2), late=False)
             except Exception as exc:
                 probe.fail("DataLoader.__init__", exc)
 
@@ -373,7 +153,7 @@ class DataLoaderProbe(Probe):
             return info
         return None
 
-    def _register(self, loader: Any, site: tuple[str, int | None], late: bool) -> LoaderInfo:
+    def _register(self, loader: Any, site: Site | None, late: bool) -> LoaderInfo:
         from torch.utils.data import IterableDataset
 
         dataset = getattr(loader, "dataset", None)
@@ -405,8 +185,8 @@ class DataLoaderProbe(Probe):
             dataset_len=length,
             iterable_dataset=isinstance(dataset, IterableDataset),
             sampler_type=_qualname(inner if inner is not None else sampler),
-            filename=site[0],
-            row=site[1],
+            filename=site[0] if site else "",
+            row=site[1] if site else None,
             loader_ref=weakref.ref(loader, forget),
             dataset_ref=dataset_ref,
             seen_late=late,
@@ -420,7 +200,7 @@ class DataLoaderProbe(Probe):
     def _iter_started(self, loader: Any, iterator: Any, t0: float, spawned: bool) -> None:
         info = self._lookup(loader)
         if info is None:  # built before the watch started
-            info = self._register(loader, user_site(2), late=True)
+            info = self._register(loader, user_site(3), late=True)
         key = id(iterator)
         iters = self._iters
 

@@ -35,60 +35,15 @@ from typing import Any
 
 from traindoctor.runtime.live import fields_repr, session_state
 from traindoctor.runtime.probes.base import Probe
+from traindoctor.runtime.records import ForwardInfo, Shape
 
 #: Distinct signatures kept per layer; further new ones only bump ``overflow``.
 MAX_SIGNATURES = 64
 #: Optimizer steps a window of layer patches stays open (see the module docstring).
 WINDOW_STEPS = 2
 
-Shape = tuple[int, ...]
 #: (input shape, device type, training, grad enabled)
 Signature = tuple[Shape | None, str, bool, bool]
-
-
-class ForwardInfo:
-    """One notable forward, as passed to ``Monitor.on_module_forward``."""
-
-    __slots__ = (
-        "builds_graph",
-        "device_type",
-        "grad_enabled",
-        "kind",
-        "mode_sensitive",
-        "shape",
-        "training",
-    )
-
-    kind: str
-    shape: Shape | None
-    device_type: str
-    training: bool
-    grad_enabled: bool
-    builds_graph: bool
-    #: Whether the layer actually behaves differently in train mode (BN tracking running
-    #: statistics, Dropout with p > 0).
-    mode_sensitive: bool
-
-    def __init__(
-        self,
-        kind: str,
-        shape: Shape | None,
-        device_type: str,
-        training: bool,
-        grad_enabled: bool,
-        builds_graph: bool,
-        mode_sensitive: bool,
-    ) -> None:
-        self.kind = kind
-        self.shape = shape
-        self.device_type = device_type
-        self.training = training
-        self.grad_enabled = grad_enabled
-        self.builds_graph = builds_graph
-        self.mode_sensitive = mode_sensitive
-
-    def __repr__(self) -> str:
-        return fields_repr(self, self.__slots__)
 
 
 class LayerStats:

@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from traindoctor.runtime.probes.base import Probe, user_site
+from traindoctor.runtime.live import user_site
+from traindoctor.runtime.probes.base import Probe
 
 
 class OptimizerProbe(Probe):
@@ -54,7 +55,7 @@ class OptimizerProbe(Probe):
         def __init__(optimizer: Any, *args: Any, **kwargs: Any) -> None:
             orig(optimizer, *args, **kwargs)
             try:
-                probe.session.note_optimizer_site(optimizer, user_site(1))  # type: ignore[union-attr]
+                probe.session.note_optimizer_site(optimizer, user_site(2))  # type: ignore[union-attr]
             except Exception as exc:
                 probe.fail("Optimizer.__init__", exc)
 
