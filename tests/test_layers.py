@@ -30,6 +30,7 @@ LAYERS = {
     "traindoctor.finding": 0,
     "traindoctor.version": 0,
     "traindoctor.discover": 0,
+    "traindoctor.units": 0,
     "traindoctor.static": 1,
     "traindoctor.runtime": 1,
     "traindoctor.checkpoint": 1,
@@ -100,8 +101,6 @@ KNOWN_PRIVATE: set[tuple[str, str]] = {
     ("traindoctor.checkpoint.sharded", "traindoctor.checkpoint.core._dist"),
     ("traindoctor.checkpoint.sharded", "traindoctor.checkpoint.core._load_into"),
     ("traindoctor.checkpoint.dcp_inspect", "traindoctor.checkpoint.inspect._resume_findings"),
-    ("traindoctor.checkpoint.dcp_inspect", "traindoctor.checkpoint.inspect._fmt_bytes"),
-    ("traindoctor.checkpoint.cli", "traindoctor.checkpoint.inspect._fmt_bytes"),
 }
 
 

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from traindoctor.checkpoint.inspect import (
     CheckpointReadError,
     Inspection,
-    _fmt_bytes,
     inspect_checkpoint,
 )
+from traindoctor.units import format_bytes
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 TENSORS_SHOWN = 40
@@ -52,7 +52,7 @@ def rng_line(result: Inspection) -> str:
 
 
 def render_text(result: Inspection, show_all: bool = False) -> str:
-    lines = [f"{result.path}: {result.format}, {_fmt_bytes(result.size_bytes)}, {len(result.tensors)} tensors"]
+    lines = [f"{result.path}: {result.format}, {format_bytes(result.size_bytes)}, {len(result.tensors)} tensors"]
     if result.safe:
         lines.append("safety: safe (every global is on torch's weights_only allowlist)")
     else:
@@ -100,7 +100,7 @@ def render_text(result: Inspection, show_all: bool = False) -> str:
         device = "" if tensor.device in ("cpu", "?") else f"  {tensor.device}"
         extra = "" if tensor.kind == "tensor" else f"  ({tensor.kind})"
         lines.append(
-            f"  {key:<{key_width}}  {tensor.dtype:<8} {shape:<14} {_fmt_bytes(tensor.nbytes):>10}{device}{extra}"
+            f"  {key:<{key_width}}  {tensor.dtype:<8} {shape:<14} {format_bytes(tensor.nbytes):>10}{device}{extra}"
         )
     if len(shown) < len(result.tensors):
         lines.append(f"  ... {len(result.tensors) - len(shown)} more (use --all)")

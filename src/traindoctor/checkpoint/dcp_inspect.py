@@ -28,6 +28,7 @@ from traindoctor.checkpoint.pickle_reader import (
     TensorInfo,
     read_pickle,
 )
+from traindoctor.units import format_bytes
 
 _DISTCP = re.compile(r"__(\d+)_(\d+)\.distcp\Z")
 _OPT_BUFFERS = ("exp_avg", "exp_avg_sq", "momentum_buffer", "max_exp_avg_sq", "sum", "square_avg", "acc_delta")
@@ -77,7 +78,6 @@ def inspect_dcp(path: str) -> Any:
     from traindoctor.checkpoint.inspect import (
         Component,
         Inspection,
-        _fmt_bytes,
         _resume_findings,
         inspect_checkpoint,
     )
@@ -128,7 +128,7 @@ def inspect_dcp(path: str) -> Any:
         if not exists:
             missing_files.append(name)
         rank_lines.append(
-            f"{who}: {name}, {slot['items']} item(s), {_fmt_bytes(slot['bytes'])}" + ("" if exists else "  MISSING")
+            f"{who}: {name}, {slot['items']} item(s), {format_bytes(slot['bytes'])}" + ("" if exists else "  MISSING")
         )
     if missing_files:
         from traindoctor.checkpoint.inspect import CheckpointReadError

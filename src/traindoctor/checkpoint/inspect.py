@@ -33,6 +33,7 @@ from traindoctor.checkpoint.pickle_reader import (
     read_pickle,
 )
 from traindoctor.finding import Finding, Origin
+from traindoctor.units import format_bytes
 
 MAX_PICKLE_BYTES = 512 * 1024 * 1024
 CPU_RNG_BYTES = 5056  # size of torch's CPU Mersenne Twister state
@@ -267,14 +268,6 @@ def _is_data_position(value: Any) -> bool:
     return isinstance(value, dict) and ("batches_done" in value or "samples_done" in value)
 
 
-def _fmt_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return f"{n} B"
-
-
 def _plain(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
@@ -339,7 +332,7 @@ def _components(root: Any) -> tuple[list[Component], dict[str, Any]]:
                     label,
                     f"whole pickled module {value.label}: "
                     f"{len(inner)} tensors, {params:,} values "
-                    f"({_fmt_bytes(sum(t.nbytes for t in inner))}); loading it "
+                    f"({format_bytes(sum(t.nbytes for t in inner))}); loading it "
                     "imports and runs its classes' code",
                 )
             )
@@ -349,7 +342,7 @@ def _components(root: Any) -> tuple[list[Component], dict[str, Any]]:
             nbytes = sum(t.nbytes for t in value.values())
             comps.append(
                 Component(
-                    "model", label, f"model weights: {len(value)} tensors, {params:,} values ({_fmt_bytes(nbytes)})"
+                    "model", label, f"model weights: {len(value)} tensors, {params:,} values ({format_bytes(nbytes)})"
                 )
             )
             claimed.append(path)
