@@ -85,7 +85,6 @@ KNOWN_CYCLES: set[frozenset[str]] = {
     frozenset({"traindoctor.static.argparse_facts", "traindoctor.static.context", "traindoctor.static.dicts"}),
     frozenset({"traindoctor.runtime.probes.base", "traindoctor.runtime.session"}),
     frozenset({"traindoctor.facts.data.static", "traindoctor.static.project"}),
-    frozenset({"traindoctor.checkpoint.core", "traindoctor.checkpoint.sharded"}),
     frozenset({"traindoctor.checkpoint.dcp_inspect", "traindoctor.checkpoint.inspect"}),
 }
 
@@ -94,12 +93,6 @@ KNOWN_PRIVATE: set[tuple[str, str]] = {
     ("traindoctor.runtime.probes.base", "traindoctor.runtime.live._first_user_frame"),
     ("traindoctor.recipes.data", "traindoctor.recipes.amp._device_of"),
     ("traindoctor.static.project", "traindoctor.facts.models.static._function_returns"),
-    ("traindoctor.checkpoint.sharded", "traindoctor.checkpoint.atomic._fsync_dir"),
-    ("traindoctor.checkpoint.sharded", "traindoctor.checkpoint.atomic._writer_alive"),
-    ("traindoctor.checkpoint.sharded", "traindoctor.checkpoint.atomic._LAST_DIGITS"),
-    ("traindoctor.checkpoint.sharded", "traindoctor.checkpoint.core._state_of"),
-    ("traindoctor.checkpoint.sharded", "traindoctor.checkpoint.core._dist"),
-    ("traindoctor.checkpoint.sharded", "traindoctor.checkpoint.core._load_into"),
     ("traindoctor.checkpoint.dcp_inspect", "traindoctor.checkpoint.inspect._resume_findings"),
 }
 
