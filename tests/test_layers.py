@@ -68,7 +68,6 @@ STATIC_LEVELS = {
 #: Upward imports still to be removed: (importer, imported). Each entry is a defect; the list
 #: only shrinks.
 KNOWN_UPWARD: set[tuple[str, str]] = {
-    ("traindoctor.checkpoint.inspect", "traindoctor.registry"),
     ("traindoctor.facts.checkpoint.runtime", "traindoctor.config"),
     ("traindoctor.runtime.events", "traindoctor.rules.base"),
     ("traindoctor.runtime.probes.checkpoint", "traindoctor.integrations.frameworks"),
@@ -85,7 +84,6 @@ KNOWN_CYCLES: set[frozenset[str]] = {
     frozenset({"traindoctor.static.argparse_facts", "traindoctor.static.context", "traindoctor.static.dicts"}),
     frozenset({"traindoctor.runtime.probes.base", "traindoctor.runtime.session"}),
     frozenset({"traindoctor.facts.data.static", "traindoctor.static.project"}),
-    frozenset({"traindoctor.checkpoint.dcp_inspect", "traindoctor.checkpoint.inspect"}),
 }
 
 #: Private names imported from another module, still to be made public or moved: (importer, name).
@@ -93,7 +91,6 @@ KNOWN_PRIVATE: set[tuple[str, str]] = {
     ("traindoctor.runtime.probes.base", "traindoctor.runtime.live._first_user_frame"),
     ("traindoctor.recipes.data", "traindoctor.recipes.amp._device_of"),
     ("traindoctor.static.project", "traindoctor.facts.models.static._function_returns"),
-    ("traindoctor.checkpoint.dcp_inspect", "traindoctor.checkpoint.inspect._resume_findings"),
 }
 
 
