@@ -461,6 +461,15 @@ def _numpy_state(np: Any) -> tuple[Any, tuple]:
 _STATIC_FACTS: dict[tuple[str, int, float], list[Any]] = {}
 
 
+class _FactsOnly:
+    """The :class:`~traindoctor.static.protocols.CheckSettings` of the script read at run time:
+    the checkpoint facts read no setting (version advice is the rules' business), so no torch
+    version is asked for."""
+
+    def torch_below(self, version: str) -> bool:
+        return False
+
+
 def static_save_facts(filename: str, row: int) -> list[Any] | None:
     """The checker's :class:`~traindoctor.facts.checkpoint.kinds.SaveFacts` for the save(s) at
     ``filename:row`` (the ``torch.save`` line the doctor saw), or None when the source cannot be
@@ -476,7 +485,6 @@ def static_save_facts(filename: str, row: int) -> list[Any] | None:
         return _STATIC_FACTS[key] or None
     facts: list[Any] = []
     try:
-        from traindoctor.config import Settings
         from traindoctor.facts.checkpoint.static import checkpoint_index
         from traindoctor.static.context import FileContext
         from traindoctor.static.source import parse
@@ -485,7 +493,7 @@ def static_save_facts(filename: str, row: int) -> list[Any] | None:
             parsed = parse(filename, fh.read())
         if isinstance(parsed, tuple):
             source, lines, tree = parsed
-            idx = checkpoint_index(FileContext(filename, source, tree, Settings(), lines))
+            idx = checkpoint_index(FileContext(filename, source, tree, _FactsOnly(), lines))
             for site in idx.sites:
                 call = site.call
                 if call.lineno <= row <= (getattr(call, "end_lineno", None) or call.lineno):
