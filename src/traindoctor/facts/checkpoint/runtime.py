@@ -485,7 +485,7 @@ def static_save_facts(filename: str, row: int) -> list[Any] | None:
         return _STATIC_FACTS[key] or None
     facts: list[Any] = []
     try:
-        from traindoctor.facts.checkpoint.static import checkpoint_index
+        from traindoctor.facts.checkpoint.static.index import checkpoint_index
         from traindoctor.static.context import FileContext
         from traindoctor.static.source import parse
 
@@ -494,10 +494,10 @@ def static_save_facts(filename: str, row: int) -> list[Any] | None:
         if isinstance(parsed, tuple):
             source, lines, tree = parsed
             idx = checkpoint_index(FileContext(filename, source, tree, _FactsOnly(), lines))
-            for site in idx.sites:
+            for site in idx.saves.sites:
                 call = site.call
                 if call.lineno <= row <= (getattr(call, "end_lineno", None) or call.lineno):
-                    facts.append(idx.save_facts(site))
+                    facts.append(idx.checkpoints.save_facts(site))
     except Exception:  # fail-open: fall back to what the run observed
         facts = []
     if len(_STATIC_FACTS) > 256:
