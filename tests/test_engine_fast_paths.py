@@ -166,9 +166,9 @@ def test_findings_are_the_same_after_the_release():
 
 
 def test_spelled_name_prefilters_hold_for_their_word_lists():
-    from traindoctor.facts.checkpoint.static import _SAVE_WRAPPERS
+    from traindoctor.facts.checkpoint.static.vocabulary import SAVE_WRAPPERS
 
-    assert all("save_on_ma" in name for name in _SAVE_WRAPPERS)
+    assert all("save_on_ma" in name for name in SAVE_WRAPPERS)
 
 
 def test_prefilters_do_not_skip_files_whose_identifiers_python_normalises():

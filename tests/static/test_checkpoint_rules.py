@@ -13,13 +13,8 @@ import textwrap
 
 from traindoctor.check.engine import check_source, file_context, instantiate
 from traindoctor.config import Settings
-from traindoctor.facts.checkpoint.static import (
-    MODEL,
-    OPTIMIZER,
-    SCALER,
-    SCHEDULER,
-    checkpoint_index,
-)
+from traindoctor.facts.checkpoint.static.index import checkpoint_index
+from traindoctor.static.vocab import MODEL, OPTIMIZER, SCALER, SCHEDULER
 
 CODES = ["TD501", "TD502", "TD503", "TD504", "TD505", "TD506", "TD507"]
 
@@ -98,12 +93,12 @@ def test_imagenet_style_script_only_misses_rng():
 
 def test_imagenet_style_helper_site_is_read_through_the_caller():
     idx = index(IMAGENET_STYLE)
-    (site,) = idx.sites
+    (site,) = idx.saves.sites
     assert site.report.lineno == 16 and site.call.lineno == 32
     assert site.in_training_loop and not site.mid_epoch
     assert site.saved.keys_of(MODEL) == ["state_dict"]
     assert site.saved.keys_of(OPTIMIZER) == ["optimizer"]
-    assert idx.trains
+    assert idx.loops.trains
 
 
 GPT_TRAINER = """
@@ -311,8 +306,8 @@ def train_one_epoch(model, criterion, optimizer, data_loader, epoch, args, scale
 
 def test_torchvision_references_layout():
     idx = index(TORCHVISION_REFERENCES)
-    assert [s.report.lineno for s in idx.sites] == [30, 31]
-    site = idx.sites[0]
+    assert [s.report.lineno for s in idx.saves.sites] == [30, 31]
+    site = idx.saves.sites[0]
     assert site.saved.keys_of(SCALER) == ["scaler"] and site.saved.keys_of(SCHEDULER) == ["lr_scheduler"]
     # Everything is saved and restored except the RNG state; one dict saved to two paths is
     # one mistake, reported at its first save.
@@ -533,7 +528,7 @@ def test_findings_are_deterministic():
 
 def test_files_without_checkpoints_build_an_empty_index():
     idx = index("import torch\nx = torch.zeros(3)\n")
-    assert idx.sites == [] and idx.training_checkpoints() == [] and idx.resume_gaps() == []
+    assert idx.saves.sites == [] and idx.checkpoints.training_checkpoints() == [] and idx.resume.resume_gaps() == []
 
 
 def test_reload_after_training_is_not_a_resume():

@@ -27,7 +27,7 @@ __all__ = [
 _LAZY = {
     "save": "traindoctor.checkpoint.core",
     "load": "traindoctor.checkpoint.core",
-    "ResumeInfo": "traindoctor.checkpoint.core",
+    "ResumeInfo": "traindoctor.checkpoint.components",
     "ResumableLoader": "traindoctor.checkpoint.data",
     "ResumableSampler": "traindoctor.checkpoint.data",
     "inspect_checkpoint": "traindoctor.checkpoint.inspect",

@@ -26,7 +26,7 @@ def _serialize(obj: Any, fileobj: BinaryIO) -> None:
     torch.save(obj, fileobj)
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
     """Persist the directory entry created by ``os.replace`` (no-op where unsupported)."""
     try:
         fd = os.open(folder, os.O_RDONLY)
@@ -70,10 +70,10 @@ def atomic_write(
         except OSError:
             pass
         raise
-    _fsync_dir(dest.parent)
+    fsync_dir(dest.parent)
     for stale in _stale_temporaries(dest):
         # Left by a process killed mid-write. A temporary of a live process may be in flight.
-        if _writer_alive(stale):
+        if writer_alive(stale):
             continue
         try:
             stale.unlink()
@@ -82,7 +82,9 @@ def atomic_write(
     return dest
 
 
-def _writer_alive(tmp: Path) -> bool:
+def writer_alive(tmp: Path) -> bool:
+    """Whether another process that is still running owns temporary ``tmp`` (its pid is in the
+    name): its write may be in flight, so the file is not a stale leftover."""
     pid_text = tmp.name.rsplit(TMP_MARKER, 1)[-1].split("-", 1)[0]
     if not pid_text.isdigit():
         return False
@@ -98,7 +100,8 @@ def _writer_alive(tmp: Path) -> bool:
     return True
 
 
-_LAST_DIGITS = re.compile(r"(\d+)(?!.*\d)")
+#: The last run of digits in a checkpoint's name (``120`` in ``step_000120.pt``): its number.
+LAST_DIGITS = re.compile(r"(\d+)(?!.*\d)")
 
 
 def rotation_siblings(path: Path) -> list[Path]:
@@ -107,7 +110,7 @@ def rotation_siblings(path: Path) -> list[Path]:
     ``step_000120.pt`` matches ``step_<digits>.pt`` ordered by the number; a name without digits
     (``last.pt``) has numbered backups ``last.pt.1`` (newest) ... ``last.pt.N``.
     """
-    match = _LAST_DIGITS.search(path.name)
+    match = LAST_DIGITS.search(path.name)
     if match:
         head, tail = path.name[: match.start()], path.name[match.end() :]
         pattern = re.compile(re.escape(head) + r"(\d+)" + re.escape(tail) + r"\Z")

@@ -16,9 +16,11 @@ from collections.abc import Sequence
 from traindoctor.checkpoint.inspect import (
     CheckpointReadError,
     Inspection,
-    _fmt_bytes,
     inspect_checkpoint,
 )
+from traindoctor.finding import Finding, Origin
+from traindoctor.registry import get_rule
+from traindoctor.units import format_bytes
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 TENSORS_SHOWN = 40
@@ -51,8 +53,36 @@ def rng_line(result: Inspection) -> str:
     return ", ".join(parts)
 
 
+def findings_of(result: Inspection) -> list[Finding]:
+    """The inspection's gaps as findings, each with its rule's name and severity."""
+    out = []
+    for gap in result.findings:
+        rule = get_rule(gap.code)
+        assert rule is not None, gap.code
+        out.append(
+            Finding(
+                code=gap.code,
+                name=rule.name,
+                severity=rule.severity,
+                message=gap.message,
+                filename=gap.filename,
+                location=None,
+                origin=Origin.STATIC,
+                evidence=gap.evidence,
+            )
+        )
+    return out
+
+
+def render_json(result: Inspection) -> str:
+    """``--output-format json``: the inspection, its findings as the checker prints them."""
+    data = result.to_dict()
+    data["findings"] = [f.to_dict() for f in findings_of(result)]
+    return json.dumps(data, indent=2, sort_keys=True, default=str)
+
+
 def render_text(result: Inspection, show_all: bool = False) -> str:
-    lines = [f"{result.path}: {result.format}, {_fmt_bytes(result.size_bytes)}, {len(result.tensors)} tensors"]
+    lines = [f"{result.path}: {result.format}, {format_bytes(result.size_bytes)}, {len(result.tensors)} tensors"]
     if result.safe:
         lines.append("safety: safe (every global is on torch's weights_only allowlist)")
     else:
@@ -100,14 +130,15 @@ def render_text(result: Inspection, show_all: bool = False) -> str:
         device = "" if tensor.device in ("cpu", "?") else f"  {tensor.device}"
         extra = "" if tensor.kind == "tensor" else f"  ({tensor.kind})"
         lines.append(
-            f"  {key:<{key_width}}  {tensor.dtype:<8} {shape:<14} {_fmt_bytes(tensor.nbytes):>10}{device}{extra}"
+            f"  {key:<{key_width}}  {tensor.dtype:<8} {shape:<14} {format_bytes(tensor.nbytes):>10}{device}{extra}"
         )
     if len(shown) < len(result.tensors):
         lines.append(f"  ... {len(result.tensors) - len(shown)} more (use --all)")
     lines.append("")
-    if result.findings:
+    findings = findings_of(result)
+    if findings:
         lines.append("findings")
-        for f in result.findings:
+        for f in findings:
             lines.append(f"  {f.filename}: {f.code} [{f.severity.value}] {f.name}")
             lines.append(f"      {f.message}")
             if f.evidence:
@@ -118,8 +149,8 @@ def render_text(result: Inspection, show_all: bool = False) -> str:
         verdict = "UNSAFE: do not load this file with pickle or torch.load(weights_only=False)"
     elif result.format != "torch zip" and not result.format.startswith("DCP"):
         verdict = "not a resumable torch checkpoint"
-    elif result.findings:
-        verdict = f"not fully resumable ({len(result.findings)} finding(s))"
+    elif findings:
+        verdict = f"not fully resumable ({len(findings)} finding(s))"
     else:
         verdict = "resumable: model, optimizer and RNG state present; nothing missing found"
     lines.append(verdict)
@@ -141,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"traindoctor ckpt inspect: {args.file}: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if args.output_format == "json":
-        print(json.dumps(result.to_dict(), indent=2, sort_keys=True, default=str))
+        print(render_json(result))
     else:
         sys.stdout.write(render_text(result, args.all))
     return EXIT_OK if result.ok else EXIT_FINDINGS

@@ -15,96 +15,16 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from traindoctor.checkpoint.atomic import atomic_write, prune, shift_backups
+from traindoctor.checkpoint.components import ResumeInfo, load_into, rank_and_world, state_of
 from traindoctor.checkpoint.state import capture_rng, check_plain, restore_rng
 from traindoctor.unwrap import unwrap_model
 
 FORMAT = "traindoctor.checkpoint/1"
 COMPONENTS = ("model", "optimizer", "scheduler", "scaler", "sampler", "loader")
-
-
-@dataclass
-class ResumeInfo:
-    """What :func:`load` found: counters, ``extra``, and which components it restored."""
-
-    path: str
-    step: int | None = None
-    epoch: int | None = None
-    extra: Any = None
-    restored: list[str] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)
-    #: Why something could not be restored exactly (e.g. a position across world sizes).
-    notes: list[str] = field(default_factory=list)
-
-
-def _dist() -> tuple[int, int]:
-    import torch
-
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
-
-
-def _state_of(obj: Any, what: str) -> Any:
-    """state_dict of one object, a list/tuple or a dict of objects (None stays None)."""
-    if obj is None:
-        return None
-    if isinstance(obj, dict):
-        return {str(k): _state_of(v, f"{what}[{k!r}]") for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_state_of(v, f"{what}[{i}]") for i, v in enumerate(obj)]
-    if what.startswith("model"):
-        obj = unwrap_model(obj)
-    if hasattr(obj, "state_dict"):
-        return obj.state_dict()
-    return _foreign_data_state(obj, what)
-
-
-def _foreign_data_state(obj: Any, what: str) -> dict[str, Any]:
-    """Best effort for samplers/loaders that have no ``state_dict`` (epoch, generator)."""
-    state: dict[str, Any] = {"kind": type(obj).__name__, "position_known": False}
-    if hasattr(obj, "epoch"):
-        state["epoch"] = int(obj.epoch)
-    if hasattr(obj, "seed"):
-        state["seed"] = int(obj.seed)
-    generator = getattr(obj, "generator", None)
-    if generator is not None and hasattr(generator, "get_state"):
-        state["generator"] = generator.get_state()
-    inner = getattr(obj, "sampler", None)
-    if inner is not None and inner is not obj:
-        state["sampler"] = _state_of(inner, f"{what}.sampler")
-    if len(state) == 2:
-        raise TypeError(f"{what}: a {type(obj).__name__} has no state_dict() to save")
-    return state
-
-
-def _load_into(obj: Any, state: Any, what: str) -> None:
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            _load_into(value, state[str(key)], f"{what}[{key!r}]")
-        return
-    if isinstance(obj, (list, tuple)):
-        if len(obj) != len(state):
-            raise ValueError(f"{what}: checkpoint holds {len(state)} entries, got {len(obj)}")
-        for index, (value, item) in enumerate(zip(obj, state)):
-            _load_into(value, item, f"{what}[{index}]")
-        return
-    foreign = isinstance(state, dict) and state.get("position_known") is False
-    if hasattr(obj, "load_state_dict") and not foreign:
-        obj.load_state_dict(state)
-        return
-    if "epoch" in state and hasattr(obj, "set_epoch"):
-        obj.set_epoch(int(state["epoch"]))
-    generator = getattr(obj, "generator", None)
-    if "generator" in state and generator is not None:
-        generator.set_state(state["generator"])
-    inner = getattr(obj, "sampler", None)
-    if "sampler" in state and inner is not None and inner is not obj:
-        _load_into(inner, state["sampler"], f"{what}.sampler")
 
 
 def _gather_rng(rng: dict[str, Any], world: int) -> list[dict[str, Any]]:
@@ -165,7 +85,7 @@ def save(
             "async_save=True is for sharded models (FSDP2/DTensor, DDP) under "
             "torch.distributed; a single-file checkpoint is written synchronously"
         )
-    rank, world = _dist()
+    rank, world = rank_and_world()
     rng = capture_rng()
     per_rank = _gather_rng(rng, world) if world > 1 else None
     if rank != 0:
@@ -185,7 +105,7 @@ def save(
         ("loader", loader),
     ):
         if obj is not None:
-            payload[name] = _state_of(obj, name)
+            payload[name] = state_of(obj, name)
     payload["rng"] = rng
     if per_rank is not None:
         payload["rng_per_rank"] = per_rank
@@ -273,10 +193,10 @@ def load(
         if name not in payload:
             info.missing.append(name)
             continue
-        _load_into(obj, payload[name], name)
+        load_into(obj, payload[name], name)
         info.restored.append(name)
     if rng:
-        rank, _world = _dist()
+        rank, _world = rank_and_world()
         per_rank = payload.get("rng_per_rank")
         state = per_rank[rank] if per_rank and rank < len(per_rank) else payload.get("rng")
         if state:

@@ -20,6 +20,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from traindoctor.checkpoint.file_inspect import inspect_file
+from traindoctor.checkpoint.inspection import CheckpointReadError, Component, Inspection, resume_gaps
 from traindoctor.checkpoint.pickle_reader import (
     Call,
     CallKey,
@@ -28,6 +30,7 @@ from traindoctor.checkpoint.pickle_reader import (
     TensorInfo,
     read_pickle,
 )
+from traindoctor.units import format_bytes
 
 _DISTCP = re.compile(r"__(\d+)_(\d+)\.distcp\Z")
 _OPT_BUFFERS = ("exp_avg", "exp_avg_sq", "momentum_buffer", "max_exp_avg_sq", "sum", "square_avg", "acc_delta")
@@ -51,8 +54,6 @@ def _size(value: Any) -> tuple[int, ...]:
 
 def read_metadata(folder: Path) -> dict[str, Any]:
     """The ``Metadata`` object's fields as plain values (entries, storage, ...)."""
-    from traindoctor.checkpoint.inspect import CheckpointReadError
-
     meta = folder / ".metadata"
     if not meta.is_file():
         leftovers = sorted(p.name for p in folder.iterdir())[:6]
@@ -71,16 +72,9 @@ def read_metadata(folder: Path) -> dict[str, Any]:
     return {"state": state, "globals": result.globals}
 
 
-def inspect_dcp(path: str) -> Any:
-    """An :class:`~traindoctor.checkpoint.inspect.Inspection` of a DCP directory."""
+def inspect_dcp(path: str) -> Inspection:
+    """An :class:`~traindoctor.checkpoint.inspection.Inspection` of a DCP directory."""
     from traindoctor.checkpoint import sharded
-    from traindoctor.checkpoint.inspect import (
-        Component,
-        Inspection,
-        _fmt_bytes,
-        _resume_findings,
-        inspect_checkpoint,
-    )
 
     folder = Path(path)
     meta = read_metadata(folder)
@@ -128,11 +122,9 @@ def inspect_dcp(path: str) -> Any:
         if not exists:
             missing_files.append(name)
         rank_lines.append(
-            f"{who}: {name}, {slot['items']} item(s), {_fmt_bytes(slot['bytes'])}" + ("" if exists else "  MISSING")
+            f"{who}: {name}, {slot['items']} item(s), {format_bytes(slot['bytes'])}" + ("" if exists else "  MISSING")
         )
     if missing_files:
-        from traindoctor.checkpoint.inspect import CheckpointReadError
-
         raise CheckpointReadError(
             f"incomplete DCP checkpoint: {', '.join(missing_files)} listed in .metadata but missing"
         )
@@ -169,7 +161,7 @@ def inspect_dcp(path: str) -> Any:
         file = folder / name
         if not file.is_file():
             continue
-        sub = inspect_checkpoint(file)
+        sub = inspect_file(str(file))
         unsafe.extend(sub.unsafe)
         extra_globals.update(sub.globals)
         for comp in sub.components:
@@ -189,7 +181,7 @@ def inspect_dcp(path: str) -> Any:
         lacking = [r for r in range(int(saved_world)) if r not in rank_files]
         if lacking:
             rank_lines.append(f"no RNG/loader file for rank(s) {lacking}")
-    findings = _resume_findings(str(folder), comps, facts)
+    findings = resume_gaps(str(folder), comps, facts)
     size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
     result = Inspection(
         path=str(folder),

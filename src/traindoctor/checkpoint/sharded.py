@@ -33,7 +33,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from traindoctor.checkpoint.atomic import TMP_MARKER, _fsync_dir, _writer_alive
+from traindoctor.checkpoint.atomic import LAST_DIGITS, TMP_MARKER, fsync_dir, writer_alive
+from traindoctor.checkpoint.components import ResumeInfo, load_into, rank_and_world, state_of
 
 SHARDED_FORMAT = "traindoctor.sharded/1"
 MANIFEST = "traindoctor.json"
@@ -146,14 +147,13 @@ def _torch_save(obj: Any, path: Path) -> None:
 
 
 def _rank_state(rank: int, sampler: Any, loader: Any) -> dict[str, Any]:
-    from traindoctor.checkpoint.core import _state_of
     from traindoctor.checkpoint.state import capture_rng, check_plain
 
     state: dict[str, Any] = {"rank": rank, "rng": capture_rng()}
     if sampler is not None:
-        state["sampler"] = _state_of(sampler, "sampler")
+        state["sampler"] = state_of(sampler, "sampler")
     if loader is not None:
-        state["loader"] = _state_of(loader, "loader")
+        state["loader"] = state_of(loader, "loader")
     check_plain(state, f"rank {rank} state")
     return state
 
@@ -163,7 +163,6 @@ def _common_state(
 ) -> dict[str, Any]:
     import torch
 
-    from traindoctor.checkpoint.core import _state_of
     from traindoctor.checkpoint.state import check_plain
 
     state: dict[str, Any] = {"format": SHARDED_FORMAT, "torch_version": str(torch.__version__), "world_size": world}
@@ -172,9 +171,9 @@ def _common_state(
     if epoch is not None:
         state["epoch"] = int(epoch)
     if scheduler is not None:
-        state["scheduler"] = _state_of(scheduler, "scheduler")
+        state["scheduler"] = state_of(scheduler, "scheduler")
     if scaler is not None:
-        state["scaler"] = _state_of(scaler, "scaler")
+        state["scaler"] = state_of(scaler, "scaler")
     if extra is not None:
         state["extra"] = extra
     check_plain(state)
@@ -187,7 +186,7 @@ def _cleanup_stale(dest: Path) -> None:
         return
     for entry in dest.parent.iterdir():
         name = entry.name
-        if name.startswith(f".{dest.name}{TMP_MARKER}") and not _writer_alive(entry):
+        if name.startswith(f".{dest.name}{TMP_MARKER}") and not writer_alive(entry):
             shutil.rmtree(entry, ignore_errors=True)
         elif name.startswith(f".{dest.name}{OLD_MARKER}") and dest.is_dir():
             shutil.rmtree(entry, ignore_errors=True)
@@ -195,11 +194,9 @@ def _cleanup_stale(dest: Path) -> None:
 
 def _rotate(dest: Path, keep_last: int | None) -> Path | None:
     """Move the current ``dest`` aside before the commit; return where it went (to delete)."""
-    from traindoctor.checkpoint.atomic import _LAST_DIGITS
-
     if not dest.exists():
         return None
-    if keep_last is not None and keep_last > 1 and not _LAST_DIGITS.search(dest.name):
+    if keep_last is not None and keep_last > 1 and not LAST_DIGITS.search(dest.name):
         for index in range(keep_last - 1, 0, -1):
             older = dest.with_name(f"{dest.name}.{index}")
             if older.exists():
@@ -218,11 +215,9 @@ def _prune_numbered(dest: Path, keep_last: int | None) -> None:
     """``keep_last`` for numbered names (``step_000120``): keep the highest-numbered ones."""
     import re
 
-    from traindoctor.checkpoint.atomic import _LAST_DIGITS
-
-    if keep_last is None or not _LAST_DIGITS.search(dest.name):
+    if keep_last is None or not LAST_DIGITS.search(dest.name):
         return
-    match = _LAST_DIGITS.search(dest.name)
+    match = LAST_DIGITS.search(dest.name)
     assert match is not None
     head, tail = dest.name[: match.start()], dest.name[match.end() :]
     pattern = re.compile(re.escape(head) + r"(\d+)" + re.escape(tail) + r"\Z")
@@ -240,10 +235,10 @@ def _commit(tmp: Path, dest: Path, manifest: dict[str, Any], keep_last: int | No
         json.dump(manifest, fh, indent=1, sort_keys=True)
         fh.flush()
         os.fsync(fh.fileno())
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
     aside = _rotate(dest, keep_last)
     os.rename(tmp, dest)
-    _fsync_dir(dest.parent)
+    fsync_dir(dest.parent)
     if aside is not None:
         shutil.rmtree(aside, ignore_errors=True)
     _prune_numbered(dest, keep_last)
@@ -525,7 +520,6 @@ def load(
         set_state_dict,
     )
 
-    from traindoctor.checkpoint.core import ResumeInfo, _dist, _load_into
     from traindoctor.checkpoint.state import restore_rng
 
     wait_pending()
@@ -538,7 +532,7 @@ def load(
     except (OSError, ValueError):
         manifest = {"components": ["model", "optimizer"], "world_size": None}
     saved_world = manifest.get("world_size")
-    rank, world = _dist()
+    rank, world = rank_and_world()
     model = _single(model)
     optimizers = _optimizers(optimizer)
     use_optim = bool(optimizers) and any(k.startswith("optimizer.") for k in entries)
@@ -560,7 +554,7 @@ def load(
         if obj is None:
             continue
         if name in common:
-            _load_into(obj, common[name], name)
+            load_into(obj, common[name], name)
             info.restored.append(name)
         else:
             info.missing.append(name)
@@ -578,7 +572,7 @@ def load(
                 info.missing.append(f"{name} position")
                 info.notes.append(message)
         elif mine is not None and name in mine:
-            _load_into(obj, mine[name], name)
+            load_into(obj, mine[name], name)
             info.restored.append(name)
         else:
             info.missing.append(name)

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from traindoctor.report import html_charts as charts
+from traindoctor.units import format_bytes
 
 MISSING_PLOTLY = (
     "the HTML report needs plotly, the optional 'html' extra: pip install 'traindoctor[html]' (or pip install plotly)"
@@ -78,12 +79,10 @@ def _num(value: Any, unit: str = "", digits: int = 4) -> str:
 
 
 def _bytes(value: Any) -> str:
+    """A memory size, up to GiB; ``n/a`` unless it is a positive number."""
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
         return "n/a"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if value >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{int(value)} B"
+    return format_bytes(value)
 
 
 def _code(text: str) -> str:

@@ -14,6 +14,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from traindoctor.units import format_bytes
+
 #: The profile table's rows in display order: (per_step_ms key, label).
 _ROWS = (
     ("data_wait", "data wait (DataLoader next())"),
@@ -86,14 +88,8 @@ def _finding_lines(finding: Mapping[str, Any]) -> list[str]:
 
 
 def _bytes(n: Any) -> str:
-    if not n:
-        return "n/a"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"  # pragma: no cover
+    """A memory size, up to TiB; ``n/a`` when it was not measured."""
+    return format_bytes(n, largest="TiB") if n else "n/a"
 
 
 def _table_rows(per: Mapping[str, Any], measured: Mapping[str, Any]) -> list[tuple[str, Any, str]]:

@@ -603,7 +603,7 @@ class FileContext:
         return ArgparseFacts(self)
 
     @property
-    def _parsed_args_names(self) -> frozenset[str]:
+    def parsed_args_names(self) -> frozenset[str]:
         """Names bound to the result of ``parse_args()`` (see :mod:`.argparse_facts`)."""
         return self._argparse_facts.parsed_args_names
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from traindoctor.static.names import dotted
+from traindoctor.static.protocols import FACTS_ONLY
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext, FrameworkHooks
@@ -754,16 +755,9 @@ def _module_context(project: Project, path: str, parsed: tuple) -> FileContext:
 
     source, lines, tree = parsed
     frameworks = project.reader.frameworks if project.reader is not None else None
-    ctx = FileContext(path, source, tree, _SummarySettings(), lines, frameworks=frameworks)
+    ctx = FileContext(path, source, tree, FACTS_ONLY, lines, frameworks=frameworks)
     ctx.__dict__["project"] = _ModuleView(ctx, project, Path(path))  # the module's own view
     return ctx
-
-
-class _SummarySettings:
-    """Settings of a project module's own context: summaries hold facts, never version advice."""
-
-    def torch_below(self, version: str) -> bool:
-        return False
 
 
 class _ModuleView(ProjectView):

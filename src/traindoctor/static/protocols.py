@@ -62,6 +62,18 @@ class CheckSettings(Protocol):
     def torch_below(self, version: str) -> bool: ...
 
 
+class FactsOnly:
+    """The :class:`CheckSettings` of a file read for its facts only (a project module summarised
+    for another file, the script a watched run saves from): facts hold what the code does, never
+    version advice, so no torch version is below anything."""
+
+    def torch_below(self, version: str) -> bool:
+        return False
+
+
+FACTS_ONLY = FactsOnly()
+
+
 class RuleInfo(Protocol):
     """What a finding needs from its rule (``traindoctor.rules.base.Rule`` provides it)."""
 

@@ -471,20 +471,20 @@ def static_save_facts(filename: str, row: int) -> list[Any] | None:
         return _STATIC_FACTS[key] or None
     facts: list[Any] = []
     try:
-        from traindoctor.config import Settings
-        from traindoctor.facts.checkpoint.static import checkpoint_index
+        from traindoctor.facts.checkpoint.static.index import checkpoint_index
         from traindoctor.static.context import FileContext
+        from traindoctor.static.protocols import FACTS_ONLY
         from traindoctor.static.source import parse
 
         with open(filename, "rb") as fh:
             parsed = parse(filename, fh.read())
         if isinstance(parsed, tuple):
             source, lines, tree = parsed
-            idx = checkpoint_index(FileContext(filename, source, tree, Settings(), lines))
-            for site in idx.sites:
+            idx = checkpoint_index(FileContext(filename, source, tree, FACTS_ONLY, lines))
+            for site in idx.saves.sites:
                 call = site.call
                 if call.lineno <= row <= (getattr(call, "end_lineno", None) or call.lineno):
-                    facts.append(idx.save_facts(site))
+                    facts.append(idx.checkpoints.save_facts(site))
     except Exception:  # fail-open: fall back to what the run observed
         facts = []
     if len(_STATIC_FACTS) > 256:

@@ -294,20 +294,21 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.facts.checkpoint.static import OPTIMIZER, checkpoint_index
+        from traindoctor.facts.checkpoint.static.index import checkpoint_index
+        from traindoctor.static.vocab import OPTIMIZER
 
         yield from _hf_save_only_model(self, ctx)
         idx = checkpoint_index(ctx)
-        if idx.optimizers_are_stateless():
+        if idx.objects.optimizers_are_stateless():
             return  # plain SGD keeps no state that a resumed run could miss
-        opt = idx.first_name(OPTIMIZER, "optimizer")
-        from traindoctor.facts.checkpoint.static import DCP_SAVES
+        opt = idx.objects.first_name(OPTIMIZER, "optimizer")
+        from traindoctor.facts.checkpoint.static.vocabulary import DCP_SAVES
 
-        for site in idx.model_only_in_loop():
-            save = f"{idx.optimizer_for(site, opt)}.state_dict()"
+        for site in idx.checkpoints.model_only_in_loop():
+            save = f"{idx.checkpoints.optimizer_for(site, opt)}.state_dict()"
             if ctx.qualname(site.call.func) in DCP_SAVES:
                 # Sharded (FSDP/DTensor) optimizer state needs DCP's own getter.
-                save = f"get_optimizer_state_dict(model, {idx.optimizer_for(site, opt)})"
+                save = f"get_optimizer_state_dict(model, {idx.checkpoints.optimizer_for(site, opt)})"
             yield ctx.report(
                 self,
                 site.report,

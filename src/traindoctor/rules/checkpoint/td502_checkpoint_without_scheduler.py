@@ -209,14 +209,15 @@ torch.save(
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.facts.checkpoint.static import SCHEDULER, checkpoint_index
+        from traindoctor.facts.checkpoint.static.index import checkpoint_index
+        from traindoctor.static.vocab import SCHEDULER
 
         idx = checkpoint_index(ctx)
-        schedulers = idx.exists(SCHEDULER)
-        if not schedulers or idx.may_hold_anywhere(SCHEDULER):
+        schedulers = idx.objects.exists(SCHEDULER)
+        if not schedulers or idx.saves.may_hold_anywhere(SCHEDULER):
             return
-        name = idx.first_name(SCHEDULER, "scheduler")
-        for site in idx.training_checkpoints():
+        name = idx.objects.first_name(SCHEDULER, "scheduler")
+        for site in idx.checkpoints.training_checkpoints():
             yield ctx.report(
                 self,
                 site.report,

@@ -184,13 +184,14 @@ torch.save(
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.facts.checkpoint.static import SCALER, checkpoint_index
+        from traindoctor.facts.checkpoint.static.index import checkpoint_index
+        from traindoctor.static.vocab import SCALER
 
         idx = checkpoint_index(ctx)
-        if not idx.exists(SCALER) or idx.kept_on_resume(SCALER):
+        if not idx.objects.exists(SCALER) or idx.resume.kept_on_resume(SCALER):
             return
-        name = idx.first_name(SCALER, "scaler")
-        for site in idx.training_checkpoints():
+        name = idx.objects.first_name(SCALER, "scaler")
+        for site in idx.checkpoints.training_checkpoints():
             yield ctx.report(
                 self,
                 site.report,

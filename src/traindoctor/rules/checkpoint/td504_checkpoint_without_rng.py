@@ -239,16 +239,18 @@ torch.save(
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.facts.checkpoint.static import RNG_KINDS, checkpoint_index, file_draws
+        from traindoctor.facts.checkpoint.static.index import checkpoint_index
+        from traindoctor.facts.checkpoint.static.rng import file_draws
+        from traindoctor.static.vocab import RNG_KINDS
 
         idx = checkpoint_index(ctx)
-        sites = idx.training_checkpoints()
+        sites = idx.checkpoints.training_checkpoints()
         if not sites:
             return
         draws = file_draws(ctx)
-        missing_rng = [k for k in RNG_KINDS if k in draws and not idx.kept_on_resume(k)]
-        has_position = idx.may_hold_anywhere(DATA)
-        any_rng = any(idx.kept_on_resume(k) for k in RNG_KINDS)
+        missing_rng = [k for k in RNG_KINDS if k in draws and not idx.resume.kept_on_resume(k)]
+        has_position = idx.saves.may_hold_anywhere(DATA)
+        any_rng = any(idx.resume.kept_on_resume(k) for k in RNG_KINDS)
         for site in sites:
             missing = list(missing_rng)
             if site.mid_epoch and not has_position and _iterates_data(ctx, idx, site):
@@ -291,7 +293,7 @@ def _iterates_data(ctx: FileContext, idx: object, site: object) -> bool:
     part-way through its epoch)."""
     import ast
 
-    _, batch = idx._loops  # type: ignore[attr-defined]
+    batch = idx.loops.batch_loops  # type: ignore[attr-defined]
     for node in site.contexts:  # type: ignore[attr-defined]
         for loop in ctx.enclosing_loops(node):
             if id(loop) in batch and isinstance(loop, ast.For) and not _is_counter(loop.iter):

@@ -186,15 +186,16 @@ start_epoch = ckpt["epoch"] + 1
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.facts.checkpoint.static import DCP_LOADS, checkpoint_index
+        from traindoctor.facts.checkpoint.static.index import checkpoint_index
+        from traindoctor.facts.checkpoint.static.vocabulary import DCP_LOADS
 
         if not ctx.method_calls("load_state_dict") and not ctx.calls_to(*DCP_LOADS):
             return
         idx = checkpoint_index(ctx)
-        for call, gaps in idx.resume_gaps():
+        for call, gaps in idx.resume.resume_gaps():
             what = ", ".join(f'{_WHAT[kind]} (saved as "{key}")' for kind, key in gaps)
             kind, _key = gaps[0]
-            owner = idx.first_name(kind, _DEFAULT[kind])
+            owner = idx.objects.first_name(kind, _DEFAULT[kind])
             if ctx.qualname(call.func) in DCP_LOADS:
                 yield ctx.report(
                     self,

@@ -156,7 +156,7 @@ plain state dicts.
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.facts.checkpoint.static import LOAD_FUNCS
+        from traindoctor.facts.checkpoint.static.vocabulary import LOAD_FUNCS
 
         calls = ctx.calls_to(*LOAD_FUNCS)
         if not calls:

@@ -166,11 +166,11 @@ traindoctor.checkpoint.save("last.pt", model=model, optimizer=optimizer, epoch=e
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.facts.checkpoint.static import checkpoint_index
+        from traindoctor.facts.checkpoint.static.index import checkpoint_index
 
         idx = checkpoint_index(ctx)
         seen: set[int] = set()
-        for site in idx.overwritten_resume_files():
+        for site in idx.paths.overwritten_resume_files():
             if id(site.call) in seen:
                 continue
             seen.add(id(site.call))

@@ -1,0 +1,225 @@
+"""Which saves are training checkpoints, and whether a save is a checkpoint or an export.
+
+A save that holds optimizer state is a training checkpoint wherever it is; a model-only save in
+the training loop of a file that saves optimizer state nowhere is one too (TD501), unless it is
+an export (:mod:`traindoctor.facts.checkpoint.kinds` defines the two from the facts gathered
+here: :meth:`TrainingCheckpoints.save_facts`). Test modules' saves are fixtures, not checkpoints.
+One object saved twice nearby (``last.pth`` and ``ep{epoch}.pth``) counts once.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from functools import cached_property
+
+from traindoctor.facts.checkpoint import kinds
+from traindoctor.facts.checkpoint.static.base import FUNCTION_DEFS, IndexPart, TrainingObjects, position
+from traindoctor.facts.checkpoint.static.contents import SaveContents
+from traindoctor.facts.checkpoint.static.loops import TrainingLoops
+from traindoctor.facts.checkpoint.static.paths import CheckpointPaths
+from traindoctor.facts.checkpoint.static.saves import Saves, SaveSite
+from traindoctor.static.args import MISSING, UNKNOWN
+from traindoctor.static.vocab import DATA, MODEL, OPTIMIZER, RNG_ANY, RNG_KINDS, SCALER, SCHEDULER
+
+#: Keys of a step/epoch counter saved beside the weights: the save is meant to be resumed from.
+_RX_COUNTER_KEY = re.compile(r"^(epochs?|steps?|global_steps?|iters?|iterations?|iter_num|it)$")
+
+
+class TrainingCheckpoints(IndexPart):
+    """The saves of one file that a training run resumes from."""
+
+    def __init__(
+        self,
+        objects: TrainingObjects,
+        loops: TrainingLoops,
+        contents: SaveContents,
+        saves: Saves,
+        paths: CheckpointPaths,
+    ) -> None:
+        super().__init__(objects)
+        self.loops = loops
+        self.contents = contents
+        self.saves = saves
+        self.paths = paths
+
+    def training_checkpoints(self) -> list[SaveSite]:
+        """Saves that are training checkpoints: with optimizer state, or TD501's model-only ones."""
+        if self.saves.complete_saves or self.in_test_code:
+            return []
+        full = [s for s in self.saves.sites if s.is_full]
+        return self._first_of_repeats(full + self.model_only_in_loop())
+
+    def model_only_in_loop(self) -> list[SaveSite]:
+        """Model-weight saves in the training loop of a training file with no optimizer state
+        saved anywhere, that are checkpoints rather than exports (see ``traindoctor.facts.checkpoint.kinds``)."""
+        if not self.loops.trains or self.saves.may_hold_anywhere(OPTIMIZER) or self.in_test_code:
+            return []
+        return self._first_of_repeats(
+            [
+                s
+                for s in self.saves.sites
+                if s.in_training_loop
+                and s.saved.has(MODEL)
+                and not s.saved.may_hold(OPTIMIZER)
+                and self.save_kind(s) == kinds.CHECKPOINT
+            ]
+        )
+
+    @cached_property
+    def in_test_code(self) -> bool:
+        """A test module (``test_*.py``, ``*_test.py``): its saves are fixtures that check a
+        save/load round trip, not checkpoints a training run resumes from. Judged by the file's
+        own name only: training scripts kept under a ``tests/`` folder as fixtures still count."""
+        from traindoctor.facts.data.static import is_test_module
+
+        return is_test_module(self.ctx.filename)
+
+    def optimizer_for(self, site: SaveSite, default: str) -> str:
+        """The name of the optimizer that updates the model this save writes (``optimizerG``
+        for ``netG.state_dict()`` when ``optimizerG = Adam(netG.parameters())``), else
+        ``default``: with two models and two optimizers, advice must name the right one."""
+        models = {
+            n.id for p in site.saved.pieces if p.kind == MODEL for n in ast.walk(p.node) if isinstance(n, ast.Name)
+        }
+        if not models:
+            return default
+        matches = []
+        for name, call in self.objects.exists(OPTIMIZER):
+            params = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "params"), None)
+            if (
+                params is not None
+                and not name.startswith("<")
+                and models & {n.id for n in ast.walk(params) if isinstance(n, ast.Name)}
+            ):
+                matches.append(name)
+        return matches[0] if len(matches) == 1 else default
+
+    def save_kind(self, site: SaveSite) -> str:
+        """``"checkpoint"`` or ``"export"`` (the shared definition in ``traindoctor.facts.checkpoint.kinds``)."""
+        return kinds.save_kind(self.save_facts(site))
+
+    def save_facts(self, site: SaveSite) -> kinds.SaveFacts:
+        """What :func:`~traindoctor.facts.checkpoint.kinds.save_kind` judges ``site`` by (the doctor
+        asks the same for the save it saw)."""
+        saved = site.saved
+        resume_kinds = (OPTIMIZER, SCHEDULER, SCALER, DATA, RNG_ANY, *RNG_KINDS)
+        holds = any(saved.has(k) for k in resume_kinds) or any(
+            p.key is not None and _RX_COUNTER_KEY.match(p.key.lower()) for p in saved.pieces
+        )
+        guard_names: list[str] = []
+        for node in site.contexts:
+            guard_names.extend(self._guard_names(node))
+        return kinds.SaveFacts(
+            holds_resume_state=holds,
+            read_back=self.paths.read_back(site),
+            quality_guarded=kinds.quality_guard(guard_names)
+            or any(self._running_best_guard(node) for node in site.contexts),
+            export_name=kinds.export_name(self._path_words(site.path)),
+            in_training_loop=site.in_training_loop,
+        )
+
+    def _guard_names(self, node: ast.AST) -> list[str]:
+        """Names read by the tests of the ``if`` statements whose body holds ``node``."""
+        ctx = self.ctx
+        names: list[str] = []
+        child = node
+        for anc in ctx.ancestors(node):
+            if isinstance(anc, FUNCTION_DEFS):
+                break
+            if isinstance(anc, ast.If) and any(child is b for b in anc.body):
+                for sub in ast.walk(anc.test):
+                    if isinstance(sub, ast.Name):
+                        names.append(sub.id)
+                    elif isinstance(sub, ast.Attribute):
+                        names.append(sub.attr)
+            child = anc
+        return names
+
+    def _running_best_guard(self, node: ast.AST) -> bool:
+        """``node`` runs under a "better than the best so far" test by its shape, whatever the
+        names: ``if score > top_score: top_score = score`` (an ``if`` comparing two values whose
+        body stores the one into the other), as in ``if not best or val_loss < best: ...``."""
+        child = node
+        for anc in self.ctx.ancestors(node):
+            if isinstance(anc, FUNCTION_DEFS):
+                break
+            if isinstance(anc, ast.If) and any(child is b for b in anc.body):
+                pairs = set()
+                for sub in ast.walk(anc.test):
+                    if (
+                        isinstance(sub, ast.Compare)
+                        and len(sub.ops) == 1
+                        and isinstance(sub.ops[0], (ast.Lt, ast.Gt, ast.LtE, ast.GtE))
+                    ):
+                        a, b = _value_key(sub.left), _value_key(sub.comparators[0])
+                        if a and b:
+                            pairs.update({(a, b), (b, a)})
+                if pairs:
+                    for stmt in anc.body:
+                        for sub in ast.walk(stmt):
+                            if isinstance(sub, ast.Assign) and len(sub.targets) == 1:
+                                if (_value_key(sub.targets[0]), _value_key(sub.value)) in pairs:
+                                    return True
+            child = anc
+        return False
+
+    def _path_words(self, path: ast.AST | None) -> list[str]:
+        """The strings and names a path is built from (``"runs"``, ``best_path``, ...)."""
+        if path is None or path is MISSING or path is UNKNOWN:
+            return []
+        words: list[str] = []
+        value = self.ctx.value(path)
+        if isinstance(value, str):
+            words.append(value)
+        for sub in ast.walk(path):
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                words.append(sub.value)
+            elif isinstance(sub, ast.Name):
+                words.append(sub.id)
+            elif isinstance(sub, ast.Attribute):
+                words.append(sub.attr)
+        return words
+
+    def _first_of_repeats(self, sites: list[SaveSite]) -> list[SaveSite]:
+        """Sites in source order, keeping only the first save of one object saved again nearby.
+
+        ``save(ckpt, "last.pth")`` followed by ``save(ckpt, f"ep{epoch}.pth")`` writes one dict
+        twice: one mistake, so one finding (at the first save). Two saves count as the same
+        object when both save the same name, bound by the same assignment, in the same function
+        and the same loops (a save in an ``if`` beside the first still counts).
+        """
+        ordered = sorted(sites, key=lambda s: (s.report.lineno, s.report.col_offset))  # type: ignore[attr-defined]
+        seen: set[tuple] = set()
+        out: list[SaveSite] = []
+        for site in ordered:
+            key = self._saved_object_key(site)
+            if key is not None and key in seen:
+                continue
+            if key is not None:
+                seen.add(key)
+            out.append(site)
+        return out
+
+    def _saved_object_key(self, site: SaveSite) -> tuple | None:
+        """What identifies the object a save writes, or None when it is not one plain name."""
+        obj = site.obj
+        if site.report is not site.call or not isinstance(obj, ast.Name):
+            return None
+        ctx = self.ctx
+        bound, since = self.contents.reaching(obj)
+        if not bound or any(b is None for b in bound):
+            return None
+        binding = since if since is not None else tuple(position(b) for b in bound if b is not None)
+        loops = tuple(id(l) for l in ctx.enclosing_loops(site.call))
+        return (obj.id, id(ctx.scope_of(obj)), binding, loops)
+
+
+def _value_key(node: ast.AST) -> str | None:
+    """Source text of a name, attribute or subscript (``best``, ``self.best_acc``), else None."""
+    if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
+        try:
+            return ast.unparse(node)
+        except Exception:  # pragma: no cover - unparse of a valid tree
+            return None
+    return None

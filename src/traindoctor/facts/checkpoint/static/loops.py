@@ -1,0 +1,117 @@
+"""Where a file trains: its training loops and the loops that run one step per iteration.
+
+A training loop is a loop around ``backward()`` / ``optimizer.step()`` (the *train markers*), or
+around a call of a local function that trains; a batch loop is the innermost loop around one
+step, so a save inside it runs mid-epoch. A framework hook called every epoch or step
+(Lightning's ``on_train_epoch_end``, a ``TrainerCallback`` event) repeats like the loop's body.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cached_property
+
+from traindoctor.facts.checkpoint.static.base import FUNCTION_DEFS, IndexPart
+from traindoctor.static.vocab import OPTIMIZER, SCALER
+
+#: Framework hooks run once per epoch or step of the framework's own training loop (Lightning
+#: ``Callback``/``LightningModule`` hooks, Hugging Face ``TrainerCallback`` events).
+_PERIODIC_HOOKS = frozenset(
+    {
+        "on_train_epoch_end",
+        "on_train_epoch_start",
+        "on_train_batch_end",
+        "on_validation_epoch_end",
+        "training_epoch_end",
+        "validation_epoch_end",  # Lightning < 2
+        "on_epoch_end",
+        "on_epoch_begin",
+        "on_step_end",
+        "on_evaluate",
+        "on_save",  # TrainerCallback
+    }
+)
+
+
+class TrainingLoops(IndexPart):
+    """The training and batch loops of one file, and whether it trains at all."""
+
+    @cached_property
+    def train_markers(self) -> list[ast.Call]:
+        """``loss.backward()``, ``accelerator.backward(loss)``, ``optimizer.step()``, ``scaler.step(opt)``."""
+        ctx = self.ctx
+        out = list(ctx.method_calls("backward"))
+        out.extend(ctx.calls_to("torch.autograd.backward"))
+        for call in ctx.method_calls("step"):
+            recv = call.func.value  # type: ignore[attr-defined]
+            kind = self.objects.classify(recv)
+            if kind == OPTIMIZER or (kind == SCALER and call.args):
+                out.append(call)
+        return out
+
+    @cached_property
+    def _loops(self) -> tuple[set[int], set[int]]:
+        """(ids of training loops, ids of batch loops)."""
+        ctx = self.ctx
+        training: set[int] = set()
+        batch: set[int] = set()
+        # Local functions that train (directly or through other local functions) and whether each
+        # runs one step per call ("step") or loops itself ("epoch").
+        level: dict[str, str] = {}
+        for m in self.train_markers:
+            fn = ctx.function_of(m)
+            loops = ctx.enclosing_loops(m)
+            if loops:
+                training.update(id(l) for l in loops)
+                batch.add(id(loops[0]))
+            if isinstance(fn, FUNCTION_DEFS):
+                if not loops or level.get(fn.name) == "step":
+                    level[fn.name] = "step"
+                else:
+                    level.setdefault(fn.name, "epoch")
+        changed = True
+        seen: set[int] = set()
+        while changed:
+            changed = False
+            for name, call in self.objects.local_calls:
+                if name not in level or id(call) in seen:
+                    continue
+                seen.add(id(call))
+                changed = True
+                loops = ctx.enclosing_loops(call)
+                if loops:
+                    training.update(id(l) for l in loops)
+                    if level[name] == "step":
+                        batch.add(id(loops[0]))
+                fn = ctx.function_of(call)
+                if isinstance(fn, FUNCTION_DEFS) and fn.name not in level:
+                    level[fn.name] = "step" if (not loops and level[name] == "step") else "epoch"
+        return training, batch
+
+    @property
+    def batch_loops(self) -> set[int]:
+        """Ids of the loops that run one training step per iteration (a save inside is mid-epoch)."""
+        return self._loops[1]
+
+    @property
+    def trains(self) -> bool:
+        """The file builds an optimizer and runs backward / optimizer steps."""
+        has_opt = bool(self.objects.built[OPTIMIZER]) or bool(self.objects.named_optimizers)
+        return has_opt and bool(self.train_markers)
+
+    def in_training_loop(self, node: ast.AST) -> bool:
+        """Whether ``node`` runs inside a training loop."""
+        training, _ = self._loops
+        return any(id(l) in training for l in self.ctx.enclosing_loops(node))
+
+    def in_periodic_hook(self, node: ast.AST) -> bool:
+        """A save in a framework hook the trainer calls every epoch or step (Lightning's
+        ``on_train_epoch_end``, a ``TrainerCallback``'s ``on_epoch_end``) repeats like a save in
+        the training loop: the loop is the framework's."""
+        fn = self.ctx.function_of(node)
+        return isinstance(fn, FUNCTION_DEFS) and fn.name in _PERIODIC_HOOKS
+
+    def mid_epoch(self, node: ast.AST) -> bool:
+        """Whether ``node`` runs inside a batch loop: between two steps of one epoch."""
+        _, batch = self._loops
+        return any(id(l) in batch for l in self.ctx.enclosing_loops(node))

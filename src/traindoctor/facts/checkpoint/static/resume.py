@@ -1,0 +1,245 @@
+"""What a resumed run gets back: the state the file's resume path restores (TD503-TD505).
+
+A file resumes when it restores its model or optimizer from a checkpoint it loads. A state that
+resume path never restores (no ``load_state_dict`` of it, no read of a key that names it) is lost
+whatever the save holds, and a model restore from a loaded checkpoint that skips state saved
+beside the model is an incomplete resume (:meth:`ResumeAnalysis.resume_gaps`).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from traindoctor.facts.checkpoint.static.base import IndexPart, TrainingObjects, arg_of
+from traindoctor.facts.checkpoint.static.saves import Saves, after_training_loop
+from traindoctor.facts.checkpoint.static.vocabulary import (
+    COMPLETE_LOADS,
+    DCP_SAVES,
+    LOAD_FUNCS,
+    key_rules_out,
+    kind_from_name,
+)
+from traindoctor.static.vocab import MODEL, OPTIMIZER, RNG_ANY, RNG_KINDS, SCALER, SCHEDULER
+
+
+class ResumeAnalysis(IndexPart):
+    """The resume path of one file and what it restores."""
+
+    def __init__(self, objects: TrainingObjects, saves: Saves) -> None:
+        super().__init__(objects)
+        self.saves = saves
+
+    def kept_on_resume(self, kind: str) -> bool:
+        """Whether a resumed run can get ``kind`` back: some save may hold it, and the resume
+        path, when the file has one, restores it.
+
+        A resume path makes a missing state *more* certain: ``iter_num = ckpt["iter_num"]`` puts
+        opaque values into the next save (so the save "may hold" anything), but the resume code
+        says exactly what comes back, and a state it never restores is lost whatever is saved.
+        """
+        if not self.saves.may_hold_anywhere(kind):
+            return False
+        if self.saves.complete_saves or self.saves.opaque_saves or any(s.saved.has(kind) for s in self.saves.sites):
+            return True  # saved for sure, or nothing is known: whether resume restores it is TD505's
+        return not self.resume_misses(kind)
+
+    def resume_misses(self, kind: str) -> bool:
+        """Whether the file resumes (restores its model or optimizer from a checkpoint it loads)
+        and never restores ``kind``: no ``<kind>.load_state_dict``, no read of a key that names
+        it, and for RNG kinds no ``set_rng_state``/``setstate``/``set_state`` anywhere."""
+        ctx = self.ctx
+        if not self.saves.loads or self.saves.complete_saves or ctx.calls_to(*COMPLETE_LOADS):
+            return False
+        loads = ctx.method_calls("load_state_dict")
+        if any(self.objects.classify(c.func.value) == kind for c in loads):  # type: ignore[attr-defined]
+            return False
+        resumes = False
+        for call in loads:
+            if self.objects.classify(call.func.value) in (MODEL, OPTIMIZER):  # type: ignore[attr-defined]
+                arg = arg_of(ctx, call, "state_dict", 0)
+                if arg is not None and self._reads_loaded_checkpoint(arg):
+                    resumes = True
+                    break
+        if not resumes:
+            return False
+        if kind in RNG_KINDS or kind == RNG_ANY:
+            for attr in ("set_rng_state", "set_rng_state_all", "setstate", "set_state"):
+                if ctx.method_calls(attr) or any(q.endswith("." + attr) for q in ctx.called_names):
+                    return False
+            return True
+        for sub in ctx.of(ast.Subscript):
+            if isinstance(sub.slice, ast.Constant) and isinstance(sub.slice.value, str):
+                if not key_rules_out(sub.slice.value, kind) and kind_from_name(sub.slice.value.lower()) == kind:
+                    return False
+        for attr in ("get", "pop"):
+            for call in ctx.method_calls(attr):
+                if call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
+                    if kind_from_name(call.args[0].value.lower()) == kind:
+                        return False
+        return True
+
+    def _reads_loaded_checkpoint(self, arg: ast.AST) -> bool:
+        """``ckpt["model"]`` / ``ckpt.get("model")`` (or a name bound to it) where some binding of
+        ``ckpt`` is a ``torch.load(...)``: the state comes from a checkpoint the file loads."""
+        ctx = self.ctx
+        for _ in range(4):
+            if isinstance(arg, ast.Name):
+                bound = [b for b in ctx.bindings_of(arg) or () if b is not None]
+                if not bound:
+                    return False
+                arg = bound[0]
+            elif isinstance(arg, ast.Subscript):
+                arg = arg.value
+            elif isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr == "get":
+                arg = arg.func.value
+            else:
+                break
+            if isinstance(arg, ast.Call) and ctx.qualname(arg.func) in LOAD_FUNCS:
+                return True
+        return False
+
+    def resume_gaps(self) -> list[tuple[ast.Call, list[tuple[str, str]]]]:
+        """Model restores from a loaded checkpoint that skip state the file saves beside the model.
+
+        Returns ``(model.load_state_dict call, [(kind, saved key), ...])``. A saved piece counts as
+        restored when any ``<object of that kind>.load_state_dict`` exists in the file or its key
+        is read anywhere (``ckpt["optimizer"]``, ``ckpt.get("optimizer")``): a generous reading,
+        so only a resume that plainly ignores the saved state is reported.
+        """
+        ctx = self.ctx
+        if self.saves.complete_saves or ctx.calls_to(*COMPLETE_LOADS):
+            return []
+        dcp_gaps = self._dcp_resume_gaps()
+        if not self.saves.loads:
+            return dcp_gaps
+        loads = ctx.method_calls("load_state_dict")
+        restored = {self.objects.classify(c.func.value) for c in loads}  # type: ignore[attr-defined]
+        read_keys: set[str] = set()
+        for sub in ctx.of(ast.Subscript):
+            if (
+                isinstance(sub.ctx, ast.Load)
+                and isinstance(sub.slice, ast.Constant)
+                and isinstance(sub.slice.value, str)
+            ):
+                read_keys.add(sub.slice.value)
+        for attr in ("get", "pop"):
+            for call in ctx.method_calls(attr):
+                if call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
+                    read_keys.add(call.args[0].value)
+        out: list[tuple[ast.Call, list[tuple[str, str]]]] = []
+        for call in loads:
+            if self.objects.classify(call.func.value) != MODEL:  # type: ignore[attr-defined]
+                continue
+            arg = arg_of(ctx, call, "state_dict", 0)
+            key = self._loaded_key(arg) if arg is not None else None
+            if key is None:
+                continue
+            gaps: set[tuple[str, str]] = set()
+            for site in self.saves.sites:
+                if key not in site.saved.keys_of(MODEL) or site.saved.is_opaque:
+                    continue
+                if after_training_loop(ctx, call, site):
+                    continue  # reading the result back for evaluation, not resuming
+                for kind in (OPTIMIZER, SCHEDULER, SCALER):
+                    if kind in restored:
+                        continue
+                    gaps.update((kind, k) for k in site.saved.keys_of(kind) if k not in read_keys)
+            if gaps:
+                out.append((call, sorted(gaps)))
+        return out + dcp_gaps
+
+    def _dcp_resume_gaps(self) -> list[tuple[ast.Call, list[tuple[str, str]]]]:
+        """``dcp.load({"model": ...})`` where a DCP save of this file also holds optimizer state.
+
+        DCP fills only the keys of the dict it is given, so a load dict without the saved
+        optimizer/scheduler/scaler keys restores the model alone. Silent when the load dict
+        cannot be read or the state is restored some other way.
+        """
+        ctx = self.ctx
+        out: list[tuple[ast.Call, list[tuple[str, str]]]] = []
+        dcp_sites = [s for s in self.saves.sites if ctx.qualname(s.call.func) in DCP_SAVES and not s.saved.is_opaque]
+        if not dcp_sites:
+            return out
+        restored = {self.objects.classify(c.func.value) for c in ctx.method_calls("load_state_dict")}  # type: ignore[attr-defined]
+        if ctx.calls_to("torch.distributed.checkpoint.state_dict.set_optimizer_state_dict"):
+            restored.add(OPTIMIZER)
+        for call in ctx.calls_to("torch.distributed.checkpoint.state_dict.set_state_dict"):
+            optim = ctx.arg(call, "optim_state_dict")
+            if not (isinstance(optim, ast.Dict) and not optim.keys):
+                restored.add(OPTIMIZER)
+        for call in self.saves.dcp_loads:
+            loaded = self._dict_keys(arg_of(ctx, call, "state_dict", 0))
+            if loaded is None:
+                continue
+            gaps: set[tuple[str, str]] = set()
+            for site in dcp_sites:
+                if not set(site.saved.keys_of(MODEL)) & loaded:
+                    continue
+                for kind in (OPTIMIZER, SCHEDULER, SCALER):
+                    if kind not in restored:
+                        gaps.update((kind, k) for k in site.saved.keys_of(kind) if k not in loaded)
+            if gaps:
+                out.append((call, sorted(gaps)))
+        return out
+
+    def _dict_keys(self, expr: ast.AST | None) -> set[str] | None:
+        """The string keys of a dict literal (followed through one plain name), else None."""
+        if isinstance(expr, ast.Name):
+            bound = self.ctx.bindings_of(expr)
+            if not bound or len(bound) != 1 or bound[0] is None:
+                return None
+            expr = bound[0]
+        if not isinstance(expr, ast.Dict) or any(k is None for k in expr.keys):
+            return None
+        keys = {k.value for k in expr.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+        return keys if len(keys) == len(expr.keys) else None
+
+    def _loaded_key(self, arg: ast.AST) -> str | None:
+        """``"model"`` for ``ckpt["model"]`` / ``ckpt.get("model")`` where ``ckpt = torch.load(...)``."""
+        ctx = self.ctx
+        for _ in range(3):
+            if isinstance(arg, ast.Name):
+                bound = ctx.bindings_of(arg)
+                if not bound or len(bound) != 1 or bound[0] is None:
+                    return None
+                arg = bound[0]
+                continue
+            break
+        if isinstance(arg, ast.Subscript) and isinstance(arg.slice, ast.Constant) and isinstance(arg.slice.value, str):
+            base, key = arg.value, arg.slice.value
+        elif (
+            isinstance(arg, ast.Call)
+            and isinstance(arg.func, ast.Attribute)
+            and arg.func.attr == "get"
+            and arg.args
+            and isinstance(arg.args[0], ast.Constant)
+            and isinstance(arg.args[0].value, str)
+        ):
+            base, key = arg.func.value, arg.args[0].value
+        else:
+            return None
+        if isinstance(base, ast.Call):
+            return key if ctx.qualname(base.func) in LOAD_FUNCS else None
+        if not isinstance(base, ast.Name):
+            return None
+        bound = ctx.bindings_of(base)
+        if not bound or len(bound) != 1 or not isinstance(bound[0], ast.Call):
+            return None
+        if ctx.qualname(bound[0].func) not in LOAD_FUNCS:
+            return None
+        # The loaded dict handed to an unknown function may be restored there: stay silent.
+        scope = ctx.scope_of(base)
+        for use in self.objects.name_uses.get(base.id, ()):
+            if ctx.scope_of(use) is not scope:
+                continue
+            parent = ctx.parent(use)
+            call = (
+                parent
+                if isinstance(parent, ast.Call)
+                else ctx.parent(parent)
+                if isinstance(parent, ast.keyword)
+                else None
+            )
+            if isinstance(call, ast.Call) and call.func is not use and not self.objects.benign_consumer(call):
+                return None
+        return key
