@@ -10,6 +10,7 @@ checked-out file and a start line: that is what is checked for it.
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -91,6 +92,13 @@ def github_problems(doc: dict, root: Path) -> list[str]:
     return problems
 
 
+def schema_with_baseline_state() -> dict:
+    """The schema subset the other SARIF tests use, plus the official ``result.baselineState``."""
+    schema = copy.deepcopy(json.loads((DATA / "sarif-2.1.0-subset.schema.json").read_text()))
+    schema["definitions"]["result"]["properties"]["baselineState"] = {"enum": ["new", "unchanged", "updated", "absent"]}
+    return schema
+
+
 def sarif_of(capsys, root: Path, *argv: str) -> dict:
     main(["check", "--min-torch-version", "2.13", "--output-format", "sarif", *argv, "."])
     out, _ = capsys.readouterr()
@@ -124,6 +132,16 @@ def test_every_rule_descriptor_meets_githubs_requirements(tmp_path, capsys, monk
     assert github_problems(doc, tmp_path) == []
     severities = {r["properties"]["problem.severity"] for r in doc["runs"][0]["tool"]["driver"]["rules"]}
     assert severities <= {"error", "warning", "recommendation"}
+
+
+def test_baseline_sarif_meets_the_schema_and_githubs_requirements(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("import torch\nscaler = torch.cuda.amp.GradScaler()\n")
+    (tmp_path / "b.json").write_text('{"traindoctor-baseline": 1, "findings": []}\n')
+    doc = sarif_of(capsys, tmp_path, "--baseline", "b.json")
+    assert [r["baselineState"] for r in doc["runs"][0]["results"]] == ["new"]
+    assert github_problems(doc, tmp_path) == []
+    jsonschema.validate(doc, schema_with_baseline_state())
 
 
 def test_notebook_results_are_the_one_exception_to_regions(tmp_path, capsys, monkeypatch):
