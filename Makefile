@@ -10,10 +10,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	# Pinned on purpose: an unpinned torch pulls a multi-GB CUDA build.
 	$(PY) -m pip install -q "torch==2.13.0"
-	# dev tools, the optional extras the tests exercise (HTML report, TensorBoard) and the frameworks
-	# the integration tests run (lightning, transformers, accelerate), always under constraints.txt
-	# so nothing re-resolves torch.
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev,html,tensorboard,frameworks]"
+	# dev tools, the optional extras the tests exercise (HTML report, TensorBoard, the LSP server)
+	# and the frameworks the integration tests run (lightning, transformers, accelerate), always
+	# under constraints.txt so nothing re-resolves torch.
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,html,tensorboard,lsp,frameworks]"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -9,7 +9,7 @@ to high (the README's architecture section draws the same map):
 2. ``facts``: each topic's facts, static and runtime side by side
 3. ``rules``: one module per code
 4. ``registry``, ``config``, ``docs``
-5. the commands and front ends: ``check``, ``doctor``, ``report``, ``tune``, ``resume``,
+5. the commands and front ends: ``check``, ``doctor``, ``report``, ``tune``, ``resume``, ``server``,
    ``integrations``, ``checkpoint.cli``, ``cli``
 
 Inside the static core a finer order holds (``protocols``/``names`` -> ``args`` -> ``values`` ->
@@ -49,6 +49,7 @@ LAYERS = {
     "traindoctor.tune": 5,
     "traindoctor.resume": 5,
     "traindoctor.integrations": 5,
+    "traindoctor.server": 5,
     "traindoctor.checkpoint.cli": 5,
     "traindoctor.cli": 5,
     "traindoctor.__main__": 5,

@@ -3,7 +3,8 @@
 ``rule`` and ``rules`` live here; the other subcommands are owned by their feature packages and
 receive the rest of the command line: ``check`` -> ``traindoctor.check.cli``, ``run`` ->
 ``traindoctor.doctor.cli``, ``ckpt`` -> ``traindoctor.checkpoint.cli``, ``verify-resume`` ->
-``traindoctor.resume.cli``, ``tune`` -> ``traindoctor.tune.cli``.
+``traindoctor.resume.cli``, ``tune`` -> ``traindoctor.tune.cli``, ``server`` ->
+``traindoctor.server.cli``.
 Exit codes follow ruff: 0 no findings, 1 findings, 2 usage or internal error.
 """
 
@@ -24,10 +25,14 @@ DELEGATED = {
     "ckpt": "traindoctor.checkpoint.cli",
     "verify-resume": "traindoctor.resume.cli",
     "tune": "traindoctor.tune.cli",
+    "server": "traindoctor.server.cli",
 }
 
 #: one-line help shown by ``traindoctor --help`` for delegated subcommands.
-HELP = {"check": "statically check training scripts (never imports torch)"}
+HELP = {
+    "check": "statically check training scripts (never imports torch)",
+    "server": "run the editor (Language Server Protocol) server over stdio",
+}
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 

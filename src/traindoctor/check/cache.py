@@ -274,3 +274,15 @@ def default_directory(settings: Settings) -> Path:
         path = Path(configured).expanduser()
         return path if path.is_absolute() else root / path
     return root / CACHE_DIR_NAME
+
+
+def cache_directory(settings: Settings, cache_dir: str | None = None) -> Path | None:
+    """Where ``check`` keeps its cache for ``settings``; None when ``TRAINDOCTOR_NO_CACHE`` turns it off.
+
+    ``cache_dir`` (``--cache-dir``) comes first, then ``TRAINDOCTOR_CACHE_DIR``, then
+    :func:`default_directory`. The editor server uses it so that it shares the command's cache.
+    """
+    if os.environ.get("TRAINDOCTOR_NO_CACHE", "").strip() not in ("", "0", "false"):
+        return None
+    directory = cache_dir or os.environ.get("TRAINDOCTOR_CACHE_DIR")
+    return Path(directory) if directory else default_directory(settings)

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from traindoctor.check import adopt
 from traindoctor.check.cache import Cache, default_directory
 from traindoctor.check.checkfile import FileOutcome, check_file, parse_error
 from traindoctor.check.discovery import force_excluded, iter_python_files
@@ -28,7 +29,7 @@ from traindoctor.config import ConfigError, Settings, load_settings, parse_versi
 from traindoctor.errors import UsageError
 from traindoctor.finding import Finding, sort_findings
 from traindoctor.registry import UnknownCodeError, select_codes
-from traindoctor.report import get_reporter
+from traindoctor.report import get_reporter, sarif
 from traindoctor.report import text as text_report
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--exit-zero", action="store_true", help="exit 0 even with findings")
     parser.add_argument("-q", "--quiet", action="store_true", help="print findings only")
+    adopt.add_arguments(parser)
     return parser
 
 
@@ -173,6 +175,7 @@ def run_check(args: argparse.Namespace) -> int:
         if STDIN in args.paths and len(args.paths) > 1:
             raise UsageError("`-` (read stdin) cannot be combined with other paths")
         _check_output_file(args.output_file)
+        adopt.check_arguments(args)
         settings = _settings_from_args(args)
         codes = settings.enabled_codes()
     except (ConfigError, UnknownCodeError, UsageError) as exc:
@@ -236,6 +239,11 @@ def _run_files(args: argparse.Namespace, settings: Settings, codes: frozenset[st
                     outcome = _unfixed(outcome.filename, data_of[outcome.filename], settings)
         findings.extend(outcome.findings)
     findings = sort_findings(findings)
+    findings, finished = adopt.apply(args, findings, settings, checked=[name for name, _ in items])
+    if finished is not None:
+        for message in internal:
+            print(f"traindoctor: internal error: {message}", file=sys.stderr)
+        return EXIT_ERROR if internal or errors else finished
 
     try:
         out, handle = _open_output(args.output_file)
@@ -312,6 +320,8 @@ def _report(
                 out.write(f"Fixed {fixed_count} finding{'s' if fixed_count != 1 else ''}.\n")
             if findings or passed_allowed:
                 out.write(text_report.summary(findings, files) + "\n")
+    elif args.output_format == "sarif" and args.baseline:
+        out.write(sarif.render(findings, baseline_state="new"))
     else:
         out.write(get_reporter(args.output_format)(findings))
 
