@@ -69,6 +69,7 @@ STATIC_LEVELS = {
     "traindoctor.static.context": 3,
 }
 
+
 def _modules() -> dict[str, tuple[Path, str]]:
     """Every module of the package -> (its file, the package relative imports start from)."""
     out = {}
