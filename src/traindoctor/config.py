@@ -171,8 +171,9 @@ def find_pyproject(start: Path) -> Path | None:
 
 def load_settings(paths: list[str] | None = None, config: str | None = None) -> Settings:
     """Settings from ``config`` or the nearest pyproject.toml above the first path (or cwd)."""
+    cfg: Path | None
     if config:
-        cfg: Path | None = Path(config)
+        cfg = Path(config)
         if not cfg.is_file():
             raise ConfigError(f"config file not found: {config}")
     else:
@@ -185,7 +186,7 @@ def load_settings(paths: list[str] | None = None, config: str | None = None) -> 
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover
-        import tomli as tomllib
+        import tomli as tomllib  # type: ignore[import-not-found]  # installed on Python 3.10 only
     try:
         data = tomllib.loads(cfg.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:

@@ -84,6 +84,7 @@ def fingerprint(settings: Settings) -> str:
 
 # -- findings <-> JSON ----------------------------------------------------------------------------
 def _encode(value: Any) -> Any:
+    cls: type
     if isinstance(value, enum.Enum):
         cls = type(value)
         return {"__enum__": f"{cls.__module__}:{cls.__qualname__}", "value": value.value}

@@ -20,7 +20,7 @@ from typing import TextIO
 
 from traindoctor.check import adopt
 from traindoctor.check.cache import Cache, default_directory
-from traindoctor.check.checkfile import FileOutcome, check_file, parse_error
+from traindoctor.check.checkfile import FileOutcome, check_file
 from traindoctor.check.discovery import force_excluded, iter_python_files
 from traindoctor.check.engine import instantiate
 from traindoctor.check.runner import CheckOptions, check_many
@@ -31,6 +31,7 @@ from traindoctor.finding import Finding, sort_findings
 from traindoctor.registry import UnknownCodeError, select_codes
 from traindoctor.report import get_reporter, sarif
 from traindoctor.report import text as text_report
+from traindoctor.static.source import parse_error
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 PROG = "traindoctor check"

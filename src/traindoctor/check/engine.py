@@ -18,7 +18,7 @@ from traindoctor.facts.data.static import drives_training
 from traindoctor.facts.data.summariser import DATA_SUMMARISER
 from traindoctor.facts.frameworks.static import HOOKS
 from traindoctor.facts.models.summariser import MODEL_QUERY
-from traindoctor.finding import Finding, sort_findings
+from traindoctor.finding import Finding, Location, sort_findings
 from traindoctor.registry import all_rules
 from traindoctor.rules.base import Rule
 from traindoctor.static.context import FileContext
@@ -252,7 +252,7 @@ def _project_view(ctx: FileContext) -> ProjectView | None:
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:
-    seen: set[tuple] = set()
+    seen: set[tuple[str, Location | None, str]] = set()
     out = []
     for f in findings:
         key = (f.code, f.location, f.message)

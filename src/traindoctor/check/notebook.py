@@ -23,6 +23,7 @@ import re
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from traindoctor.finding import Edit, Finding, Fix, Location
 
@@ -30,6 +31,8 @@ from traindoctor.finding import Edit, Finding, Fix, Location
 PYTHON_BODY_CELL_MAGICS = frozenset({"time", "capture", "prun", "debug", "timeit"})
 
 _WS = re.compile(r"[ \t\n\r]*")
+#: Reads one JSON string from just after its opening quote: (the string, the index after it).
+_scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]  # typeshed declares it in _json only
 #: Lines that may be IPython-only syntax (checked further only when the cell does not parse).
 _MAGIC_START = re.compile(r"^\s*[%!?]")
 _MAGIC_ASSIGN = re.compile(r"^\s*[A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*\s*=\s*[%!]")
@@ -95,7 +98,7 @@ class Notebook:
             return finding
         index, row = self.cell_location(finding.location.row)
         shift = self._shift
-        changes: dict = {
+        changes: dict[str, Any] = {
             "cell": self.cells[index].number if self.cells else 1,
             "location": Location(row, finding.location.column + shift(finding.location.row)),
         }
@@ -104,11 +107,11 @@ class Notebook:
             end_index, end_row = self.cell_location(end.row)
             changes["end_location"] = Location(end_row, end.column + shift(end.row)) if end_index == index else None
         if finding.fix is not None:
-            edits = []
+            edits: list[Edit] = []
             for edit in finding.fix.edits:
                 (a, ra), (b, rb) = self.cell_location(edit.location.row), self.cell_location(edit.end_location.row)
                 if a != index or b != index:
-                    edits = None
+                    changes["fix"] = None  # an edit outside the finding's cell: no fix
                     break
                 edits.append(
                     Edit(
@@ -117,9 +120,8 @@ class Notebook:
                         Location(rb, edit.end_location.column + shift(edit.end_location.row)),
                     )
                 )
-            changes["fix"] = (
-                None if edits is None else Fix(finding.fix.message, tuple(edits), finding.fix.applicability)
-            )
+            else:
+                changes["fix"] = Fix(finding.fix.message, tuple(edits), finding.fix.applicability)
         return finding.with_(**changes)
 
     def _shift(self, row: int) -> int:
@@ -208,12 +210,12 @@ def _encode_source(raw_value: str, text: str, document: str, start: int) -> str:
         first = inner.index('"')
         prefix = inner[:first]  # between '[' and the first line
         suffix = inner[len(inner.rstrip()) :]  # before ']'
-        _, after_first = json.decoder.scanstring(inner, first + 1)
+        _, after_first = _scanstring(inner, first + 1)
         second = inner.find('"', after_first)
         separator = inner[after_first:second] if second != -1 else "," + prefix
     else:  # an empty list: indent like nbformat (one more space than the "source" key's line)
         line_start = document.rfind("\n", 0, start) + 1
-        indent = re.match(r"[ \t]*", document[line_start:]).group(0)  # type: ignore[union-attr]
+        indent = cast("re.Match[str]", re.match(r"[ \t]*", document[line_start:])).group(0)  # ``*``: it matches
         newline = "\r\n" if document[line_start - 2 : line_start] == "\r\n" else "\n"
         prefix, suffix = f"{newline}{indent} ", f"{newline}{indent}"
         separator = "," + prefix
@@ -222,7 +224,7 @@ def _encode_source(raw_value: str, text: str, document: str, start: int) -> str:
 
 # -- reading ------------------------------------------------------------------------------------
 def _skip(text: str, i: int) -> int:
-    return _WS.match(text, i).end()  # type: ignore[union-attr]
+    return cast("re.Match[str]", _WS.match(text, i)).end()  # ``*`` matches the empty string too
 
 
 def _object(text: str, i: int, on_member: Callable[[str, int], int]) -> int:
@@ -236,7 +238,7 @@ def _object(text: str, i: int, on_member: Callable[[str, int], int]) -> int:
     while True:
         if text[i] != '"':
             raise NotebookError("expected a key")
-        key, i = json.decoder.scanstring(text, i + 1)
+        key, i = _scanstring(text, i + 1)
         i = _skip(text, i)
         if text[i] != ":":
             raise NotebookError("expected ':'")

@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from traindoctor.check.cache import Cache, content_hash
 from traindoctor.check.checkfile import FileOutcome, check_file
@@ -21,6 +22,9 @@ from traindoctor.check.engine import instantiate
 from traindoctor.config import Settings
 from traindoctor.machine import usable_cores
 from traindoctor.rules.base import Rule
+
+if TYPE_CHECKING:  # pragma: no cover
+    from multiprocessing.context import BaseContext
 
 #: Below this much source in total, an automatic ``--jobs`` stays in-process.
 PARALLEL_MIN_BYTES = 256 * 1024
@@ -39,13 +43,21 @@ class CheckOptions:
 
 
 # -- worker side -----------------------------------------------------------------------------------
-_WORKER: dict[str, object] = {}
+class _WorkerSetup:
+    """What a worker process checks with, set once per process by :func:`_init_worker`."""
+
+    settings: Settings
+    options: CheckOptions
+    rules: list[Rule]
+
+
+_WORKER = _WorkerSetup()
 
 
 def _init_worker(settings: Settings, options: CheckOptions) -> None:
-    _WORKER["settings"] = settings
-    _WORKER["options"] = options
-    _WORKER["rules"] = instantiate(settings.enabled_codes())
+    _WORKER.settings = settings
+    _WORKER.options = options
+    _WORKER.rules = instantiate(settings.enabled_codes())
 
 
 def _check_guarded(
@@ -62,14 +74,11 @@ def _check_guarded(
 
 
 def _work(task: tuple[str, bytes]) -> FileOutcome:
-    settings = _WORKER["settings"]
-    options = _WORKER["options"]
-    rules = _WORKER["rules"]
-    return _check_guarded(task[0], task[1], settings, rules, options)  # type: ignore[arg-type]
+    return _check_guarded(task[0], task[1], _WORKER.settings, _WORKER.rules, _WORKER.options)
 
 
 # -- parent side -----------------------------------------------------------------------------------
-def _pool_context():
+def _pool_context() -> BaseContext:
     import multiprocessing
 
     if sys.platform.startswith("linux"):
@@ -108,12 +117,12 @@ def check_many(
     digests: list[str] = [""] * len(items)
     keys: list[str] = [""] * len(items)
     todo: list[int] = []
-    use_cache = cache is not None and not options.fix and not options.diff
+    used_cache = cache if cache is not None and not options.fix and not options.diff else None
     for i, (filename, data) in enumerate(items):
-        if use_cache:
+        if used_cache is not None:
             digests[i] = content_hash(data)
             keys[i] = os.path.abspath(filename)
-            found = cache.lookup(keys[i], digests[i], filename)  # type: ignore[union-attr]
+            found = used_cache.lookup(keys[i], digests[i], filename)
             if found is not None:
                 outcomes[i] = FileOutcome(filename, found, cached=True)
                 continue
@@ -137,6 +146,6 @@ def check_many(
 
     for i, outcome in zip(todo, results):
         outcomes[i] = outcome
-        if use_cache and not outcome.internal_errors:
-            cache.store(keys[i], digests[i], outcome.findings, outcome.dependencies)  # type: ignore[union-attr]
+        if used_cache is not None and not outcome.internal_errors:
+            used_cache.store(keys[i], digests[i], outcome.findings, outcome.dependencies)
     return [o for o in outcomes if o is not None]

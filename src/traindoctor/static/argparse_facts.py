@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 from traindoctor.static import values as _values
 from traindoctor.static.args import UNKNOWN
@@ -98,7 +98,7 @@ class ArgparseFacts:
             fn = self.ctx.function_of(node)
             params = set()
             while fn is not None:
-                a = fn.args  # type: ignore[attr-defined]
+                a = cast("ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda", fn).args  # a function
                 params |= {x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
                 fn = self.ctx.function_of(fn)
             if base.id not in params:

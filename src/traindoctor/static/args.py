@@ -118,7 +118,7 @@ def find_arg(
 
 def last_arg_end(call: ast.Call) -> tuple[int, int] | None:
     """(lineno, end_col_offset) just after the last argument, or None for ``f()``."""
-    nodes: list[ast.AST] = [*call.args, *call.keywords]
+    nodes: list[ast.expr | ast.keyword] = [*call.args, *call.keywords]
     if not nodes:
         return None
     last = max(nodes, key=lambda n: (n.end_lineno or 0, n.end_col_offset or 0))

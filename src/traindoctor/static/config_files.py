@@ -23,11 +23,12 @@ from __future__ import annotations
 import ast
 import json
 import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from traindoctor.static.args import UNKNOWN
-from traindoctor.static.names import dotted
+from traindoctor.static.names import dotted, receiver
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -132,7 +133,7 @@ class _ConfigTable:
                     self.changed.add(root.id)
         for attr in ("merge_from_file", "merge_from_list", "merge_with", "update", "setdefault"):
             for call in ctx.method_calls(attr):
-                root = call.func.value  # type: ignore[attr-defined]
+                root = receiver(call)
                 while isinstance(root, (ast.Attribute, ast.Subscript)):
                     root = root.value
                 if isinstance(root, ast.Name):
@@ -257,9 +258,11 @@ def _parse(path: str, fmt: str) -> Any:
         if fmt == "json" or path.endswith(".json"):
             return json.loads(text)
         if fmt == "toml" or path.endswith(".toml"):
-            import tomllib
+            if sys.version_info >= (3, 11):
+                import tomllib
 
-            return tomllib.loads(text)
+                return tomllib.loads(text)
+            return None  # ``tomllib`` is new in Python 3.11: TOML files are read from 3.11 on
         return load_yaml(text)
     except Exception:
         return None
@@ -268,7 +271,7 @@ def _parse(path: str, fmt: str) -> Any:
 def load_yaml(text: str) -> Any:
     """YAML through PyYAML's ``safe_load`` when installed, else :func:`simple_yaml`."""
     try:
-        import yaml  # type: ignore[import-untyped]
+        import yaml
     except ImportError:
         return simple_yaml(text)
     return yaml.safe_load(text)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from traindoctor.finding import Edit, Finding, Fix, Location, Origin, Related
 from traindoctor.static import values as _values
@@ -32,6 +32,24 @@ _SCOPES = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Cl
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+class Positioned(Protocol):
+    """A node with a source position, as statements, expressions, arguments and keywords carry."""
+
+    lineno: int
+    col_offset: int
+    end_lineno: int | None
+    end_col_offset: int | None
+
+
+class _Parsed(Protocol):
+    """A node ``ast.parse`` made: its end position is set too."""
+
+    lineno: int
+    col_offset: int
+    end_lineno: int
+    end_col_offset: int
 
 
 def split_lines(source: str) -> list[str]:
@@ -63,6 +81,9 @@ _LEAF_FIELDS = frozenset(
 )
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {ast.Constant: ()}
 
+#: The node index: every node of a tree filed under its class.
+NodeIndex = dict[type[ast.AST], list[ast.AST]]
+
 
 def _child_fields(kind: type) -> tuple[str, ...] | None:
     """Child-bearing fields of an AST class; None for non-node values (identifier lists)."""
@@ -73,7 +94,7 @@ def _child_fields(kind: type) -> tuple[str, ...] | None:
     return fields
 
 
-def build_index(tree: ast.AST) -> dict[type, list[ast.AST]]:
+def build_index(tree: ast.AST) -> NodeIndex:
     """One walk: every node grouped by its type (order within a group is fixed up lazily).
 
     This is the only full walk the checker makes, on every file, so it is hand-inlined: it
@@ -81,7 +102,7 @@ def build_index(tree: ast.AST) -> dict[type, list[ast.AST]]:
     yields every ``Load``/``Store`` context and operator, doubling the work). Parent links are
     built on demand (see ``FileContext.parents``).
     """
-    by_type: dict[type, list[ast.AST]] = {}
+    by_type: NodeIndex = {}
     # The four commonest classes (about two thirds of all nodes) take a short path with the
     # same effect as the general one: same buckets, same visiting order.
     names: list[ast.AST] = []
@@ -91,7 +112,8 @@ def build_index(tree: ast.AST) -> dict[type, list[ast.AST]]:
     add_name, add_constant = names.append, constants.append
     add_attribute, add_call = attributes.append, calls.append
     Name, Constant, Attribute, Call = ast.Name, ast.Constant, ast.Attribute, ast.Call
-    stack: list = [tree]
+    # Field values: nodes, None, or the items of a list field (nodes, or identifiers skipped below).
+    stack: list[Any] = [tree]
     pop = stack.pop
     push = stack.extend
     append = stack.append
@@ -145,7 +167,7 @@ def build_index(tree: ast.AST) -> dict[type, list[ast.AST]]:
 def build_parents(tree: ast.AST) -> dict[ast.AST, ast.AST]:
     """Child -> parent for every node the index holds (same fields as :func:`build_index`)."""
     table: dict[ast.AST, ast.AST] = {}
-    stack: list = [tree]
+    stack: list[Any] = [tree]  # as in build_index: field values
     pop = stack.pop
     append = stack.append
     field_table = _CHILD_FIELDS
@@ -179,7 +201,7 @@ def _position(node: ast.AST) -> tuple[int, int]:
 _POSITION_ATTRS = attrgetter("lineno", "col_offset")
 
 
-def _sort_by_position(nodes: list, types: Iterable[type]) -> None:
+def _sort_by_position(nodes: list[ast.AST], types: Iterable[type[ast.AST]]) -> None:
     """Sort nodes of ``types`` by :func:`_position`, reading the key in C where the node classes
     always carry a position (a hand-built node without one falls back to the general key)."""
     if all("lineno" in t._attributes and "col_offset" in t._attributes for t in types):
@@ -245,7 +267,7 @@ class FileContext:
         self.frameworks = frameworks
         self.lines = lines if lines is not None else split_lines(source)
         self.nodes = build_index(tree)
-        self._ordered: set[type] = set()
+        self._ordered: set[type[ast.AST]] = set()
         self._shared: dict[str, Any] = {}
         self._scope_memo: dict[int, ast.AST] = {}
         self.imports = ImportMap()
@@ -275,7 +297,7 @@ class FileContext:
         store = self._shared
         if key not in store:
             store[key] = build(self)
-        return store[key]
+        return cast(T, store[key])  # a key names one analysis, always made by the same ``build``
 
     def forget(self, key: str) -> None:
         """Drop the shared analysis ``key``: it was built against a state that no longer holds."""
@@ -316,8 +338,11 @@ class FileContext:
         return tuple(sorted(view.dependencies))
 
     # ------------------------------------------------------------------ node queries
-    def of(self, *types: type) -> list[Any]:
-        """All nodes of the given AST types, in source order."""
+    def of(self, *types: type[ast.AST]) -> list[Any]:
+        """All nodes of the given AST types, in source order.
+
+        Typed ``list[Any]``: each node is of a class asked for, and callers (the facts packages
+        among them) read the nodes as such without narrowing each one."""
         for t in types:
             if t not in self._ordered:
                 bucket = self.nodes.get(t)
@@ -346,18 +371,18 @@ class FileContext:
         out: dict[str, list[ast.Call]] = {}
         resolve = self.imports.resolve
         for call in self.of(ast.Call):
-            qn = resolve(call.func)  # type: ignore[attr-defined]
+            qn = resolve(call.func)
             if qn is not None:
-                out.setdefault(qn, []).append(call)  # type: ignore[arg-type]
+                out.setdefault(qn, []).append(call)
         return out
 
     @cached_property
     def _calls_by_attr(self) -> dict[str, list[ast.Call]]:
         out: dict[str, list[ast.Call]] = {}
         for call in self.of(ast.Call):
-            func = call.func  # type: ignore[attr-defined]
+            func = call.func
             if isinstance(func, ast.Attribute):
-                out.setdefault(func.attr, []).append(call)  # type: ignore[arg-type]
+                out.setdefault(func.attr, []).append(call)
         return out
 
     def calls_to(self, *qualnames: str) -> list[ast.Call]:
@@ -427,6 +452,7 @@ class FileContext:
         memo = self._scope_memo
         parents = self.parents
         path = []
+        found: ast.AST
         parent = parents.get(node)
         while parent is not None:
             if isinstance(parent, _SCOPES):
@@ -450,7 +476,7 @@ class FileContext:
 
     def enclosing_loops(self, node: ast.AST, stop_at_function: bool = True) -> list[ast.AST]:
         """Loops around ``node``, innermost first (comprehensions excluded)."""
-        out = []
+        out: list[ast.AST] = []
         for anc in self.ancestors(node):
             if stop_at_function and isinstance(anc, _FUNCS):
                 break
@@ -466,7 +492,7 @@ class FileContext:
             if parent is None:
                 break
             cur = parent
-        return cur  # type: ignore[return-value]
+        return cast(ast.stmt, cur)  # every node below the module lies in a statement
 
     def walk(self, node: ast.AST) -> Iterator[ast.AST]:
         """Walk a subtree (use sparingly: prefer the index)."""
@@ -476,10 +502,11 @@ class FileContext:
         """Whether ``node`` lies inside ``container`` (by position)."""
         if not hasattr(container, "lineno") or not hasattr(node, "lineno"):
             return container is self.tree
-        start = (container.lineno, container.col_offset)  # type: ignore[attr-defined]
-        end = (container.end_lineno, container.end_col_offset)  # type: ignore[attr-defined]
-        pos = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
-        return start <= pos and (node.end_lineno, node.end_col_offset) <= end  # type: ignore[attr-defined,operator]
+        outer, inner = cast(_Parsed, container), cast(_Parsed, node)
+        start = (outer.lineno, outer.col_offset)
+        end = (outer.end_lineno, outer.end_col_offset)
+        pos = (inner.lineno, inner.col_offset)
+        return start <= pos and (inner.end_lineno, inner.end_col_offset) <= end
 
     # ------------------------------------------------------------------ values
     @cached_property
@@ -492,32 +519,32 @@ class FileContext:
 
         for node in self.of(ast.Assign):
             scope = self.scope_of(node)
-            for target in node.targets:  # type: ignore[attr-defined]
-                bind(target, node.value, scope)  # type: ignore[attr-defined]
+            for target in node.targets:
+                bind(target, node.value, scope)
         for node in self.of(ast.AnnAssign):
-            if node.value is not None:  # type: ignore[attr-defined]
-                bind(node.target, node.value, self.scope_of(node))  # type: ignore[attr-defined]
+            if node.value is not None:
+                bind(node.target, node.value, self.scope_of(node))
         for node in self.of(ast.AugAssign):
-            bind(node.target, None, self.scope_of(node))  # type: ignore[attr-defined]
+            bind(node.target, None, self.scope_of(node))
         for node in self.of(ast.NamedExpr):
-            bind(node.target, node.value, self.scope_of(node))  # type: ignore[attr-defined]
-        for kind in (ast.For, ast.AsyncFor):
-            for node in self.of(kind):
-                bind(node.target, None, self.scope_of(node))  # type: ignore[attr-defined]
-        for kind in (ast.With, ast.AsyncWith):
-            for node in self.of(kind):
-                for item in node.items:  # type: ignore[attr-defined]
+            bind(node.target, node.value, self.scope_of(node))
+        for loop_kind in (ast.For, ast.AsyncFor):
+            for node in self.of(loop_kind):
+                bind(node.target, None, self.scope_of(node))
+        for with_kind in (ast.With, ast.AsyncWith):
+            for node in self.of(with_kind):
+                for item in node.items:
                     if item.optional_vars is not None:
                         bind(item.optional_vars, None, self.scope_of(node))
-        for kind in _FUNCS:
-            for fn in self.of(kind):
-                a = fn.args  # type: ignore[attr-defined]
+        for function_kind in _FUNCS:
+            for fn in self.of(function_kind):
+                a = fn.args
                 for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]:
                     if arg is not None:
                         table.setdefault((id(fn), arg.arg), []).append(None)
-        for kind in (ast.Global, ast.Nonlocal):
-            for node in self.of(kind):
-                for name in node.names:  # type: ignore[attr-defined]
+        for declaration_kind in (ast.Global, ast.Nonlocal):
+            for node in self.of(declaration_kind):
+                for name in node.names:
                     table.setdefault((id(self.scope_of(node)), name), []).append(None)
         return table
 
@@ -622,7 +649,7 @@ class FileContext:
         if self.method_calls("cuda"):
             return True
         for node in self.nodes.get(ast.Constant, ()):
-            v = node.value  # type: ignore[attr-defined]
+            v = cast(ast.Constant, node).value  # the index files each node under its own class
             if isinstance(v, str) and (v == "cuda" or v.startswith("cuda:") or v == "nccl"):
                 return True
         hooks = self.frameworks  # Trainer/Fabric/Accelerator pick the GPU themselves
@@ -642,8 +669,10 @@ class FileContext:
         return Location(lineno, self._char_col(lineno, getattr(node, "col_offset", 0)) + 1)
 
     def end_location(self, node: ast.AST) -> Location:
-        lineno = getattr(node, "end_lineno", None) or getattr(node, "lineno", 1)
-        col = getattr(node, "end_col_offset", None)
+        end_lineno: int | None = getattr(node, "end_lineno", None)
+        start_lineno: int = getattr(node, "lineno", 1)
+        lineno = end_lineno or start_lineno
+        col: int | None = getattr(node, "end_col_offset", None)
         if col is None:
             col = getattr(node, "col_offset", 0)
         return Location(lineno, self._char_col(lineno, col) + 1)
@@ -651,9 +680,10 @@ class FileContext:
     def segment(self, node: ast.AST) -> str:
         """The exact source text of ``node`` (as ``ast.get_source_segment``, without re-splitting
         the whole source on every call: rules ask for segments of many nodes)."""
+        at = cast(Positioned, node)  # a node without a position has none of these attributes
         try:
-            lineno, end_lineno = node.lineno, node.end_lineno  # type: ignore[attr-defined]
-            col, end_col = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+            lineno, end_lineno = at.lineno, at.end_lineno
+            col, end_col = at.col_offset, at.end_col_offset
         except AttributeError:
             return ""
         lines = self.lines
@@ -677,14 +707,15 @@ class FileContext:
         """Leading whitespace of the line where ``node`` starts, if ``node`` starts that line."""
         line = self.line_text(getattr(node, "lineno", 1))
         stripped = line[: len(line) - len(line.lstrip())]
-        if len(stripped) != self._char_col(node.lineno, node.col_offset):  # type: ignore[attr-defined]
+        at = cast(Positioned, node)  # callers pass statements
+        if len(stripped) != self._char_col(at.lineno, at.col_offset):
             return None
         return stripped
 
     # ------------------------------------------------------------------ findings and fixes
     def report(
         self,
-        rule: RuleInfo | type,
+        rule: RuleInfo,
         node: ast.AST,
         message: str | None = None,
         *,

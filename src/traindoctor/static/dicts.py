@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 from functools import cached_property
 
+from traindoctor.static.names import receiver
 from traindoctor.static.protocols import FileIndex
 
 #: Methods that change a dict in place.
@@ -32,7 +33,7 @@ class SpelledDicts:
         out: set[str] = set()
         for attr in MUTATING_METHODS:
             for call in self.ctx.method_calls(attr):
-                target = call.func.value  # type: ignore[attr-defined]
+                target = receiver(call)
                 if isinstance(target, ast.Name):
                     out.add(target.id)
         for sub in self.ctx.of(ast.Subscript):
@@ -107,7 +108,7 @@ class SpelledDicts:
             scope = self.ctx.scope_of(bound)
             for attr in MUTATING_METHODS:
                 for call in self.ctx.method_calls(attr):
-                    target = call.func.value  # type: ignore[attr-defined]
+                    target = receiver(call)
                     if not (isinstance(target, ast.Name) and target.id == name.id):
                         continue
                     if attr != "update" or len(call.args) > 1 or self.ctx.scope_of(call) is not scope:

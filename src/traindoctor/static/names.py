@@ -9,6 +9,7 @@ same. Many torch objects are reachable under several module paths (``torch.optim
 from __future__ import annotations
 
 import ast
+from typing import cast
 
 #: Private or alternative module paths -> the public name rules compare against.
 CANONICAL: dict[str, str] = {
@@ -132,6 +133,12 @@ def dotted(node: ast.AST) -> str | None:
     return None
 
 
+def receiver(call: ast.Call) -> ast.expr:
+    """The object a method is called on: ``x`` of ``x.attr(...)``. ``call.func`` must be an
+    attribute, as it is in every call ``FileContext.method_calls`` returns."""
+    return cast(ast.Attribute, call.func).value
+
+
 class ImportMap:
     """Local names bound by imports (anywhere in the file) -> fully qualified names."""
 
@@ -163,17 +170,18 @@ class ImportMap:
         # are answered without building their text.
         head = node
         while head.__class__ is ast.Attribute:
-            head = head.value  # type: ignore[attr-defined]
+            head = head.value
         if head.__class__ is not ast.Name:
             return None
-        base = self.names.get(head.id)  # type: ignore[attr-defined]
+        base = self.names.get(head.id)
         if base is None:
             return None
         if node is head:
             return canonical(base)
         parts: list[str] = []
         while node is not head:
-            parts.append(node.attr)  # type: ignore[attr-defined]
-            node = node.value  # type: ignore[attr-defined]
+            link = cast(ast.Attribute, node)  # the chain the first loop walked down to the head
+            parts.append(link.attr)
+            node = link.value
         parts.append(base)
         return canonical(".".join(reversed(parts)))

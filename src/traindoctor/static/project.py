@@ -29,12 +29,13 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from traindoctor.static.names import dotted
 from traindoctor.static.protocols import FACTS_ONLY
 
 if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.finding import Related
     from traindoctor.static.context import FileContext, FrameworkHooks
 
 ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
@@ -170,7 +171,10 @@ class ModuleSummary:
     #: (path, content digest) of the other project files whose content went into this summary.
     dependency_digests: tuple[tuple[str, str], ...] = ()
 
-    _memo: dict = field(default_factory=dict, compare=False, repr=False)
+    #: (query, name) -> (answer, the (path, digest) of the files it depends on); see :meth:`answer`.
+    _memo: dict[tuple[str, str], tuple[Any, tuple[tuple[str, str], ...]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @property
     def dependencies(self) -> frozenset[str]:
@@ -599,7 +603,7 @@ class ProjectView:
 
         return config_value(self.ctx, node)
 
-    def related(self, place: Place | None, message: str) -> tuple:
+    def related(self, place: Place | None, message: str) -> tuple[Related, ...]:
         from traindoctor.finding import Location, Related
 
         if place is None:
@@ -749,7 +753,7 @@ def _close_over_local_calls(
     return out
 
 
-def _module_context(project: Project, path: str, parsed: tuple) -> FileContext:
+def _module_context(project: Project, path: str, parsed: tuple[str, list[str], ast.Module]) -> FileContext:
     """A project module's own FileContext, seeing the rest of the project through ``project``."""
     from traindoctor.static.context import FileContext
 
@@ -787,9 +791,9 @@ def _function_facts(ctx: FileContext, fn: FuncDef, summarisers: tuple[Summariser
     defaults: dict[str, Any] = {}
     for p, d in zip(reversed([*a.posonlyargs, *a.args]), reversed(a.defaults)):
         defaults[p.arg] = ctx.value(d)
-    for p, d in zip(a.kwonlyargs, a.kw_defaults):
-        if d is not None:
-            defaults[p.arg] = ctx.value(d)
+    for p, kw_default in zip(a.kwonlyargs, a.kw_defaults):
+        if kw_default is not None:
+            defaults[p.arg] = ctx.value(kw_default)
     params = set(positional) | set(keyword_only)
     iterates: dict[str, Place] = {}
     stored: set[str] = set()
@@ -800,19 +804,20 @@ def _function_facts(ctx: FileContext, fn: FuncDef, summarisers: tuple[Summariser
         kind = sub.__class__
         it: ast.AST | None = None
         if kind is ast.Call:
-            func = sub.func  # type: ignore[attr-defined]
+            call = cast(ast.Call, sub)  # ``kind`` is its class (so below)
+            func = call.func
             if func.__class__ is ast.Attribute:
                 if func.attr == "backward":
                     backward = True
-            elif func.__class__ is ast.Name and func.id in ("iter", "cycle") and sub.args:  # type: ignore[attr-defined]
-                it = sub.args[0]  # type: ignore[attr-defined]
+            elif func.__class__ is ast.Name and func.id in ("iter", "cycle") and call.args:
+                it = call.args[0]
             qn = qualname(func)
             if qn is not None and qn not in calls:
                 calls[qn] = place_of(ctx, sub)
         elif kind in (ast.For, ast.AsyncFor, ast.comprehension):
-            it = sub.iter  # type: ignore[attr-defined]
-        elif kind is ast.Name and sub.ctx.__class__ is ast.Store:  # type: ignore[attr-defined]
-            stored.add(sub.id)  # type: ignore[attr-defined]
+            it = cast("ast.For | ast.AsyncFor | ast.comprehension", sub).iter
+        elif kind is ast.Name and cast(ast.Name, sub).ctx.__class__ is ast.Store:
+            stored.add(cast(ast.Name, sub).id)
         if it is not None:
             name = _iterated_name(it)
             if name in params and name not in iterates:

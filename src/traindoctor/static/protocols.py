@@ -13,6 +13,8 @@ from __future__ import annotations
 import ast
 from typing import Any, Protocol
 
+from traindoctor.finding import Severity
+
 
 class DictSource(Protocol):
     """Reads a dict the file spells out (for ``**kwargs`` arguments)."""
@@ -75,12 +77,20 @@ FACTS_ONLY = FactsOnly()
 
 
 class RuleInfo(Protocol):
-    """What a finding needs from its rule (``traindoctor.rules.base.Rule`` provides it)."""
+    """What a finding needs from its rule (``traindoctor.rules.base.Rule`` provides it, as class
+    attributes: read-only here, so that a rule instance and a rule class both qualify)."""
 
-    code: str
-    name: str
-    severity: Any
-    summary: str
+    @property
+    def code(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def severity(self) -> Severity: ...
+
+    @property
+    def summary(self) -> str: ...
 
 
 class ProjectLink(Protocol):

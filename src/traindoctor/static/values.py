@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import operator
+from collections.abc import Callable
 from typing import Any
 
 from traindoctor.static.args import UNKNOWN
@@ -26,7 +27,15 @@ _BINOPS = {
     ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
-_SAFE_CALLS = {"int": int, "float": float, "min": min, "max": max, "abs": abs, "bool": bool}
+#: Builtins whose result a constant argument list determines (called on the evaluated arguments).
+_SAFE_CALLS: dict[str, Callable[..., Any]] = {
+    "int": int,
+    "float": float,
+    "min": min,
+    "max": max,
+    "abs": abs,
+    "bool": bool,
+}
 _MAX_DEPTH = 12
 
 

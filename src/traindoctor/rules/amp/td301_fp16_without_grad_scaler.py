@@ -9,6 +9,11 @@ from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 
 if TYPE_CHECKING:  # pragma: no cover
+    import torch
+    from torch.amp import GradScaler
+    from torch.optim import Optimizer
+
+    from traindoctor.runtime.live import Site
     from traindoctor.static.context import FileContext
 
 
@@ -347,7 +352,7 @@ class Fp16WithoutGradScalerMonitor(Monitor):
         super().__init__(session)
         self.fp16_device: str | None = None
         self.device_seen: str | None = None
-        self.site: object = None
+        self.site: Site | None = None
         self.scaled = False
         self.flagged_backwards = 0
         self.flagged_in_step = 0
@@ -356,7 +361,7 @@ class Fp16WithoutGradScalerMonitor(Monitor):
         self.elements = 0
         self.sampled = 0
 
-    def on_autocast_enter(self, device_type: str, dtype: object) -> None:
+    def on_autocast_enter(self, device_type: str, dtype: torch.dtype) -> None:
         import torch
 
         if dtype is torch.float16:
@@ -367,8 +372,8 @@ class Fp16WithoutGradScalerMonitor(Monitor):
             self.fp16_device = self.device_seen = device_type
             self.scaled = False
 
-    def on_scaler_call(self, scaler: object, method: str, optimizer: object = None) -> None:
-        if method == "scale" and scaler.is_enabled():  # type: ignore[attr-defined]
+    def on_scaler_call(self, scaler: GradScaler, method: str, optimizer: Optimizer | None = None) -> None:
+        if method == "scale" and scaler.is_enabled():
             self.scaled = True
 
     def on_backward(self) -> None:
@@ -378,14 +383,14 @@ class Fp16WithoutGradScalerMonitor(Monitor):
         self.fp16_device = None
         self.scaled = False
 
-    def on_before_optimizer_step(self, optimizer: object) -> None:
+    def on_before_optimizer_step(self, optimizer: Optimizer) -> None:
         if not self.flagged_in_step:
             return
         self.flagged_in_step = 0
         self.flagged_steps += 1
         if self.sampled < self.SAMPLES:
             self.sampled += 1
-            for group in optimizer.param_groups:  # type: ignore[attr-defined]
+            for group in optimizer.param_groups:
                 for p in group["params"]:
                     g = p.grad
                     if g is None or g.is_sparse:
@@ -412,5 +417,5 @@ class Fp16WithoutGradScalerMonitor(Monitor):
                 "grad_steps_sampled": self.sampled,
             },
             step=self.session.step,
-            **site_kwargs(self.site),  # type: ignore[arg-type]
+            **site_kwargs(self.site),
         )

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Fix, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
-from traindoctor.static.names import dotted
+from traindoctor.static.names import dotted, receiver
 
 if TYPE_CHECKING:  # pragma: no cover
+    import torch
+    from torch.amp import GradScaler
+    from torch.optim import Optimizer
+
+    from traindoctor.runtime.live import Site
     from traindoctor.static.context import FileContext
 
 
@@ -256,7 +261,7 @@ class ClipBeforeUnscale(Rule):
                     for s in steps
                     if facts.scope(s) is scope
                     and pos(s) > pos(clip)
-                    and dotted(s.func.value) == backward.scaler  # type: ignore[attr-defined]
+                    and dotted(receiver(s)) == backward.scaler
                     and not exclusive(ctx, s, clip)
                 ),
                 None,
@@ -285,7 +290,7 @@ class ClipBeforeUnscale(Rule):
 
     @staticmethod
     def _fix(ctx: FileContext, clip: ast.Call, step: ast.Call) -> Fix | None:
-        scaler = dotted(step.func.value)  # type: ignore[attr-defined]
+        scaler = dotted(receiver(step))
         if scaler is None or len(step.args) != 1 or step.keywords:
             return None
         optimizer = dotted(step.args[0])
@@ -321,17 +326,17 @@ class ClipBeforeUnscaleMonitor(Monitor):
 
     def __init__(self, session: object) -> None:
         super().__init__(session)
-        self.scaler: object = None
+        self.scaler: GradScaler | None = None
         self.scaled = False
         self.unscaled = False
         self.count = 0
         self.kind = ""
-        self.site: object = None
+        self.site: Site | None = None
         self.step_seen: int | None = None
 
-    def on_scaler_call(self, scaler: object, method: str, optimizer: object = None) -> None:
+    def on_scaler_call(self, scaler: GradScaler, method: str, optimizer: Optimizer | None = None) -> None:
         if method == "scale":
-            if scaler.is_enabled():  # type: ignore[attr-defined]
+            if scaler.is_enabled():
                 self.scaler = scaler
                 self.scaled = True
         elif method == "unscale_":
@@ -339,7 +344,9 @@ class ClipBeforeUnscaleMonitor(Monitor):
         elif method == "update":
             self.scaled = self.unscaled = False
 
-    def on_clip_grad(self, kind: str, parameters: object, site: object = None) -> None:
+    def on_clip_grad(
+        self, kind: str, parameters: torch.Tensor | Iterable[torch.Tensor], site: Site | None = None
+    ) -> None:
         if not self.scaled or self.unscaled:
             return
         self.count += 1
@@ -356,15 +363,16 @@ class ClipBeforeUnscaleMonitor(Monitor):
         from traindoctor.runtime.live import site_kwargs
 
         scale = None
-        try:
-            scale = float(self.scaler.get_scale())  # type: ignore[attr-defined]
-        except Exception:
-            pass
+        if self.scaler is not None:  # set with the first clip counted
+            try:
+                scale = float(self.scaler.get_scale())
+            except Exception:
+                pass
         fn = "clip_grad_norm_" if self.kind == "norm" else "clip_grad_value_"
         self.report(
             f"`{fn}` clipped gradients still multiplied by the GradScaler's loss scale "
             f"({self.count} time(s)); call `scaler.unscale_(optimizer)` before clipping.",
             evidence={"clip": fn, "clips_before_unscale": self.count, "loss_scale": scale},
             step=self.step_seen,
-            **site_kwargs(self.site),  # type: ignore[arg-type]
+            **site_kwargs(self.site),
         )

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
-from traindoctor.static.names import dotted
+from traindoctor.static.names import dotted, receiver
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -175,17 +175,13 @@ class ScalerNeverUpdated(Rule):
             if b.kind == "scaled" and b.scaler:
                 scaled_in.setdefault(b.scaler, set()).add(id(b.scope))
         for call in ctx.method_calls("scale"):
-            name = dotted(call.func.value)  # type: ignore[attr-defined]
+            name = dotted(receiver(call))
             if name and facts.is_scaler(name):
                 scaled_in.setdefault(name, set()).add(id(facts.scope(call)))
-        updated = {
-            _last(name)
-            for call in ctx.method_calls("update")
-            if (name := dotted(call.func.value)) is not None  # type: ignore[attr-defined]
-        }
+        updated = {_last(name) for call in ctx.method_calls("update") if (name := dotted(receiver(call))) is not None}
         handed_on: set[str] | None = None
         for call in steps:
-            name = dotted(call.func.value)  # type: ignore[attr-defined]
+            name = dotted(receiver(call))
             if name is None or _last(name) in updated:
                 continue
             constructed = name in facts.scaler_names

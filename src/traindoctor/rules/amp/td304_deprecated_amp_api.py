@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from traindoctor.finding import Edit, Finding, Fix, Location, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
+
+
+def _start(finding: Finding) -> tuple[int, int]:
+    """Where a finding of this file starts (``FileContext.report`` always sets its location)."""
+    location = cast(Location, finding.location)
+    return (location.row, location.column)
+
 
 #: Deprecated callable -> (replacement after the torch module name, device, minimum torch).
 _DEPRECATED: dict[str, tuple[str, str, str]] = {
@@ -363,7 +370,7 @@ class DeprecatedAmpApi(Rule):
                     help=f'Use `precision="{new}"`',
                 )
             )
-        found.sort(key=lambda f: (f.location.row, f.location.column))
+        found.sort(key=_start)
         yield from found
 
     def _fix(self, ctx: FileContext, call: ast.Call, qn: str) -> Fix | None:

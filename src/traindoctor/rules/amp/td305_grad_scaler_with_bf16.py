@@ -9,7 +9,12 @@ from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 
 if TYPE_CHECKING:  # pragma: no cover
+    import torch
+    from torch.amp import GradScaler
+    from torch.optim import Optimizer
+
     from traindoctor.facts.amp.static import Autocast, ScalerConstruction
+    from traindoctor.runtime.live import Site
     from traindoctor.static.context import FileContext
 
 
@@ -234,19 +239,19 @@ class GradScalerWithBf16Monitor(Monitor):
 
     def __init__(self, session: object) -> None:
         super().__init__(session)
-        self.sites: dict[int, object] = {}
+        self.sites: dict[int, Site | None] = {}
         self.used: dict[int, int] = {}
         self.dtypes: dict[str, int] = {}
 
-    def on_scaler_created(self, scaler: object, site: object = None) -> None:
+    def on_scaler_created(self, scaler: GradScaler, site: Site | None = None) -> None:
         self.sites[id(scaler)] = site
 
-    def on_autocast_enter(self, device_type: str, dtype: object) -> None:
+    def on_autocast_enter(self, device_type: str, dtype: torch.dtype) -> None:
         name = str(dtype).replace("torch.", "")
         self.dtypes[name] = self.dtypes.get(name, 0) + 1
 
-    def on_scaler_call(self, scaler: object, method: str, optimizer: object = None) -> None:
-        if method == "scale" and scaler.is_enabled():  # type: ignore[attr-defined]
+    def on_scaler_call(self, scaler: GradScaler, method: str, optimizer: Optimizer | None = None) -> None:
+        if method == "scale" and scaler.is_enabled():
             self.used[id(scaler)] = self.used.get(id(scaler), 0) + 1
 
     def on_run_end(self) -> None:
@@ -262,5 +267,5 @@ class GradScalerWithBf16Monitor(Monitor):
                 "autocast_dtypes": dict(sorted(self.dtypes.items())),
                 "scale_calls": self.used[key],
             },
-            **site_kwargs(self.sites.get(key)),  # type: ignore[arg-type]
+            **site_kwargs(self.sites.get(key)),
         )

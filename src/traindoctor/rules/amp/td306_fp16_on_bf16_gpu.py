@@ -9,6 +9,9 @@ from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 
 if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from traindoctor.runtime.live import Site
     from traindoctor.static.context import FileContext
 
 
@@ -159,9 +162,9 @@ class Fp16OnBf16GpuMonitor(Monitor):
     def __init__(self, session: object) -> None:
         super().__init__(session)
         self.regions = 0
-        self.site: object = None
+        self.site: Site | None = None
 
-    def on_autocast_enter(self, device_type: str, dtype: object) -> None:
+    def on_autocast_enter(self, device_type: str, dtype: torch.dtype) -> None:
         import torch
 
         if device_type == "cuda" and dtype is torch.float16:
@@ -188,5 +191,5 @@ class Fp16OnBf16GpuMonitor(Monitor):
                 "bf16_supported": bool(device.bf16_supported),
                 "fp16_autocast_regions": self.regions,
             },
-            **site_kwargs(self.site),  # type: ignore[arg-type]
+            **site_kwargs(self.site),
         )

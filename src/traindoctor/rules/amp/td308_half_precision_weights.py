@@ -8,10 +8,13 @@ from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
-from traindoctor.static.names import dotted
+from traindoctor.static.names import dotted, receiver
 from traindoctor.static.vocab import DTYPE_NAMES, FLOAT16
 
 if TYPE_CHECKING:  # pragma: no cover
+    from torch.optim import Optimizer
+
+    from traindoctor.facts.amp.static import Backward
     from traindoctor.static.context import FileContext
 
 _FP16_NAMES = frozenset(q for q, d in DTYPE_NAMES.items() if d == FLOAT16)
@@ -223,10 +226,10 @@ class HalfPrecisionWeights(Rule):
         optimizers = self._optimizer_calls(ctx)
         facts = amp_facts(ctx)
         for cast in casts:
-            receiver = cast.func.value  # type: ignore[attr-defined]
-            if not modules.is_module(receiver):
+            model = receiver(cast)
+            if not modules.is_module(model):
                 continue
-            names = self._names_of(ctx, cast, receiver)
+            names = self._names_of(ctx, cast, model)
             if not names or self._frozen(ctx, names):
                 continue
             if not self._trained(ctx, cast, names, optimizers, facts.backwards):
@@ -285,7 +288,8 @@ class HalfPrecisionWeights(Rule):
     @staticmethod
     def _frozen(ctx: FileContext, names: set[str]) -> bool:
         for call in ctx.method_calls("requires_grad_"):
-            if dotted(call.func.value) in names and call.args:  # type: ignore[attr-defined]
+            name = dotted(receiver(call))
+            if name is not None and name in names and call.args:
                 if ctx.value(call.args[0]) is False:
                     return True
         return False
@@ -302,7 +306,9 @@ class HalfPrecisionWeights(Rule):
         return out
 
     @staticmethod
-    def _trained(ctx: FileContext, cast: ast.Call, names: set[str], optimizers, backwards) -> bool:
+    def _trained(
+        ctx: FileContext, cast: ast.Call, names: set[str], optimizers: list[ast.Call], backwards: list[Backward]
+    ) -> bool:
         """Whether the cast model is trained where it is cast.
 
         A cast inside a function is judged by that function (a library's evaluation helper
@@ -374,7 +380,7 @@ class HalfPrecisionWeightsMonitor(Monitor):
 
     rule = HalfPrecisionWeights
 
-    def on_optimizer_found(self, optimizer: object) -> None:
+    def on_optimizer_found(self, optimizer: Optimizer) -> None:
         from traindoctor.facts.optim.runtime import half_params
 
         half, total, names = half_params(optimizer, self.session)

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.backend.td403_benchmark_with_deterministic import (
     BENCHMARK,
     DETERMINISTIC,
+    Setting,
     cudnn_settings,
 )
 from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.vocab import HF_TRIGGERS
 
 if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.runtime.live import Site
     from traindoctor.static.context import FileContext
 
 #: torch.nn convolution layers (any of them makes the model convolutional).
@@ -155,10 +157,10 @@ def _project_torchvision_calls(ctx: FileContext) -> list[tuple[str, ast.Call | N
 _SEED_WORDS = ("seed", "determinis", "reproduc")
 
 
-def _seeded_branch_only(ctx: FileContext, setting: object) -> bool:
+def _seeded_branch_only(ctx: FileContext, setting: Setting) -> bool:
     """``if args.seed is not None: cudnn.deterministic = True; cudnn.benchmark = False``: the
     reproducible runs turn benchmarking off on purpose, the default runs never turn it on."""
-    flag, value, node = setting.flag, setting.value, setting.node  # type: ignore[attr-defined]
+    flag, value, node = setting.flag, setting.value, setting.node
     if not ((flag == BENCHMARK and value is False) or (flag == DETERMINISTIC and value is True)):
         return False
     for anc in ctx.ancestors(node):
@@ -442,8 +444,8 @@ class CudnnBenchmarkOffMonitor(Monitor):
         super().__init__(session)
         self.flags: dict[str, bool] = {}
 
-    def on_backend_flags(self, flags: object, site: object = None) -> None:
-        self.flags = dict(flags)  # type: ignore[call-overload]
+    def on_backend_flags(self, flags: Mapping[str, bool], site: Site | None = None) -> None:
+        self.flags = dict(flags)
 
     def on_run_end(self) -> None:
         if not self.session.device.is_cuda or self.flags.get("benchmark", True):

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
 from traindoctor.finding import Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.runtime.live import Site
 
 
 class CudnnBenchmarkVariableShapes(Rule):
@@ -70,8 +76,8 @@ class CudnnBenchmarkVariableShapesMonitor(Monitor):
         super().__init__(session)
         self.flags: dict[str, bool] = {}
 
-    def on_backend_flags(self, flags: object, site: object = None) -> None:
-        self.flags = dict(flags)  # type: ignore[call-overload]
+    def on_backend_flags(self, flags: Mapping[str, bool], site: Site | None = None) -> None:
+        self.flags = dict(flags)
 
     def on_run_end(self) -> None:
         if not self.session.device.is_cuda or not self.flags.get("benchmark", False):

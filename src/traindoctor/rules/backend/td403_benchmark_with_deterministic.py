@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -12,6 +12,8 @@ from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.args import UNKNOWN
 
 if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.runtime.live import Site
+    from traindoctor.runtime.profile import StepRecord
     from traindoctor.static.context import FileContext
 
 BENCHMARK = "torch.backends.cudnn.benchmark"
@@ -26,7 +28,8 @@ class Setting:
 
     flag: str
     value: object
-    node: ast.AST
+    #: The assignment, or the call that sets the flag.
+    node: ast.stmt | ast.expr
 
 
 def cudnn_settings(ctx: FileContext) -> list[Setting]:
@@ -52,7 +55,7 @@ def cudnn_settings(ctx: FileContext) -> list[Setting]:
         for kw in call.keywords:
             if kw.arg in ("benchmark", "deterministic"):
                 out.append(Setting(f"torch.backends.cudnn.{kw.arg}", _truth(ctx.value(kw.value)), call))
-    out.sort(key=lambda s: (s.node.lineno, s.node.col_offset))  # type: ignore[attr-defined]
+    out.sort(key=lambda s: (s.node.lineno, s.node.col_offset))
     return out
 
 
@@ -258,7 +261,7 @@ class BenchmarkWithDeterministic(Rule):
             if not partners:
                 continue
             det = partners[0]
-            later = max(bench, det, key=lambda s: (s.node.lineno, s.node.col_offset))  # type: ignore[attr-defined]
+            later = max(bench, det, key=lambda s: (s.node.lineno, s.node.col_offset))
             spelled = (
                 "`torch.use_deterministic_algorithms(True)`"
                 if isinstance(det.node, ast.Call) and ctx.qualname(det.node.func) == USE_DETERMINISTIC
@@ -267,8 +270,8 @@ class BenchmarkWithDeterministic(Rule):
             yield ctx.report(
                 self,
                 later.node,
-                f"`cudnn.benchmark = True` (line {bench.node.lineno}) picks convolution algorithms "  # type: ignore[attr-defined]
-                f"by timing, which defeats {spelled} (line {det.node.lineno}); set "  # type: ignore[attr-defined]
+                f"`cudnn.benchmark = True` (line {bench.node.lineno}) picks convolution algorithms "
+                f"by timing, which defeats {spelled} (line {det.node.lineno}); set "
                 "`torch.backends.cudnn.benchmark = False` for reproducible runs.",
                 help="Set `torch.backends.cudnn.benchmark = False`",
             )
@@ -308,12 +311,12 @@ class BenchmarkWithDeterministicMonitor(Monitor):
     def __init__(self, session: object) -> None:
         super().__init__(session)
         self.flags: dict[str, bool] = {}
-        self.last_site: dict[str, object] = {}
+        self.last_site: dict[str, Site] = {}
         self.order: list[str] = []
         self.done = False
 
-    def on_backend_flags(self, flags: object, site: object = None) -> None:
-        new = dict(flags)  # type: ignore[call-overload]
+    def on_backend_flags(self, flags: Mapping[str, bool], site: Site | None = None) -> None:
+        new = dict(flags)
         for name, value in new.items():
             if site is not None and self.flags.get(name) != value:
                 self.last_site[name] = site
@@ -322,7 +325,7 @@ class BenchmarkWithDeterministicMonitor(Monitor):
                 self.order.append(name)
         self.flags = new
 
-    def on_step_end(self, step_record: object) -> None:
+    def on_step_end(self, step_record: StepRecord) -> None:
         if self.done or not (self.flags.get("benchmark") and self.flags.get("deterministic")):
             return
         self.done = True
@@ -335,5 +338,5 @@ class BenchmarkWithDeterministicMonitor(Monitor):
             "`cudnn.benchmark = False`.",
             evidence={"benchmark": True, "deterministic": True},
             step=self.session.step,
-            **site_kwargs(self.last_site.get(later) if later else None),  # type: ignore[arg-type]
+            **site_kwargs(self.last_site.get(later) if later else None),
         )

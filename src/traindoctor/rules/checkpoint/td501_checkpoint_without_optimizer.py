@@ -9,6 +9,7 @@ from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 
 if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.runtime.live import Site
     from traindoctor.static.context import FileContext
 
 
@@ -348,9 +349,9 @@ class CheckpointWithoutOptimizerMonitor(Monitor):
 
     def __init__(self, session: object) -> None:
         super().__init__(session)
-        self.sites: set[object] = set()
+        self.sites: set[Site | None] = set()
 
-    def on_checkpoint_save(self, obj: object, path: str | None, site: object = None) -> None:
+    def on_checkpoint_save(self, obj: object, path: str | None, site: Site | None = None) -> None:
         if path is None or site in self.sites:
             return
         from traindoctor.facts.checkpoint.runtime import contents_for, missing_optimizers
@@ -380,5 +381,5 @@ class CheckpointWithoutOptimizerMonitor(Monitor):
                 "optimizer_states_saved": len(contents.optimizer_states) + len(contents.optimizer_objects),
             },
             step=self.session.step,
-            **site_kwargs(site),  # type: ignore[arg-type]
+            **site_kwargs(site),
         )

@@ -9,6 +9,9 @@ from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 
 if TYPE_CHECKING:  # pragma: no cover
+    from torch.optim.lr_scheduler import LRScheduler
+
+    from traindoctor.runtime.live import Site
     from traindoctor.static.context import FileContext
 
 
@@ -241,16 +244,16 @@ class CheckpointWithoutSchedulerMonitor(Monitor):
         super().__init__(session)
         import weakref
 
-        self.schedulers: weakref.WeakSet[object] = weakref.WeakSet()
-        self.sites: set[object] = set()
+        self.schedulers: weakref.WeakSet[LRScheduler] = weakref.WeakSet()
+        self.sites: set[Site | None] = set()
 
-    def on_scheduler_created(self, scheduler: object, site: object = None) -> None:
+    def on_scheduler_created(self, scheduler: LRScheduler, site: Site | None = None) -> None:
         try:
             self.schedulers.add(scheduler)
         except TypeError:  # pragma: no cover - not weak-referenceable
             pass
 
-    def on_checkpoint_save(self, obj: object, path: str | None, site: object = None) -> None:
+    def on_checkpoint_save(self, obj: object, path: str | None, site: Site | None = None) -> None:
         if path is None or site in self.sites:
             return
         from traindoctor.facts.checkpoint.runtime import contents_for, relevant_optimizers
@@ -280,5 +283,5 @@ class CheckpointWithoutSchedulerMonitor(Monitor):
             "schedule restarts on resume; save `scheduler.state_dict()` too.",
             evidence={"path": path, "missing_schedulers": live},
             step=self.session.step,
-            **site_kwargs(site),  # type: ignore[arg-type]
+            **site_kwargs(site),
         )

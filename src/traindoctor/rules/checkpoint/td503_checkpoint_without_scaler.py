@@ -9,6 +9,10 @@ from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 
 if TYPE_CHECKING:  # pragma: no cover
+    from torch.amp import GradScaler
+    from torch.optim import Optimizer
+
+    from traindoctor.runtime.live import Site
     from traindoctor.static.context import FileContext
 
 
@@ -214,14 +218,14 @@ class CheckpointWithoutScalerMonitor(Monitor):
         super().__init__(session)
         import weakref
 
-        self.scalers: weakref.WeakSet[object] = weakref.WeakSet()
-        self.sites: set[object] = set()
+        self.scalers: weakref.WeakSet[GradScaler] = weakref.WeakSet()
+        self.sites: set[Site | None] = set()
 
-    def on_scaler_call(self, scaler: object, method: str, optimizer: object = None) -> None:
-        if method == "scale" and scaler not in self.scalers and scaler.is_enabled():  # type: ignore[attr-defined]
+    def on_scaler_call(self, scaler: GradScaler, method: str, optimizer: Optimizer | None = None) -> None:
+        if method == "scale" and scaler not in self.scalers and scaler.is_enabled():
             self.scalers.add(scaler)
 
-    def on_checkpoint_save(self, obj: object, path: str | None, site: object = None) -> None:
+    def on_checkpoint_save(self, obj: object, path: str | None, site: Site | None = None) -> None:
         if path is None or site in self.sites or not len(self.scalers):
             return
         from traindoctor.facts.checkpoint.runtime import contents_for
@@ -234,7 +238,7 @@ class CheckpointWithoutScalerMonitor(Monitor):
         self.sites.add(site)
         scale = None
         try:
-            scale = float(next(iter(self.scalers)).get_scale())  # type: ignore[attr-defined]
+            scale = float(next(iter(self.scalers)).get_scale())
         except Exception:
             pass
         self.report(
@@ -242,5 +246,5 @@ class CheckpointWithoutScalerMonitor(Monitor):
             "its initial value on resume; save `scaler.state_dict()` too.",
             evidence={"path": path, "loss_scale_now": scale},
             step=self.session.step,
-            **site_kwargs(site),  # type: ignore[arg-type]
+            **site_kwargs(site),
         )

@@ -10,6 +10,11 @@ from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.vocab import DATA, RNG_CPU, RNG_CUDA, RNG_NUMPY, RNG_PYTHON
 
 if TYPE_CHECKING:  # pragma: no cover
+    from torch.optim import Optimizer
+
+    from traindoctor.facts.checkpoint.static.index import CheckpointIndex
+    from traindoctor.facts.checkpoint.static.saves import SaveSite
+    from traindoctor.runtime.live import Site
     from traindoctor.static.context import FileContext
 
 #: What to save for each missing piece, in the order the message lists them.
@@ -286,15 +291,15 @@ def _is_counter(expr: object) -> bool:
     return False
 
 
-def _iterates_data(ctx: FileContext, idx: object, site: object) -> bool:
+def _iterates_data(ctx: FileContext, idx: CheckpointIndex, site: SaveSite) -> bool:
     """The save sits in a ``for`` loop over a data iterable (a loader): only then is there a data
     position to lose. A ``while True``/``range`` loop that samples batches (nanoGPT's
     ``get_batch``) has none, and the runtime half agrees (it asks only for a DataLoader that is
     part-way through its epoch)."""
     import ast
 
-    batch = idx.loops.batch_loops  # type: ignore[attr-defined]
-    for node in site.contexts:  # type: ignore[attr-defined]
+    batch = idx.loops.batch_loops
+    for node in site.contexts:
         for loop in ctx.enclosing_loops(node):
             if id(loop) in batch and isinstance(loop, ast.For) and not _is_counter(loop.iter):
                 return True
@@ -321,13 +326,13 @@ class CheckpointWithoutRngMonitor(Monitor):
         from traindoctor.facts.checkpoint.runtime import RngUse
 
         self.rng = RngUse()
-        self.sites: set[object] = set()
+        self.sites: set[Site | None] = set()
 
-    def on_optimizer_found(self, optimizer: object) -> None:
+    def on_optimizer_found(self, optimizer: Optimizer) -> None:
         if not self.rng.taken:
             self.rng.snapshot(bool(getattr(self.session, "uses_cuda", False)))
 
-    def on_checkpoint_save(self, obj: object, path: str | None, site: object = None) -> None:
+    def on_checkpoint_save(self, obj: object, path: str | None, site: Site | None = None) -> None:
         if path is None or site in self.sites or not self.rng.taken:
             return
         from traindoctor.facts.checkpoint.runtime import contents_for, mid_epoch_position
@@ -352,8 +357,8 @@ class CheckpointWithoutRngMonitor(Monitor):
         parts = []
         if missing:
             parts.append(f"the {', '.join(missing)} RNG state(s) the run draws from")
-        if need_position:
-            parts.append(f"the data position (saved at batch {position[0]} of {position[1]})")  # type: ignore[index]
+        if need_position and position is not None:
+            parts.append(f"the data position (saved at batch {position[0]} of {position[1]})")
         self.report(
             f"This checkpoint misses {' and '.join(parts)}, so a resumed run does not continue "
             "the same random stream; save them too (`traindoctor.checkpoint.save` does).",
@@ -365,5 +370,5 @@ class CheckpointWithoutRngMonitor(Monitor):
                 "mid_epoch": list(position) if position else None,
             },
             step=self.session.step,
-            **site_kwargs(site),  # type: ignore[arg-type]
+            **site_kwargs(site),
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
@@ -12,6 +12,7 @@ from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.vocab import HF_TRIGGERS
 
 if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.runtime.records import LoaderInfo
     from traindoctor.static.context import FileContext
 
 _HELP = "Pass `pin_memory=True`"
@@ -335,6 +336,7 @@ class PinMemoryOff(Rule):
                     "`pin_memory=True` (and copy with `non_blocking=True`)."
                 )
             else:
+                node = cast(ast.expr, node)  # neither MISSING nor UNKNOWN: a node
                 value = ctx.value(node)
                 if value is UNKNOWN or value:
                     continue
@@ -382,14 +384,14 @@ class PinMemoryOffMonitor(Monitor):
     def __init__(self, session: object) -> None:
         super().__init__(session)
         self._copies: dict[int, list[float]] = {}
-        self._infos: dict[int, object] = {}
+        self._infos: dict[int, LoaderInfo] = {}
 
     def on_transfer(
-        self, nbytes: int, seconds: float, pinned: bool, device_type: str, loader_info: object = None
+        self, nbytes: int, seconds: float, pinned: bool, device_type: str, loader_info: LoaderInfo | None = None
     ) -> None:
-        if device_type != "cuda" or pinned or loader_info is None or loader_info.pin_memory:  # type: ignore[attr-defined]
+        if device_type != "cuda" or pinned or loader_info is None or loader_info.pin_memory:
             return
-        key = loader_info.id  # type: ignore[attr-defined]
+        key = loader_info.id
         stats = self._copies.get(key)
         if stats is None:
             stats = self._copies[key] = [0.0, 0.0, 0.0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
@@ -12,6 +12,7 @@ from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.vocab import HF_TRIGGERS
 
 if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.runtime.records import LoaderInfo
     from traindoctor.static.context import FileContext
 
 _HELP = "Pass `num_workers` (for example 4)"
@@ -280,6 +281,7 @@ class LoaderInMainProcess(Rule):
                     "while the model trains."
                 )
             else:
+                node = cast(ast.expr, node)  # neither MISSING nor UNKNOWN: a node
                 value = ctx.value(node)
                 if value is UNKNOWN or isinstance(value, bool) or value != 0:
                     continue
@@ -323,7 +325,7 @@ class LoaderInMainProcessMonitor(Monitor):
 
     _script: str | None = None
 
-    def on_loader_created(self, info: object) -> None:
+    def on_loader_created(self, info: LoaderInfo) -> None:
         if self._script is None:  # while the script runs, sys.argv[0] is its path
             from traindoctor.facts.data.runtime import script_name
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from traindoctor.finding import Finding, Fix, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
@@ -308,6 +308,7 @@ class WorkersRespawned(Rule):
             workers = loader.arg(ctx, "num_workers")
             if workers is MISSING or workers is UNKNOWN:
                 continue
+            workers = cast(ast.expr, workers)  # neither sentinel: a node
             count = ctx.value(workers)
             exact = True
             if count is UNKNOWN and isinstance(workers, ast.Attribute):
@@ -332,7 +333,7 @@ class WorkersRespawned(Rule):
             if site is None:
                 continue
             loop = site.repeated_by
-            where = f"line {loop.lineno}" if loop is not None else "each epoch"  # type: ignore[union-attr]
+            where = f"line {ctx.location(loop).row}" if loop is not None else "each epoch"
             if site.kind == "hook":
                 message = (
                     f"Lightning iterates this `train_dataloader` every epoch and its {counted}workers "
@@ -366,8 +367,8 @@ class WorkersRespawned(Rule):
             persistent = args.node(ctx, "dataloader_persistent_workers")
             if persistent is MISSING:
                 fix = ctx.fix_add_keyword(args.call, "dataloader_persistent_workers=True", _HELP_HF)
-            elif literal_false(persistent) and _in_call(ctx, persistent, args.call):  # type: ignore[arg-type]
-                fix = ctx.fix_replace(persistent, "True", _HELP_HF)  # type: ignore[arg-type]
+            elif literal_false(persistent) and _in_call(ctx, persistent, args.call):
+                fix = ctx.fix_replace(persistent, "True", _HELP_HF)
             else:
                 fix = None
             yield ctx.report(

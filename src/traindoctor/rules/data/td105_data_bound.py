@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from traindoctor.finding import Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.runtime.records import LoaderInfo
 
 
 class DataBound(Rule):
@@ -72,7 +77,7 @@ class DataBoundMonitor(Monitor):
 
     _script: str | None = None
 
-    def on_loader_created(self, info: object) -> None:
+    def on_loader_created(self, info: LoaderInfo) -> None:
         if self._script is None:  # while the script runs, sys.argv[0] is its path
             from traindoctor.facts.data.runtime import script_name
 

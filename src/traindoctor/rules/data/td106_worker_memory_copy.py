@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from traindoctor.finding import Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.runtime.records import LoaderInfo
 
 
 class WorkerMemoryCopy(Rule):
@@ -75,14 +80,14 @@ class WorkerMemoryCopyMonitor(Monitor):
         super().__init__(session)
         self._checked: set[int] = set()
 
-    def on_loader_iter_start(self, loader_info: object) -> None:
+    def on_loader_iter_start(self, loader_info: LoaderInfo) -> None:
         from traindoctor.facts.data import runtime as ev
 
         info = loader_info
-        if info.id in self._checked or info.num_workers <= 0 or info.iterable_dataset:  # type: ignore[attr-defined]
+        if info.id in self._checked or info.num_workers <= 0 or info.iterable_dataset:
             return
-        self._checked.add(info.id)  # type: ignore[attr-defined]
-        dataset = info.dataset  # type: ignore[attr-defined]
+        self._checked.add(info.id)
+        dataset = info.dataset
         if dataset is None:
             return
         min_items = int(self.threshold("min_items", 100_000))
@@ -93,7 +98,7 @@ class WorkerMemoryCopyMonitor(Monitor):
         mib = biggest.approx_bytes / 2**20
         self.report(
             f"The dataset holds `{biggest.path}`, a Python {biggest.type_name} of "
-            f"{biggest.items:,} objects (~{mib:.0f} MiB), and {info.num_workers} workers read it: "  # type: ignore[attr-defined]
+            f"{biggest.items:,} objects (~{mib:.0f} MiB), and {info.num_workers} workers read it: "
             "reference counting touches its pages, so each worker gradually copies it; store it as "
             "a numpy array or tensor instead.",
             evidence={
@@ -106,8 +111,8 @@ class WorkerMemoryCopyMonitor(Monitor):
                     }
                     for c in found
                 ],
-                "num_workers": info.num_workers,  # type: ignore[attr-defined]
-                "approx_copied_mib": round(mib * info.num_workers, 1),  # type: ignore[attr-defined]
+                "num_workers": info.num_workers,
+                "approx_copied_mib": round(mib * info.num_workers, 1),
             },
             step=self.session.step or None,
             **ev.site(info),

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import ast
+import weakref
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.args import UNKNOWN
+from traindoctor.static.names import receiver
 
 if TYPE_CHECKING:  # pragma: no cover
+    from torch.utils.data import DistributedSampler
+
     from traindoctor.facts.data.static import Loader, LoaderIndex
+    from traindoctor.runtime.live import Site
     from traindoctor.static.context import FileContext
 
 
@@ -282,15 +287,15 @@ def _set_epoch_may_reach(
         id(r) for s in samplers if s is not sampler for l in users[id(s)] for r in l.refs
     } - own_loader_refs
     for call in ctx.method_calls("set_epoch"):
-        receiver = call.func.value  # type: ignore[attr-defined]
-        if id(receiver) in refs[id(sampler)]:
+        target = receiver(call)
+        if id(target) in refs[id(sampler)]:
             return True
-        if isinstance(receiver, ast.Attribute) and receiver.attr in ("sampler", "batch_sampler"):
-            if id(receiver.value) in own_loader_refs:
+        if isinstance(target, ast.Attribute) and target.attr in ("sampler", "batch_sampler"):
+            if id(target.value) in own_loader_refs:
                 return True
-            if id(receiver.value) in other_loader_refs:
+            if id(target.value) in other_loader_refs:
                 continue
-        if id(receiver) in other_refs:
+        if id(target) in other_refs:
             continue
         return True
     return False
@@ -298,6 +303,22 @@ def _set_epoch_may_reach(
 
 # ---------------------------------------------------------------- runtime half (R2)
 from traindoctor.runtime.events import Monitor  # noqa: E402
+
+
+class _SamplerState:
+    """What the monitor saw of one sampler: where it was built, the epoch of each iteration."""
+
+    __slots__ = ("epochs", "ref", "replicas", "set_epoch", "shuffle", "site")
+
+    def __init__(self, sampler: DistributedSampler[Any], site: Site | None) -> None:
+        self.ref = weakref.ref(sampler)
+        self.site = site
+        #: ``sampler.epoch`` at each iteration.
+        self.epochs: list[int | None] = []
+        #: ``set_epoch`` calls.
+        self.set_epoch = 0
+        self.shuffle = True
+        self.replicas: int | None = getattr(sampler, "num_replicas", None)
 
 
 class SamplerSetEpochMissingMonitor(Monitor):
@@ -308,43 +329,34 @@ class SamplerSetEpochMissingMonitor(Monitor):
 
     def __init__(self, session: object) -> None:
         super().__init__(session)
-        self.samplers: dict[int, dict] = {}
-        self.order: list[dict] = []
+        self.samplers: dict[int, _SamplerState] = {}
+        self.order: list[_SamplerState] = []
 
-    def _state(self, sampler: object, site: object = None) -> dict:
-        import weakref
-
+    def _state(self, sampler: DistributedSampler[Any], site: Site | None = None) -> _SamplerState:
         state = self.samplers.get(id(sampler))
-        if state is None or state["ref"]() is not sampler:
-            state = {
-                "ref": weakref.ref(sampler),
-                "site": site,
-                "epochs": [],
-                "set_epoch": 0,
-                "shuffle": True,
-                "replicas": getattr(sampler, "num_replicas", None),
-            }
+        if state is None or state.ref() is not sampler:
+            state = _SamplerState(sampler, site)
             self.samplers[id(sampler)] = state
             self.order.append(state)
         return state
 
-    def on_sampler_created(self, sampler: object, site: object = None) -> None:
+    def on_sampler_created(self, sampler: DistributedSampler[Any], site: Site | None = None) -> None:
         self._state(sampler, site)
 
-    def on_sampler_set_epoch(self, sampler: object, epoch: int) -> None:
-        self._state(sampler)["set_epoch"] += 1
+    def on_sampler_set_epoch(self, sampler: DistributedSampler[Any], epoch: int) -> None:
+        self._state(sampler).set_epoch += 1
 
-    def on_sampler_iter(self, sampler: object) -> None:
+    def on_sampler_iter(self, sampler: DistributedSampler[Any]) -> None:
         state = self._state(sampler)
-        state["epochs"].append(getattr(sampler, "epoch", None))
-        state["shuffle"] = bool(getattr(sampler, "shuffle", True))
+        state.epochs.append(getattr(sampler, "epoch", None))
+        state.shuffle = bool(getattr(sampler, "shuffle", True))
 
     def on_run_end(self) -> None:
         from traindoctor.runtime.live import site_kwargs
 
         for state in self.order:
-            epochs = state["epochs"]
-            if len(epochs) < 2 or not state["shuffle"] or len(set(epochs)) > 1:
+            epochs = state.epochs
+            if len(epochs) < 2 or not state.shuffle or len(set(epochs)) > 1:
                 continue
             self.report(
                 f"This DistributedSampler was iterated {len(epochs)} times with epoch "
@@ -353,8 +365,8 @@ class SamplerSetEpochMissingMonitor(Monitor):
                 evidence={
                     "iterations": len(epochs),
                     "epoch_value": epochs[0],
-                    "set_epoch_calls": state["set_epoch"],
-                    "num_replicas": state["replicas"],
+                    "set_epoch_calls": state.set_epoch,
+                    "num_replicas": state.replicas,
                 },
-                **site_kwargs(state["site"]),
+                **site_kwargs(state.site),
             )

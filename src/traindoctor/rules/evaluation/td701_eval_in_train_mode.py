@@ -12,6 +12,14 @@ from traindoctor.static.names import dotted
 from traindoctor.static.vocab import EVAL_LOOP_TRIGGERS
 
 if TYPE_CHECKING:  # pragma: no cover
+    from types import FrameType
+
+    from torch import nn
+
+    from traindoctor.facts.models.static import ModelInfo
+    from traindoctor.runtime.live import Site
+    from traindoctor.runtime.probes.modules import LayerStats
+    from traindoctor.runtime.records import ForwardInfo
     from traindoctor.static.context import FileContext
 
 
@@ -28,7 +36,7 @@ def is_evaluation(ctx: FileContext, call: ast.Call, fn: ast.AST | None) -> bool:
     return evaluation_loop(ctx, call) is not None
 
 
-def _layers(infos: list) -> str:
+def _layers(infos: list[ModelInfo]) -> str:
     """ "BatchNorm", "Dropout" or both: the mode-dependent layers every candidate model has."""
     bn = all(i.has_batchnorm for i in infos)
     if bn and all(i.has_dropout for i in infos):
@@ -340,6 +348,17 @@ def _may_be_model_call(call: ast.Call) -> bool:
 from traindoctor.runtime.events import Monitor  # noqa: E402
 
 
+class _Layer:
+    """A mode-sensitive layer the monitor saw run in training mode with autograd off."""
+
+    __slots__ = ("forwards", "stats")
+
+    def __init__(self, stats: LayerStats) -> None:
+        self.stats = stats
+        #: Its train-mode forwards without autograd.
+        self.forwards = 0
+
+
 class EvalInTrainModeMonitor(Monitor):
     """Forwards with autograd off while BatchNorm (tracking running statistics) or Dropout
     (p > 0) layers are in training mode, in a model that is also trained in this run.
@@ -353,16 +372,16 @@ class EvalInTrainModeMonitor(Monitor):
 
     def __init__(self, session: object) -> None:
         super().__init__(session)
-        #: id(layer) -> [its LayerStats, train-mode no-grad forwards]
-        self.layers: dict[int, list] = {}
+        #: id(layer) -> its statistics and train-mode no-grad forwards
+        self.layers: dict[int, _Layer] = {}
         self.kinds: dict[str, int] = {}
-        self.site: object = None
+        self.site: Site | None = None
         self.step_seen: int | None = None
 
-    def on_module_forward(self, module: object, info: object) -> None:
-        if not (info.training and not info.grad_enabled and info.mode_sensitive):  # type: ignore[attr-defined]
+    def on_module_forward(self, module: nn.Module, info: ForwardInfo) -> None:
+        if not (info.training and not info.grad_enabled and info.mode_sensitive):
             return
-        if info.kind.endswith("batchnorm") and getattr(module, "momentum", 0.1) is None:  # type: ignore[attr-defined]
+        if info.kind.endswith("batchnorm") and getattr(module, "momentum", 0.1) is None:
             return
         entry = self.layers.get(id(module))
         if entry is None:
@@ -373,9 +392,9 @@ class EvalInTrainModeMonitor(Monitor):
             rec = module_stats(self.session).layers.get(id(module))
             if rec is None:
                 return
-            self.kinds[info.kind] = self.kinds.get(info.kind, 0) + 1  # type: ignore[attr-defined]
-            entry = self.layers[id(module)] = [rec, 0]
-        entry[1] += 1
+            self.kinds[info.kind] = self.kinds.get(info.kind, 0) + 1
+            entry = self.layers[id(module)] = _Layer(rec)
+        entry.forwards += 1
         if self.site is None:
             from traindoctor.runtime.live import forward_call_site
 
@@ -383,7 +402,7 @@ class EvalInTrainModeMonitor(Monitor):
             self.step_seen = self.session.step
 
     def on_run_end(self) -> None:
-        trained = [n for rec, n in self.layers.values() if rec.total(training=True, grad=True) > 0]
+        trained = [layer.forwards for layer in self.layers.values() if layer.stats.total(training=True, grad=True) > 0]
         if not trained:
             return  # never trained here (e.g. a teacher model): not an evaluation mistake
         forwards = max(trained)
@@ -403,7 +422,7 @@ class EvalInTrainModeMonitor(Monitor):
                 "layers": dict(sorted(self.kinds.items())),
             },
             step=self.step_seen,
-            **site_kwargs(self.site),  # type: ignore[arg-type]
+            **site_kwargs(self.site),
         )
 
 
@@ -411,7 +430,7 @@ def _recalibrating() -> bool:
     """Whether the current forward runs inside a BatchNorm re-estimation helper."""
     import sys
 
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         code = frame.f_code
         if code.co_name in ("update_bn", "update_bn_stats") or "precise_bn" in code.co_filename:

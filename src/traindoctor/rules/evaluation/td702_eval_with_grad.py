@@ -8,10 +8,14 @@ from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
-from traindoctor.static.names import dotted
+from traindoctor.static.names import dotted, receiver
 from traindoctor.static.vocab import EVAL_LOOP_TRIGGERS
 
 if TYPE_CHECKING:  # pragma: no cover
+    from torch import nn
+
+    from traindoctor.runtime.live import Site
+    from traindoctor.runtime.records import ForwardInfo
     from traindoctor.static.context import FileContext
 
 
@@ -234,7 +238,7 @@ class EvalWithGrad(Rule):
             if text is not None:
                 by_callee.setdefault(text, []).append(c)
         for ev in sorted(evals, key=lambda c: (c.lineno, c.col_offset)):
-            model = dotted(ev.func.value)  # type: ignore[attr-defined]
+            model = dotted(receiver(ev))
             if not model or not isinstance(ctx.parent(ev), ast.Expr):
                 continue  # ``f = freeze(f.eval())`` rebinds the name: not a mode switch we can follow
             fn = ctx.function_of(ev)
@@ -287,16 +291,17 @@ class EvalWithGradMonitor(Monitor):
         super().__init__(session)
         self.pending: dict[int, int] = {}
         self.wasted: dict[int, int] = {}
-        self.pending_site: object = None
-        self.site: object = None
+        #: Where and at which step the first pending forward ran.
+        self.pending_site: tuple[Site | None, int | None] | None = None
+        self.site: Site | None = None
         self.step_seen: int | None = None
 
-    def on_module_forward(self, module: object, info: object) -> None:
+    def on_module_forward(self, module: nn.Module, info: ForwardInfo) -> None:
         key = id(module)
-        if info.training:  # type: ignore[attr-defined]
+        if info.training:
             self._settle(key)
             return
-        if not (info.grad_enabled and info.builds_graph):  # type: ignore[attr-defined]
+        if not (info.grad_enabled and info.builds_graph):
             return
         if not self.pending and self.pending_site is None:
             from traindoctor.runtime.live import forward_call_site
@@ -313,7 +318,7 @@ class EvalWithGradMonitor(Monitor):
         if n:
             self.wasted[key] = self.wasted.get(key, 0) + n
             if self.site is None and self.pending_site is not None:
-                self.site, self.step_seen = self.pending_site  # type: ignore[misc]
+                self.site, self.step_seen = self.pending_site
         if not self.pending:
             self.pending_site = None
 
@@ -331,5 +336,5 @@ class EvalWithGradMonitor(Monitor):
             "used; wrap evaluation in `torch.no_grad()` or `torch.inference_mode()`.",
             evidence={"forwards": forwards, "layers": len(self.wasted)},
             step=self.step_seen,
-            **site_kwargs(self.site),  # type: ignore[arg-type]
+            **site_kwargs(self.site),
         )

@@ -11,6 +11,8 @@ from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.args import MISSING, UNKNOWN
 
 if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
     from traindoctor.static.context import FileContext
 
 #: Smaller batches are deliberate (memory-bound fine-tuning, per-image detection): not reported.
@@ -207,7 +209,7 @@ class BatchNotMultipleOf8Monitor(Monitor):
         super().__init__(session)
         self.dtypes: set[str] = set()
 
-    def on_autocast_enter(self, device_type: str, dtype: object) -> None:
+    def on_autocast_enter(self, device_type: str, dtype: torch.dtype) -> None:
         if device_type == "cuda":
             name = str(dtype).replace("torch.", "")
             if name in ("float16", "bfloat16"):

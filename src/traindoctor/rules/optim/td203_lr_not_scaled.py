@@ -222,7 +222,7 @@ class LrNotScaled(Rule):
         per_node = per_node_split(ctx)
         if dist is not None and per_node is not None:
             grows = (
-                f"the batch is divided among one node's GPUs only (line {per_node.lineno}), so the "
+                f"the batch is divided among one node's GPUs only (line {ctx.location(per_node).row}), so the "
                 "global batch grows with the number of nodes"
             )
         elif dist is not None:

@@ -12,6 +12,8 @@ from traindoctor.static.args import UNKNOWN
 from traindoctor.static.names import OPTIMIZERS, dotted
 
 if TYPE_CHECKING:  # pragma: no cover
+    from torch.optim import Optimizer
+
     from traindoctor.static.context import FileContext
 
 #: Optimizers whose ``weight_decay`` default is not zero.
@@ -76,7 +78,7 @@ def _owner(ctx: FileContext, model: ast.expr) -> str:
     """How a message names the module whose parameters are decayed."""
     if isinstance(model, ast.Name) and model.id == "self":
         cls = ctx.enclosing(model, ast.ClassDef)
-        return f"`{cls.name}`" if isinstance(cls, ast.ClassDef) else "this module"  # type: ignore[attr-defined]
+        return f"`{cls.name}`" if isinstance(cls, ast.ClassDef) else "this module"
     return f"`{ctx.segment(model)}`"
 
 
@@ -350,8 +352,10 @@ class WeightDecayOnBiasNorm(Rule):
             if hf_custom_optimizer(ctx):
                 continue
             model = hf_trainer_model(ctx, args)
-            info = model_of(ctx, model) if model is not None else None
-            if info is None or info.params is None:
+            if model is None:
+                continue
+            info = model_of(ctx, model)
+            if info.params is None:
                 continue
             missed = hf_decayed_norm_params(info.params)
             if not missed:
@@ -379,7 +383,7 @@ class WeightDecayOnBiasNormMonitor(Monitor):
 
     rule = WeightDecayOnBiasNorm
 
-    def on_optimizer_found(self, optimizer: object) -> None:
+    def on_optimizer_found(self, optimizer: Optimizer) -> None:
         from traindoctor.facts.optim.runtime import audit_optimizer
 
         audit = audit_optimizer(optimizer, self.session)

@@ -10,12 +10,15 @@ from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 
 if TYPE_CHECKING:  # pragma: no cover
+    from torch import nn
+    from torch.optim import Optimizer
+
     from traindoctor.static.context import FileContext
 
 _COMPREHENSIONS = (ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp)
 
 
-def _pattern_list(ctx: FileContext, node: ast.AST) -> ast.AST | None:
+def _pattern_list(ctx: FileContext, node: ast.AST) -> ast.List | ast.Tuple | ast.Set | None:
     """The list/tuple/set literal the ``for nd in <node>`` iterates (through one name)."""
     if isinstance(node, ast.Name):
         bound = ctx.binding(node)
@@ -77,7 +80,7 @@ def no_decay_filters(ctx: FileContext) -> Iterable[tuple[ast.AST, list[ast.Const
         owner = _named_parameters_owner(ctx, call, elt.comparators[0].id)
         if owner is None:
             continue
-        patterns = [e for e in literal.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]  # type: ignore[attr-defined]
+        patterns = [e for e in literal.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
         yield literal, patterns, owner
 
 
@@ -288,12 +291,12 @@ class DeadNoDecayFilterMonitor(Monitor):
         self.empty_groups: list[tuple[str, list[int], int, list[str]]] = []
         self.names: dict[str, None] = {}
 
-    def on_model_found(self, module: object) -> None:
+    def on_model_found(self, module: nn.Module) -> None:
         # Names are read now: the model may be gone when the run ends.
-        for name, _ in module.named_parameters():  # type: ignore[attr-defined]
+        for name, _ in module.named_parameters():
             self.names.setdefault(name)
 
-    def on_optimizer_found(self, optimizer: object) -> None:
+    def on_optimizer_found(self, optimizer: Optimizer) -> None:
         from traindoctor.facts.optim.runtime import audit_optimizer
 
         audit = audit_optimizer(optimizer, self.session)
