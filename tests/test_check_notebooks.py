@@ -245,3 +245,57 @@ def test_notebook_on_stdin(tmp_path, capsys, monkeypatch):
     )
     code_, out, _ = run(capsys, "--stdin-filename", "nb.ipynb", "-")
     assert code_ == 1 and "nb.ipynb:cell 1:2:10: TD304" in out
+
+
+# ------------------------------------------------------------------ IPython syntax in cells
+
+
+def code_cells_notebook(*sources: str) -> str:
+    """A notebook of code cells only, one per source, without kernel metadata."""
+    cells = [{"cell_type": "code", "execution_count": 1, "metadata": {}, "outputs": [], "source": s} for s in sources]
+    return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1) + "\n"
+
+
+def check_output(capsys, *argv: str) -> tuple[int, str]:
+    """:func:`run` without the cache: the exit code and the output."""
+    code_, out, _ = run(capsys, "--no-cache", *argv)
+    return code_, out
+
+
+def test_wildcard_help_is_ipython_syntax_not_a_syntax_error(tmp_path, capsys):
+    nb = tmp_path / "tensors.ipynb"
+    nb.write_text(
+        code_cells_notebook(
+            "import torch\n", "# all the tensor types\ntorch.*Tensor?\n", "scaler = torch.cuda.amp.GradScaler()\n"
+        )
+    )
+    code, out = check_output(capsys, str(nb))
+    assert "TD000" not in out
+    assert f"{nb}:cell 3:1:10: TD304" in out and code == 1
+
+
+def test_a_cell_indented_as_a_whole_runs_dedented_as_ipython_does(tmp_path, capsys):
+    nb = tmp_path / "vit.ipynb"
+    nb.write_text(
+        code_cells_notebook("import torch\n", " # parameters\n scaler = torch.cuda.amp.GradScaler()\n scaler")
+    )
+    code, out = check_output(capsys, str(nb))
+    assert "TD000" not in out
+    # Located in the cell as written: column 11, one more than the dedented line's.
+    assert f"{nb}:cell 2:2:11: TD304" in out and code == 1
+
+
+def test_fixing_an_indented_cell_keeps_its_indentation(tmp_path, capsys):
+    nb = tmp_path / "vit.ipynb"
+    nb.write_text(code_cells_notebook("import torch\n", "  scaler = torch.cuda.amp.GradScaler()\n  scaler"))
+    code, out = check_output(capsys, "--fix", str(nb))
+    cells = json.loads(nb.read_text())["cells"]
+    assert "".join(cells[1]["source"]) == '  scaler = torch.amp.GradScaler("cuda")\n  scaler', out
+    assert read_notebook(nb.read_bytes()).source.startswith("import torch\n")
+
+
+def test_an_indented_line_that_is_a_real_error_is_still_td000(tmp_path, capsys):
+    nb = tmp_path / "bad.ipynb"
+    nb.write_text(code_cells_notebook("import torch\n", "x = 1\n  y = 2\n"))
+    code, out = check_output(capsys, str(nb))
+    assert f"{nb}:cell 2:2" in out and "TD000" in out

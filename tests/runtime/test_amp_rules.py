@@ -2,14 +2,16 @@
 
 CPU autocast supports float16 and bfloat16 and ``torch.amp.GradScaler("cpu")`` is a real scaler,
 so the mixed-precision logic runs for real; only TD306 (GPU-only) uses a fake device.
+
+One file for the five rules, where the rest of each rule is in tests/rules/test_tdNNN.py: they
+share one loop (``_amp_steps``), and the TD301 and TD302 findings must point to its autocast and
+clipping lines in the tests' own file.
 """
 
 from __future__ import annotations
 
-import warnings
-
 import torch
-from rule_loops import FAKE_A100, FAKE_V100, codes, finding, line_of, mlp, vectors
+from helpers.rule_loops import FAKE_A100, FAKE_V100, codes, finding, line_of, mlp, vectors
 from torch import nn
 
 import traindoctor
@@ -108,15 +110,6 @@ def test_td302_silent_after_unscale() -> None:
     assert codes(doctor) == []
 
 
-def test_clip_probe_passes_generators_through_unchanged() -> None:
-    model = mlp(norm=False)
-    nn.functional.cross_entropy(model(vectors(8)[0]), vectors(8)[1]).backward()
-    expected = torch.nn.utils.clip_grad_norm_([p for p in model.parameters()], 1e9)
-    with traindoctor.watch(select=["TD302"]):
-        got = torch.nn.utils.clip_grad_norm_((p for p in model.parameters()), 1e9)
-    assert torch.equal(expected, got)
-
-
 # ---------------------------------------------------------------- TD305
 def test_td305_scaler_with_bf16() -> None:
     model = mlp(norm=False)
@@ -192,44 +185,3 @@ def test_td308_silent_for_float32_weights_under_autocast() -> None:
     with traindoctor.watch(select=["TD308"]) as doctor:
         _amp_steps(model, opt, dtype=torch.bfloat16)
     assert codes(doctor) == []
-
-
-# ---------------------------------------------------------------- bit-for-bit
-def _mixed_run(watched: bool) -> tuple[list[float], list[torch.Tensor]]:
-    model = mlp(seed=3)
-    model.insert(2, nn.Dropout(0.3)) if hasattr(model, "insert") else None
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
-    losses: list[float] = []
-    torch.manual_seed(11)
-
-    def run() -> None:
-        for step in range(4):
-            x, y = vectors(8, seed=step)
-            with torch.autocast("cpu", dtype=torch.float16):
-                loss = nn.functional.cross_entropy(model(x), y)
-            scaler.scale(loss).backward()
-            scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
-            scaler.step(opt)
-            scaler.update()
-            opt.zero_grad()
-            losses.append(loss.item())
-        with torch.no_grad():
-            model(vectors(4, seed=9)[0])  # train-mode no-grad forward (TD701 event)
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if watched:
-            with traindoctor.watch():
-                run()
-        else:
-            run()
-    return losses, [p.detach().clone() for p in model.parameters()] + [torch.get_rng_state()]
-
-
-def test_watched_amp_run_is_bit_for_bit_identical() -> None:
-    plain_losses, plain_state = _mixed_run(False)
-    watched_losses, watched_state = _mixed_run(True)
-    assert plain_losses == watched_losses
-    assert all(torch.equal(a, b) for a, b in zip(plain_state, watched_state))

@@ -1,10 +1,13 @@
-"""Runtime halves of TD701 (eval in train mode) and TD702 (eval with grad) on tiny CPU loops."""
+"""Runtime halves of TD701 (eval in train mode) and TD702 (eval with grad) on tiny CPU loops.
+
+One file for the two rules, where the rest of each rule is in tests/rules/test_td70N.py: they share
+one evaluation loop (``_evaluate``), whose lines their findings must point to in the tests' own file.
+"""
 
 from __future__ import annotations
 
-import pytest
 import torch
-from rule_loops import codes, conv_bn_net, finding, images, line_of, train_steps
+from helpers.rule_loops import codes, conv_bn_net, finding, images, line_of, train_steps
 from torch import nn
 
 import traindoctor
@@ -178,77 +181,3 @@ def test_a_compiled_model_keeps_the_layer_patches_and_is_not_recompiled() -> Non
     torch._dynamo.reset()
     assert recompiled <= 2  # the eval-mode and no_grad variants, once each
     assert codes(doctor) == []
-
-
-# ---------------------------------------------------------------- the rule probes themselves
-def _patched_namespaces() -> list:
-    import torch.amp.autocast_mode
-    import torch.backends.cudnn
-    import torch.nn.utils.clip_grad
-    import torch.optim.lr_scheduler as sched
-    from torch.nn.modules.batchnorm import _BatchNorm
-    from torch.utils.data.distributed import DistributedSampler
-
-    return [
-        nn.Module,
-        _BatchNorm,
-        nn.SyncBatchNorm,
-        nn.Linear,
-        nn.Conv1d,
-        nn.Conv2d,
-        nn.Conv3d,
-        nn.ConvTranspose2d,
-        nn.Dropout,
-        nn.Dropout2d,
-        nn.AlphaDropout,
-        torch.nn.utils,
-        torch.nn.utils.clip_grad,
-        type(torch.backends.cudnn),
-        torch.amp.autocast_mode.autocast,
-        torch.amp.GradScaler,
-        sched.LRScheduler,
-        sched.ReduceLROnPlateau,
-        DistributedSampler,
-        torch,
-        torch.serialization,
-    ]
-
-
-def test_rule_probes_restore_every_patched_attribute() -> None:
-    before = [dict(vars(ns)) for ns in _patched_namespaces()]
-    with traindoctor.watch():
-        during = [dict(vars(ns)) for ns in _patched_namespaces()]
-        model = conv_bn_net()
-        train_steps(model, torch.optim.SGD(model.parameters(), lr=0.1), steps=1)
-    after = [dict(vars(ns)) for ns in _patched_namespaces()]
-    changed = [i for i, (b, d) in enumerate(zip(before, during)) if any(d.get(k) is not v for k, v in b.items())]
-    assert len(changed) == len(before)  # every namespace was patched during the watch
-    for b, a in zip(before, after):
-        assert a.keys() == b.keys() and all(a[k] is v for k, v in b.items())
-
-
-def test_module_probe_failure_is_reported_and_training_goes_on(monkeypatch) -> None:
-    from traindoctor.runtime.probes import modules
-
-    def broken(*args, **kwargs):
-        raise RuntimeError("probe bug")
-
-    monkeypatch.setattr(modules.ModuleStats, "record", broken)
-    model = conv_bn_net()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with traindoctor.watch(select=["TD701"]) as doctor:
-        train_steps(model, opt, steps=2)
-    assert doctor.step == 2
-    assert any("probe modules (forward)" in note and "probe bug" in note for note in doctor.notes)
-
-
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")
-def test_scripted_and_pickled_models_still_work_under_watch() -> None:
-    import io
-
-    model = conv_bn_net().eval()
-    with traindoctor.watch():
-        scripted = torch.jit.script(model)  # the patched forwards still compile
-        x, _ = images(2)
-        assert torch.equal(scripted(x), model(x))
-        torch.save(model, io.BytesIO())  # nothing of the doctor is attached to the model

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from data_loops import SleepyDataset, train
+from helpers.data_loops import SleepyDataset, train
 from torch.utils.data import DataLoader, Dataset
 
 import traindoctor

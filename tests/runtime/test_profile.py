@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from data_loops import SleepyDataset, train
+from helpers.data_loops import SleepyDataset, train
 from torch.utils.data import DataLoader
 
 import traindoctor

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 import torch
-from data_loops import SleepyDataset, codes, train
+from helpers.data_loops import SleepyDataset, train
+from helpers.rule_loops import codes
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from data_loops import SleepyDataset, train
+from helpers.data_loops import SleepyDataset, train
 from torch.utils.data import DataLoader
 
 import traindoctor

@@ -12,6 +12,8 @@ import json
 import textwrap
 from pathlib import Path
 
+from helpers.project_tree import check, rows, write
+
 from traindoctor.check.engine import READER, check_source, file_context, instantiate
 from traindoctor.config import Settings
 from traindoctor.facts.data.project import function_data
@@ -20,26 +22,6 @@ from traindoctor.report import get_reporter
 from traindoctor.report import text as text_report
 from traindoctor.static.project import Project, project_for, project_root
 from traindoctor.static.source import parse
-
-
-def write(root: Path, files: dict[str, str]) -> None:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip("\n"))
-
-
-def check(root: Path, files: dict[str, str], target: str, codes: list[str]):
-    write(root, files)
-    path = root / target
-    result = check_source(path.read_bytes(), str(path), Settings(min_torch_version="2.13"), instantiate(codes))
-    assert not result.internal_errors, result.internal_errors
-    return result
-
-
-def rows(result) -> list[tuple[str, int]]:
-    return [(f.code, f.location.row) for f in result.findings]
-
 
 UTILS_FACTORY = """
 import torchvision
@@ -619,65 +601,6 @@ def test_accelerator_scripts_and_a_data_pipeline_in_another_module(tmp_path):
     assert rows(check(tmp_path, files, "main.py", ["TD401"])) == []
 
 
-def test_cpu_count_workers_are_workers(tmp_path):
-    src = """
-    import os
-    import torch
-
-    workers = os.cpu_count()
-    loader = torch.utils.data.DataLoader(ds, batch_size=128, shuffle=True, num_workers=workers, pin_memory=True)
-    for epoch in range(5):
-        for x in loader:
-            model(x.cuda()).sum().backward()
-    """
-    result = check(tmp_path, {"train.py": src}, "train.py", ["TD103"])
-    assert rows(result) == [("TD103", 5)]
-    assert "its worker processes" in result.findings[0].message  # how many is not known
-
-
-NANOGPT_STYLE = """
-import torch
-
-init_from = "resume"
-model = GPT(conf)
-optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4)
-scaler = torch.cuda.amp.GradScaler(enabled=(dtype == "float16"))
-if init_from == "resume":
-    checkpoint = torch.load("out/ckpt.pt", map_location="cuda")
-    model.load_state_dict(checkpoint["model"])
-    optimizer.load_state_dict(checkpoint["optimizer"])
-    iter_num = checkpoint["iter_num"]
-    best_val_loss = checkpoint["best_val_loss"]
-checkpoint = None
-while True:
-    if iter_num % 2000 == 0:
-        checkpoint = {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "iter_num": iter_num,
-            "best_val_loss": best_val_loss,
-        }
-        torch.save(checkpoint, "out/ckpt.pt")
-    with torch.autocast("cuda", dtype=torch.float16):
-        loss = model(x)
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-    iter_num += 1
-"""
-
-
-def test_a_resume_path_makes_a_missing_scaler_more_certain_not_less(tmp_path):
-    result = check(tmp_path, {"train.py": NANOGPT_STYLE}, "train.py", ["TD503"])
-    assert rows(result) == [("TD503", 22)]
-    # the same script restoring the scaler on resume (and so saving it) is fine
-    fixed = NANOGPT_STYLE.replace(
-        '    iter_num = checkpoint["iter_num"]',
-        '    scaler.load_state_dict(checkpoint["scaler"])\n    iter_num = checkpoint["iter_num"]',
-    ).replace('"iter_num": iter_num,', '"iter_num": iter_num, "scaler": scaler.state_dict(),')
-    assert rows(check(tmp_path, {"train.py": fixed}, "train.py", ["TD503"])) == []
-
-
 def test_factory_batch_size_feeds_td201_and_a_local_cycle_generator_repeats_the_loader(tmp_path):
     utils = UTILS_FACTORY.replace("batch_size=16, num_workers=2", "batch_size=100, num_workers=2")
     train = TRAIN_WITH_FACTORY.replace("        batch_size=128,\n", "")
@@ -712,80 +635,3 @@ def test_factory_batch_size_feeds_td201_and_a_local_cycle_generator_repeats_the_
         "from multiprocessing import cpu_count", "from multiprocessing import cpu_count\nfrom itertools import cycle"
     )
     assert rows(check(tmp_path, {"ddpm.py": cached}, "ddpm.py", ["TD103"])) == []
-
-
-PER_NODE = """
-import argparse
-import torch
-import torch.multiprocessing as mp
-
-parser = argparse.ArgumentParser()
-parser.add_argument("--lr", default=0.1, type=float)
-parser.add_argument("--batch-size", default=256, type=int, help="total batch size of all GPUs on the node")
-parser.add_argument("--world-size", default=1, type=int, help="number of nodes")
-
-
-def main():
-    args = parser.parse_args()
-    ngpus_per_node = torch.cuda.device_count()
-    args.world_size = ngpus_per_node * args.world_size
-    mp.spawn(main_worker, nprocs=ngpus_per_node, args=(ngpus_per_node, args))
-
-
-def main_worker(gpu, ngpus_per_node, args):
-    torch.distributed.init_process_group("nccl", world_size=args.world_size, rank=gpu)
-    model = torch.nn.parallel.DistributedDataParallel(Net().cuda(gpu), device_ids=[gpu])
-    args.batch_size = int(args.batch_size / ngpus_per_node)
-    optimizer = torch.optim.SGD(model.parameters(), args.lr, momentum=0.9)
-    for epoch in range(90):
-        adjust_learning_rate(optimizer, epoch, args)
-        for x, y in loader:
-            loss = criterion(model(x.cuda()), y.cuda())
-            loss.backward()
-            optimizer.step()
-
-
-def adjust_learning_rate(optimizer, epoch, args):
-    lr = args.lr * (0.1 ** (epoch // 30))
-    for param_group in optimizer.param_groups:
-        param_group["lr"] = lr
-"""
-
-
-def test_batch_split_per_node_grows_with_the_nodes_and_a_schedule_is_no_scaling(tmp_path):
-    result = check(tmp_path, {"main.py": PER_NODE}, "main.py", ["TD203"])
-    assert rows(result) == [("TD203", 22)]
-    assert "one node's GPUs only (line 21)" in result.findings[0].message
-    # divided by the whole world size: the global batch is what the user asked for
-    world = PER_NODE.replace("args.batch_size / ngpus_per_node", "args.batch_size / args.world_size")
-    assert rows(check(tmp_path, {"main.py": world}, "main.py", ["TD203"])) == []
-    # the schedule scales the LR with the batch: the author thought about it
-    scaled = PER_NODE.replace("lr = args.lr * (0.1", "lr = args.lr * args.batch_size / 256 * (0.1")
-    assert rows(check(tmp_path, {"main.py": scaled}, "main.py", ["TD203"])) == []
-
-
-def test_whole_model_saved_every_epoch_without_optimizer_is_a_model_only_checkpoint(tmp_path):
-    files = {
-        "model.py": "import torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n"
-        "        super().__init__()\n        self.conv = nn.Conv2d(1, 8, 3)\n",
-        "main.py": """
-        import torch
-        from model import Net
-
-        device = torch.device("cuda")
-        model = Net().to(device)
-        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-
-        def checkpoint(epoch):
-            torch.save(model, f"model_epoch_{epoch}.pth")
-
-        for epoch in range(1, 30):
-            for x, y in loader:
-                loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
-                loss.backward()
-                optimizer.step()
-            checkpoint(epoch)
-        """,
-    }
-    result = check(tmp_path, files, "main.py", ["TD501"])
-    assert rows(result) == [("TD501", 9)]

@@ -1,0 +1,38 @@
+"""TD506 unsafe-torch-load: static."""
+
+from __future__ import annotations
+
+from helpers.snippets import checkpoint_found, checkpoint_run
+
+
+def test_unsafe_torch_load_fixes():
+    src = """
+    import torch
+
+    a = torch.load("a.pt", weights_only=False)
+    b = torch.load("b.pt")
+    """
+    assert checkpoint_found(src) == [("TD506", 3)]
+    assert checkpoint_found(src, min_torch="2.5") == [("TD506", 3), ("TD506", 4)]
+    # Only unsafe fixes: --fix alone changes nothing.
+    assert checkpoint_run(src, min_torch="2.5", fix=True).fixed_source is None
+    fixed = checkpoint_run(src, min_torch="2.5", fix=True, unsafe=True).fixed_source
+    assert fixed == (
+        'import torch\n\na = torch.load("a.pt", weights_only=True)\nb = torch.load("b.pt", weights_only=True)\n'
+    )
+    assert checkpoint_found(fixed, min_torch="2.5") == []
+    finding = checkpoint_run(src).findings[0]
+    assert finding.fix is not None and finding.fix.applicability == "unsafe"
+
+
+def test_unsafe_torch_load_variable_value_is_silent_but_constant_is_read():
+    src = """
+    import torch
+
+    SAFE = False
+    a = torch.load("a.pt", weights_only=SAFE)
+    b = torch.load("b.pt", weights_only=trusted)
+    """
+    result = checkpoint_run(src)
+    assert [(f.code, f.location.row) for f in result.findings] == [("TD506", 4)]
+    assert result.findings[0].fix is None  # never rewrite a shared constant
