@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -117,12 +118,19 @@ def same_function(ctx: FileContext, node: ast.AST, fn: ast.AST | None) -> bool:
 
 def backward_calls(ctx: FileContext, fn: ast.AST | None) -> list[ast.Call]:
     """Backward passes in the body of ``fn`` (None: module level), nested functions excluded."""
-    out: list[ast.Call] = []
-    for attr in _BACKWARD_METHODS:
-        out += [c for c in ctx.method_calls(attr) if same_function(ctx, c, fn)]
-    out += [c for c in ctx.calls_to(*_BACKWARD_FUNCS) if same_function(ctx, c, fn)]
-    out.sort(key=lambda c: (c.lineno, c.col_offset))
-    return out
+    return list(ctx.shared("evaluation.backward_calls", _backward_calls_by_function).get(fn, ()))
+
+
+def _backward_calls_by_function(ctx: FileContext) -> dict[ast.AST | None, list[ast.Call]]:
+    """The file's backward passes filed by the function whose own body makes them, in source order
+    (a call both methods and functions name, ``torch.autograd.backward(...)``, is listed twice)."""
+    table: dict[ast.AST | None, list[ast.Call]] = {}
+    calls = [c for attr in _BACKWARD_METHODS for c in ctx.method_calls(attr)]
+    for call in [*calls, *ctx.calls_to(*_BACKWARD_FUNCS)]:
+        table.setdefault(ctx.function_of(call), []).append(call)
+    for found in table.values():
+        found.sort(key=lambda c: (c.lineno, c.col_offset))
+    return table
 
 
 @dataclass(frozen=True)
@@ -275,21 +283,36 @@ def backward_receivers(ctx: FileContext, fn: ast.AST | None) -> set[str]:
     return out
 
 
+#: (function, name) -> the positions and values of the ``name = value`` statements in that
+#: function's own body (None: module level), in source order. See :func:`_assignments`.
+_Assignments = dict[tuple[ast.AST | None, str], tuple[list[tuple[int, int]], list[ast.expr]]]
+
+
+def _assignments(ctx: FileContext) -> _Assignments:
+    """The file's plain assignments to names, filed by the function that makes them and the name
+    (``a = b = v`` under both names), so that a look-up costs a bisection, not a pass over the file."""
+    table: _Assignments = {}
+    for assign in ctx.of(ast.Assign):
+        names = {t.id for t in assign.targets if isinstance(t, ast.Name)}
+        if not names:
+            continue
+        fn = ctx.function_of(assign)
+        pos = (assign.lineno, assign.col_offset)
+        for name in names:
+            positions, values = table.setdefault((fn, name), ([], []))
+            positions.append(pos)
+            values.append(assign.value)
+    return table
+
+
 def last_binding_before(ctx: FileContext, name: str, node: ast.AST, fn: ast.AST | None) -> ast.expr | None:
     """The value last assigned to ``name`` in ``fn`` before ``node`` (source order); None if none."""
-    best: ast.expr | None = None
-    best_pos = (0, 0)
-    pos = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
-    for assign in ctx.of(ast.Assign):
-        if not same_function(ctx, assign, fn):
-            continue
-        apos = (assign.lineno, assign.col_offset)
-        if apos >= pos or apos < best_pos:
-            continue
-        for t in assign.targets:
-            if isinstance(t, ast.Name) and t.id == name:
-                best, best_pos = assign.value, apos
-    return best
+    found = ctx.shared("evaluation.assignments", _assignments).get((fn, name))
+    if found is None:
+        return None
+    positions, values = found
+    before = bisect_left(positions, (node.lineno, node.col_offset))  # type: ignore[attr-defined]
+    return values[before - 1] if before else None
 
 
 def attached_loss(ctx: FileContext, name: str, at: ast.AST, fn: ast.AST | None) -> bool:
