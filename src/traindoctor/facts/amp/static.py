@@ -22,7 +22,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from traindoctor.facts.frameworks.static import framework_backward_unscaled
-from traindoctor.static.args import MISSING, UNKNOWN, find_arg
+from traindoctor.facts.nodes import receiver
+from traindoctor.static.args import MISSING, UNKNOWN, ArgResult, find_arg
 from traindoctor.static.names import dotted
 from traindoctor.static.vocab import BFLOAT16, DTYPE_NAMES, FLOAT16  # re-exported
 
@@ -170,9 +171,9 @@ class AmpFacts:
         return [n for n in nodes if self.scope(n) is scope]
 
     # ------------------------------------------------------------------ dtypes and devices
-    def dtype_of(self, node: ast.AST | None, depth: int = 0) -> str | None:
+    def dtype_of(self, node: ArgResult | None, depth: int = 0) -> str | None:
         """FLOAT16 / BFLOAT16 / FLOAT32 for a dtype expression the file determines, else None."""
-        if node is None or node is MISSING or node is UNKNOWN or depth > 6:
+        if not isinstance(node, ast.expr) or depth > 6:  # None, MISSING or UNKNOWN
             return None
         qn = self.ctx.qualname(node)
         if qn in DTYPE_NAMES:
@@ -184,9 +185,9 @@ class AmpFacts:
             return a if a is not None and a == self.dtype_of(node.orelse, depth + 1) else None
         return None
 
-    def device_of(self, node: ast.AST | None, depth: int = 0) -> str | None:
+    def device_of(self, node: ArgResult | None, depth: int = 0) -> str | None:
         """The device type (``"cuda"``) a device expression names, else None."""
-        if node is None or node is MISSING or node is UNKNOWN or depth > 6:
+        if not isinstance(node, ast.expr) or depth > 6:  # None, MISSING or UNKNOWN
             return None
         value = self.ctx.value(node)
         if isinstance(value, str) and value:
@@ -239,7 +240,7 @@ class AmpFacts:
         if qn in AUTOCAST_DEVICE:
             return expr, qn
         # ``amp_ctx = partial(torch.autocast, device_type="cuda")`` ... ``with amp_ctx():``
-        partial = expr.func
+        partial: ast.expr | None = expr.func
         if isinstance(partial, ast.Name):
             partial = ctx.binding(partial)
         if isinstance(partial, ast.Call) and ctx.qualname(partial.func) == "functools.partial" and partial.args:
@@ -264,13 +265,15 @@ class AmpFacts:
             return name is not None and name.rsplit(".", 1)[-1] in {"nullcontext", "suppress"}
         return False
 
-    def arg(self, call: ast.Call, qualname: str, name: str) -> ast.expr | object:
+    def arg(self, call: ast.Call, qualname: str, name: str) -> ArgResult:
         return find_arg(call, name, AUTOCAST_SIGNATURES.get(qualname), self.ctx)
 
-    def _describe(self, call: ast.Call, qn: str, site: ast.expr, with_stmt, scope) -> Autocast:
+    def _describe(
+        self, call: ast.Call, qn: str, site: ast.expr, with_stmt: ast.With | ast.AsyncWith | None, scope: ast.AST
+    ) -> Autocast:
         device = AUTOCAST_DEVICE[qn]
         if device is None:
-            device = self.device_of(self.arg(call, qn, "device_type"))  # type: ignore[arg-type]
+            device = self.device_of(self.arg(call, qn, "device_type"))
         dtype_arg = self.arg(call, qn, "dtype")
         if dtype_arg is MISSING:
             if device is not None:
@@ -280,7 +283,7 @@ class AmpFacts:
             else:
                 dtype = None
         else:
-            dtype = self.dtype_of(dtype_arg)  # type: ignore[arg-type]
+            dtype = self.dtype_of(dtype_arg)
         enabled = self.flag_of(self.arg(call, qn, "enabled"))
         return Autocast(call, site, with_stmt, qn, device, dtype, enabled, scope)
 
@@ -395,7 +398,7 @@ class AmpFacts:
             return True
         ctx = self.ctx
         for call in ctx.method_calls("scale"):
-            if self.scope(call) is scope and self.is_scaler(dotted(call.func.value)):  # type: ignore[attr-defined]
+            if self.scope(call) is scope and self.is_scaler(dotted(receiver(call))):
                 return True
         for node in ctx.walk(scope):
             if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
@@ -560,7 +563,7 @@ class ModuleIndex:
             text
             for attr in ("parameters", "named_parameters", "modules", "children")
             for call in ctx.method_calls(attr)
-            if (text := dotted(call.func.value)) is not None  # type: ignore[attr-defined]
+            if (text := dotted(receiver(call))) is not None
         }
 
     def _module_classes(self) -> set[str]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from traindoctor.facts.data.static import is_evaluation_name, is_test_file, iter_training_loaders
 from traindoctor.facts.frameworks.static import is_lightning_class
-from traindoctor.static.args import MISSING, UNKNOWN
+from traindoctor.static.args import UNKNOWN
 from traindoctor.static.names import dotted
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -54,9 +54,9 @@ def training_batches(ctx: FileContext) -> list[LoaderBatch]:
     out = []
     for loader in iter_training_loaders(ctx):
         node = loader.arg(ctx, "batch_size")
-        if node is MISSING or node is UNKNOWN:
+        if not isinstance(node, ast.expr):  # MISSING or UNKNOWN
             continue
-        out.append(LoaderBatch(loader.call, node, ctx.value(node)))  # type: ignore[arg-type]
+        out.append(LoaderBatch(loader.call, node, ctx.value(node)))
     return out
 
 
@@ -75,7 +75,7 @@ def trains(ctx: FileContext) -> bool:
 class Accumulation:
     """Evidence of gradient accumulation; ``factor`` is an int > 1 or UNKNOWN."""
 
-    node: ast.AST
+    node: ast.stmt | ast.expr
     factor: Any
 
 
@@ -102,8 +102,8 @@ def accumulation(ctx: FileContext) -> Accumulation | None:
     ):
         for call in ctx.calls_to(qn):
             node = ctx.arg(call, kw)
-            if node is not MISSING and node is not UNKNOWN:
-                found.append(Accumulation(node, _factor(ctx, node)))  # type: ignore[arg-type]
+            if isinstance(node, ast.expr):  # not MISSING or UNKNOWN
+                found.append(Accumulation(node, _factor(ctx, node)))
     for node in ctx.of(ast.BinOp):
         if isinstance(node.op, (ast.Div, ast.FloorDiv)) and _accum_named(node.right):
             left = dotted(node.left) or ""
@@ -119,7 +119,7 @@ def accumulation(ctx: FileContext) -> Accumulation | None:
         if any(_is_optimizer_step(ctx, s) for s in node.body) and ctx.enclosing_loops(node):
             found.append(Accumulation(node, _factor(ctx, divisor)))
     found = [a for a in found if a.factor is UNKNOWN or a.factor > 1]
-    found.sort(key=lambda a: (a.node.lineno, a.node.col_offset))  # type: ignore[attr-defined]
+    found.sort(key=lambda a: (a.node.lineno, a.node.col_offset))
     return found[0] if found else None
 
 
@@ -189,7 +189,7 @@ def _per_node_divisor(ctx: FileContext, node: ast.AST) -> bool:
     return False
 
 
-def per_node_split(ctx: FileContext) -> ast.AST | None:
+def per_node_split(ctx: FileContext) -> ast.Assign | ast.AugAssign | None:
     """The ImageNet-example shape: ``batch_size = batch_size / ngpus_per_node`` while
     ``world_size = ngpus_per_node * world_size`` (nodes): the batch is total *per node*, so on
     several nodes the global batch grows with the node count. The assignment, or None."""
@@ -203,20 +203,21 @@ def per_node_split(ctx: FileContext) -> ast.AST | None:
             break
     if not multiplies_nodes:
         return None
-    for node in ctx.of(ast.Assign, ast.AugAssign):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    stmt: ast.Assign | ast.AugAssign
+    for stmt in ctx.of(ast.Assign, ast.AugAssign):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
         if not any("batch" in ctx.segment(t).lower() for t in targets):
             continue
-        divisions = [
-            n for n in ast.walk(node.value) if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.FloorDiv))
-        ]
-        if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Div, ast.FloorDiv)):
-            divisions.append(node.value)  # type: ignore[arg-type]
-            divisors = [node.value]
+        if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, (ast.Div, ast.FloorDiv)):
+            divisors = [stmt.value]
         else:
-            divisors = [d.right for d in divisions]
+            divisors = [
+                n.right
+                for n in ast.walk(stmt.value)
+                if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.FloorDiv))
+            ]
         if divisors and all(_per_node_divisor(ctx, d) for d in divisors):
-            return node
+            return stmt
     return None
 
 
@@ -343,7 +344,7 @@ def _scaled_value(ctx: FileContext, value: ast.AST) -> bool:
     return False
 
 
-def plain_lr(ctx: FileContext, node: ast.AST, _depth: int = 0) -> bool:
+def plain_lr(ctx: FileContext, node: ast.AST | None, _depth: int = 0) -> bool:
     """An LR passed unchanged: a literal, or a name/argparse option that leads to one."""
     if _depth > 6:
         return False
@@ -353,7 +354,7 @@ def plain_lr(ctx: FileContext, node: ast.AST, _depth: int = 0) -> bool:
         bound = ctx.bindings_of(node)
         if not bound or any(b is None for b in bound):
             return False
-        return all(plain_lr(ctx, b, _depth + 1) for b in bound)  # type: ignore[arg-type]
+        return all(plain_lr(ctx, b, _depth + 1) for b in bound)
     if isinstance(node, ast.Attribute):
         v = ctx.argparse_default(node) if isinstance(node.value, ast.Name) else UNKNOWN
         return isinstance(v, (int, float)) and not isinstance(v, bool)

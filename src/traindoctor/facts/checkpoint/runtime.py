@@ -23,7 +23,7 @@ state never advances it).
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, cast
 
 from traindoctor.runtime.live import fields_repr
 
@@ -232,7 +232,7 @@ def _numpy_rng(node: Any, np: Any) -> bool:
     return False
 
 
-def _rng_mapping(node: dict, contents: Contents) -> bool:
+def _rng_mapping(node: dict[Any, Any], contents: Contents) -> bool:
     """RNG states stored as plain mappings (the ``weights_only``-safe form of
     ``traindoctor.checkpoint.save``): Python's ``{version, state, gauss_next}`` and NumPy's
     ``{kind, keys, pos, ...}``."""
@@ -256,7 +256,7 @@ def _python_rng(node: Any) -> bool:
     )
 
 
-def _classify_mapping(node: dict, model_keys: _ModelKeys, contents: Contents) -> bool:
+def _classify_mapping(node: dict[Any, Any], model_keys: _ModelKeys, contents: Contents) -> bool:
     """Recognise a state dict; True when ``node`` was consumed (no need to descend)."""
     import torch
 
@@ -319,7 +319,7 @@ class RngUse:
                 self._numpy = _numpy_state(np)
             except Exception:  # pragma: no cover
                 self._numpy = None
-        if uses_cuda and torch.cuda.is_available() and torch.cuda.is_initialized():
+        if uses_cuda and torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # torch leaves it unannotated
             try:
                 self._cuda = [s.clone() for s in torch.cuda.get_rng_state_all()]
             except Exception:  # pragma: no cover
@@ -367,7 +367,7 @@ def contents_for(session: Any, obj: Any) -> Contents:
 
     cache = save_cache(session)
     if cache.get("obj") is obj:
-        return cache["contents"]
+        return cast(Contents, cache["contents"])  # stored below, with the object it audits
     models = []
     try:
         models = sorted(session.models, key=lambda m: (type(m).__name__, id(m)))
@@ -446,7 +446,7 @@ def mid_epoch_position(session: Any) -> tuple[int, int] | None:
     return None
 
 
-def _numpy_state(np: Any) -> tuple[Any, tuple]:
+def _numpy_state(np: Any) -> tuple[Any, tuple[Any, ...]]:
     """NumPy's legacy global state: (key array copy, (position, has_gauss, cached_gaussian))."""
     state = np.random.get_state(legacy=True)
     return state[1].copy(), tuple(state[2:])

@@ -175,8 +175,8 @@ class LargeContainer:
 def _approx_bytes(container: Any, items: int) -> int:
     size = sys.getsizeof(container)
     if isinstance(container, dict):
-        sample = list(container.items())[:64]
-        per = [sys.getsizeof(k) + sys.getsizeof(v) for k, v in sample]
+        pairs = list(container.items())[:64]
+        per = [sys.getsizeof(k) + sys.getsizeof(v) for k, v in pairs]
     else:
         sample = list(container)[:64] if not isinstance(container, (list, tuple)) else container[:64]
         per = [sys.getsizeof(x) for x in sample]

@@ -20,15 +20,17 @@ import ast
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from traindoctor.facts.data.project import function_data, holds_its_data, loader_keyword
-from traindoctor.static.args import MISSING, UNKNOWN
+from traindoctor.facts.nodes import receiver
+from traindoctor.static.args import MISSING, UNKNOWN, ArgResult
 from traindoctor.static.names import OPTIMIZERS, dotted
 
 if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.finding import Related
     from traindoctor.static.context import FileContext
-    from traindoctor.static.project import Resolved
+    from traindoctor.static.project import FuncDef, FunctionFacts, Resolved
 
 DATALOADER = "torch.utils.data.DataLoader"
 DISTRIBUTED_SAMPLER = "torch.utils.data.DistributedSampler"
@@ -144,7 +146,7 @@ class Site:
     #: Under ``no_grad``/``inference_mode`` (or in an evaluation function) with no backward.
     evaluation: bool = False
     #: Where in another project module the pass happens (``engine.train_one_epoch``'s loop).
-    related: tuple = ()
+    related: tuple[Related, ...] = ()
     #: ``next(iter(loader))`` run once (no loop repeats it): one batch taken to look at (plot a
     #: sample, size a layer), not a pass that trains.
     peek: bool = False
@@ -188,9 +190,9 @@ class Loader:
     #: ``call`` is then the factory call in this file and the keywords come from its summary.
     factory: Resolved | None = None
     #: Where the DataLoader is really constructed, when that is another file.
-    related: tuple = ()
+    related: tuple[Related, ...] = ()
 
-    def arg(self, ctx: FileContext, name: str) -> object:
+    def arg(self, ctx: FileContext, name: str) -> ArgResult:
         """The DataLoader's ``name`` argument: a node (for a factory, a constant node holding the
         value it passes), MISSING when not passed, UNKNOWN when it cannot be told."""
         if self.factory is None:
@@ -255,7 +257,7 @@ class LoaderIndex:
         self._stores: dict[tuple[int, str], list[ast.AST]] = {}
         self._loads: dict[str, list[ast.Name]] = {}
         self._attr_loads: dict[str, list[ast.Attribute]] = {}
-        self._defs: dict[str, list[ast.AST]] = {}
+        self._defs: dict[str, list[FuncDef]] = {}
         self._name_calls: dict[str, list[ast.Call]] = {}
         self._build()
         self.loaders: list[Loader] = [self._loader(c) for c in ctx.calls_to(DATALOADER)]
@@ -372,7 +374,7 @@ class LoaderIndex:
         return out
 
     # ------------------------------------------------------------------ functions
-    def _defs_called_by(self, call: ast.Call) -> tuple[list[ast.AST], bool]:
+    def _defs_called_by(self, call: ast.Call) -> tuple[list[FuncDef], bool]:
         """Functions of this file that ``call`` may invoke, and whether it is a method call."""
         func = call.func
         if isinstance(func, ast.Name):
@@ -386,20 +388,20 @@ class LoaderIndex:
             return [d for d in self._defs.get(func.attr, ()) if self.ctx.parent(d) is cls], True
         return [], False
 
-    def _call_sites(self, fn: ast.AST) -> list[ast.Call]:
+    def _call_sites(self, fn: FuncDef) -> list[ast.Call]:
         """Calls of ``fn`` in this file (``f(...)``, or ``self.f(...)`` for a method)."""
         parent = self.ctx.parent(fn)
         if isinstance(parent, ast.ClassDef):
             return [
                 c
-                for c in self.ctx.method_calls(fn.name)  # type: ignore[attr-defined]
-                if isinstance(c.func.value, ast.Name)  # type: ignore[attr-defined]
-                and c.func.value.id in ("self", "cls")  # type: ignore[attr-defined]
+                for c in self.ctx.method_calls(fn.name)
+                if isinstance(r := receiver(c), ast.Name)
+                and r.id in ("self", "cls")
                 and self.ctx.enclosing(c, ast.ClassDef) is parent
             ]
-        if fn.name in self.ctx.imports.names:  # type: ignore[attr-defined]
+        if fn.name in self.ctx.imports.names:
             return []
-        return list(self._name_calls.get(fn.name, ()))  # type: ignore[attr-defined]
+        return list(self._name_calls.get(fn.name, ()))
 
     def _returned_in_memory(self, expr: ast.AST, depth: int = 0) -> bool:
         """A dataset returned by a function of this file whose every ``return`` gives an
@@ -519,8 +521,8 @@ class LoaderIndex:
         return True
 
     @staticmethod
-    def _param_for(fn: ast.AST, call: ast.Call, arg: ast.AST, method: bool) -> ast.arg | None:
-        a = fn.args  # type: ignore[attr-defined]
+    def _param_for(fn: FuncDef, call: ast.Call, arg: ast.AST, method: bool) -> ast.arg | None:
+        a = fn.args
         positional = [*a.posonlyargs, *a.args]
         if method and positional:
             positional = positional[1:]
@@ -606,11 +608,11 @@ class LoaderIndex:
                 param = self._param_for(fn, call, arg_node, method)
                 if param is None:
                     continue
-                key = id(param)
-                if key in seen:
+                param_id = id(param)
+                if param_id in seen:
                     continue
                 refs_in = self._refs_of_store(param, param.arg)
-                sub_seen = seen | {key}
+                sub_seen = seen | {param_id}
                 inner: list[Use] = []
                 for ref in refs_in:
                     inner += self._trace_value(ref, (*names, param.arg), (*via, call), origin, depth + 1, sub_seen)
@@ -671,12 +673,12 @@ class LoaderIndex:
             seen = seen | {id(target)}
             owner = self.ctx.enclosing(target, ast.ClassDef) if text.startswith(("self.", "cls.")) else None
             uses = []
-            for ref in self._attr_loads.get(target.attr, ()):
-                if dotted(ref) != text:
+            for load in self._attr_loads.get(target.attr, ()):
+                if dotted(load) != text:
                     continue
-                if owner is not None and self.ctx.enclosing(ref, ast.ClassDef) is not owner:
+                if owner is not None and self.ctx.enclosing(load, ast.ClassDef) is not owner:
                     continue
-                uses += self._trace_value(ref, (*names, target.attr), (), origin, depth + 1, seen)
+                uses += self._trace_value(load, (*names, target.attr), (), origin, depth + 1, seen)
             if not uses:
                 return [Use((*names, target.attr), refs=list(refs))]
             uses[0].refs[:0] = refs
@@ -767,20 +769,20 @@ class LoaderIndex:
     def _project_site(self, call: ast.Call, arg: ast.AST, via: tuple[ast.Call, ...], origin: ast.AST) -> Site | None:
         """``train_one_epoch(model, loader, ...)`` where the project function iterates that
         parameter: the call is a pass over the loader, repeated by the loops around the call."""
-        resolved = self._project_function(call)
-        if resolved is None:
+        found = self._project_function(call)
+        if found is None:
             return None
-        fn = resolved.function
-        param = fn.param_for(call, arg)  # type: ignore[union-attr]
-        if param is None or param not in fn.iterates:  # type: ignore[union-attr]
+        resolved, fn = found
+        param = fn.param_for(call, arg)
+        if param is None or param not in fn.iterates:
             return None
         site = Site(call, "for", via)
         site.repeated_by = self._repeating_loop(call, via, origin, 0, frozenset())
         data = function_data(fn)
         site.evaluation = (data is not None and data.evaluation) or self._evaluation_site(site)
-        site.related = self.ctx.project.related(  # type: ignore[union-attr]
+        site.related = self.ctx.project.related(
             fn.iterates[param],
-            f"`{resolved.name}` iterates its `{param}` argument here",  # type: ignore[union-attr]
+            f"`{resolved.name}` iterates its `{param}` argument here",
         )
         return site
 
@@ -789,7 +791,7 @@ class LoaderIndex:
         if isinstance(loop, ast.While):
             v = self.ctx.value(loop.test)
             return v is UNKNOWN or bool(v)
-        it = loop.iter  # type: ignore[attr-defined]
+        it = cast("ast.For | ast.AsyncFor", loop).iter  # enclosing_loops: a for, unless a while
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and len(it.args) == 1:
             n = self.ctx.value(it.args[0])
             if isinstance(n, int) and not isinstance(n, bool) and n <= 1:
@@ -835,13 +837,15 @@ class LoaderIndex:
         return False
 
     # ------------------------------------------------------------------ loaders
-    def _project_function(self, call: ast.Call) -> Resolved | None:
-        """The project function (in another module) that ``call`` invokes, if any."""
+    def _project_function(self, call: ast.Call) -> tuple[Resolved, FunctionFacts] | None:
+        """The project function (in another module) that ``call`` invokes, and its facts, if any."""
         view = self.ctx.project
         if view is None or not view.imports_project or not drives_training(self.ctx):
             return None
         resolved = view.resolve(call.func)
-        return resolved if resolved is not None and resolved.function is not None else None
+        if resolved is None or resolved.function is None:
+            return None
+        return resolved, resolved.function
 
     def _factory_loaders(self) -> list[Loader]:
         """Calls of project functions in other modules that build and return a DataLoader."""

@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import ast
 import builtins
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
+from traindoctor.facts.nodes import receiver
 from traindoctor.static.names import dotted
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
+    from traindoctor.static.project import FuncDef
 
 _NO_GRAD = frozenset(
     (
@@ -98,7 +101,7 @@ def call_sites(ctx: FileContext, fn: ast.AST) -> list[ast.Call]:
     name = getattr(fn, "name", None)
     if not name:
         return []
-    out = [c for c in ctx.method_calls(name) if isinstance(c.func.value, ast.Name) and c.func.value.id == "self"]
+    out = [c for c in ctx.method_calls(name) if isinstance(r := receiver(c), ast.Name) and r.id == "self"]
     out += [c for c in ctx.of(ast.Call) if isinstance(c.func, ast.Name) and c.func.id == name]
     out.sort(key=lambda c: (c.lineno, c.col_offset))
     return out
@@ -117,12 +120,19 @@ def same_function(ctx: FileContext, node: ast.AST, fn: ast.AST | None) -> bool:
 
 def backward_calls(ctx: FileContext, fn: ast.AST | None) -> list[ast.Call]:
     """Backward passes in the body of ``fn`` (None: module level), nested functions excluded."""
-    out: list[ast.Call] = []
-    for attr in _BACKWARD_METHODS:
-        out += [c for c in ctx.method_calls(attr) if same_function(ctx, c, fn)]
-    out += [c for c in ctx.calls_to(*_BACKWARD_FUNCS) if same_function(ctx, c, fn)]
-    out.sort(key=lambda c: (c.lineno, c.col_offset))
-    return out
+    return list(ctx.shared("evaluation.backward_calls", _backward_calls_by_function).get(fn, ()))
+
+
+def _backward_calls_by_function(ctx: FileContext) -> dict[ast.AST | None, list[ast.Call]]:
+    """The file's backward passes filed by the function whose own body makes them, in source order
+    (a call both methods and functions name, ``torch.autograd.backward(...)``, is listed twice)."""
+    table: dict[ast.AST | None, list[ast.Call]] = {}
+    calls = [c for attr in _BACKWARD_METHODS for c in ctx.method_calls(attr)]
+    for call in [*calls, *ctx.calls_to(*_BACKWARD_FUNCS)]:
+        table.setdefault(ctx.function_of(call), []).append(call)
+    for found in table.values():
+        found.sort(key=lambda c: (c.lineno, c.col_offset))
+    return table
 
 
 @dataclass(frozen=True)
@@ -139,7 +149,7 @@ def mode_calls(ctx: FileContext, fn: ast.AST | None) -> list[ModeCall]:
     out: list[ModeCall] = []
     for call in ctx.method_calls("eval"):
         if not call.args and not call.keywords and same_function(ctx, call, fn):
-            out.append(ModeCall(call, dotted(call.func.value) or "", False))
+            out.append(ModeCall(call, dotted(receiver(call)) or "", False))
     for call in ctx.method_calls("train"):
         if not same_function(ctx, call, fn):
             continue
@@ -151,7 +161,7 @@ def mode_calls(ctx: FileContext, fn: ast.AST | None) -> list[ModeCall]:
             training = v if isinstance(v, bool) else None
         if len(call.args) + len(call.keywords) > 1:
             continue
-        out.append(ModeCall(call, dotted(call.func.value) or "", training))
+        out.append(ModeCall(call, dotted(receiver(call)) or "", training))
     out.sort(key=lambda m: (m.call.lineno, m.call.col_offset))
     return out
 
@@ -163,9 +173,9 @@ def related(receiver: str, model: str) -> bool:
     return receiver == model or receiver.startswith(model + ".") or model.startswith(receiver + ".")
 
 
-def mode_before(ctx: FileContext, node: ast.AST, model: str, fn: ast.AST | None) -> ModeCall | None:
+def mode_before(ctx: FileContext, node: ast.stmt | ast.expr, model: str, fn: ast.AST | None) -> ModeCall | None:
     """The last mode call on ``model`` in ``fn`` before ``node`` in source order."""
-    pos = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
+    pos = (node.lineno, node.col_offset)
     last = None
     for m in mode_calls(ctx, fn):
         if (m.call.lineno, m.call.col_offset) < pos and related(m.receiver, model):
@@ -173,19 +183,19 @@ def mode_before(ctx: FileContext, node: ast.AST, model: str, fn: ast.AST | None)
     return last
 
 
-def is_before(a: ast.AST, b: ast.AST) -> bool:
-    return (a.lineno, a.col_offset) < (b.lineno, b.col_offset)  # type: ignore[attr-defined]
+def is_before(a: ast.stmt | ast.expr, b: ast.stmt | ast.expr) -> bool:
+    return (a.lineno, a.col_offset) < (b.lineno, b.col_offset)
 
 
-def param_index(fn: ast.AST, name: str) -> int | None:
-    a = fn.args  # type: ignore[attr-defined]
+def param_index(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, name: str) -> int | None:
+    a = fn.args
     params = [p.arg for p in [*a.posonlyargs, *a.args]]
     if params and params[0] == "self":
         params = params[1:]
     return params.index(name) if name in params else None
 
 
-def argument_for(call: ast.Call, fn: ast.AST, name: str) -> ast.expr | None:
+def argument_for(call: ast.Call, fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, name: str) -> ast.expr | None:
     """The expression a call site passes for parameter ``name`` of ``fn``."""
     for kw in call.keywords:
         if kw.arg == name:
@@ -196,10 +206,12 @@ def argument_for(call: ast.Call, fn: ast.AST, name: str) -> ast.expr | None:
     return None
 
 
-def is_parameter(fn: ast.AST | None, name: str) -> bool:
-    if fn is None or isinstance(fn, ast.Lambda):
+def is_parameter(fn: ast.AST | None, name: str) -> TypeGuard[FuncDef]:
+    """Whether ``name`` is a parameter of the function ``fn`` (a result of ``ctx.function_of``:
+    a def, a lambda or None; a lambda's parameters do not count)."""
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return False
-    a = fn.args  # type: ignore[attr-defined]
+    a = fn.args
     return name in {p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
 
 
@@ -275,24 +287,39 @@ def backward_receivers(ctx: FileContext, fn: ast.AST | None) -> set[str]:
     return out
 
 
-def last_binding_before(ctx: FileContext, name: str, node: ast.AST, fn: ast.AST | None) -> ast.expr | None:
-    """The value last assigned to ``name`` in ``fn`` before ``node`` (source order); None if none."""
-    best: ast.expr | None = None
-    best_pos = (0, 0)
-    pos = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
+#: (function, name) -> the positions and values of the ``name = value`` statements in that
+#: function's own body (None: module level), in source order. See :func:`_assignments`.
+_Assignments = dict[tuple[ast.AST | None, str], tuple[list[tuple[int, int]], list[ast.expr]]]
+
+
+def _assignments(ctx: FileContext) -> _Assignments:
+    """The file's plain assignments to names, filed by the function that makes them and the name
+    (``a = b = v`` under both names), so that a look-up costs a bisection, not a pass over the file."""
+    table: _Assignments = {}
     for assign in ctx.of(ast.Assign):
-        if not same_function(ctx, assign, fn):
+        names = {t.id for t in assign.targets if isinstance(t, ast.Name)}
+        if not names:
             continue
-        apos = (assign.lineno, assign.col_offset)
-        if apos >= pos or apos < best_pos:
-            continue
-        for t in assign.targets:
-            if isinstance(t, ast.Name) and t.id == name:
-                best, best_pos = assign.value, apos
-    return best
+        fn = ctx.function_of(assign)
+        pos = (assign.lineno, assign.col_offset)
+        for name in names:
+            positions, values = table.setdefault((fn, name), ([], []))
+            positions.append(pos)
+            values.append(assign.value)
+    return table
 
 
-def attached_loss(ctx: FileContext, name: str, at: ast.AST, fn: ast.AST | None) -> bool:
+def last_binding_before(ctx: FileContext, name: str, node: ast.stmt | ast.expr, fn: ast.AST | None) -> ast.expr | None:
+    """The value last assigned to ``name`` in ``fn`` before ``node`` (source order); None if none."""
+    found = ctx.shared("evaluation.assignments", _assignments).get((fn, name))
+    if found is None:
+        return None
+    positions, values = found
+    before = bisect_left(positions, (node.lineno, node.col_offset))
+    return values[before - 1] if before else None
+
+
+def attached_loss(ctx: FileContext, name: str, at: ast.stmt | ast.expr, fn: ast.AST | None) -> bool:
     """Whether ``name`` holds a graph-attached loss at ``at``.
 
     True when its last assignment before ``at`` is a loss computation (criterion call, or
@@ -325,11 +352,11 @@ def attached_loss(ctx: FileContext, name: str, at: ast.AST, fn: ast.AST | None) 
 TRAIN, EVAL = "train", "eval"
 
 
-def _bound_in(ctx: FileContext, name: str, at: ast.AST, fn: ast.AST | None) -> bool:
+def _bound_in(ctx: FileContext, name: str, at: ast.stmt | ast.expr, fn: ast.AST | None) -> bool:
     return last_binding_before(ctx, name, at, fn) is not None
 
 
-def mode_state(ctx: FileContext, at: ast.AST, model: str, fn: ast.AST | None, depth: int = 0) -> str | None:
+def mode_state(ctx: FileContext, at: ast.stmt | ast.expr, model: str, fn: ast.AST | None, depth: int = 0) -> str | None:
     """The train/eval mode of ``model`` (dotted text) at ``at`` in ``fn``: TRAIN, EVAL or None.
 
     TRAIN only on evidence: the last mode call on the model before ``at`` is ``.train()``, or
@@ -354,7 +381,7 @@ def mode_state(ctx: FileContext, at: ast.AST, model: str, fn: ast.AST | None, de
         sites = call_sites(ctx, fn)
         states = []
         for site in sites:
-            arg = argument_for(site, fn, model)  # type: ignore[arg-type]
+            arg = argument_for(site, fn, model)
             text = dotted(arg) if arg is not None else None
             if text is None:
                 return None
@@ -370,7 +397,7 @@ def forward_models(ctx: FileContext, call: ast.Call, fn: ast.AST | None) -> list
     if isinstance(func, ast.Name) and is_parameter(fn, func.id):
         out = []
         for site in call_sites(ctx, fn):
-            arg = argument_for(site, fn, func.id)  # type: ignore[arg-type]
+            arg = argument_for(site, fn, func.id)
             if arg is not None:
                 out.append(arg)
         return out
@@ -417,13 +444,15 @@ def no_grad_calls(ctx: FileContext, where: Callable[[ast.Call], bool] | None = N
 
 # ---------------------------------------------------------------- evaluation loops
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+#: A loop as the evaluation facts see one: a ``for`` statement or a comprehension.
+Loop = ast.For | ast.AsyncFor | ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp
 
 
-def loop_iterables(ctx: FileContext, node: ast.AST) -> list[tuple[ast.AST, ast.expr]]:
+def loop_iterables(ctx: FileContext, node: ast.AST) -> list[tuple[Loop, ast.expr]]:
     """(loop, iterable) for the ``for`` loops *and* comprehensions around ``node`` in its function,
     innermost first: ``[model(x) for x, _ in val_loader]`` is the same evaluation loop as the
     ``for`` statement it abbreviates. ``node`` must sit in the body, not in the iterable itself."""
-    out: list[tuple[ast.AST, ast.expr]] = []
+    out: list[tuple[Loop, ast.expr]] = []
     for anc in ctx.ancestors(node):
         if isinstance(anc, _FUNCS):
             break
@@ -437,7 +466,7 @@ def loop_iterables(ctx: FileContext, node: ast.AST) -> list[tuple[ast.AST, ast.e
     return out
 
 
-def evaluation_loop(ctx: FileContext, node: ast.AST) -> ast.AST | None:
+def evaluation_loop(ctx: FileContext, node: ast.AST) -> Loop | None:
     """The loop (``for`` or comprehension) around ``node`` that iterates evaluation data: its
     iterable is named like val/valid/test/eval (``val_loader``, ``enumerate(self.test_dl)``)."""
 
@@ -454,9 +483,9 @@ def _steps_in(ctx: FileContext, region: ast.AST) -> bool:
             if ctx.within(call, region):
                 if (
                     attr != "step"
-                    or "opt" in (dotted(call.func.value) or "").lower()
-                    or "scaler" in (dotted(call.func.value) or "").lower()
-                ):  # type: ignore[attr-defined]
+                    or "opt" in (dotted(receiver(call)) or "").lower()
+                    or "scaler" in (dotted(receiver(call)) or "").lower()
+                ):
                     return True
     return False
 
@@ -489,7 +518,7 @@ def _iter_words(node: ast.AST, depth: int = 0) -> Iterable[str]:
         yield from _iter_words(node.value, depth + 1)
 
 
-def unguarded_evaluation(ctx: FileContext, call: ast.Call, loop: ast.AST | None = None) -> str | None:
+def unguarded_evaluation(ctx: FileContext, call: ast.Call, loop: Loop | None = None) -> str | None:
     """The model text when ``call`` is an evaluation forward that neither ``eval()`` nor
     ``no_grad``/``inference_mode`` guards: a ``model(x)`` (or ``self.model(x)``) in a loop over
     evaluation data with no backward or optimizer step in that loop (nor after it in the
@@ -513,7 +542,7 @@ def unguarded_evaluation(ctx: FileContext, call: ast.Call, loop: ast.AST | None 
     fn = ctx.function_of(call)
     if isinstance(fn, ast.Lambda):
         return None
-    end = (loop.end_lineno, loop.end_col_offset)  # type: ignore[attr-defined]
+    end = (loop.end_lineno, loop.end_col_offset)
     for b in backward_calls(ctx, fn):
         if (b.lineno, b.col_offset) > end:  # a backward after the loop may use what it computed
             return None
@@ -525,11 +554,11 @@ def unguarded_evaluation(ctx: FileContext, call: ast.Call, loop: ast.AST | None 
     return model
 
 
-def _in_iterable(ctx: FileContext, node: ast.AST, loop: ast.AST) -> bool:
+def _in_iterable(ctx: FileContext, node: ast.AST, loop: Loop) -> bool:
     """Whether ``node`` sits in the iterable part of ``loop`` rather than its body."""
     if isinstance(loop, (ast.For, ast.AsyncFor)):
         return ctx.within(node, loop.iter)
-    return any(ctx.within(node, g.iter) for g in loop.generators)  # type: ignore[attr-defined]
+    return any(ctx.within(node, g.iter) for g in loop.generators)
 
 
 #: Array frameworks without autograd recording: their evaluation steps (``jax.pmap``-ed

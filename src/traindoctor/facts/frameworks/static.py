@@ -18,8 +18,9 @@ import ast
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
+from traindoctor.facts.nodes import receiver
 from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.context import FileContext, FrameworkHooks
 from traindoctor.static.names import dotted
@@ -130,10 +131,10 @@ class HfArgs:
             return UNKNOWN
         return ctx.value(node)
 
-    def anchor(self, ctx: FileContext, field: str) -> ast.AST:
+    def anchor(self, ctx: FileContext, field: str) -> ast.expr:
         """Where to report about ``field``: its keyword value when written in the call."""
         node = self.node(ctx, field)
-        if isinstance(node, ast.AST) and ctx.within(node, self.call):
+        if isinstance(node, ast.expr) and ctx.within(node, self.call):  # not MISSING or UNKNOWN
             return node
         return self.call
 
@@ -200,14 +201,14 @@ def _trains_hf_trainer(ctx: FileContext) -> bool:
         return False
     ids = {id(c) for c in trainers}
     for call in ctx.method_calls("train"):
-        receiver = call.func.value  # type: ignore[attr-defined]
-        if isinstance(receiver, ast.Call) and id(receiver) in ids:
+        recv = receiver(call)
+        if isinstance(recv, ast.Call) and id(recv) in ids:
             return True
-        if isinstance(receiver, ast.Name):
-            bound = ctx.bindings_of(receiver) or []
+        if isinstance(recv, ast.Name):
+            bound = ctx.bindings_of(recv) or []
             if any(isinstance(b, ast.Call) and id(b) in ids for b in bound):
                 return True
-        if "trainer" in (dotted(receiver) or "").lower():
+        if "trainer" in (dotted(recv) or "").lower():
             return True
     return False
 
@@ -315,9 +316,9 @@ def lightning_hparam(ctx: FileContext, node: ast.Attribute, *, declared: bool = 
     if owner.id != "self":
         return UNKNOWN
     cls = ctx.enclosing(node, ast.ClassDef)
-    if not is_lightning_class(ctx, cls):
+    if not isinstance(cls, ast.ClassDef) or not is_lightning_class(ctx, cls):  # (a class or None)
         return UNKNOWN
-    init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)  # type: ignore[attr-defined]
+    init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
     if init is None:
         return UNKNOWN
     param = _init_param(init, attr)
@@ -347,7 +348,7 @@ def lightning_hparam(ctx: FileContext, node: ast.Attribute, *, declared: bool = 
         ]
         if len(from_param) != 1 or (len(stores) != 1 and not declared):
             return UNKNOWN
-    if _class_called_with(ctx, cls, init, attr):  # type: ignore[arg-type]
+    if _class_called_with(ctx, cls, init, attr):
         return UNKNOWN
     if any(isinstance(n, ast.Name) and n.id == attr and not isinstance(n.ctx, ast.Load) for n in ast.walk(init)):
         return UNKNOWN  # ``num_workers = 0`` on some platforms: the default is not the value
@@ -406,6 +407,7 @@ def framework_backward_unscaled(ctx: FileContext, receiver: ast.AST) -> bool:
     (``mixed_precision="no"``/``"bf16"``, ``precision="bf16-mixed"``/``"32-true"``). Unknown
     settings (config files, ``accelerate launch --mixed_precision``) count as scaling."""
     name = (dotted(receiver) or "").rsplit(".", 1)[-1].lower()
+    scaled: tuple[int | str, ...]
     if "accelerator" in name:
         calls, key, scaled = ctx.calls_to(*sorted(ACCELERATORS)), "mixed_precision", ("fp16",)
     elif "fabric" in name:
@@ -428,7 +430,7 @@ def framework_backward_unscaled(ctx: FileContext, receiver: ast.AST) -> bool:
 class Fp16Choice:
     """A framework told to train in float16 mixed precision: where, and what to write instead."""
 
-    node: ast.AST
+    node: ast.expr
     framework: str
     setting: str
     instead: str
@@ -447,14 +449,14 @@ def fp16_choices(ctx: FileContext) -> list[Fp16Choice]:
             out.append(Fp16Choice(args.anchor(ctx, "fp16"), "TrainingArguments", "fp16=True", "bf16=True"))
     for call in [*lightning_trainers(ctx), *fabrics(ctx)]:
         node = ctx.arg(call, "precision", qualname="")
-        if isinstance(node, ast.AST) and ctx.value(node) in (16, "16", "16-mixed"):
+        if isinstance(node, ast.expr) and ctx.value(node) in (16, "16", "16-mixed"):  # not MISSING or UNKNOWN
             owner = "Fabric" if ctx.qualname(call.func) in FABRICS else "Trainer"
             out.append(Fp16Choice(node, owner, f"precision={ctx.segment(node)}", 'precision="bf16-mixed"'))
     for call, value in accelerator_mixed_precision(ctx):
         if value == "fp16":
-            node = ctx.arg(call, "mixed_precision", qualname="")
-            out.append(Fp16Choice(node, "Accelerator", 'mixed_precision="fp16"', 'mixed_precision="bf16"'))  # type: ignore[arg-type]
-    out.sort(key=lambda c: (c.node.lineno, c.node.col_offset))  # type: ignore[attr-defined]
+            given = cast(ast.expr, ctx.arg(call, "mixed_precision", qualname=""))  # its value was read
+            out.append(Fp16Choice(given, "Accelerator", 'mixed_precision="fp16"', 'mixed_precision="bf16"'))
+    out.sort(key=lambda c: (c.node.lineno, c.node.col_offset))
     return out
 
 

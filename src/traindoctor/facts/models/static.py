@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.names import BATCHNORMS, NORM_LAYERS, dotted
@@ -324,8 +324,27 @@ def torchvision_model(fn: str) -> ModelInfo | None:
 
 
 # ---------------------------------------------------------------- per-file cache
-def _cache(ctx: FileContext) -> dict:
-    return ctx.shared(_CACHE, lambda _ctx: {})
+#: ``self.attr = value`` in a class's methods: (the assignment, attr, value).
+SelfAssignment = tuple[ast.Assign | ast.AnnAssign, str, ast.expr]
+
+
+@dataclass
+class _FileModels:
+    """What this module found in one file, each part filled the first time it is asked for."""
+
+    classes: dict[str, ast.ClassDef] | None = None
+    functions: dict[str, list[ast.FunctionDef]] | None = None
+    #: id(class) -> its ``self.attr = value`` assignments.
+    self_assignments: dict[int, list[SelfAssignment]] = field(default_factory=dict)
+    #: id(class) -> what it builds (None while it is being worked out: a recursion guard).
+    class_info: dict[int, ModelInfo | None] = field(default_factory=dict)
+    #: Whether :func:`file_has_batchnorm` looked already, and what it found.
+    batchnorm_known: bool = False
+    batchnorm: ast.AST | None = None
+
+
+def _cache(ctx: FileContext) -> _FileModels:
+    return ctx.shared(_CACHE, lambda _ctx: _FileModels())
 
 
 def forget_models(ctx: FileContext) -> None:
@@ -336,7 +355,7 @@ def forget_models(ctx: FileContext) -> None:
 def model_built_by(resolved: Resolved) -> ModelInfo | None:
     """What a definition of another project module builds when it is a model class or factory
     (computed on first use, see :class:`~traindoctor.facts.models.summariser.ModelQuery`)."""
-    return resolved.answer(MODEL)
+    return cast("ModelInfo | None", resolved.answer(MODEL))  # what the MODEL query answers
 
 
 def torch_nn_name(ctx: FileContext, func: ast.AST) -> str | None:
@@ -354,19 +373,19 @@ def torch_nn_name(ctx: FileContext, func: ast.AST) -> str | None:
 def classes(ctx: FileContext) -> dict[str, ast.ClassDef]:
     """Top-level and nested classes of the file by name (the last definition wins)."""
     cache = _cache(ctx)
-    if "classes" not in cache:
-        cache["classes"] = {c.name: c for c in ctx.of(ast.ClassDef)}
-    return cache["classes"]
+    if cache.classes is None:
+        cache.classes = {c.name: c for c in ctx.of(ast.ClassDef)}
+    return cache.classes
 
 
 def functions(ctx: FileContext) -> dict[str, list[ast.FunctionDef]]:
     cache = _cache(ctx)
-    if "functions" not in cache:
+    if cache.functions is None:
         table: dict[str, list[ast.FunctionDef]] = {}
         for fn in ctx.of(ast.FunctionDef):
             table.setdefault(fn.name, []).append(fn)
-        cache["functions"] = table
-    return cache["functions"]
+        cache.functions = table
+    return cache.functions
 
 
 def _prefixed(prefix: str, params: Params) -> Params:
@@ -377,16 +396,18 @@ def _merge(infos: list[ModelInfo], label: str = "") -> ModelInfo:
     if not infos:
         return UNKNOWN_MODEL
     kinds = frozenset().union(*(i.kinds for i in infos))
-    params: Params | None = ()
+    params: Params | None = None
+    collected: list[tuple[str, str]] = []
     seen: set[tuple[str, str]] = set()
     for info in infos:
         if info.params is None:
-            params = None
             break
         for p in info.params:
             if p not in seen:
                 seen.add(p)
-                params = (*params, p)  # type: ignore[misc]
+                collected.append(p)
+    else:
+        params = tuple(collected)
     return ModelInfo(kinds, params, label or infos[0].label)
 
 
@@ -518,8 +539,8 @@ def _not_a_module(ctx: FileContext, value: ast.expr) -> bool:
         return False
     if isinstance(value, ast.Name):
         fn = ctx.function_of(value)
-        if fn is not None and not isinstance(fn, ast.Lambda):
-            a = fn.args  # type: ignore[attr-defined]
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):  # (a def, a lambda or None)
+            a = fn.args
             params = [*a.posonlyargs, *a.args, *a.kwonlyargs]
             defaults = dict(zip([p.arg for p in [*a.posonlyargs, *a.args]][::-1], a.defaults[::-1]))
             defaults.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
@@ -535,16 +556,16 @@ def _not_a_module(ctx: FileContext, value: ast.expr) -> bool:
     return False
 
 
-def _self_assignments(ctx: FileContext, cls: ast.ClassDef) -> list[tuple[ast.AST, str, ast.expr]]:
+def _self_assignments(ctx: FileContext, cls: ast.ClassDef) -> list[SelfAssignment]:
     """(statement, attr, value) for every ``self.attr = value`` in the class's own methods."""
-    cache = _cache(ctx).setdefault("self_assignments", {})
+    cache = _cache(ctx).self_assignments
     found = cache.get(id(cls))
     if found is None:
         found = cache[id(cls)] = list(_scan_self_assignments(cls))
     return found
 
 
-def _scan_self_assignments(cls: ast.ClassDef) -> Iterable[tuple[ast.AST, str, ast.expr]]:
+def _scan_self_assignments(cls: ast.ClassDef) -> Iterable[SelfAssignment]:
     for item in cls.body:
         if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) or not item.args.args:
             continue
@@ -559,10 +580,11 @@ def _scan_self_assignments(cls: ast.ClassDef) -> Iterable[tuple[ast.AST, str, as
 
 def class_info(ctx: FileContext, cls: ast.ClassDef, depth: int = 0) -> ModelInfo:
     """What ``cls()`` builds, if ``cls`` is an ``nn.Module`` subclass defined in the file."""
-    cache = _cache(ctx).setdefault("class_info", {})
+    cache = _cache(ctx).class_info
     key = id(cls)
     if key in cache:
-        return cache[key] if cache[key] is not None else UNKNOWN_MODEL
+        known = cache[key]
+        return known if known is not None else UNKNOWN_MODEL
     cache[key] = None  # recursion guard
     kinds = _kinds_in(ctx, cls)
     complete = True
@@ -677,7 +699,7 @@ def model_of(ctx: FileContext, expr: ast.AST | None, depth: int = 0, _seen: froz
     return _model_of_value(ctx, expr, depth, _seen)
 
 
-def registry_entry(ctx: FileContext, func: ast.AST) -> tuple[ast.AST, str] | None:
+def registry_entry(ctx: FileContext, func: ast.AST) -> tuple[ast.expr, str] | None:
     """``models.__dict__[args.arch]`` -> (the ``models`` node, ``"resnet18"``) when the key's value
     is known (a literal or an argparse default); the registry idiom of ImageNet-style scripts."""
     if not isinstance(func, ast.Subscript):
@@ -738,9 +760,9 @@ def _model_of_value(ctx: FileContext, expr: ast.AST, depth: int, _seen: frozense
         return _merge(infos)
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
         cls = ctx.enclosing(expr, ast.ClassDef)
-        if cls is None:
+        if not isinstance(cls, ast.ClassDef):  # None
             return UNKNOWN_MODEL
-        values = [v for _, attr, v in _self_assignments(ctx, cls) if attr == expr.attr]  # type: ignore[arg-type]
+        values = [v for _, attr, v in _self_assignments(ctx, cls) if attr == expr.attr]
         if not values:
             return UNKNOWN_MODEL
         return _merge([model_of(ctx, v, depth + 1, _seen) for v in values])
@@ -763,15 +785,15 @@ def _self_reference(value: ast.expr, name: str) -> bool:
 def self_model(ctx: FileContext, node: ast.AST) -> ModelInfo:
     """The model ``self`` is inside the class that contains ``node``."""
     cls = ctx.enclosing(node, ast.ClassDef)
-    if cls is None:
+    if not isinstance(cls, ast.ClassDef):  # None
         return UNKNOWN_MODEL
-    return class_info(ctx, cls)  # type: ignore[arg-type]
+    return class_info(ctx, cls)
 
 
 def file_has_batchnorm(ctx: FileContext) -> ast.AST | None:
     """The first BatchNorm layer (or torchvision BN model) the file constructs, if any."""
     cache = _cache(ctx)
-    if "bn" not in cache:
+    if not cache.batchnorm_known:
         found: ast.AST | None = None
         for call in ctx.of(ast.Call):
             name = torch_nn_name(ctx, call.func)
@@ -792,8 +814,8 @@ def file_has_batchnorm(ctx: FileContext) -> ast.AST | None:
                 if model is not None and model.has_batchnorm:
                     found = call
                     break
-        cache["bn"] = found
-    return cache["bn"]
+        cache.batchnorm, cache.batchnorm_known = found, True
+    return cache.batchnorm
 
 
 def uses_syncbatchnorm(ctx: FileContext) -> bool:

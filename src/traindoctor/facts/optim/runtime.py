@@ -121,7 +121,7 @@ def no_decay_kind(p: Any, owner: ParamOwner | None) -> str | None:
     return None
 
 
-def _weight_decay(group: dict) -> float:
+def _weight_decay(group: dict[str, Any]) -> float:
     try:
         return float(group.get("weight_decay", 0.0) or 0.0)
     except (TypeError, ValueError):

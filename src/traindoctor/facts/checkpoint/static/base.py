@@ -204,7 +204,7 @@ class IndexPart:
         self.ctx = objects.ctx
 
 
-def arg_of(ctx: FileContext, call: ast.Call, name: str, pos: int) -> ast.AST | None:
+def arg_of(ctx: FileContext, call: ast.Call, name: str, pos: int) -> ast.expr | None:
     """The argument ``name`` of ``call``, passed by keyword or at position ``pos``, else None."""
     for kw in call.keywords:
         if kw.arg == name:

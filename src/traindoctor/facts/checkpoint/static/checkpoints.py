@@ -19,11 +19,13 @@ from traindoctor.facts.checkpoint.static.contents import SaveContents
 from traindoctor.facts.checkpoint.static.loops import TrainingLoops
 from traindoctor.facts.checkpoint.static.paths import CheckpointPaths
 from traindoctor.facts.checkpoint.static.saves import Saves, SaveSite
-from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.vocab import DATA, MODEL, OPTIMIZER, RNG_ANY, RNG_KINDS, SCALER, SCHEDULER
 
 #: Keys of a step/epoch counter saved beside the weights: the save is meant to be resumed from.
 _RX_COUNTER_KEY = re.compile(r"^(epochs?|steps?|global_steps?|iters?|iterations?|iter_num|it)$")
+#: What identifies the object a save writes: (name, id of its scope, where the binding that
+#: reaches the save starts or the positions of all its bindings, ids of the loops around the save).
+_ObjectKey = tuple[str, int, tuple[int, int] | tuple[tuple[int, int], ...], tuple[int, ...]]
 
 
 class TrainingCheckpoints(IndexPart):
@@ -164,9 +166,9 @@ class TrainingCheckpoints(IndexPart):
             child = anc
         return False
 
-    def _path_words(self, path: ast.AST | None) -> list[str]:
+    def _path_words(self, path: ast.expr | None) -> list[str]:
         """The strings and names a path is built from (``"runs"``, ``best_path``, ...)."""
-        if path is None or path is MISSING or path is UNKNOWN:
+        if path is None:
             return []
         words: list[str] = []
         value = self.ctx.value(path)
@@ -189,8 +191,8 @@ class TrainingCheckpoints(IndexPart):
         object when both save the same name, bound by the same assignment, in the same function
         and the same loops (a save in an ``if`` beside the first still counts).
         """
-        ordered = sorted(sites, key=lambda s: (s.report.lineno, s.report.col_offset))  # type: ignore[attr-defined]
-        seen: set[tuple] = set()
+        ordered = sorted(sites, key=lambda s: (s.report.lineno, s.report.col_offset))
+        seen: set[_ObjectKey] = set()
         out: list[SaveSite] = []
         for site in ordered:
             key = self._saved_object_key(site)
@@ -201,7 +203,7 @@ class TrainingCheckpoints(IndexPart):
             out.append(site)
         return out
 
-    def _saved_object_key(self, site: SaveSite) -> tuple | None:
+    def _saved_object_key(self, site: SaveSite) -> _ObjectKey | None:
         """What identifies the object a save writes, or None when it is not one plain name."""
         obj = site.obj
         if site.report is not site.call or not isinstance(obj, ast.Name):

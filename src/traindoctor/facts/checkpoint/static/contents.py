@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 from traindoctor.facts.checkpoint.static.base import FUNCTION_DEFS, IndexPart, callee_name, position
 from traindoctor.facts.checkpoint.static.vocabulary import RX_MODELISH, RX_RNG, key_rules_out, kind_from_name
-from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.names import dotted
 from traindoctor.static.vocab import (
     DATA,
@@ -38,6 +37,9 @@ from traindoctor.static.vocab import (
 
 if TYPE_CHECKING:
     from traindoctor.static.context import FileContext
+
+#: A local helper's parameters -> the arguments the caller it is read for passes (None: none).
+Substitutions = dict[str, ast.expr | None]
 
 #: DCP's state-dict helpers (torch.distributed.checkpoint.state_dict) and what they return.
 _DCP_GETTERS = {
@@ -183,17 +185,19 @@ class Saved:
 class SaveContents(IndexPart):
     """Reads what an expression that a save writes holds (:meth:`analyze`)."""
 
-    def analyze(self, obj: ast.AST | None, subst: dict[str, ast.AST | None] | None = None) -> Saved:
+    def analyze(self, obj: ast.expr | None, subst: Substitutions | None = None) -> Saved:
         """What the object ``obj`` a save writes holds; ``subst`` maps a helper's parameters to the
         arguments of the caller the helper is read for."""
         saved = Saved()
-        if obj is None or obj is MISSING or obj is UNKNOWN:
+        if obj is None:
             saved.pieces.append(Piece(OPAQUE, None, self.ctx.tree))
             return saved
         self._value(obj, None, saved, subst or {}, 0, top=True)
         return saved
 
-    def _value(self, node: ast.AST, key: str | None, out: Saved, subst: dict, depth: int, top: bool = False) -> None:
+    def _value(
+        self, node: ast.AST, key: str | None, out: Saved, subst: Substitutions, depth: int, top: bool = False
+    ) -> None:
         add = out.pieces.append
         if depth > 8:
             add(Piece(OPAQUE, key, node))
@@ -205,8 +209,8 @@ class SaveContents(IndexPart):
                 if k is None:
                     self._value(v, key, out, subst, depth + 1, top=top)
                 else:
-                    sub = k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else None
-                    self._value(v, sub if top else key, out, subst, depth + 1)
+                    entry_key = k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else None
+                    self._value(v, entry_key if top else key, out, subst, depth + 1)
             return
         if isinstance(node, ast.Constant) or isinstance(
             node, (ast.JoinedStr, ast.Compare, ast.BinOp, ast.UnaryOp, ast.BoolOp)
@@ -245,7 +249,7 @@ class SaveContents(IndexPart):
             return
         add(Piece(OPAQUE, key, node))
 
-    def _call(self, node: ast.Call, key: str | None, out: Saved, subst: dict, depth: int, top: bool) -> None:
+    def _call(self, node: ast.Call, key: str | None, out: Saved, subst: Substitutions, depth: int, top: bool) -> None:
         add = out.pieces.append
         ctx = self.ctx
         func = node.func
@@ -277,7 +281,7 @@ class SaveContents(IndexPart):
             return
         if name in _PASS_THROUGH_CALLS:
             if isinstance(func, ast.Attribute) and name in _RECEIVER_METHODS:
-                inner = func.value  # ``model.to(device)`` is the model, not the device
+                inner: ast.expr | None = func.value  # ``model.to(device)`` is the model, not the device
             else:
                 inner = node.args[0] if node.args else (func.value if isinstance(func, ast.Attribute) else None)
             if inner is not None:
@@ -300,7 +304,7 @@ class SaveContents(IndexPart):
             add(Piece(RNG_ANY, key, node))
         add(Piece(OPAQUE, key, node))
 
-    def _name(self, node: ast.Name, key: str | None, out: Saved, subst: dict, depth: int, top: bool) -> None:
+    def _name(self, node: ast.Name, key: str | None, out: Saved, subst: Substitutions, depth: int, top: bool) -> None:
         ctx = self.ctx
         if node.id in subst and self.objects.is_param_only(node):
             replacement = subst[node.id]
@@ -334,14 +338,14 @@ class SaveContents(IndexPart):
         ctx = self.ctx
         out: dict[tuple[int, str], str] = {}
         for node in ctx.of(ast.Assign):
-            value = node.value  # type: ignore[attr-defined]
+            value = node.value
             if not (
                 isinstance(value, ast.Call)
                 and callee_name(value) == "get_state_dict"
                 and (ctx.qualname(value.func) or "").startswith("torch.distributed.checkpoint")
             ):
                 continue
-            for target in node.targets:  # type: ignore[attr-defined]
+            for target in node.targets:
                 if isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2:
                     for elt, kind in zip(target.elts, (MODEL, OPTIMIZER)):
                         if isinstance(elt, ast.Name):
@@ -432,7 +436,7 @@ class SaveContents(IndexPart):
         node: ast.Name,
         key: str | None,
         out: Saved,
-        subst: dict,
+        subst: Substitutions,
         depth: int,
         top: bool,
         since: tuple[int, int] | None = None,

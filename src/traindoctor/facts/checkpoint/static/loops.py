@@ -12,6 +12,7 @@ import ast
 from functools import cached_property
 
 from traindoctor.facts.checkpoint.static.base import FUNCTION_DEFS, IndexPart
+from traindoctor.facts.nodes import receiver
 from traindoctor.static.vocab import OPTIMIZER, SCALER
 
 #: Framework hooks run once per epoch or step of the framework's own training loop (Lightning
@@ -43,7 +44,7 @@ class TrainingLoops(IndexPart):
         out = list(ctx.method_calls("backward"))
         out.extend(ctx.calls_to("torch.autograd.backward"))
         for call in ctx.method_calls("step"):
-            recv = call.func.value  # type: ignore[attr-defined]
+            recv = receiver(call)
             kind = self.objects.classify(recv)
             if kind == OPTIMIZER or (kind == SCALER and call.args):
                 out.append(call)

@@ -14,12 +14,15 @@ import re
 
 from traindoctor.facts.checkpoint.static.base import IndexPart, TrainingObjects, arg_of
 from traindoctor.facts.checkpoint.static.saves import Saves, SaveSite, after_training_loop
-from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.names import dotted
 from traindoctor.static.vocab import META
 
 #: A checkpoint-like file name (``last.pt``, ``model_best.pth``): the same base name is the same file.
 _RX_CKPT_FILE = re.compile(r"^[\w\-.]*[A-Za-z0-9_\-]\.(pt|pth|ckpt|tar|bin|pkl)$")
+
+#: What identifies the file a path names: ``("const", value)``, ``("expr", dump)``, ``("base",
+#: name)``, or ``("name", id(scope), name)`` for a name bound more than once.
+PathKey = tuple[str, str] | tuple[str, int, str]
 
 
 class CheckpointPaths(IndexPart):
@@ -29,12 +32,12 @@ class CheckpointPaths(IndexPart):
         super().__init__(objects)
         self.saves = saves
 
-    def path_keys(self, expr: ast.AST | None, at: ast.AST) -> set[tuple]:
+    def path_keys(self, expr: ast.expr | None, at: ast.AST) -> set[PathKey]:
         """Keys identifying the file a path expression names; shared keys mean the same file."""
-        if expr is None or expr is MISSING or expr is UNKNOWN:
+        if expr is None:
             return set()
         ctx = self.ctx
-        keys: set[tuple] = set()
+        keys: set[PathKey] = set()
         node = expr
         for _ in range(3):
             if isinstance(node, ast.Name):
@@ -53,15 +56,15 @@ class CheckpointPaths(IndexPart):
             keys.add(("expr", ast.dump(node, annotate_fields=False, include_attributes=False)))
         return keys | self._basename_keys(node, at)
 
-    def _basename_keys(self, expr: ast.AST, at: ast.AST) -> set[tuple]:
+    def _basename_keys(self, expr: ast.AST, at: ast.AST) -> set[PathKey]:
         """The checkpoint-like base names in ``expr``; none when it varies with a loop around ``at``."""
         ctx = self.ctx
         loop_vars = set()
         for loop in ctx.enclosing_loops(at):
-            for n in ast.walk(loop.target) if isinstance(loop, (ast.For, ast.AsyncFor)) else ():  # type: ignore[attr-defined]
+            for n in ast.walk(loop.target) if isinstance(loop, (ast.For, ast.AsyncFor)) else ():
                 if isinstance(n, ast.Name):
                     loop_vars.add(n.id)
-        out: set[tuple] = set()
+        out: set[PathKey] = set()
         for n in ast.walk(expr):
             if isinstance(n, ast.Name) and n.id in loop_vars:
                 return set()  # a new file per epoch/step does not overwrite the one resume reads
@@ -114,9 +117,9 @@ class CheckpointPaths(IndexPart):
         return out
 
 
-def _is_temp_path(path: ast.AST | None) -> bool:
+def _is_temp_path(path: ast.expr | None) -> bool:
     """A path built from a temporary file or directory (``tmp.name``, ``tempfile.mkstemp()``)."""
-    if path is None or path is MISSING or path is UNKNOWN:
+    if path is None:
         return False
     for node in ast.walk(path):
         text = dotted(node) if isinstance(node, (ast.Name, ast.Attribute)) else None

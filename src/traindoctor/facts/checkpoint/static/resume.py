@@ -19,6 +19,7 @@ from traindoctor.facts.checkpoint.static.vocabulary import (
     key_rules_out,
     kind_from_name,
 )
+from traindoctor.facts.nodes import receiver
 from traindoctor.static.vocab import MODEL, OPTIMIZER, RNG_ANY, RNG_KINDS, SCALER, SCHEDULER
 
 
@@ -51,11 +52,11 @@ class ResumeAnalysis(IndexPart):
         if not self.saves.loads or self.saves.complete_saves or ctx.calls_to(*COMPLETE_LOADS):
             return False
         loads = ctx.method_calls("load_state_dict")
-        if any(self.objects.classify(c.func.value) == kind for c in loads):  # type: ignore[attr-defined]
+        if any(self.objects.classify(receiver(c)) == kind for c in loads):
             return False
         resumes = False
         for call in loads:
-            if self.objects.classify(call.func.value) in (MODEL, OPTIMIZER):  # type: ignore[attr-defined]
+            if self.objects.classify(receiver(call)) in (MODEL, OPTIMIZER):
                 arg = arg_of(ctx, call, "state_dict", 0)
                 if arg is not None and self._reads_loaded_checkpoint(arg):
                     resumes = True
@@ -113,7 +114,7 @@ class ResumeAnalysis(IndexPart):
         if not self.saves.loads:
             return dcp_gaps
         loads = ctx.method_calls("load_state_dict")
-        restored = {self.objects.classify(c.func.value) for c in loads}  # type: ignore[attr-defined]
+        restored = {self.objects.classify(receiver(c)) for c in loads}
         read_keys: set[str] = set()
         for sub in ctx.of(ast.Subscript):
             if (
@@ -128,7 +129,7 @@ class ResumeAnalysis(IndexPart):
                     read_keys.add(call.args[0].value)
         out: list[tuple[ast.Call, list[tuple[str, str]]]] = []
         for call in loads:
-            if self.objects.classify(call.func.value) != MODEL:  # type: ignore[attr-defined]
+            if self.objects.classify(receiver(call)) != MODEL:
                 continue
             arg = arg_of(ctx, call, "state_dict", 0)
             key = self._loaded_key(arg) if arg is not None else None
@@ -160,7 +161,7 @@ class ResumeAnalysis(IndexPart):
         dcp_sites = [s for s in self.saves.sites if ctx.qualname(s.call.func) in DCP_SAVES and not s.saved.is_opaque]
         if not dcp_sites:
             return out
-        restored = {self.objects.classify(c.func.value) for c in ctx.method_calls("load_state_dict")}  # type: ignore[attr-defined]
+        restored = {self.objects.classify(receiver(c)) for c in ctx.method_calls("load_state_dict")}
         if ctx.calls_to("torch.distributed.checkpoint.state_dict.set_optimizer_state_dict"):
             restored.add(OPTIMIZER)
         for call in ctx.calls_to("torch.distributed.checkpoint.state_dict.set_state_dict"):

@@ -36,6 +36,7 @@ from traindoctor.facts.checkpoint.static.vocabulary import (
     SAVE_FUNCS,
     SAVE_WRAPPERS,
 )
+from traindoctor.facts.nodes import receiver
 from traindoctor.static.names import dotted
 from traindoctor.static.vocab import OPTIMIZER, RNG_KINDS, SCALER, SCHEDULER
 
@@ -58,10 +59,10 @@ class SaveSite:
     """
 
     call: ast.Call
-    report: ast.AST
-    contexts: list[ast.AST]
-    obj: ast.AST | None
-    path: ast.AST | None
+    report: ast.Call
+    contexts: list[ast.Call]
+    obj: ast.expr | None
+    path: ast.expr | None
     saved: Saved
     in_training_loop: bool = False
     mid_epoch: bool = False
@@ -115,16 +116,16 @@ class Saves(IndexPart):
         for call, obj, path in self._save_calls:
             self._add_sites(call, obj, path)
 
-    def _find_save_calls(self) -> list[tuple[ast.Call, ast.AST | None, ast.AST | None]]:
+    def _find_save_calls(self) -> list[tuple[ast.Call, ast.expr | None, ast.expr | None]]:
         """(call, saved object, path) of every save, in source order; fills ``complete_saves``."""
         ctx = self.ctx
-        out: list[tuple[ast.Call, ast.AST | None, ast.AST | None]] = []
+        out: list[tuple[ast.Call, ast.expr | None, ast.expr | None]] = []
         for call in ctx.calls_to(*SAVE_FUNCS):
             out.append((call, arg_of(ctx, call, "obj", 0), arg_of(ctx, call, "f", 1)))
         for call in ctx.calls_to(*DCP_SAVES):
             out.append((call, arg_of(ctx, call, "state_dict", 0), arg_of(ctx, call, "checkpoint_id", 1)))
         for call in ctx.method_calls("save"):
-            recv = dotted(call.func.value) or ""  # type: ignore[attr-defined]
+            recv = dotted(receiver(call)) or ""
             last = recv.rsplit(".", 1)[-1].lower()
             if ctx.qualname(call.func) in SAVE_FUNCS:
                 continue
@@ -141,13 +142,13 @@ class Saves(IndexPart):
         self.complete_saves.extend(ctx.calls_to(*COMPLETE_SAVES))
         for method, owners in _COMPLETE_METHODS.items():
             for call in ctx.method_calls(method):
-                recv = (dotted(call.func.value) or "").rsplit(".", 1)[-1].lower()  # type: ignore[attr-defined]
+                recv = (dotted(receiver(call)) or "").rsplit(".", 1)[-1].lower()
                 if any(o in recv for o in owners):
                     self.complete_saves.append(call)
         out.sort(key=lambda t: (t[0].lineno, t[0].col_offset))
         return out
 
-    def _add_sites(self, call: ast.Call, obj: ast.AST | None, path: ast.AST | None) -> None:
+    def _add_sites(self, call: ast.Call, obj: ast.expr | None, path: ast.expr | None) -> None:
         """The save's site, or one per caller when a local helper saves its parameter."""
         ctx = self.ctx
         fn = ctx.function_of(call)
@@ -158,7 +159,7 @@ class Saves(IndexPart):
         substituted = callers and any(
             isinstance(e, ast.Name) and e.id in params and self.objects.is_param_only(e) for e in (obj, path)
         )
-        if substituted:
+        if substituted and isinstance(fn, FUNCTION_DEFS):  # (callers are only looked for in a def)
             for caller in callers:
                 subst = {name: _call_arg(caller, name, pos, params_is_method(fn)) for name, pos in params.items()}
                 saved = self.contents.analyze(obj, subst=subst)
@@ -167,7 +168,7 @@ class Saves(IndexPart):
                     path_expr = subst[path.id]
                 self._append(SaveSite(call, caller, [caller], obj, path_expr, saved))
         else:
-            contexts: list[ast.AST] = list(callers) if callers else [call]
+            contexts = list(callers) if callers else [call]
             self._append(SaveSite(call, call, contexts, obj, path, self.contents.analyze(obj)))
 
     def _append(self, site: SaveSite) -> None:
@@ -237,9 +238,9 @@ class Saves(IndexPart):
         return False
 
 
-def _params(fn: ast.AST) -> dict[str, int]:
+def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:
     """Parameter name -> positional index (keyword-only parameters get -1)."""
-    a = fn.args  # type: ignore[attr-defined]
+    a = fn.args
     out: dict[str, int] = {}
     for i, p in enumerate([*a.posonlyargs, *a.args]):
         out[p.arg] = i
@@ -248,14 +249,14 @@ def _params(fn: ast.AST) -> dict[str, int]:
     return out
 
 
-def params_is_method(fn: ast.AST) -> bool:
+def params_is_method(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> bool:
     """Whether ``fn``'s first parameter is ``self`` or ``cls`` (a call passes it implicitly)."""
-    a = fn.args  # type: ignore[attr-defined]
+    a = fn.args
     first = [*a.posonlyargs, *a.args][:1]
     return bool(first) and first[0].arg in ("self", "cls")
 
 
-def _call_arg(call: ast.Call, name: str, pos: int, method: bool) -> ast.AST | None:
+def _call_arg(call: ast.Call, name: str, pos: int, method: bool) -> ast.expr | None:
     """The argument a call of a local function passes for parameter ``name`` (at ``pos``)."""
     for kw in call.keywords:
         if kw.arg == name:
