@@ -22,9 +22,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from traindoctor.facts.frameworks.static import framework_backward_unscaled
-from traindoctor.facts.nodes import receiver
 from traindoctor.static.args import MISSING, UNKNOWN, ArgResult, find_arg
-from traindoctor.static.names import dotted
+from traindoctor.static.names import dotted, receiver
 from traindoctor.static.vocab import BFLOAT16, DTYPE_NAMES, FLOAT16  # re-exported
 
 if TYPE_CHECKING:  # pragma: no cover

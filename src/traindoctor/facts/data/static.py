@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
 from traindoctor.facts.data.project import function_data, holds_its_data, loader_keyword
-from traindoctor.facts.nodes import receiver
 from traindoctor.static.args import MISSING, UNKNOWN, ArgResult
-from traindoctor.static.names import OPTIMIZERS, dotted
+from traindoctor.static.names import OPTIMIZERS, dotted, receiver
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.finding import Related

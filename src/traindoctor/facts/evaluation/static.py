@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, TypeGuard
 
-from traindoctor.facts.nodes import receiver
-from traindoctor.static.names import dotted
+from traindoctor.static.names import dotted, receiver
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext

@@ -20,10 +20,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
-from traindoctor.facts.nodes import receiver
 from traindoctor.static.args import MISSING, UNKNOWN
 from traindoctor.static.context import FileContext, FrameworkHooks
-from traindoctor.static.names import dotted
+from traindoctor.static.names import dotted, receiver
 from traindoctor.static.vocab import HF_TRIGGERS  # re-exported (rules' ``triggers``)
 
 # ---------------------------------------------------------------------------------------- names

@@ -12,7 +12,7 @@ import ast
 from functools import cached_property
 
 from traindoctor.facts.checkpoint.static.base import FUNCTION_DEFS, IndexPart
-from traindoctor.facts.nodes import receiver
+from traindoctor.static.names import receiver
 from traindoctor.static.vocab import OPTIMIZER, SCALER
 
 #: Framework hooks run once per epoch or step of the framework's own training loop (Lightning

@@ -19,7 +19,7 @@ from traindoctor.facts.checkpoint.static.vocabulary import (
     key_rules_out,
     kind_from_name,
 )
-from traindoctor.facts.nodes import receiver
+from traindoctor.static.names import receiver
 from traindoctor.static.vocab import MODEL, OPTIMIZER, RNG_ANY, RNG_KINDS, SCALER, SCHEDULER
 
 

@@ -36,8 +36,7 @@ from traindoctor.facts.checkpoint.static.vocabulary import (
     SAVE_FUNCS,
     SAVE_WRAPPERS,
 )
-from traindoctor.facts.nodes import receiver
-from traindoctor.static.names import dotted
+from traindoctor.static.names import dotted, receiver
 from traindoctor.static.vocab import OPTIMIZER, RNG_KINDS, SCALER, SCHEDULER
 
 if TYPE_CHECKING:
