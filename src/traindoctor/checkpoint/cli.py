@@ -90,10 +90,10 @@ def render_text(result: Inspection, show_all: bool = False) -> str:
         lines.append("  torch.load(weights_only=False) or pickle.load would import and run them:")
         seen = set()
         for use in result.unsafe:
-            key = (use.ref.dotted, use.called)
-            if key in seen:
+            use_key = (use.ref.dotted, use.called)
+            if use_key in seen:
                 continue
-            seen.add(key)
+            seen.add(use_key)
             how = "called" if use.called else "referenced"
             lines.append(f"    {use.ref.dotted}  ({how}, pickle offset {use.offset})")
         lines.append("  (inspect imported and ran nothing from this file)")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator, Sized
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.utils.data import DataLoader, Sampler
@@ -128,7 +128,7 @@ class ResumableSampler(Sampler[int]):
         self.shuffle = bool(state["shuffle"])
 
 
-class ResumableLoader(DataLoader):
+class ResumableLoader(DataLoader[Any]):
     """A ``DataLoader`` that knows how far into the epoch it is, and resumes there exactly.
 
     Use it like a DataLoader (``shuffle``, ``num_workers``, ``persistent_workers`` ...) plus
@@ -175,8 +175,18 @@ class ResumableLoader(DataLoader):
             self.batches_done = 0
             self.resumed_global = 0
 
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        sampler: ResumableSampler = self.sampler  # type: ignore[assignment]
+    @property
+    def _own_sampler(self) -> ResumableSampler:
+        """The sampler ``__init__`` built (``DataLoader`` types it as any ``Sampler``)."""
+        return cast(ResumableSampler, self.sampler)
+
+    @property
+    def _batch(self) -> int:
+        """``batch_size`` as an int (``__init__`` refused None)."""
+        return int(cast(int, self.batch_size))
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # yields batches: not torch's _BaseDataLoaderIter
+        sampler = self._own_sampler
         sampler.set_epoch(self.epoch)
         sampler.skip_global(self.global_samples_done)
         if self._owns_generator:
@@ -191,21 +201,21 @@ class ResumableLoader(DataLoader):
     @property
     def global_samples_done(self) -> int:
         """Positions of this epoch's global order consumed by all ranks together."""
-        world = int(self.sampler.num_replicas)  # type: ignore[attr-defined]
-        return self.resumed_global + self.batches_done * int(self.batch_size) * world  # type: ignore[arg-type]
+        world = int(self._own_sampler.num_replicas)
+        return self.resumed_global + self.batches_done * self._batch * world
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "kind": "ResumableLoader",
             "epoch": self.epoch,
             "batches_done": self.batches_done,
-            "samples_done": self.batches_done * int(self.batch_size),  # type: ignore[arg-type]
-            "world_size": int(self.sampler.num_replicas),  # type: ignore[attr-defined]
+            "samples_done": self.batches_done * self._batch,
+            "world_size": int(self._own_sampler.num_replicas),
             "global_samples_done": self.global_samples_done,
             "seed": self.seed,
-            "batch_size": int(self.batch_size),  # type: ignore[arg-type]
-            "shuffle": bool(self.sampler.shuffle),  # type: ignore[attr-defined]
-            "num_samples": int(self.sampler.num_samples_total),  # type: ignore[attr-defined]
+            "batch_size": self._batch,
+            "shuffle": bool(self._own_sampler.shuffle),
+            "num_samples": int(self._own_sampler.num_samples_total),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -215,15 +225,15 @@ class ResumableLoader(DataLoader):
                 stacklevel=2,
             )
             self.seed = int(state["seed"])
-        self.sampler.seed = self.seed  # type: ignore[attr-defined]
-        world = int(self.sampler.num_replicas)  # type: ignore[attr-defined]
+        self._own_sampler.seed = self.seed
+        world = int(self._own_sampler.num_replicas)
         saved_world = int(state.get("world_size", world))
         if saved_world != world:
             self._load_resharded(state, saved_world)
             return
         self.resumed_global = 0
         samples = int(state.get("samples_done", 0))
-        batch = int(self.batch_size)  # type: ignore[arg-type]
+        batch = self._batch
         if samples % batch:
             warnings.warn("ResumableLoader: batch size changed; resuming at the nearest batch", stacklevel=2)
         self.epoch = int(state["epoch"])
@@ -241,13 +251,13 @@ class ResumableLoader(DataLoader):
         seen once (the padding that makes shares equal may repeat a few, as
         ``DistributedSampler`` does).
         """
-        batch = int(self.batch_size)  # type: ignore[arg-type]
+        batch = self._batch
         consumed = int(state.get("global_samples_done", int(state.get("samples_done", 0)) * saved_world))
         if int(state.get("batch_size", batch)) != batch:
             warnings.warn("ResumableLoader: batch size changed; the global position is kept", stacklevel=3)
         self.epoch = int(state["epoch"])
         self.batches_done = 0
         self.resumed_global = consumed
-        if consumed >= int(self.sampler.num_samples_total):  # type: ignore[attr-defined]
+        if consumed >= int(self._own_sampler.num_samples_total):
             self.epoch += 1
             self.resumed_global = 0

@@ -202,7 +202,8 @@ def _plain(value: Any) -> str:
 
 
 def _optimizer_component(path: str, value: dict[str, Any]) -> Component:
-    state = value.get("state") if isinstance(value.get("state"), dict) else {}
+    raw_state = value.get("state")
+    state: dict[Any, Any] = raw_state if isinstance(raw_state, dict) else {}
     buffers = sorted({str(k) for entry in state.values() if isinstance(entry, dict) for k in entry})
     groups = value["param_groups"]
     summary = f"optimizer state: {len(groups)} param group(s), state for {len(state)} param(s)" + (

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import pickletools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 MAX_OPCODES = 50_000_000
 
@@ -293,6 +294,14 @@ _CONSTANT_OPS = {
 }
 
 
+def _opcodes(data: bytes) -> Iterator[tuple[str, Any, int]]:
+    """``pickletools.genops`` over ``data``: (opcode name, argument, offset). The argument is what
+    the opcode carries (an int for PUT/GET, a str for GLOBAL, ...; None for none); reading bytes,
+    a seekable stream, every offset is known."""
+    for op, arg, pos in pickletools.genops(data):
+        yield op.name, arg, cast(int, pos)
+
+
 def read_pickle(data: bytes) -> ReadResult:
     """Run our inert stack machine over one pickle; the first STOP ends it."""
     stack: list[Any] = []
@@ -313,10 +322,9 @@ def read_pickle(data: bytes) -> ReadResult:
             use.called = True
 
     try:
-        for count, (op, arg, pos) in enumerate(pickletools.genops(data)):
+        for count, (name, arg, pos) in enumerate(_opcodes(data)):
             if count > MAX_OPCODES:
                 raise PickleError("pickle stream too long")
-            name = op.name
             if name in _CONSTANT_OPS:
                 stack.append(arg)
             elif name in ("PROTO", "FRAME"):
@@ -338,11 +346,11 @@ def read_pickle(data: bytes) -> ReadResult:
                 stack.append(())
             elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
                 n = int(name[-1])
-                items = tuple(stack[-n:])
+                top = tuple(stack[-n:])
                 del stack[-n:]
-                if len(items) != n:
+                if len(top) != n:
                     raise PickleError("stack underflow")
-                stack.append(items)
+                stack.append(top)
             elif name == "TUPLE":
                 items = pop_mark()  # before touching ``stack``: pop_mark rebinds it
                 stack.append(tuple(items))

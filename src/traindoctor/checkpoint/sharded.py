@@ -31,10 +31,13 @@ import shutil
 import threading
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traindoctor.checkpoint.atomic import LAST_DIGITS, TMP_MARKER, fsync_dir, writer_alive
 from traindoctor.checkpoint.components import ResumeInfo, load_into, rank_and_world, state_of
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import nn
 
 SHARDED_FORMAT = "traindoctor.sharded/1"
 MANIFEST = "traindoctor.json"
@@ -59,7 +62,7 @@ def _distributed_ready() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
-def _dtensor_param(module: Any) -> str | None:
+def _dtensor_param(module: nn.Module) -> str | None:
     try:
         from torch.distributed.tensor import DTensor
     except ImportError:  # pragma: no cover - torch built without distributed
@@ -81,7 +84,7 @@ def wants_sharded(model: Any) -> bool:
         if isinstance(model, dict)
         else (list(model) if isinstance(model, (list, tuple)) else [model])
     )
-    sharded = []
+    sharded: list[tuple[int, str, str | None]] = []
     for index, item in enumerate(items):
         kind = type(item).__name__
         if kind in ("DistributedDataParallel", "FullyShardedDataParallel"):
@@ -324,7 +327,7 @@ def save(
 ) -> Any:
     """Every rank calls this. Returns the committed path, or a :class:`PendingCheckpoint`."""
     import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import state_dict_saver
 
     wait_pending()
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -382,11 +385,11 @@ def save(
         _commit(tmp, dest, manifest, keep_last)
 
     if async_save:
-        future = dcp.async_save(state, checkpoint_id=str(tmp), process_group=_async_group())
+        future = state_dict_saver.async_save(state, checkpoint_id=str(tmp), process_group=_async_group())
         pending = PendingCheckpoint(dest, future, commit if rank == 0 else None)
         _PENDING.append(pending)
         return pending
-    dcp.save(state, checkpoint_id=str(tmp))
+    state_dict_saver.save(state, checkpoint_id=str(tmp))
     if rank == 0:
         commit()
     dist.barrier()
@@ -427,7 +430,7 @@ class _SafeLoadPlanner:
 
     def __new__(cls) -> Any:
         import torch
-        from torch.distributed.checkpoint._nested_dict import set_element
+        from torch.distributed.checkpoint._traverse import set_element
         from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
         class SafeLoadPlanner(DefaultLoadPlanner):
@@ -511,9 +514,9 @@ def load(
     loader: Any = None,
     strict: bool = True,
     rng: bool = True,
-) -> Any:
+) -> ResumeInfo:
     """Every rank calls this; the model may be sharded differently from the saving run."""
-    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import state_dict_loader
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
         set_model_state_dict,
@@ -537,7 +540,7 @@ def load(
     optimizers = _optimizers(optimizer)
     use_optim = bool(optimizers) and any(k.startswith("optimizer.") for k in entries)
     state = _dcp_state(model, optimizers if use_optim else [])
-    dcp.load(state, checkpoint_id=str(dest), planner=_SafeLoadPlanner())
+    state_dict_loader.load(state, checkpoint_id=str(dest), planner=_SafeLoadPlanner())
     options = StateDictOptions(strict=strict)
     if use_optim:
         set_state_dict(

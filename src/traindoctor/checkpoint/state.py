@@ -20,7 +20,7 @@ def capture_rng() -> dict[str, Any]:
     import torch
 
     state: dict[str, Any] = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         state["cuda"] = list(torch.cuda.get_rng_state_all())
     version, internal, gauss_next = random.getstate()
     state["python"] = {

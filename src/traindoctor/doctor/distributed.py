@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from types import FrameType
 from typing import Any
 
 #: Seconds rank 0 waits for the other ranks' reports.
@@ -154,8 +155,9 @@ def merge_reports(
     profile = dict(base.get("profile") or {})
     profile["per_rank"] = {str(r): _profile_summary(reports[r].get("profile") or {}) for r in ranks}
     rates = [(reports[r].get("profile") or {}).get("samples_per_s") for r in ranks]
-    if all(isinstance(x, (int, float)) for x in rates):
-        profile["samples_per_s_all_ranks"] = round(sum(rates), 3)  # type: ignore[arg-type]
+    numbers = [x for x in rates if isinstance(x, (int, float))]
+    if len(numbers) == len(rates):
+        profile["samples_per_s_all_ranks"] = round(sum(numbers), 3)
     environment = dict(base.get("environment") or {})
     environment["ranks_merged"] = ranks
     environment["ranks_missing"] = [r for r in range(world_size) if r not in reports]
@@ -175,11 +177,11 @@ def merge_reports(
         if isinstance(f.get("time"), (int, float))
     ]
     if timed:
-        first = str(min(timed)[2])
-        environment["first_failure"] = {"rank": int(first), **failed[first]}
-        notes.append(f"first failure: rank {first} {describe_failure(failed[first])}")
-    for rank in sorted(failed, key=int):
-        notes.append(f"rank {rank} failed: {describe_failure(failed[rank])}")
+        first_rank = str(min(timed)[2])
+        environment["first_failure"] = {"rank": int(first_rank), **failed[first_rank]}
+        notes.append(f"first failure: rank {first_rank} {describe_failure(failed[first_rank])}")
+    for failed_rank in sorted(failed, key=int):
+        notes.append(f"rank {failed_rank} failed: {describe_failure(failed[failed_rank])}")
     for rank in ranks:
         for note in reports[rank].get("notes") or []:
             notes.append(f"rank {rank}: {note}")
@@ -305,9 +307,9 @@ def missing_rank_failures(ranks: Sequence[int], folder: str | None, waited_s: fl
     return out
 
 
-def _user_frames(frame: Any, limit: int = 8) -> list[str]:
+def _user_frames(frame: FrameType | None, limit: int = 8) -> list[str]:
     """``file:line in function`` of the innermost frames, innermost last."""
-    frames = []
+    frames: list[str] = []
     while frame is not None and len(frames) < 64:
         frames.append(f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
         frame = frame.f_back
@@ -315,7 +317,7 @@ def _user_frames(frame: Any, limit: int = 8) -> list[str]:
     return frames[-limit:]
 
 
-def _where(frame: Any) -> str | None:
+def _where(frame: FrameType | None) -> str | None:
     """The innermost frame of the user's code (not torch, not the standard library, not us),
     told apart by what the module is (:func:`live.is_library_file`), never by words in a path."""
     from traindoctor.runtime.live import first_user_frame
@@ -326,12 +328,12 @@ def _where(frame: Any) -> str | None:
     return f"{os.path.basename(user.f_code.co_filename)}:{user.f_lineno} in {user.f_code.co_name}"
 
 
-def _in_torch(frame: Any) -> bool:
+def _in_torch(frame: FrameType | None) -> bool:
     """Whether the innermost frame is torch's own code (a rank blocked in a collective)."""
-    torch_mod = sys.modules.get("torch")
-    if frame is None or torch_mod is None or not getattr(torch_mod, "__file__", None):
+    torch_file = getattr(sys.modules.get("torch"), "__file__", None)
+    if frame is None or not torch_file:
         return False
-    root = os.path.dirname(os.path.realpath(torch_mod.__file__)) + os.sep
+    root = os.path.dirname(os.path.realpath(torch_file)) + os.sep
     return os.path.realpath(frame.f_code.co_filename).startswith(root)
 
 
@@ -431,7 +433,7 @@ class RankGuard:
         finally:
             self._in_script = False
 
-    def _on_sigterm(self, signum: int, frame: Any) -> None:
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         if self.failure is None:
             self.failure = {
                 "how": "terminated",

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from traindoctor.runtime.events import Monitor
 from traindoctor.runtime.session import Installable, Session, training_reference
@@ -103,7 +103,7 @@ class Watch:
                 return func(*args, **kwargs)
 
         wrapper.doctor = None  # type: ignore[attr-defined]  # a function attribute, set for the caller
-        return wrapper  # type: ignore[return-value]  # functools.wraps keeps func's signature
+        return cast(F, wrapper)  # functools.wraps keeps func's signature
 
 
 def emit_report(session: Session, target: bool | str) -> None:

@@ -109,7 +109,7 @@ class _DoctorHooks:
                     logger.warning("traindoctor: could not log metrics to %s: %s", type(metric_logger).__name__, exc)
 
 
-class DoctorCallback(_DoctorHooks, *_callback_bases()):  # type: ignore[misc]
+class DoctorCallback(_DoctorHooks, *_callback_bases()):  # type: ignore[misc]  # bases: whichever Lightning is installed
     """Watch a Lightning ``fit`` with the runtime doctor (see the module docstring).
 
     ``DoctorCallback(report=None, print_report=True, select=None, ignore=None, thresholds=None,

@@ -25,7 +25,7 @@ accelerate's loss scaler. DataLoader advice names the ``TrainingArguments`` to c
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 try:
     from transformers import TrainerCallback
@@ -52,7 +52,8 @@ def _logger() -> logging.Logger:
     try:
         from transformers.utils import logging as hf_logging
 
-        return hf_logging.get_logger("transformers.integrations.traindoctor")
+        # transformers types the logging.Logger it returns as a protocol of its own
+        return cast(logging.Logger, hf_logging.get_logger("transformers.integrations.traindoctor"))
     except Exception:  # pragma: no cover - very old transformers
         return logging.getLogger("transformers.integrations.traindoctor")
 

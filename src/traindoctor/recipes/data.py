@@ -37,7 +37,7 @@ _SEED_WORKERS_ENV = "TRAINDOCTOR_SEED_WORKERS"
 _GLOBAL_SEED_ENV = "TRAINDOCTOR_GLOBAL_SEED"
 
 # DataLoader options a tuned file may set (plain values only: no datasets, samplers or callables).
-_TUNABLE = {
+_TUNABLE: dict[str, type[Any] | tuple[type[Any], ...]] = {
     "num_workers": int,
     "pin_memory": bool,
     "persistent_workers": bool,

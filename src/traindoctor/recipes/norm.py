@@ -86,7 +86,8 @@ def convert_batchnorm(model: nn.Module, to: str = "group", groups: int = 32) -> 
     if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
         raise ValueError(f"groups must be a positive int, got {groups!r}")
     if to == "sync":
-        return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        converted: nn.Module = nn.SyncBatchNorm.convert_sync_batchnorm(model)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+        return converted
     if to == "group":
         return _replace(model, groups)
     raise ValueError(f"convert_batchnorm(to=...) must be 'group' or 'sync', got {to!r}")

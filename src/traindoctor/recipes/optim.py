@@ -244,15 +244,15 @@ def scale_lr(
 
         lr = scale_lr(1e-3, 256, effective_batch(64, accumulation=4), optimizer=torch.optim.AdamW)
     """
-    base_lr = _positive("base_lr", base_lr)
-    base_batch = _positive("base_batch", base_batch)
-    batch = _positive("batch", batch)
+    lr = _positive("base_lr", base_lr)
+    reference = _positive("base_batch", base_batch)
+    samples = _positive("batch", batch)
     if rule == "auto":
         rule = _rule_for(optimizer)
     if rule == "linear":
-        return base_lr * batch / base_batch
+        return lr * samples / reference
     if rule == "sqrt":
-        return base_lr * math.sqrt(batch / base_batch)
+        return lr * math.sqrt(samples / reference)
     raise ValueError(f"rule must be 'auto', 'linear' or 'sqrt', got {rule!r}")
 
 

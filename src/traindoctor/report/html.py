@@ -50,7 +50,8 @@ def _plotly_js() -> str:
         from plotly.offline import get_plotlyjs
     except ImportError as exc:
         raise HtmlReportUnavailable(MISSING_PLOTLY) from exc
-    return get_plotlyjs()
+    bundle: str = get_plotlyjs()  # plotly ships no type information
+    return bundle
 
 
 def write_html(text: str, path: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from traindoctor.finding import Finding, Location, Related, Severity
 from traindoctor.version import __version__
@@ -45,7 +46,7 @@ def _uri(filename: str) -> str:
     return path.as_posix()
 
 
-def rule_descriptors() -> list[dict]:
+def rule_descriptors() -> list[dict[str, Any]]:
     from traindoctor.docs import render_rule
     from traindoctor.registry import all_rules
 
@@ -71,14 +72,14 @@ def rule_descriptors() -> list[dict]:
     return out
 
 
-def _related(index: int, rel: Related) -> dict:
-    physical: dict = {"artifactLocation": {"uri": _uri(rel.filename)}}
+def _related(index: int, rel: Related) -> dict[str, Any]:
+    physical: dict[str, Any] = {"artifactLocation": {"uri": _uri(rel.filename)}}
     if rel.location is not None:
         physical["region"] = {"startLine": rel.location.row, "startColumn": rel.location.column}
     return {"id": index, "physicalLocation": physical, "message": {"text": rel.message}}
 
 
-def _region(start: Location, end: Location | None, source_line: str | None) -> dict:
+def _region(start: Location, end: Location | None, source_line: str | None) -> dict[str, int]:
     """A finding's region; without an end, it ends where its line does (or where it starts)."""
     region = {"startLine": start.row, "startColumn": start.column}
     if end is not None:
@@ -91,7 +92,7 @@ def _region(start: Location, end: Location | None, source_line: str | None) -> d
     return region
 
 
-def _result(f: Finding, index: dict[str, int]) -> dict:
+def _result(f: Finding, index: dict[str, int]) -> dict[str, Any]:
     notebook = f.cell is not None
     text = f.message
     if notebook:
@@ -99,7 +100,7 @@ def _result(f: Finding, index: dict[str, int]) -> dict:
         # and the row within it go in the message and the properties instead.
         row = f", line {f.location.row}" if f.location else ""
         text = f"cell {f.cell}{row}: {f.message}"
-    result: dict = {
+    result: dict[str, Any] = {
         "ruleId": f.code,
         "level": _LEVEL[f.severity],
         "message": {"text": text},
@@ -113,7 +114,7 @@ def _result(f: Finding, index: dict[str, int]) -> dict:
     if f.code in index:
         result["ruleIndex"] = index[f.code]
     if f.filename:
-        physical: dict = {"artifactLocation": {"uri": _uri(f.filename)}}
+        physical: dict[str, Any] = {"artifactLocation": {"uri": _uri(f.filename)}}
         if f.location is not None and not notebook:
             physical["region"] = _region(f.location, f.end_location, f.source_line)
         result["locations"] = [{"physicalLocation": physical}]
@@ -150,7 +151,7 @@ def _result(f: Finding, index: dict[str, int]) -> dict:
     return result
 
 
-def build(findings: list[Finding], baseline_state: str | None = None) -> dict:
+def build(findings: list[Finding], baseline_state: str | None = None) -> dict[str, Any]:
     """The SARIF log; ``baseline_state`` (one of BASELINE_STATES) marks every result, as
     ``check --baseline`` does with ``new``."""
     rules = rule_descriptors()

@@ -250,7 +250,7 @@ def _judge(runs: Any, script: str, steps: int, interrupt_at: int, opts: Any) -> 
             fmt,
             intr.log_tail(),
         )
-    k = int(intr.record["checkpoint_step"])  # type: ignore[index]
+    k = int(intr.record["checkpoint_step"])
     if res.record is None or res.timed_out:
         return _fail("the resumed run " + ("timed out" if res.timed_out else "left no record"), fmt, res.log_tail())
     tol = opts.tolerance
@@ -304,7 +304,7 @@ def _judge_ranks(runs: Any, script: str, steps: int, interrupt_at: int, opts: An
             fmt,
             intr.log_tail(),
         )
-    k = int(intr.record["checkpoint_step"])  # type: ignore[index]
+    k = int(intr.record["checkpoint_step"])
     tol = opts.tolerance
     if tol is None:
         cuda = any(r.record and r.record.get("cuda_used") for r in (ref.ranks or []))

@@ -72,11 +72,13 @@ def _fmt_loss(values: list[str] | None) -> str:
 
 
 def _step(record: dict[str, Any], s: int) -> dict[str, Any]:
-    return record.get("steps", {}).get(str(s), {})
+    step: dict[str, Any] = record.get("steps", {}).get(str(s), {})
+    return step
 
 
 def _loss(record: dict[str, Any], s: int) -> list[str] | None:
-    return record.get("losses", {}).get(str(s))
+    losses: list[str] | None = record.get("losses", {}).get(str(s))
+    return losses
 
 
 def compare_states(a: Any, b: Any, tol: float, path: str = "") -> list[str]:

@@ -39,7 +39,8 @@ def _bytes_of(tensor: Any) -> bytes:
     if t.dtype == torch.bool:
         t = t.to(torch.uint8)
     try:
-        return t.view(torch.uint8).numpy().tobytes()
+        data: bytes = t.view(torch.uint8).numpy().tobytes()
+        return data
     except (RuntimeError, TypeError):
         return repr(t.tolist()).encode()
 
@@ -72,7 +73,7 @@ def rng_digests() -> dict[str, str]:
         "torch": hashlib.blake2b(_bytes_of(torch.get_rng_state()), digest_size=12).hexdigest(),
         "python": hashlib.blake2b(repr(random.getstate()).encode(), digest_size=12).hexdigest(),
     }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         out["cuda"] = digest_tensors(list(torch.cuda.get_rng_state_all()))
     numpy = sys.modules.get("numpy")
     if numpy is not None:
@@ -360,7 +361,7 @@ def install(recorder: Recorder) -> None:
     _ORIGINAL_SAVE = torch.save
 
     def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
-        result = _ORIGINAL_SAVE(obj, f, *args, **kwargs)  # type: ignore[misc]
+        result = _ORIGINAL_SAVE(obj, f, *args, **kwargs)
         recorder.on_save(obj, f)
         return result
 
@@ -372,7 +373,7 @@ def install(recorder: Recorder) -> None:
         scaler_init(self, *args, **kwargs)
         recorder.scalers.add(self)
 
-    torch.amp.GradScaler.__init__ = init_scaler  # type: ignore[method-assign]
+    torch.amp.GradScaler.__init__ = init_scaler  # type: ignore[method-assign]  # a recording wrapper in torch's place
 
     def wrap_set_epoch(cls: Any) -> None:
         original = cls.set_epoch
@@ -394,6 +395,6 @@ def install(recorder: Recorder) -> None:
         recorder.on_loader_iter(self)
         return loader_iter(self)
 
-    torch.utils.data.DataLoader.__iter__ = iterate  # type: ignore[method-assign]
+    torch.utils.data.DataLoader.__iter__ = iterate  # type: ignore[method-assign]  # a recording wrapper in torch's place
     _pause_during_dcp_state_init(recorder)
     atexit.register(lambda: recorder.write_record("finished" if recorder.finished else "ended"))

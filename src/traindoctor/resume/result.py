@@ -32,7 +32,7 @@ def result_dict(
     verdict: Any, runs: Any, *, script: str, steps: int, interrupt_at: int, tolerance: float
 ) -> dict[str, Any]:
     """The verdict, the run parameters and the three runs' per-step losses."""
-    data = verdict.to_dict()
+    data: dict[str, Any] = verdict.to_dict()
     data.update({"script": script, "steps": steps, "interrupt_at": interrupt_at, "tolerance": tolerance})
     data["losses"] = {
         name: _step_losses(getattr(getattr(runs, name, None), "record", None))

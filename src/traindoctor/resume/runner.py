@@ -221,13 +221,13 @@ def run_all(
         detail_step=int(k) + 1,
         nproc=nproc,
     ).start()
-    reference = Scenario(
+    reference_run = Scenario(
         "reference", "reference", script, args, root / "reference-cwd", steps, detail_step=int(k) + 1, nproc=nproc
     ).start()
     resumed_result = resumed.wait(timeout)
     tick.done("resumed run")
     tick.label = "reference run"
-    reference_result = reference.wait(timeout)
+    reference_result = reference_run.wait(timeout)
     tick.done()
     return Runs(reference_result, interrupted, resumed_result, root)
 

@@ -11,7 +11,7 @@ This module must not import torch (its types are imported for type checkers only
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from traindoctor.finding import Finding, Location, Origin, Severity
@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from torch.optim.lr_scheduler import LRScheduler
     from torch.utils.data import DistributedSampler
 
+    from traindoctor.runtime.device import DeviceInfo
     from traindoctor.runtime.live import Site
     from traindoctor.runtime.profile import StepRecord
     from traindoctor.runtime.records import ForwardInfo, LoaderInfo
@@ -40,15 +41,123 @@ class RuleInfo(Protocol):
     gpu_only: ClassVar[bool]
 
 
+class SessionView(Protocol):
+    """What monitors (and the runtime facts they call) read of the session watching the run:
+    :class:`~traindoctor.runtime.session.Session` provides it. A protocol, not the class: the
+    session module imports this one. Everything here is read-only for a monitor."""
+
+    @property
+    def thresholds(self) -> Mapping[str, Any]:
+        """The configured thresholds (user configuration: any values), by key."""
+        ...
+
+    @property
+    def step(self) -> int:
+        """Completed optimizer steps."""
+        ...
+
+    @property
+    def optimizer_calls(self) -> int:
+        """``optimizer.step()`` calls so far (all optimizers)."""
+        ...
+
+    @property
+    def backward_calls_this_step(self) -> int:
+        """``backward()`` calls since the last step ended."""
+        ...
+
+    @property
+    def device(self) -> DeviceInfo:
+        """The accelerator the run may target."""
+        ...
+
+    @property
+    def uses_cuda(self) -> bool:
+        """Whether the run actually used CUDA."""
+        ...
+
+    @property
+    def cpu_count(self) -> int:
+        """Cores this process may use."""
+        ...
+
+    @property
+    def machine_cores(self) -> int:
+        """Cores of the machine."""
+        ...
+
+    @property
+    def world_size(self) -> int:
+        """Processes in the run (``WORLD_SIZE``, or the process group's size at the end)."""
+        ...
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in the run."""
+        ...
+
+    @property
+    def local_rank(self) -> int:
+        """This process's rank on its machine."""
+        ...
+
+    @property
+    def local_world_size(self) -> int:
+        """Processes of the run on this machine."""
+        ...
+
+    @property
+    def started_at(self) -> float:
+        """``perf_counter()`` when the watch started."""
+        ...
+
+    @property
+    def ended_at(self) -> float:
+        """``perf_counter()`` when the watch ended (0.0 before)."""
+        ...
+
+    @property
+    def notes(self) -> Sequence[str]:
+        """Internal notes of the run (fail-open errors, ignored nested watches)."""
+        ...
+
+    @property
+    def loaders(self) -> Sequence[LoaderInfo]:
+        """Every DataLoader seen, in order."""
+        ...
+
+    @property
+    def models(self) -> Set[nn.Module]:
+        """Root modules seen running forward (still alive)."""
+        ...
+
+    @property
+    def optimizers(self) -> Sequence[Optimizer]:
+        """Optimizers seen stepping (still alive), in order of first step."""
+        ...
+
+    @property
+    def records(self) -> Sequence[StepRecord]:
+        """Finished steps."""
+        ...
+
+    def training_loaders(self) -> list[LoaderInfo]:
+        """Loaders whose batches fed training (every loader when the run never trained)."""
+        ...
+
+    def optimizer_site(self, optimizer: Optimizer) -> Site | None:
+        """Where the user constructed ``optimizer``, if known."""
+        ...
+
+
 class Monitor:
     """Base class of the runtime half of a rule. Subclass it in the rule's own module."""
 
     #: The rule class (metadata and docs) this monitor reports for.
     rule: ClassVar[type[RuleInfo]]
 
-    def __init__(self, session: Any) -> None:
-        """``session``: the :class:`~traindoctor.runtime.session.Session` watching the run (typed
-        ``Any``: the session module imports this one)."""
+    def __init__(self, session: SessionView) -> None:
+        """``session``: the :class:`~traindoctor.runtime.session.Session` watching the run."""
         self.session = session
         self.findings: list[Finding] = []
 

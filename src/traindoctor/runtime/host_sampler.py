@@ -23,7 +23,7 @@ from types import CodeType, FrameType
 from typing import Any
 
 from traindoctor.runtime.live import is_library_file
-from traindoctor.runtime.profile import PHASE_OTHER
+from traindoctor.runtime.profile import PHASE_OTHER, StepTimer
 
 #: Samples to take at most, wake-ups at most (sampled or not), and the longest time to keep
 #: sampling (seconds).
@@ -38,7 +38,7 @@ MAX_INTERVAL_S = 0.02
 class HostWorkSampler:
     """Counts the user lines the training thread runs between the timed calls."""
 
-    def __init__(self, timer: Any, thread_id: int, loop_code: CodeType | None, interval_s: float) -> None:
+    def __init__(self, timer: StepTimer, thread_id: int, loop_code: CodeType | None, interval_s: float) -> None:
         self.timer = timer
         self.thread_id = thread_id
         self.loop_code = loop_code

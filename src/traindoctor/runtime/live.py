@@ -21,7 +21,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from types import FrameType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -29,7 +29,7 @@ T = TypeVar("T")
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-class Site(tuple):  # type: ignore[type-arg]
+class Site(tuple[str, int]):
     """A call site: ``(filename, row)``, plus ``.column`` (1-based, in characters) when known.
 
     A 2-tuple, so ``filename, row = site`` and comparisons work as before; the column rides along
@@ -67,9 +67,9 @@ def _library_roots() -> tuple[str, ...]:
         if os.path.basename(entry.rstrip(os.sep)) in ("site-packages", "dist-packages"):
             roots.append(entry)
     roots.append(PACKAGE_DIR)
-    torch_mod = sys.modules.get("torch")
-    if torch_mod is not None and getattr(torch_mod, "__file__", None):
-        roots.append(os.path.dirname(os.path.abspath(torch_mod.__file__)))
+    torch_file = getattr(sys.modules.get("torch"), "__file__", None)
+    if torch_file:
+        roots.append(os.path.dirname(os.path.abspath(torch_file)))
     out = []
     for root in roots:
         try:
@@ -115,6 +115,8 @@ def is_library_file(filename: str) -> bool:
 def _column(frame: FrameType) -> tuple[int, int | None]:
     """(row, 1-based character column) of the expression ``frame`` is executing."""
     row = frame.f_lineno
+    if sys.version_info < (3, 11):  # pragma: no cover - no position info before Python 3.11
+        return row, None
     try:
         import itertools
 
@@ -222,28 +224,28 @@ def site_kwargs(site: Site | None) -> dict[str, Any]:
     return out
 
 
-def session_state(session: Any, key: str, factory: Callable[[], T]) -> T:
+def session_state(session: object, key: str, factory: Callable[[], T]) -> T:
     """The per-session object stored under ``key``, created by ``factory()`` on first use."""
     store = getattr(session, "_td_live_state", None)
     if store is None:
         store = {}
         try:
-            session._td_live_state = store
+            setattr(session, "_td_live_state", store)  # noqa: B010 - an attribute no session type declares
         except Exception:  # pragma: no cover - a session that refuses attributes
             return factory()
     if key not in store:
         store[key] = factory()
-    return store[key]
+    return cast(T, store[key])  # the factory of ``key`` made it (one factory per key)
 
 
-def save_cache(session: Any) -> dict[str, Any]:
+def save_cache(session: object) -> dict[str, Any]:
     """The per-session dictionary that lives for one ``torch.save``: what the monitors of that save
     share about the saved object (its audit). The checkpoint probe empties it after the save's
     ``on_checkpoint_save``, so an entry never outlives its save (nor keeps the object alive)."""
     return session_state(session, "save_cache", dict)
 
 
-def clear_save_cache(session: Any) -> None:
+def clear_save_cache(session: object) -> None:
     """Empty :func:`save_cache` (the checkpoint probe, after each save's event)."""
     save_cache(session).clear()
 
@@ -251,12 +253,6 @@ def clear_save_cache(session: Any) -> None:
 def fields_repr(obj: Any, names: Iterable[str]) -> str:
     """``ClassName(a=1, b='x')`` for the attributes ``names`` of ``obj`` (a dataclass-like repr)."""
     return f"{type(obj).__name__}({', '.join(f'{name}={getattr(obj, name)!r}' for name in names)})"
-
-
-def emit(session: Any, hook: str, *args: Any, **kwargs: Any) -> None:
-    """Emit ``hook`` through the session (which catches monitor errors: fail-open)."""
-    if session is not None:
-        session.emit(hook, *args, **kwargs)
 
 
 def is_compiling() -> bool:

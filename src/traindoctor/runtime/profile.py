@@ -302,7 +302,7 @@ def measure_memory(uses_cuda: bool) -> dict[str, Any]:
         try:
             import torch
 
-            if torch.cuda.is_available() and torch.cuda.is_initialized():
+            if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # torch leaves it unannotated
                 index = torch.cuda.current_device()
                 out["cuda_allocated_peak_bytes"] = int(torch.cuda.max_memory_allocated(index))
                 out["cuda_reserved_peak_bytes"] = int(torch.cuda.max_memory_reserved(index))
@@ -609,9 +609,11 @@ def _verdict(prof: Profile) -> None:
         return
     prof.verdict = f"{top}-bound"
     if prof.optimizer_seen:
-        compute = "forward, backward and optimizer step" if prof.forward_s is not None else "compute and optimizer step"
+        computed = (
+            "forward, backward and optimizer step" if prof.forward_s is not None else "compute and optimizer step"
+        )
     else:
-        compute = "forward and backward" if prof.forward_s is not None else "compute"
-    label = {"data": "waiting for the DataLoader", "transfer": "host-to-device copies", "compute": compute}[top]
+        computed = "forward and backward" if prof.forward_s is not None else "compute"
+    label = {"data": "waiting for the DataLoader", "transfer": "host-to-device copies", "compute": computed}[top]
     verb = "take" if label == "forward and backward" else "takes"
     prof.reason = f"{label} {verb} {share:.0%} of step time {numbers}"

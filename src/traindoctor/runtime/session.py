@@ -20,7 +20,8 @@ import time
 import traceback
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal, Protocol
+from types import CodeType
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from traindoctor.finding import Finding, sort_findings
 from traindoctor.machine import machine_cores as _machine_cores
@@ -38,16 +39,27 @@ from traindoctor.runtime.profile import (
 )
 from traindoctor.runtime.timeline import session_timeline
 
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import nn
+    from torch.optim import Optimizer
+
+    from traindoctor.runtime.live import Site
+    from traindoctor.runtime.records import LoaderInfo
+
 #: ``backward()`` ends remembered for a loop without an optimizer (enough for a profile).
 MAX_BACKWARD_MARKS = 100_000
 
+#: Where one ``backward()`` ended: (time, the timer's running data, transfer, batches, samples,
+#: forward (None while forward is not timed) and backward totals).
+BackwardMark = tuple[float, float, float, int, int, float | None, float]
 
-def backward_records(marks: list[tuple[Any, ...]], started_at: float) -> list[StepRecord]:
+
+def backward_records(marks: list[BackwardMark], started_at: float) -> list[StepRecord]:
     """Step records of a loop that never stepped a ``torch.optim`` optimizer: one step per
     ``backward()``, from the end of the previous one (the first from the first batch, or the
     watch's start). The loop's own parameter update falls in the next step's remainder."""
     records: list[StepRecord] = []
-    prev = None
+    prev: BackwardMark | None = None
     for mark in marks:
         t, data, transfer, batches, samples, fwd, bwd = mark
         if prev is None:
@@ -167,14 +179,19 @@ class Installable(Protocol):
         ...
 
 
-class Session:
-    """One watched run. Monitors read the attributes below; probes call the ``record_*`` methods.
+class DeviceClock(Protocol):
+    """What a session needs of the clock that times steps on the device (the transfer probe's
+    :class:`~traindoctor.runtime.probes.transfer.CudaStepClock`)."""
 
-    Attributes monitors may read: ``thresholds``, ``step`` (completed optimizer steps),
-    ``backward_calls_this_step``, ``device`` (:class:`DeviceInfo`), ``cpu_count`` (cores this
-    process may use), ``machine_cores``, ``world_size``, ``rank``, ``local_rank``,
-    ``local_world_size``, ``uses_cuda``, ``notes``, ``optimizers``, ``models``, ``loaders``,
-    ``records`` (finished :class:`StepRecord`\\ s).
+    def assign(self, records: list[StepRecord]) -> None:
+        """Set each record's ``device_s`` (once, at the end of the run)."""
+        ...
+
+
+class Session:
+    """One watched run. Monitors read it as a :class:`~traindoctor.runtime.events.SessionView`
+    (``thresholds``, ``step``, ``device``, ``loaders``, ``records``, ...); probes call the
+    ``record_*`` methods.
     """
 
     def __init__(
@@ -213,10 +230,10 @@ class Session:
         self.notes: list[str] = []
         self.monitors: list[Monitor] = []
         self.probes: list[Installable] = []
-        self.loaders: list[Any] = []
-        self.models: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._optimizers: list[weakref.ReferenceType[Any]] = []
-        self._optimizer_ids: dict[int, weakref.ReferenceType[Any]] = {}
+        self.loaders: list[LoaderInfo] = []
+        self.models: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+        self._optimizers: list[weakref.ReferenceType[Optimizer]] = []
+        self._optimizer_ids: dict[int, weakref.ReferenceType[Optimizer]] = {}
         self.findings: list[Finding] = []
         self.profile: Profile = Profile()
         self.partial = False
@@ -231,25 +248,27 @@ class Session:
         self.ended_at = 0.0
         self.timer = StepTimer()
         self._dispatch: dict[str, list[tuple[Monitor, Callable[..., Any]]]] = {}
-        self._batch_observers: list[Callable[[Any, Any], None]] = []
-        self._primary_opt: weakref.ReferenceType[Any] | None = None
+        self._batch_observers: list[Callable[[LoaderInfo, Any], None]] = []
+        self._primary_opt: weakref.ReferenceType[Optimizer] | None = None
         self._other_opt_steps: dict[int, int] = {}
         self._step_listeners: list[Callable[[StepRecord], None]] = []
         self._mode_listeners: list[Callable[[], None]] = []
         self._loose_batches = 0
         self._loose_samples = 0
         self._loose_wait = 0.0
-        self._cuda_clock: Any = None
-        self._optimizer_sites: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-        self._loop_code: Any = None
+        #: Times steps on the device (the transfer probe sets it on a CUDA run).
+        self.cuda_clock: DeviceClock | None = None
+        self._optimizer_sites: weakref.WeakKeyDictionary[Optimizer, Site] = weakref.WeakKeyDictionary()
+        self._loop_code: CodeType | None = None
         self._loop_code_looked = False
+        #: The host-work sampler: None until it starts, False once starting it failed.
         self._sampler: Any = None
         self._phase_before_step = PHASE_OTHER
         #: Loaders that delivered a batch since the last backward()/optimizer step (by info id):
         #: the next training call marks them ``feeds_training`` (eval-only loaders never are).
-        self._fed: dict[int, Any] = {}
+        self._fed: dict[int, LoaderInfo] = {}
         #: Where each backward() ended while no optimizer has stepped (see ``_mark_backward``).
-        self._backward_marks: list[tuple[Any, ...]] = []
+        self._backward_marks: list[BackwardMark] = []
 
     # ---------------------------------------------------------------- public views
     @property
@@ -261,7 +280,7 @@ class Session:
         return self.timer.backward_calls
 
     @property
-    def optimizers(self) -> list[Any]:
+    def optimizers(self) -> list[Optimizer]:
         """Optimizers seen stepping during the run (still alive), in order of first step."""
         return [o for o in (ref() for ref in self._optimizers) if o is not None]
 
@@ -396,7 +415,7 @@ class Session:
             self.notes.append(note)
 
     # ---------------------------------------------------------------- probes call these
-    def add_batch_observer(self, fn: Callable[[Any, Any], None]) -> None:
+    def add_batch_observer(self, fn: Callable[[LoaderInfo, Any], None]) -> None:
         """Let a probe see each fetched batch (e.g. to recognise it when copied to CUDA)."""
         # Copy on write: a probe may remove itself while the list is being iterated.
         self._batch_observers = self._batch_observers + [fn]
@@ -420,15 +439,15 @@ class Session:
             except Exception as exc:  # fail-open
                 self.internal_error("mode listener", exc)
 
-    def remove_batch_observer(self, fn: Callable[[Any, Any], None]) -> None:
+    def remove_batch_observer(self, fn: Callable[[LoaderInfo, Any], None]) -> None:
         """Stop showing batches to ``fn`` (hot path)."""
         self._batch_observers = [f for f in self._batch_observers if f != fn]
 
-    def add_loader(self, info: Any) -> None:
+    def add_loader(self, info: LoaderInfo) -> None:
         self.loaders.append(info)
         self.emit("on_loader_created", info)
 
-    def record_batch(self, info: Any, batch: Any, wait_s: float, t_end: float) -> None:
+    def record_batch(self, info: LoaderInfo, batch: Any, wait_s: float, t_end: float) -> None:
         self._fed[info.id] = info
         samples = batch_samples(batch)
         self.timer.add_batch(wait_s, t_end, samples)
@@ -443,7 +462,7 @@ class Session:
         seconds: float,
         pinned: bool,
         device_type: str,
-        loader_info: Any = None,
+        loader_info: LoaderInfo | None = None,
         t_end: float | None = None,
     ) -> None:
         if device_type == "cuda":
@@ -476,12 +495,12 @@ class Session:
             )
         )
 
-    def record_model(self, module: Any) -> None:
+    def record_model(self, module: nn.Module) -> None:
         if module not in self.models:
             self.models.add(module)
             self.emit("on_model_found", module)
 
-    def record_optimizer_pre(self, optimizer: Any) -> None:
+    def record_optimizer_pre(self, optimizer: Optimizer) -> None:
         self.optimizer_calls += 1
         known = self._optimizer_ids.get(id(optimizer))
         if known is None or known() is not optimizer:  # first step of this optimizer
@@ -502,7 +521,7 @@ class Session:
         self.timer.phase = PHASE_OPTIMIZER
         self.timer.optimizer_pre(time.perf_counter())
 
-    def record_optimizer_post(self, optimizer: Any) -> None:
+    def record_optimizer_post(self, optimizer: Optimizer) -> None:
         t = time.perf_counter()
         primary = self._primary_opt() if self._primary_opt is not None else None
         closes = primary is optimizer
@@ -537,7 +556,7 @@ class Session:
             info.feeds_training = True
         self._fed.clear()
 
-    def loader_done(self, info: Any) -> None:
+    def loader_done(self, info: LoaderInfo) -> None:
         """A loader's epoch ended (or its iterator was dropped, e.g. an eval loop that broke off):
         batches it delivered before are not what the next training call consumes."""
         self._fed.pop(info.id, None)
@@ -551,7 +570,7 @@ class Session:
             or any(getattr(info, "feeds_training", False) for info in self.loaders)
         )
 
-    def training_loaders(self) -> list[Any]:
+    def training_loaders(self) -> list[LoaderInfo]:
         """Loaders whose batches fed training (``backward()`` or an optimizer step followed
         them): the input pipeline the data rules judge. A loader only iterated for evaluation is
         left out. A run that never trained (a loading benchmark, inference) keeps every loader."""
@@ -559,7 +578,7 @@ class Session:
             return list(self.loaders)
         return [info for info in self.loaders if getattr(info, "feeds_training", True)]
 
-    def note_optimizer_site(self, optimizer: Any, site: Any) -> None:
+    def note_optimizer_site(self, optimizer: Optimizer, site: Site | None) -> None:
         """Remember where the user constructed ``optimizer`` (the optimizer probe calls this)."""
         try:
             if site and site[0]:
@@ -567,7 +586,7 @@ class Session:
         except TypeError:  # pragma: no cover - an optimizer that refuses weak references
             pass
 
-    def optimizer_site(self, optimizer: Any) -> Any:
+    def optimizer_site(self, optimizer: Optimizer) -> Site | None:
         """The user's ``(filename, row)`` site (with ``.column``) of ``optimizer``'s construction."""
         try:
             return self._optimizer_sites.get(optimizer)
@@ -589,11 +608,11 @@ class Session:
     def _maybe_sample_host_work(self, record: StepRecord) -> None:
         """Start the host-work sampler when the loop's own host work dominates a step."""
         recent = self.records[-3:]  # three steps in a row: one slow step (a load spike) is not enough
-        others = [r.other_s for r in recent]
-        if len(recent) < 3 or any(o is None for o in others):
+        others = [o for o in (r.other_s for r in recent) if o is not None]
+        if len(recent) < 3 or len(others) < len(recent):
             return
         wall = sum(r.wall_s for r in recent)
-        if wall < 0.006 or sum(others) < 0.3 * wall:  # type: ignore[arg-type]
+        if wall < 0.006 or sum(others) < 0.3 * wall:
             return
         if not self.thresholds.get("profile.sample_host_work", True):
             return
@@ -608,7 +627,7 @@ class Session:
             self.internal_error("host-work sampler", exc)
             self._sampler = False
 
-    def _note_param_device(self, optimizer: Any) -> None:
+    def _note_param_device(self, optimizer: Optimizer) -> None:
         try:
             for group in optimizer.param_groups:
                 for p in group["params"]:
@@ -656,8 +675,8 @@ class Session:
     def _build_profile(self) -> None:
         try:
             memory = measure_memory(self.uses_cuda)
-            if self._cuda_clock is not None:
-                self._cuda_clock.assign(self.records)
+            if self.cuda_clock is not None:
+                self.cuda_clock.assign(self.records)
             tail = self.timer
             records = self.records
             optimizer_seen = bool(records) or not self._backward_marks

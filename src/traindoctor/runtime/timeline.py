@@ -19,7 +19,11 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.runtime.events import SessionView
+    from traindoctor.runtime.profile import StepRecord
 
 #: Most points a timeline holds; longer runs are grouped into consecutive buckets.
 MAX_POINTS = 300
@@ -91,7 +95,9 @@ class MemorySampler:
     which does not synchronise, once the run used CUDA). :meth:`close` releases the file.
     """
 
-    def __init__(self, session: Any = None, cap: int = MEMORY_CAP, interval_s: float = MEMORY_INTERVAL_S) -> None:
+    def __init__(
+        self, session: SessionView | None = None, cap: int = MEMORY_CAP, interval_s: float = MEMORY_INTERVAL_S
+    ) -> None:
         """``session``: whose ``uses_cuda`` says whether CUDA memory is sampled too (None: never)."""
         self.samples: list[dict[str, Any]] = []
         self.stride = 1
@@ -101,7 +107,7 @@ class MemorySampler:
         self._rss = RssReader()
         self._last_end: float | None = None
 
-    def __call__(self, record: Any) -> None:
+    def __call__(self, record: StepRecord) -> None:
         index = int(record.index)
         if index % self.stride:
             return

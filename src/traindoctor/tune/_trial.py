@@ -31,10 +31,15 @@ import os
 import sys
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traindoctor.facts.data.pipeline import TIE
 from traindoctor.runtime.script import ScriptRunner
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.runtime.profile import StepRecord
+    from traindoctor.runtime.records import LoaderInfo
+    from traindoctor.runtime.session import Session
 
 #: Steps kept out of every measurement after a change (start-up, allocator growth, lazy init).
 BASE_WARMUP = 2
@@ -75,7 +80,7 @@ class Controller:
         self.replay_index = 0
         self.segments: list[dict[str, Any]] = []
         self.notes: list[str] = []
-        self.session: Any = None
+        self.session: Session | None = None
         self.script_threads: int | None = None
         self.training: dict[str, Any] | None = None
         self.steps_seen = 0
@@ -119,8 +124,8 @@ class Controller:
                 cache.append(batch)
             return batch
 
-        dl.DataLoader.__init__ = __init__  # type: ignore[method-assign]
-        dl._BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]
+        dl.DataLoader.__init__ = __init__  # type: ignore[method-assign, assignment]  # a wrapper in torch's place
+        dl._BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign, assignment]  # a wrapper in torch's place
 
         if self.mode == "trial" and self.config is not None and self.config.get("torch_threads"):
             self.real_set_threads(int(self.config["torch_threads"]))
@@ -130,14 +135,14 @@ class Controller:
                 if os.getpid() != ctl.main_pid:  # DataLoader workers set 1 thread: let them
                     real(n)
 
-            self.torch.set_num_threads = set_num_threads  # type: ignore[assignment]
+            self.torch.set_num_threads = set_num_threads  # type: ignore[assignment]  # a wrapper in torch's place
 
-    def attach(self, session: Any) -> None:
+    def attach(self, session: Session) -> None:
         self.session = session
         session.add_step_listener(self.on_step)
         session.add_batch_observer(self.on_batch)
 
-    def on_batch(self, info: Any, batch: Any) -> None:
+    def on_batch(self, info: LoaderInfo, batch: Any) -> None:
         if self.seg is not None and self.seg["phase"] in ("baseline", "search"):
             self.batch_counts[info.id] = self.batch_counts.get(info.id, 0) + 1
 
@@ -168,7 +173,7 @@ class Controller:
             "cpu0": None,
         }
 
-    def on_step(self, record: Any) -> None:
+    def on_step(self, record: StepRecord) -> None:
         self.steps_seen += 1
         if self.script_threads is None:
             self.script_threads = int(self.torch.get_num_threads())
@@ -247,7 +252,7 @@ class Controller:
         if info is None or loader is None or entry is None:
             self.notes.append("the training DataLoader could not be identified")
             return
-        config = {"num_workers": info.num_workers}
+        config: dict[str, Any] = {"num_workers": info.num_workers}
         if info.num_workers > 0:
             config["persistent_workers"] = info.persistent_workers
             config["prefetch_factor"] = info.prefetch_factor or 2

@@ -15,9 +15,10 @@ import json
 import os
 import sys
 import traceback
+from typing import Any
 
 
-def _child(request: dict) -> None:
+def _child(request: dict[str, Any]) -> None:
     try:
         fd = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         null = os.open(os.devnull, os.O_RDONLY)

@@ -83,9 +83,9 @@ class Sandbox:
                 path = box.target(path) if flags & _WRITE_FLAGS else box.source(path)
             return real_os_open(path, flags, *args, **kwargs)
 
-        builtins.open = open_  # type: ignore[assignment]
-        io.open = open_  # type: ignore[assignment]
-        os.open = os_open  # type: ignore[assignment]
+        builtins.open = open_
+        io.open = open_
+        os.open = os_open
 
         def two(real: Callable[..., Any]) -> Callable[..., Any]:
             def moved(src: Any, dst: Any, *args: Any, **kwargs: Any) -> Any:
@@ -110,14 +110,14 @@ class Sandbox:
 
             return mkdir
 
-        os.replace = two(os.replace)  # type: ignore[assignment]
-        os.rename = two(os.rename)  # type: ignore[assignment]
-        os.remove = gone(os.remove)  # type: ignore[assignment]
-        os.unlink = gone(os.unlink)  # type: ignore[assignment]
-        os.rmdir = gone(os.rmdir)  # type: ignore[assignment]
-        shutil.rmtree = gone(shutil.rmtree)  # type: ignore[assignment]
-        os.mkdir = made(os.mkdir)  # type: ignore[assignment]
-        os.makedirs = made(os.makedirs)  # type: ignore[assignment]
+        os.replace = two(os.replace)
+        os.rename = two(os.rename)
+        os.remove = gone(os.remove)
+        os.unlink = gone(os.unlink)
+        os.rmdir = gone(os.rmdir)
+        shutil.rmtree = gone(shutil.rmtree)  # type: ignore[assignment]  # typeshed's rmtree protocol has an attribute
+        os.mkdir = made(os.mkdir)
+        os.makedirs = made(os.makedirs)
         self._patch_torch_save()
 
     def _patch_torch_save(self) -> None:
@@ -134,6 +134,5 @@ class Sandbox:
         def load(f: Any, *args: Any, **kwargs: Any) -> Any:
             return real_load(box.source(f), *args, **kwargs)
 
-        for owner in (torch, serialization):
-            owner.save = save  # type: ignore[attr-defined]
-            owner.load = load  # type: ignore[attr-defined]
+        torch.save = serialization.save = save
+        torch.load = serialization.load = load

@@ -182,7 +182,7 @@ class Runner:
             raise TuneScriptError(
                 f"the trial process died (exit status {code}); last lines of its output:\n{_tail(log)}"
             )
-        result = json.loads(result_path.read_text(encoding="utf-8"))
+        result: dict[str, Any] = json.loads(result_path.read_text(encoding="utf-8"))
         result["log"] = str(log)
         if result.get("status") == "failed" and not result.get("segments"):
             raise TuneScriptError(f"the script failed: {result.get('error')}; last lines of its output:\n{_tail(log)}")
@@ -453,7 +453,7 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
             rate = bounds.predict(w, t)
             if rate is None:
                 continue
-            cfg: dict[str, Any] = {"num_workers": w}
+            cfg = {"num_workers": w}
             if w > 0:
                 cfg.update(persistent_workers=True, prefetch_factor=2)
             if pin and w > 0:

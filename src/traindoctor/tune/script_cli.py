@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from traindoctor.errors import UsageError
@@ -202,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     if not os.path.isfile(script):
         return _error(f"can't open file {os.path.abspath(script)!r}: no such file")
-    render_html = None
+    render_html: Callable[[Mapping[str, Any]], str] | None = None
     if opts["html"]:
         try:
             from traindoctor.report.html import missing_dependency

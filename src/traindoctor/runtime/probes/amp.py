@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traindoctor.runtime.live import user_site
 from traindoctor.runtime.probes.base import Probe
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.runtime.session import Session
 
 
 class AmpProbe(Probe):
@@ -33,7 +36,7 @@ class AmpProbe(Probe):
     name = "amp"
     order = 50
 
-    def install(self, session: Any) -> None:
+    def install(self, session: Session) -> None:
         super().install(session)
         import torch
         import torch.nn.utils as nn_utils
@@ -62,7 +65,7 @@ class AmpProbe(Probe):
             if not probe._is_compiling():
                 try:
                     if getattr(region, "_enabled", False):
-                        probe._emit("on_autocast_enter", str(region.device), region.fast_dtype)
+                        probe.emit("on_autocast_enter", str(region.device), region.fast_dtype)
                 except Exception as exc:  # fail-open
                     probe.fail("autocast", exc)
             return result
@@ -77,7 +80,7 @@ class AmpProbe(Probe):
         def __init__(scaler: Any, *args: Any, **kwargs: Any) -> None:
             original(scaler, *args, **kwargs)
             try:
-                probe._emit("on_scaler_created", scaler, site=user_site(2))
+                probe.emit("on_scaler_created", scaler, site=user_site(2))
             except Exception as exc:  # fail-open
                 probe.fail("GradScaler.__init__", exc)
 
@@ -94,7 +97,7 @@ class AmpProbe(Probe):
                     optimizer = None
                     if method in ("unscale_", "step"):
                         optimizer = args[0] if args else kwargs.get("optimizer")
-                    probe._emit("on_scaler_call", scaler, method, optimizer)
+                    probe.emit("on_scaler_call", scaler, method, optimizer)
                 except Exception as exc:  # fail-open
                     probe.fail(f"GradScaler.{method}", exc)
             if method != "step":
@@ -118,13 +121,9 @@ class AmpProbe(Probe):
 
                 if not isinstance(parameters, torch.Tensor):
                     parameters = list(parameters)
-                probe._emit("on_clip_grad", kind, parameters)
+                probe.emit("on_clip_grad", kind, parameters)
             except Exception as exc:  # fail-open
                 probe.fail(f"clip_grad_{kind}_", exc)
             return original(parameters, *args, **kwargs)
 
         return clip
-
-    def _emit(self, hook: str, *args: Any, **kwargs: Any) -> None:
-        if self.session is not None:
-            self.session.emit(hook, *args, **kwargs)

@@ -10,10 +10,14 @@ that sets the flags in C++) is not observed.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from traindoctor.runtime.live import user_site
+from traindoctor.runtime.live import Site, user_site
 from traindoctor.runtime.probes.base import Probe
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.runtime.session import Session
 
 FLAGS = ("benchmark", "deterministic")
 
@@ -24,37 +28,40 @@ class BackendsProbe(Probe):
     name = "backends"
     order = 90
 
-    def install(self, session: Any) -> None:
+    def install(self, session: Session) -> None:
         super().install(session)
-        import torch.backends
         import torch.backends.cudnn as cudnn
+        from torch.backends import ContextProp
 
         self._cudnn = cudnn
         owner = type(cudnn)
-        base = torch.backends.ContextProp
         probe = self
         for flag in FLAGS:
             descriptor = vars(owner).get(flag)
-            if not isinstance(descriptor, base):
+            if not isinstance(descriptor, ContextProp):
                 continue
 
-            class Watched(base):  # type: ignore[misc, valid-type]
+            class Watched(ContextProp):
                 """The original flag descriptor, reporting assignments."""
 
                 def __set__(self, obj: Any, val: Any, _flag: str = flag) -> None:
-                    super().__set__(obj, val)
+                    super().__set__(obj, val)  # type: ignore[no-untyped-call]  # torch's ContextProp is unannotated
                     try:
                         probe._emit_flags(user_site(2))
                     except Exception as exc:  # fail-open
                         probe.fail(f"cudnn.{_flag}", exc)
 
-            watched = Watched(descriptor.getter, descriptor.setter)
-            self.patch(owner, flag, lambda _current, _w=watched: _w)
+            watched = Watched(descriptor.getter, descriptor.setter)  # type: ignore[no-untyped-call]  # torch's ContextProp is unannotated
+            self.patch(owner, flag, _always(watched))
         self._emit_flags(None)
 
     def current_flags(self) -> dict[str, bool]:
         return {flag: bool(getattr(self._cudnn, flag)) for flag in FLAGS}
 
-    def _emit_flags(self, site: Any) -> None:
-        if self.session is not None:
-            self.session.emit("on_backend_flags", self.current_flags(), site=site)
+    def _emit_flags(self, site: Site | None) -> None:
+        self.emit("on_backend_flags", self.current_flags(), site=site)
+
+
+def _always(value: object) -> Callable[[object], object]:
+    """A ``make`` for :meth:`Probe.patch` that puts ``value`` in place of the current one."""
+    return lambda _current: value

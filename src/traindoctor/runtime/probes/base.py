@@ -83,6 +83,19 @@ class Probe:
         self._handles.append(handle)
         return handle
 
+    @property
+    def watched(self) -> Session:
+        """The session :meth:`install` was given (the hooks a probe registers run only after it)."""
+        session = self.session
+        if session is None:
+            raise RuntimeError(f"probe {self.name or type(self).__name__} is not installed")
+        return session
+
+    def emit(self, hook: str, *args: Any, **kwargs: Any) -> None:
+        """Emit ``hook`` through the session, if installed (the session catches monitor errors)."""
+        if self.session is not None:
+            self.session.emit(hook, *args, **kwargs)
+
     def fail(self, where: str, exc: BaseException) -> None:
         """Record an internal error of this probe (fail-open: the user's call already happened)."""
         if self.session is not None:

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traindoctor.runtime.framework_writers import caller_is_framework_writer
 from traindoctor.runtime.live import clear_save_cache, describe_path, user_site
 from traindoctor.runtime.probes.base import Probe
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.runtime.session import Session
 
 
 class CheckpointProbe(Probe):
@@ -31,7 +34,7 @@ class CheckpointProbe(Probe):
     name = "checkpoint"
     order = 70
 
-    def install(self, session: Any) -> None:
+    def install(self, session: Session) -> None:
         super().install(session)
         import torch
         import torch.serialization as serialization
@@ -56,7 +59,7 @@ class CheckpointProbe(Probe):
                 probe._saving -= 1
             if probe._saving == 0 and not probe._framework_save():
                 try:
-                    probe._emit("on_checkpoint_save", obj, describe_path(f), site=user_site(2))
+                    probe.emit("on_checkpoint_save", obj, describe_path(f), site=user_site(2))
                 except Exception as exc:  # fail-open
                     probe.fail("torch.save", exc)
                 try:
@@ -75,7 +78,7 @@ class CheckpointProbe(Probe):
         def __init__(scheduler: Any, *args: Any, **kwargs: Any) -> None:
             original(scheduler, *args, **kwargs)
             try:
-                probe._emit("on_scheduler_created", scheduler, site=user_site(2))
+                probe.emit("on_scheduler_created", scheduler, site=user_site(2))
             except Exception as exc:  # fail-open
                 probe.fail("LRScheduler.__init__", exc)
 
@@ -88,7 +91,3 @@ class CheckpointProbe(Probe):
         except Exception as exc:
             self.fail("framework checkpoint writer", exc)
             return False
-
-    def _emit(self, hook: str, *args: Any, **kwargs: Any) -> None:
-        if self.session is not None:
-            self.session.emit(hook, *args, **kwargs)

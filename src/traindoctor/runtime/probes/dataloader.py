@@ -21,11 +21,14 @@ import functools
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traindoctor.runtime.live import Site, user_site
 from traindoctor.runtime.probes.base import Probe
 from traindoctor.runtime.records import LoaderInfo
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.runtime.session import Session
 
 #: ``next()``'s CPU time is read for every N-th batch of a main-process loader (its first, ...).
 CPU_SAMPLE_EVERY = 8
@@ -57,7 +60,7 @@ class DataLoaderProbe(Probe):
         self._worker_iters: dict[int, tuple[weakref.ReferenceType[Any], int]] = {}
         self._next_id = 1
 
-    def install(self, session: Any) -> None:
+    def install(self, session: Session) -> None:
         super().install(session)
         from torch.utils.data import dataloader as dl
 
@@ -110,7 +113,8 @@ class DataLoaderProbe(Probe):
         iters = self._iters
         perf = time.perf_counter
         cpu = time.thread_time
-        timer = self.session.timer  # type: ignore[union-attr]
+        session = self.watched
+        timer = session.timer
         from traindoctor.runtime.profile import PHASE_DATA
 
         @functools.wraps(orig)
@@ -132,14 +136,14 @@ class DataLoaderProbe(Probe):
                 timer.phase = phase
                 raise
             t1 = perf()
-            if sample:
-                info.wait_cpu_s += cpu() - c0  # type: ignore[union-attr]
-                info.cpu_batches += 1  # type: ignore[union-attr]
+            if sample and info is not None:
+                info.wait_cpu_s += cpu() - c0
+                info.cpu_batches += 1
             timer.phase = phase
             if info is not None:
                 try:
                     info.add_batch(t1 - t0, t1)
-                    probe.session.record_batch(info, batch, t1 - t0, t1)  # type: ignore[union-attr]
+                    session.record_batch(info, batch, t1 - t0, t1)
                 except Exception as exc:
                     probe.fail("batch", exc)
             return batch
@@ -156,9 +160,9 @@ class DataLoaderProbe(Probe):
     def _register(self, loader: Any, site: Site | None, late: bool) -> LoaderInfo:
         from torch.utils.data import IterableDataset
 
-        dataset = getattr(loader, "dataset", None)
+        dataset: Any = getattr(loader, "dataset", None)  # the user's dataset (or None)
         try:
-            length = len(dataset)  # type: ignore[arg-type]
+            length = len(dataset)
         except Exception:
             length = None
         key = id(loader)
@@ -194,7 +198,7 @@ class DataLoaderProbe(Probe):
         )
         self._next_id += 1
         infos[key] = info
-        self.session.add_loader(info)  # type: ignore[union-attr]
+        self.watched.add_loader(info)
         return info
 
     def _iter_started(self, loader: Any, iterator: Any, t0: float, spawned: bool) -> None:
@@ -204,11 +208,11 @@ class DataLoaderProbe(Probe):
         key = id(iterator)
         iters = self._iters
 
-        session = self.session
+        session = self.watched
 
         def forget(_ref: Any, key: int = key, info: LoaderInfo = info) -> None:
             iters.pop(key, None)
-            session.loader_done(info)  # type: ignore[union-attr]  # an eval loop that broke off
+            session.loader_done(info)  # an eval loop that broke off
 
         iters[key] = (weakref.ref(iterator, forget), info)
         if info.num_workers > 0:
@@ -226,7 +230,7 @@ class DataLoaderProbe(Probe):
         info.concurrent_workers = live
         info.max_concurrent_workers = max(info.max_concurrent_workers, live)
         info.open_epoch(t0, spawned)
-        self.session.emit("on_loader_iter_start", info)  # type: ignore[union-attr]
+        session.emit("on_loader_iter_start", info)
 
     def _exhausted(self, iterator: Any) -> None:
         try:
@@ -234,7 +238,8 @@ class DataLoaderProbe(Probe):
             if entry is not None and entry[0]() is iterator:
                 info = entry[1]
                 info.close_epoch()
-                self.session.loader_done(info)  # type: ignore[union-attr]
-                self.session.emit("on_loader_iter_end", info)  # type: ignore[union-attr]
+                session = self.watched
+                session.loader_done(info)
+                session.emit("on_loader_iter_end", info)
         except Exception as exc:
             self.fail("end of epoch", exc)

@@ -7,10 +7,13 @@ while the watch runs).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from traindoctor.runtime.probes.base import Probe
 from traindoctor.runtime.timeline import MemorySampler
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.runtime.session import Session
 
 
 class MemoryProbe(Probe):
@@ -23,7 +26,7 @@ class MemoryProbe(Probe):
         super().__init__()
         self.sampler = MemorySampler()
 
-    def install(self, session: Any) -> None:
+    def install(self, session: Session) -> None:
         super().install(session)
         self.sampler = MemorySampler(session)
         session.add_step_listener(self.sampler)

@@ -17,9 +17,12 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traindoctor.runtime.probes.base import Probe
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.runtime.session import Session
 
 #: Remove the global hooks after this many optimizer steps (or this many root forwards).
 WATCH_STEPS = 2
@@ -42,7 +45,7 @@ class ModelRootsProbe(Probe):
         #: (train mode, grad mode) of each root's last call, by ``id()``.
         self._root_modes: dict[int, tuple[bool, bool]] = {}
 
-    def install(self, session: Any) -> None:
+    def install(self, session: Session) -> None:
         super().install(session)
         from torch.nn.modules.module import (
             register_module_forward_hook,
@@ -62,12 +65,12 @@ class ModelRootsProbe(Probe):
         try:
             if self._depth == 0 and not self._done:
                 self._root_calls += 1
-                self.session.record_model(module)  # type: ignore[union-attr]
+                self.watched.record_model(module)
                 cls = type(module)
                 if cls not in self._timed:
                     self._timed.add(cls)
                     self.patch(cls, "__call__", self._wrap_call)
-                    self.session.timer.forward_seen = True  # type: ignore[union-attr]
+                    self.watched.timer.forward_seen = True
                 if self._root_calls >= MAX_ROOT_CALLS:
                     self._done = True
             self._depth += 1
@@ -79,8 +82,8 @@ class ModelRootsProbe(Probe):
         from traindoctor.runtime.profile import PHASE_FORWARD
 
         probe = self
-        session = self.session
-        timer = session.timer  # type: ignore[union-attr]
+        session = self.watched
+        timer = session.timer
         perf = time.perf_counter
         compiling = self._is_compiling
         grad_enabled = self._is_grad_enabled
@@ -96,7 +99,7 @@ class ModelRootsProbe(Probe):
                 if last != mode:
                     modes[id(module)] = mode
                     if last is not None:  # evaluation starts or ends: watch the layers
-                        session.root_mode_changed()  # type: ignore[union-attr]
+                        session.root_mode_changed()
             except Exception as exc:  # fail-open
                 probe.fail("root mode", exc)
             probe._forward_depth = 1

@@ -31,11 +31,14 @@ from __future__ import annotations
 import functools
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traindoctor.runtime.live import fields_repr, session_state
 from traindoctor.runtime.probes.base import Probe
 from traindoctor.runtime.records import ForwardInfo, Shape
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.runtime.session import Session
 
 #: Distinct signatures kept per layer; further new ones only bump ``overflow``.
 MAX_SIGNATURES = 64
@@ -126,7 +129,7 @@ def _ref(module: Any) -> Any:
         return lambda: module
 
 
-def module_stats(session: Any) -> ModuleStats:
+def module_stats(session: object) -> ModuleStats:
     """The session's :class:`ModuleStats` (shared by the probe and the monitors)."""
     return session_state(session, "module_stats", ModuleStats)
 
@@ -197,7 +200,7 @@ class ModuleProbe(Probe):
     name = "modules"
     order = 60
 
-    def install(self, session: Any) -> None:
+    def install(self, session: Session) -> None:
         super().install(session)
         import torch
 
@@ -343,5 +346,4 @@ class ModuleProbe(Probe):
             builds_graph=builds_graph,
             mode_sensitive=sensitive,
         )
-        assert self.session is not None
-        self.session.emit("on_module_forward", module, info)
+        self.watched.emit("on_module_forward", module, info)

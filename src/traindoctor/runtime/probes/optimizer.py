@@ -17,10 +17,14 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from traindoctor.runtime.live import user_site
 from traindoctor.runtime.probes.base import Probe
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.runtime.session import Session
 
 
 class OptimizerProbe(Probe):
@@ -34,7 +38,7 @@ class OptimizerProbe(Probe):
         #: Optimizers inside a step that is not training (DCP's lr-0 state initialisation).
         self._not_training: set[int] = set()
 
-    def install(self, session: Any) -> None:
+    def install(self, session: Session) -> None:
         super().install(session)
         import torch.autograd
         from torch.optim.optimizer import (
@@ -50,12 +54,13 @@ class OptimizerProbe(Probe):
 
     def _wrap_init(self, orig: Callable[..., Any]) -> Callable[..., Any]:
         probe = self
+        session = self.watched
 
         @functools.wraps(orig)
         def __init__(optimizer: Any, *args: Any, **kwargs: Any) -> None:
             orig(optimizer, *args, **kwargs)
             try:
-                probe.session.note_optimizer_site(optimizer, user_site(2))  # type: ignore[union-attr]
+                session.note_optimizer_site(optimizer, user_site(2))
             except Exception as exc:
                 probe.fail("Optimizer.__init__", exc)
 
@@ -66,7 +71,7 @@ class OptimizerProbe(Probe):
             if not optimizer.state and _dcp_state_init(optimizer):
                 self._not_training.add(id(optimizer))
                 return None
-            self.session.record_optimizer_pre(optimizer)  # type: ignore[union-attr]
+            self.watched.record_optimizer_pre(optimizer)
         except Exception as exc:
             self.fail("optimizer pre-step", exc)
         return None
@@ -76,7 +81,7 @@ class OptimizerProbe(Probe):
             self._not_training.discard(id(optimizer))
             return
         try:
-            self.session.record_optimizer_post(optimizer)  # type: ignore[union-attr]
+            self.watched.record_optimizer_post(optimizer)
         except Exception as exc:
             self.fail("optimizer post-step", exc)
 
@@ -85,7 +90,8 @@ class OptimizerProbe(Probe):
 
         probe = self
         perf = time.perf_counter
-        timer = self.session.timer  # type: ignore[union-attr]
+        session = self.watched
+        timer = session.timer
 
         @functools.wraps(orig)
         def backward(*args: Any, **kwargs: Any) -> Any:
@@ -97,7 +103,7 @@ class OptimizerProbe(Probe):
             finally:
                 timer.phase = phase
             try:
-                probe.session.record_backward(perf() - t0)  # type: ignore[union-attr]
+                session.record_backward(perf() - t0)
             except Exception as exc:
                 probe.fail("backward", exc)
             return result
@@ -120,7 +126,7 @@ def _dcp_state_init(optimizer: Any, depth: int = 8) -> bool:
     for group in optimizer.param_groups:
         if group.get("lr", 0) != 0:
             return False
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None and depth > 0:
         code = frame.f_code
         if code.co_name == _DCP_INIT and code.co_filename.replace("\\", "/").endswith(_DCP_FILE):

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traindoctor.runtime.live import user_site
 from traindoctor.runtime.probes.base import Probe
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.runtime.session import Session
 
 
 class SamplerProbe(Probe):
@@ -23,7 +26,7 @@ class SamplerProbe(Probe):
     name = "sampler"
     order = 80
 
-    def install(self, session: Any) -> None:
+    def install(self, session: Session) -> None:
         super().install(session)
         from torch.utils.data.distributed import DistributedSampler
 
@@ -38,7 +41,7 @@ class SamplerProbe(Probe):
         def __init__(sampler: Any, *args: Any, **kwargs: Any) -> None:
             original(sampler, *args, **kwargs)
             try:
-                probe._emit("on_sampler_created", sampler, site=user_site(2))
+                probe.emit("on_sampler_created", sampler, site=user_site(2))
             except Exception as exc:  # fail-open
                 probe.fail("DistributedSampler.__init__", exc)
 
@@ -50,7 +53,7 @@ class SamplerProbe(Probe):
         @functools.wraps(original)
         def __iter__(sampler: Any) -> Any:
             try:
-                probe._emit("on_sampler_iter", sampler)
+                probe.emit("on_sampler_iter", sampler)
             except Exception as exc:  # fail-open
                 probe.fail("DistributedSampler.__iter__", exc)
             return original(sampler)
@@ -61,16 +64,12 @@ class SamplerProbe(Probe):
         probe = self
 
         @functools.wraps(original)
-        def set_epoch(sampler: Any, epoch: int) -> None:
+        def set_epoch(sampler: Any, epoch: int) -> Any:
             result = original(sampler, epoch)
             try:
-                probe._emit("on_sampler_set_epoch", sampler, epoch)
+                probe.emit("on_sampler_set_epoch", sampler, epoch)
             except Exception as exc:  # fail-open
                 probe.fail("DistributedSampler.set_epoch", exc)
             return result
 
         return set_epoch
-
-    def _emit(self, hook: str, *args: Any, **kwargs: Any) -> None:
-        if self.session is not None:
-            self.session.emit(hook, *args, **kwargs)

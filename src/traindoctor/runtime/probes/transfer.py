@@ -14,9 +14,12 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traindoctor.runtime.probes.base import Probe
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.runtime.session import Session
 
 #: CUDA events recorded per run at most (one per step).
 MAX_EVENTS = 100_000
@@ -39,7 +42,7 @@ def _tensors(batch: Any, depth: int = 0) -> list[Any]:
 class CudaStepClock:
     """A CUDA event at each step end; device time per step is read once, at the end of the run."""
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Session) -> None:
         self.session = session
         self.events: list[tuple[int, Any]] = []
         self._cuda_ready: bool | None = None
@@ -62,7 +65,7 @@ class CudaStepClock:
             return
         import torch
 
-        event = torch.cuda.Event(enable_timing=True)
+        event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         event.record()
         self.events.append((record.index, event))
 
@@ -89,10 +92,10 @@ class TransferProbe(Probe):
         super().__init__()
         self._batch_ptrs: dict[int, Any] = {}
 
-    def applies(self, session: Any) -> bool:
+    def applies(self, session: Session) -> bool:
         return bool(session.device.cuda_available)
 
-    def install(self, session: Any) -> None:
+    def install(self, session: Session) -> None:
         super().install(session)
         import torch
 
@@ -100,7 +103,7 @@ class TransferProbe(Probe):
         self.patch(torch.Tensor, "cuda", self._wrap)
         session.add_batch_observer(self.note_batch)
         clock = CudaStepClock(session)
-        session._cuda_clock = clock
+        session.cuda_clock = clock
         session.add_step_listener(clock.mark)
 
     def note_batch(self, info: Any, batch: Any) -> None:
@@ -119,9 +122,7 @@ class TransferProbe(Probe):
         except Exception:
             pinned = False
         info = self._batch_ptrs.get(src.data_ptr())
-        self.session.record_transfer(  # type: ignore[union-attr]
-            nbytes, seconds, pinned, device_type, info, t_end=t_end
-        )
+        self.watched.record_transfer(nbytes, seconds, pinned, device_type, info, t_end=t_end)
 
     def _wrap(self, orig: Callable[..., Any]) -> Callable[..., Any]:
         probe = self

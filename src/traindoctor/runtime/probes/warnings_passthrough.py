@@ -17,9 +17,13 @@ import functools
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from traindoctor.runtime.probes.base import Probe
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.runtime.session import Session
 
 
 def _probe_dir() -> str:
@@ -32,13 +36,13 @@ class WarningsProbe(Probe):
     name = "warnings"
     order = 0
 
-    def install(self, session: Any) -> None:
+    def install(self, session: Session) -> None:
         super().install(session)
         import warnings
 
         self.patch(warnings, "warn", self._wrap_warn)
 
-    def _wrap_warn(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def _wrap_warn(self, orig: Callable[..., None]) -> Callable[..., None]:
         probes = _probe_dir()
         getframe = sys._getframe
 
@@ -48,7 +52,7 @@ class WarningsProbe(Probe):
                 return orig(message, category, stacklevel, source, **kwargs)
             extra = 0
             try:
-                frame = getframe(max(stacklevel, 1))  # the frame warnings would blame
+                frame: FrameType | None = getframe(max(stacklevel, 1))  # the frame warnings would blame
                 while frame is not None and frame.f_code.co_filename.startswith(probes):
                     frame = frame.f_back
                     extra += 1
