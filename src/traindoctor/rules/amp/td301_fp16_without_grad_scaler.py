@@ -331,7 +331,7 @@ class Fp16WithoutGradScaler(Rule):
 
 
 # ---------------------------------------------------------------- runtime half (R2)
-from traindoctor.runtime.events import Monitor  # noqa: E402
+from traindoctor.runtime.events import Monitor, SessionView  # noqa: E402
 
 
 class Fp16WithoutGradScalerMonitor(Monitor):
@@ -348,7 +348,7 @@ class Fp16WithoutGradScalerMonitor(Monitor):
     #: Optimizer steps whose gradients are inspected (each costs one pass over the gradients).
     SAMPLES = 3
 
-    def __init__(self, session: object) -> None:
+    def __init__(self, session: SessionView) -> None:
         super().__init__(session)
         self.fp16_device: str | None = None
         self.device_seen: str | None = None

@@ -310,7 +310,7 @@ class ClipBeforeUnscale(Rule):
 
 
 # ---------------------------------------------------------------- runtime half (R2)
-from traindoctor.runtime.events import Monitor  # noqa: E402
+from traindoctor.runtime.events import Monitor, SessionView  # noqa: E402
 
 
 class ClipBeforeUnscaleMonitor(Monitor):
@@ -324,7 +324,7 @@ class ClipBeforeUnscaleMonitor(Monitor):
 
     rule = ClipBeforeUnscale
 
-    def __init__(self, session: object) -> None:
+    def __init__(self, session: SessionView) -> None:
         super().__init__(session)
         self.scaler: GradScaler | None = None
         self.scaled = False

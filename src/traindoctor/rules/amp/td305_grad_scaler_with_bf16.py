@@ -229,7 +229,7 @@ class GradScalerWithBf16(Rule):
 
 
 # ---------------------------------------------------------------- runtime half (R2)
-from traindoctor.runtime.events import Monitor  # noqa: E402
+from traindoctor.runtime.events import Monitor, SessionView  # noqa: E402
 
 
 class GradScalerWithBf16Monitor(Monitor):
@@ -237,7 +237,7 @@ class GradScalerWithBf16Monitor(Monitor):
 
     rule = GradScalerWithBf16
 
-    def __init__(self, session: object) -> None:
+    def __init__(self, session: SessionView) -> None:
         super().__init__(session)
         self.sites: dict[int, Site | None] = {}
         self.used: dict[int, int] = {}

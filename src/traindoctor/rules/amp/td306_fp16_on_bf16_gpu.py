@@ -151,7 +151,7 @@ amp.scaler.update()
 
 
 # ---------------------------------------------------------------- runtime half (R2)
-from traindoctor.runtime.events import Monitor  # noqa: E402
+from traindoctor.runtime.events import Monitor, SessionView  # noqa: E402
 
 
 class Fp16OnBf16GpuMonitor(Monitor):
@@ -159,7 +159,7 @@ class Fp16OnBf16GpuMonitor(Monitor):
 
     rule = Fp16OnBf16Gpu
 
-    def __init__(self, session: object) -> None:
+    def __init__(self, session: SessionView) -> None:
         super().__init__(session)
         self.regions = 0
         self.site: Site | None = None

@@ -426,7 +426,7 @@ class CudnnBenchmarkOff(Rule):
 
 
 # ---------------------------------------------------------------- runtime half (R2)
-from traindoctor.runtime.events import Monitor  # noqa: E402
+from traindoctor.runtime.events import Monitor, SessionView  # noqa: E402
 
 
 class CudnnBenchmarkOffMonitor(Monitor):
@@ -440,7 +440,7 @@ class CudnnBenchmarkOffMonitor(Monitor):
 
     rule = CudnnBenchmarkOff
 
-    def __init__(self, session: object) -> None:
+    def __init__(self, session: SessionView) -> None:
         super().__init__(session)
         self.flags: dict[str, bool] = {}
 

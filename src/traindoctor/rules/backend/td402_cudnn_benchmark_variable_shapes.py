@@ -62,7 +62,7 @@ class CudnnBenchmarkVariableShapes(Rule):
 
 
 # ---------------------------------------------------------------- runtime half (R2)
-from traindoctor.runtime.events import Monitor  # noqa: E402
+from traindoctor.runtime.events import Monitor, SessionView  # noqa: E402
 
 
 class CudnnBenchmarkVariableShapesMonitor(Monitor):
@@ -72,7 +72,7 @@ class CudnnBenchmarkVariableShapesMonitor(Monitor):
 
     rule = CudnnBenchmarkVariableShapes
 
-    def __init__(self, session: object) -> None:
+    def __init__(self, session: SessionView) -> None:
         super().__init__(session)
         self.flags: dict[str, bool] = {}
 

@@ -299,7 +299,7 @@ class BenchmarkWithDeterministic(Rule):
 
 
 # ---------------------------------------------------------------- runtime half (R2)
-from traindoctor.runtime.events import Monitor  # noqa: E402
+from traindoctor.runtime.events import Monitor, SessionView  # noqa: E402
 
 
 class BenchmarkWithDeterministicMonitor(Monitor):
@@ -308,7 +308,7 @@ class BenchmarkWithDeterministicMonitor(Monitor):
 
     rule = BenchmarkWithDeterministic
 
-    def __init__(self, session: object) -> None:
+    def __init__(self, session: SessionView) -> None:
         super().__init__(session)
         self.flags: dict[str, bool] = {}
         self.last_site: dict[str, Site] = {}

@@ -337,7 +337,7 @@ def _hf_save_only_model(rule: Rule, ctx: FileContext) -> Iterable[Finding]:
 
 
 # ---------------------------------------------------------------- runtime half (R2)
-from traindoctor.runtime.events import Monitor  # noqa: E402
+from traindoctor.runtime.events import Monitor, SessionView  # noqa: E402
 
 
 class CheckpointWithoutOptimizerMonitor(Monitor):
@@ -347,7 +347,7 @@ class CheckpointWithoutOptimizerMonitor(Monitor):
 
     rule = CheckpointWithoutOptimizer
 
-    def __init__(self, session: object) -> None:
+    def __init__(self, session: SessionView) -> None:
         super().__init__(session)
         self.sites: set[Site | None] = set()
 

@@ -231,7 +231,7 @@ torch.save(
 
 
 # ---------------------------------------------------------------- runtime half (R2)
-from traindoctor.runtime.events import Monitor  # noqa: E402
+from traindoctor.runtime.events import Monitor, SessionView  # noqa: E402
 
 
 class CheckpointWithoutSchedulerMonitor(Monitor):
@@ -240,7 +240,7 @@ class CheckpointWithoutSchedulerMonitor(Monitor):
 
     rule = CheckpointWithoutScheduler
 
-    def __init__(self, session: object) -> None:
+    def __init__(self, session: SessionView) -> None:
         super().__init__(session)
         import weakref
 

@@ -206,7 +206,7 @@ torch.save(
 
 
 # ---------------------------------------------------------------- runtime half (R2)
-from traindoctor.runtime.events import Monitor  # noqa: E402
+from traindoctor.runtime.events import Monitor, SessionView  # noqa: E402
 
 
 class CheckpointWithoutScalerMonitor(Monitor):
@@ -214,7 +214,7 @@ class CheckpointWithoutScalerMonitor(Monitor):
 
     rule = CheckpointWithoutScaler
 
-    def __init__(self, session: object) -> None:
+    def __init__(self, session: SessionView) -> None:
         super().__init__(session)
         import weakref
 

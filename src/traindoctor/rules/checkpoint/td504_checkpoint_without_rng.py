@@ -307,7 +307,7 @@ def _iterates_data(ctx: FileContext, idx: CheckpointIndex, site: SaveSite) -> bo
 
 
 # ---------------------------------------------------------------- runtime half (R2)
-from traindoctor.runtime.events import Monitor  # noqa: E402
+from traindoctor.runtime.events import Monitor, SessionView  # noqa: E402
 
 
 class CheckpointWithoutRngMonitor(Monitor):
@@ -321,7 +321,7 @@ class CheckpointWithoutRngMonitor(Monitor):
 
     rule = CheckpointWithoutRng
 
-    def __init__(self, session: object) -> None:
+    def __init__(self, session: SessionView) -> None:
         super().__init__(session)
         from traindoctor.facts.checkpoint.runtime import RngUse
 

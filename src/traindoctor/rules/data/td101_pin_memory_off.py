@@ -372,7 +372,7 @@ def _written_in_call(ctx: FileContext, node: ast.AST, call: ast.Call) -> bool:
 
 
 # ---------------------------------------------------------------- runtime half
-from traindoctor.runtime.events import Monitor  # noqa: E402
+from traindoctor.runtime.events import Monitor, SessionView  # noqa: E402
 
 
 class PinMemoryOffMonitor(Monitor):
@@ -381,7 +381,7 @@ class PinMemoryOffMonitor(Monitor):
 
     rule = PinMemoryOff
 
-    def __init__(self, session: object) -> None:
+    def __init__(self, session: SessionView) -> None:
         super().__init__(session)
         self._copies: dict[int, list[float]] = {}
         self._infos: dict[int, LoaderInfo] = {}

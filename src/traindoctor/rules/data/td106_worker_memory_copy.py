@@ -68,7 +68,7 @@ class WorkerMemoryCopy(Rule):
 
 
 # ---------------------------------------------------------------- runtime half
-from traindoctor.runtime.events import Monitor  # noqa: E402
+from traindoctor.runtime.events import Monitor, SessionView  # noqa: E402
 
 
 class WorkerMemoryCopyMonitor(Monitor):
@@ -76,7 +76,7 @@ class WorkerMemoryCopyMonitor(Monitor):
 
     rule = WorkerMemoryCopy
 
-    def __init__(self, session: object) -> None:
+    def __init__(self, session: SessionView) -> None:
         super().__init__(session)
         self._checked: set[int] = set()
 

@@ -302,7 +302,7 @@ def _set_epoch_may_reach(
 
 
 # ---------------------------------------------------------------- runtime half (R2)
-from traindoctor.runtime.events import Monitor  # noqa: E402
+from traindoctor.runtime.events import Monitor, SessionView  # noqa: E402
 
 
 class _SamplerState:
@@ -327,7 +327,7 @@ class SamplerSetEpochMissingMonitor(Monitor):
 
     rule = SamplerSetEpochMissing
 
-    def __init__(self, session: object) -> None:
+    def __init__(self, session: SessionView) -> None:
         super().__init__(session)
         self.samplers: dict[int, _SamplerState] = {}
         self.order: list[_SamplerState] = []

@@ -345,7 +345,7 @@ def _may_be_model_call(call: ast.Call) -> bool:
 
 
 # ---------------------------------------------------------------- runtime half (R2)
-from traindoctor.runtime.events import Monitor  # noqa: E402
+from traindoctor.runtime.events import Monitor, SessionView  # noqa: E402
 
 
 class _Layer:
@@ -370,7 +370,7 @@ class EvalInTrainModeMonitor(Monitor):
 
     rule = EvalInTrainMode
 
-    def __init__(self, session: object) -> None:
+    def __init__(self, session: SessionView) -> None:
         super().__init__(session)
         #: id(layer) -> its statistics and train-mode no-grad forwards
         self.layers: dict[int, _Layer] = {}

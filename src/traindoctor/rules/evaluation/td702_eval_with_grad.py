@@ -273,7 +273,7 @@ class EvalWithGrad(Rule):
 
 
 # ---------------------------------------------------------------- runtime half (R2)
-from traindoctor.runtime.events import Monitor  # noqa: E402
+from traindoctor.runtime.events import Monitor, SessionView  # noqa: E402
 
 
 class EvalWithGradMonitor(Monitor):
@@ -287,7 +287,7 @@ class EvalWithGradMonitor(Monitor):
 
     rule = EvalWithGrad
 
-    def __init__(self, session: object) -> None:
+    def __init__(self, session: SessionView) -> None:
         super().__init__(session)
         self.pending: dict[int, int] = {}
         self.wasted: dict[int, int] = {}

@@ -196,7 +196,7 @@ class BatchNotMultipleOf8(Rule):
 
 
 # ---------------------------------------------------------------- runtime half (R2)
-from traindoctor.runtime.events import Monitor  # noqa: E402
+from traindoctor.runtime.events import Monitor, SessionView  # noqa: E402
 
 
 class BatchNotMultipleOf8Monitor(Monitor):
@@ -205,7 +205,7 @@ class BatchNotMultipleOf8Monitor(Monitor):
 
     rule = BatchNotMultipleOf8
 
-    def __init__(self, session: object) -> None:
+    def __init__(self, session: SessionView) -> None:
         super().__init__(session)
         self.dtypes: set[str] = set()
 

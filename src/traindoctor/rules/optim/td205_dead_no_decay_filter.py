@@ -270,7 +270,7 @@ class DeadNoDecayFilter(Rule):
 
 
 # ---------------------------------------------------------------- runtime half (R2)
-from traindoctor.runtime.events import Monitor  # noqa: E402
+from traindoctor.runtime.events import Monitor, SessionView  # noqa: E402
 
 
 class DeadNoDecayFilterMonitor(Monitor):
@@ -286,7 +286,7 @@ class DeadNoDecayFilterMonitor(Monitor):
 
     rule = DeadNoDecayFilter
 
-    def __init__(self, session: object) -> None:
+    def __init__(self, session: SessionView) -> None:
         super().__init__(session)
         self.empty_groups: list[tuple[str, list[int], int, list[str]]] = []
         self.names: dict[str, None] = {}
