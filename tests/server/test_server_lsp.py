@@ -244,7 +244,7 @@ def test_the_cache_is_shared_with_check(project: Path) -> None:
     subprocess.run(
         [sys.executable, "-m", "traindoctor", "check", "train.py"], cwd=project, env=env, capture_output=True
     )
-    assert list(cache.glob("*.json"))
+    assert list(cache.glob("entries/*.json"))
     (project / "new.py").write_text("import torch\n" + DEPRECATED)
 
     async def scenario() -> None:
@@ -259,7 +259,7 @@ def test_the_cache_is_shared_with_check(project: Path) -> None:
             assert len(await session.diagnostics(new, version=edited)) == 2
 
     asyncio.run(scenario())
-    (entries,) = [json.loads(p.read_text())["files"] for p in cache.glob("*.json")]
+    (entries,) = [json.loads(p.read_text())["files"] for p in cache.glob("entries/*.json")]
     stored = entries[str(project / "new.py")]
     assert len(stored["findings"]) == 1  # the file as saved, not the edited buffer
 
