@@ -191,6 +191,20 @@ def _run_files(args: argparse.Namespace, settings: Settings, codes: frozenset[st
     errors = False
     findings: list[Finding] = []
     items: list[tuple[str, bytes]] = []
+    folders: list[str] = []
+
+    def unreadable(path: Path, exc: OSError, what: str = "file") -> None:
+        """A path that cannot be read: a TD000 finding for it (a warning when TD000 is off)."""
+        why = f"Cannot read the {what} ({exc.strerror or exc}); it was skipped."
+        if "TD000" in codes:
+            findings.append(parse_error(str(path), why))
+        else:
+            print(f"traindoctor: warning: {path}: {why}", file=sys.stderr)
+
+    def unreadable_folder(path: Path, exc: OSError) -> None:
+        folders.append(str(path))
+        unreadable(path, exc, "folder")
+
     excludes = list(settings.exclude) + list(settings.extend_exclude)
     for path in iter_python_files(
         args.paths,
@@ -198,18 +212,15 @@ def _run_files(args: argparse.Namespace, settings: Settings, codes: frozenset[st
         settings.respect_gitignore,
         force_exclude=settings.force_exclude,
         root=settings.project_root,
+        onerror=unreadable_folder,
     ):
-        if not path.exists():
-            print(f"traindoctor: error: {path}: no such file or directory", file=sys.stderr)
-            errors = True
-            continue
         try:
             items.append((str(path), path.read_bytes()))
-        except OSError as exc:
-            if "TD000" in codes:
-                findings.append(
-                    parse_error(str(path), f"Cannot read the file ({exc.strerror or exc}); it was skipped.")
-                )
+        except (FileNotFoundError, NotADirectoryError):
+            print(f"traindoctor: error: {path}: no such file or directory", file=sys.stderr)
+            errors = True
+        except OSError as exc:  # permissions, a symlink loop, ...
+            unreadable(path, exc)
     options = CheckOptions(fix=args.fix or args.diff, unsafe_fixes=args.unsafe_fixes, diff=args.diff, jobs=args.jobs)
     outcomes = check_many(items, settings, options, cache)
     if cache is not None:
@@ -262,7 +273,7 @@ def _run_files(args: argparse.Namespace, settings: Settings, codes: frozenset[st
                 out,
                 args,
                 findings,
-                len(items) + _unreadable_count(findings, items),
+                len(items) + _unreadable_count(findings, items, folders),
                 fixed_count,
                 passed_allowed=not errors,
             )
@@ -281,9 +292,10 @@ def _run_files(args: argparse.Namespace, settings: Settings, codes: frozenset[st
     return EXIT_OK
 
 
-def _unreadable_count(findings: list[Finding], items: list[tuple[str, bytes]]) -> int:
-    read = {name for name, _ in items}
-    return len({f.filename for f in findings if f.filename not in read})
+def _unreadable_count(findings: list[Finding], items: list[tuple[str, bytes]], folders: list[str]) -> int:
+    """How many files could not be read (each has its TD000 finding; folders do not count)."""
+    skip = {name for name, _ in items} | set(folders)
+    return len({f.filename for f in findings if f.filename not in skip})
 
 
 def _unfixed(filename: str, data: bytes, settings: Settings) -> FileOutcome:
