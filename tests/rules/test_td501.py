@@ -41,7 +41,10 @@ for epoch in range(25):
 
 
 def test_gan_weight_snapshots_every_epoch():
-    assert checkpoint_found(DCGAN_STYLE) == [("TD501", 18), ("TD501", 19), ("TD504", 18), ("TD504", 19)]
+    # Bare weight snapshots: TD501 alone (its fix, a full-state checkpoint, also saves the RNG
+    # state), as `traindoctor run` judges the same saves; TD504 is for checkpoints that hold
+    # resume state beside the weights.
+    assert checkpoint_found(DCGAN_STYLE) == [("TD501", 18), ("TD501", 19)]
 
 
 def test_gan_td501_names_the_optimizer_of_the_saved_model():

@@ -185,6 +185,35 @@ def user_site(skip: int = 1) -> Site | None:
     return first_user_site(frame)
 
 
+def handed_over_site(obj: object, skip: int = 1, hops: int = 3) -> Site | None:
+    """Like :func:`user_site`, but where the user function that holds ``obj`` received it as an
+    argument from a user caller (``def save_checkpoint(state, path): torch.save(state, path)``),
+    the caller's line: where the saved object was put together, the line the checker reports.
+    Follows at most ``hops`` such hand-overs; a library frame in between stops the walk."""
+    try:
+        frame = first_user_frame(sys._getframe(skip))
+    except ValueError:  # pragma: no cover - a stack shallower than ``skip``
+        return None
+    for _ in range(hops):
+        caller = frame.f_back if frame is not None else None
+        if frame is None or caller is None or is_library_file(caller.f_code.co_filename):
+            break
+        if not _received(frame, obj):
+            break
+        frame = caller
+    return frame_site(frame) if frame is not None else None
+
+
+def _received(frame: FrameType, obj: object) -> bool:
+    """Whether one of the function's parameters (as bound now) is ``obj`` itself."""
+    code = frame.f_code
+    count = code.co_argcount + code.co_kwonlyargcount
+    if count == 0:
+        return False
+    local = frame.f_locals
+    return any(local.get(name) is obj for name in code.co_varnames[:count])
+
+
 _MODULE_CALL = {"_call_impl", "_wrapped_call_impl"}
 
 

@@ -46,9 +46,11 @@ class LoaderInfo:
         "feeds_training",
         "filename",
         "first_batches",
+        "first_start",
         "first_wait_s",
         "id",
         "iterable_dataset",
+        "last_start",
         "loader_ref",
         "max_concurrent_workers",
         "max_wait_s",
@@ -105,6 +107,9 @@ class LoaderInfo:
     reuse_first_s: list[float]
     #: Wall time the loader was being iterated (``iter()`` to its last batch, summed over epochs).
     active_s: float
+    #: ``perf_counter`` times of the first and the latest ``iter()`` (0.0 before the first).
+    first_start: float
+    last_start: float
     #: Worker processes alive in this process (all loaders) when this loader last started an epoch.
     concurrent_workers: int
     max_concurrent_workers: int
@@ -163,6 +168,7 @@ class LoaderInfo:
         self.startup_s = []
         self.reuse_first_s = []
         self.active_s = 0.0
+        self.first_start = self.last_start = 0.0
         self.concurrent_workers = self.max_concurrent_workers = 0
         self.feeds_training = False
         self._epoch_open = False
@@ -195,6 +201,9 @@ class LoaderInfo:
             self.close_epoch(t0)
         self.epochs += 1
         self.spawns += 1 if spawned else 0
+        if self.epochs == 1:
+            self.first_start = t0
+        self.last_start = t0
         self._epoch_open = True
         self._epoch_start = self._epoch_last = t0
         self._epoch_batches = 0

@@ -228,6 +228,8 @@ class Session:
         self.local_rank = _env_int("LOCAL_RANK", 0)
         self.local_world_size = local_world_size or _env_int("LOCAL_WORLD_SIZE", 1)
         self.uses_cuda = False
+        #: The working directory the watch started in: report filenames are relative to it.
+        self.start_dir = _cwd()
         self.notes: list[str] = []
         self.monitors: list[Monitor] = []
         self.probes: list[Installable] = []
@@ -740,13 +742,35 @@ class Session:
         and building it walks every step record (milliseconds at the end of a long run).
         """
         report: dict[str, Any] = {
-            "findings": [f.to_dict() for f in self.findings],
+            "findings": [_relative_filename(f.to_dict(), self.start_dir) for f in self.findings],
             "profile": self.profile.to_dict(),
         }
         if timeline:
             report["timeline"] = session_timeline(self)
         report.update(environment=self.environment(), notes=list(self.notes), partial=self.partial)
         return report
+
+
+def _cwd() -> str:
+    """The working directory, or "" when it no longer exists (filenames then stay as they are)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return ""
+
+
+def _relative_filename(finding: dict[str, Any], base: str) -> dict[str, Any]:
+    """``finding`` with its filename relative to ``base`` when the file lies under it (the
+    script's own name and those of the modules it imports alike, as ``check`` names them)."""
+    name = finding.get("filename")
+    if base and isinstance(name, str) and os.path.isabs(name):
+        try:
+            rel = os.path.relpath(name, base)
+        except ValueError:  # pragma: no cover - another drive on Windows
+            return finding
+        if not rel.startswith(".."):
+            finding["filename"] = rel
+    return finding
 
 
 def platform_string() -> str:

@@ -63,6 +63,29 @@ def loader_timing(info: Any) -> LoaderTiming:
     return LoaderTiming(batches=info.batches, wait_s=info.wait_s, active_s=info.active_s)
 
 
+def epoch_period_s(session: Any, info: Any) -> float:
+    """Seconds of one epoch of the training loop, for judging a cost paid once per pass of
+    ``info``: the mean time between the epoch starts of the training loader that ran the most
+    epochs (an evaluation pass inside the epoch counts within it); without one that ran twice,
+    ``info``'s own time per pass."""
+    runs = [i for i in session.loaders if i.feeds_training and i.epochs >= 2 and i.last_start > i.first_start]
+    if runs:
+        train = max(runs, key=lambda i: (i.epochs, -i.id))
+        span: float = train.last_start - train.first_start
+        return span / int(train.epochs - 1)
+    active: float = info.active_s
+    return active / max(int(info.epochs), 1)
+
+
+def passes_per_epoch(session: Any, info: Any) -> float:
+    """How many times ``info`` is iterated per epoch of the training loop (1.0 without one)."""
+    runs = [i for i in session.loaders if i.feeds_training and i.epochs >= 2]
+    if not runs or info.feeds_training:
+        return 1.0
+    train = max(runs, key=lambda i: (i.epochs, -i.id))
+    return int(info.epochs) / int(train.epochs)
+
+
 def worker_budget(session: Any) -> int:
     """Loader workers one process can keep busy: its cores (shared between the local ranks when
     they all may run on every core), minus one for the training process itself; at least 1."""

@@ -220,7 +220,7 @@ torch.save(
         if not schedulers or idx.saves.may_hold_anywhere(SCHEDULER):
             return
         name = idx.objects.first_name(SCHEDULER, "scheduler")
-        for site in idx.checkpoints.training_checkpoints():
+        for site in idx.checkpoints.resume_checkpoints():
             yield ctx.report(
                 self,
                 site.report,

@@ -195,7 +195,7 @@ torch.save(
         if not idx.objects.exists(SCALER) or idx.resume.kept_on_resume(SCALER):
             return
         name = idx.objects.first_name(SCALER, "scaler")
-        for site in idx.checkpoints.training_checkpoints():
+        for site in idx.checkpoints.resume_checkpoints():
             yield ctx.report(
                 self,
                 site.report,

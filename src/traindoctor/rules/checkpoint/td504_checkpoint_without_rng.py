@@ -249,7 +249,7 @@ torch.save(
         from traindoctor.static.vocab import RNG_KINDS
 
         idx = checkpoint_index(ctx)
-        sites = idx.checkpoints.training_checkpoints()
+        sites = idx.checkpoints.resume_checkpoints()
         if not sites:
             return
         draws = file_draws(ctx)
@@ -338,8 +338,8 @@ class CheckpointWithoutRngMonitor(Monitor):
         from traindoctor.facts.checkpoint.runtime import contents_for, mid_epoch_position
 
         contents = contents_for(self.session, obj)
-        if not contents.has_model:
-            return
+        if not contents.is_training_checkpoint:
+            return  # no model, or bare weights: TD501's alone (its full-state fix saves the RNG too)
         from traindoctor.facts.checkpoint.kinds import EXPORT
         from traindoctor.facts.checkpoint.runtime import save_kind_of
 

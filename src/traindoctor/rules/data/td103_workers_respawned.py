@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import statistics
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, cast
 
@@ -41,9 +42,10 @@ class WorkersRespawned(Rule):
     epoch that started new workers, minus an ordinary batch wait; the first start is not counted
     (persistence cannot save it).
 
-    - `TD103.min_startup_s` (default 0.05): mean start-up seconds per re-spawning epoch.
-    - `TD103.min_startup_share` (default 0.05): the re-spawn start-ups as a share of the time the
-      loader was being iterated.
+    - `TD103.min_startup_s` (default 0.05): median start-up seconds per re-spawning pass.
+    - `TD103.min_startup_share` (default 0.05): what the re-spawns cost one epoch of the training
+      loop (start-up per pass x passes per epoch), as a share of that epoch (the time between the
+      training loader's epoch starts); the same yardstick for a training and an evaluation loader.
     """
 
     what_it_does = """
@@ -479,15 +481,21 @@ class WorkersRespawnedMonitor(Monitor):
                 continue
             steady = ev.loader_timing(info)
             per_batch_s = steady.wait_ms_per_batch / 1000.0
-            extra = [max(s - per_batch_s, 0.0) for s in repeated]
-            per_epoch = sum(extra) / len(extra)
-            share = sum(extra) / info.active_s
+            extra = sorted(max(s - per_batch_s, 0.0) for s in repeated)
+            per_epoch = statistics.median(extra)  # one slow start (a page-cache miss) decides nothing
+            period = ev.epoch_period_s(self.session, info)
+            if period <= 0:
+                continue
+            # The share of the training loop's epoch, the same yardstick for every loader (a test
+            # loader's restarts weigh what they cost the epoch, not what they cost its short pass).
+            share = min(per_epoch * ev.passes_per_epoch(self.session, info) / period, 1.0)
             if per_epoch < min_s or share < min_share:
                 continue
             self.report(
-                f"This DataLoader started its {info.num_workers} worker processes anew in each of "
-                f"{info.spawns} epochs, {per_epoch:.2f} s each time ({share:.0%} of its loading "
-                "time); pass `persistent_workers=True` to keep the workers between epochs.",
+                f"This DataLoader started its {info.num_workers} worker "
+                f"process{'' if info.num_workers == 1 else 'es'} anew each of the {info.spawns} "
+                f"times it was iterated, {per_epoch:.2f} s each time ({share:.0%} of an epoch of "
+                "the training loop); pass `persistent_workers=True` to keep the workers between passes.",
                 evidence={
                     "startup_s_per_epoch": round(per_epoch, 4),
                     "startup_share": round(share, 4),

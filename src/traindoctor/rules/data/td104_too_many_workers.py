@@ -86,10 +86,12 @@ class TooManyWorkersMonitor(Monitor):
         if peak <= allowed:
             return
         concurrent = [i for i in loaders if i.max_concurrent_workers > 0]
+        budget = ev.worker_budget(session)
+        cores = "1 CPU core" if allowed == 1 else f"{allowed} CPU cores"
         self.report(
-            f"{peak} DataLoader worker processes ran at the same time, more than the {allowed} "
-            f"CPU cores this process may use; they compete with each other and with the training "
-            f"process. Use at most {ev.worker_budget(session)} workers in total.",
+            f"{peak} DataLoader worker processes ran at the same time, more than the {cores} "
+            f"this process may use; they compete with each other and with the training "
+            f"process. Use at most {budget} worker{'' if budget == 1 else 's'} in total.",
             evidence={
                 "concurrent_workers": peak,
                 "usable_cores": session.cpu_count,

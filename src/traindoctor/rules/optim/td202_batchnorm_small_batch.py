@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
@@ -328,8 +328,9 @@ class BatchnormSmallBatchMonitor(Monitor):
             return  # TD602 (batchnorm-without-syncbn) covers it
         total = batch * accumulation * world
         why = f" ({accumulation} backward() calls per optimizer step)" if accumulation > 1 else ""
+        samples = "1 sample" if batch == 1 else f"{batch} samples"
         self.report(
-            f"BatchNorm normalises over {batch} samples per forward while the optimizer sees "
+            f"BatchNorm normalises over {samples} per forward while the optimizer sees "
             f"{total} per step{why}; use GroupNorm/LayerNorm "
             "(`traindoctor.recipes.convert_batchnorm`) or a larger per-forward batch.",
             evidence={
@@ -341,4 +342,15 @@ class BatchnormSmallBatchMonitor(Monitor):
                 "min_batch": min_batch,
             },
             step=self.session.step,
+            **self._batch_site(batch),
         )
+
+    def _batch_site(self, batch: int) -> dict[str, Any]:
+        """Where the small batch is set, as the checker reports it: the training DataLoader whose
+        ``batch_size`` is the per-forward batch (none: the finding names no line)."""
+        from traindoctor.facts.data import runtime as ev
+
+        for info in self.session.loaders:
+            if info.feeds_training and info.batch_size == batch and info.row:
+                return ev.site(info)
+        return {}

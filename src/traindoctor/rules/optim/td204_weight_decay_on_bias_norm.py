@@ -6,6 +6,7 @@ import ast
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from traindoctor.facts.optim import NEGLIGIBLE_WEIGHT_DECAY
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.args import UNKNOWN
@@ -141,7 +142,8 @@ class WeightDecayOnBiasNorm(Rule):
     optimizer = torch.optim.AdamW(param_groups(model, weight_decay=0.05), lr=3e-4)
     """
     options = """
-    No thresholds. At run time each optimizer's param groups are audited at its first step: a
+    No thresholds. A weight decay below 1e-6 is negligible (it shrinks a weight by less than 1%
+    over a million steps at a learning rate of 0.01) and is not reported. At run time each optimizer's param groups are audited at its first step: a
     parameter is a bias/normalisation parameter when its owning module is a normalisation layer
     (BatchNorm, SyncBatchNorm, InstanceNorm, LayerNorm, GroupNorm, RMSNorm or a subclass), when
     its module registered it as `bias`, or when its rank is <= 1; each one in a group with
@@ -156,6 +158,13 @@ class WeightDecayOnBiasNorm(Rule):
     )
 
     valid = (
+        Valid("""
+        import torch
+
+        # a negligible decay (below 1e-6): what it does to biases does not matter
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8))
+        optimizer = torch.optim.RMSprop(model.parameters(), lr=1e-5, weight_decay=1e-8, momentum=0.999)
+        """),
         Valid("""
         import torch
         from torch import nn
@@ -313,7 +322,9 @@ class WeightDecayOnBiasNorm(Rule):
                 continue
             default = _DEFAULT_DECAY.get(qn, 0)
             decay = ctx.arg_value(call, "weight_decay", default=default)
-            if decay is UNKNOWN or isinstance(decay, bool) or not isinstance(decay, (int, float)) or decay <= 0:
+            if decay is UNKNOWN or isinstance(decay, bool) or not isinstance(decay, (int, float)):
+                continue
+            if decay < NEGLIGIBLE_WEIGHT_DECAY:
                 continue
             info = self_model(ctx, call) if isinstance(model, ast.Name) and model.id == "self" else model_of(ctx, model)
             if info.known and not info.bias_or_norm_params():
@@ -347,7 +358,7 @@ class WeightDecayOnBiasNorm(Rule):
 
         for args in hf_training_args(ctx):
             decay = args.value(ctx, "weight_decay")
-            if isinstance(decay, bool) or not isinstance(decay, (int, float)) or decay <= 0:
+            if isinstance(decay, bool) or not isinstance(decay, (int, float)) or decay < NEGLIGIBLE_WEIGHT_DECAY:
                 continue
             if hf_custom_optimizer(ctx):
                 continue
@@ -387,7 +398,7 @@ class WeightDecayOnBiasNormMonitor(Monitor):
         from traindoctor.facts.optim.runtime import audit_optimizer
 
         audit = audit_optimizer(optimizer, self.session)
-        if not audit.decayed:
+        if not audit.decayed or max(audit.decays) < NEGLIGIBLE_WEIGHT_DECAY:
             return
         n = len(audit.decayed)
         decays = ", ".join(f"{d:g}" for d in audit.decays)

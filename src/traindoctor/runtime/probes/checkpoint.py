@@ -2,7 +2,9 @@
 
 ``torch.save`` (the ``torch`` and ``torch.serialization`` attributes) is wrapped: the original
 runs first with the very same arguments, so the file written is byte-for-byte what it would be
-unwatched; only after it returned does the probe emit ``on_checkpoint_save(obj, path, site)``.
+unwatched; only after it returned does the probe emit ``on_checkpoint_save(obj, path, site)``; the
+site is the user line that put the saved object together (a helper that saves the object it was
+handed reports its caller's line, as the checker does).
 Monitors inspect ``obj`` in place (keys, types, tensor identity); nothing is copied or converted.
 Saves into unnamed in-memory buffers (``io.BytesIO``, used for deep copies) are emitted with
 ``path=None`` and monitors ignore them. Saves made by a framework's own checkpoint writer
@@ -21,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from traindoctor.runtime.framework_writers import caller_is_framework_writer
-from traindoctor.runtime.live import clear_save_cache, describe_path, user_site
+from traindoctor.runtime.live import clear_save_cache, describe_path, handed_over_site, user_site
 from traindoctor.runtime.probes.base import Probe
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,7 +61,8 @@ class CheckpointProbe(Probe):
                 probe._saving -= 1
             if probe._saving == 0 and not probe._framework_save():
                 try:
-                    probe.emit("on_checkpoint_save", obj, describe_path(f), site=user_site(2))
+                    site = handed_over_site(obj, 2)
+                    probe.emit("on_checkpoint_save", obj, describe_path(f), site=site)
                 except Exception as exc:  # fail-open
                     probe.fail("torch.save", exc)
                 try:

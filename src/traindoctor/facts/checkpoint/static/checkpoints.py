@@ -23,6 +23,9 @@ from traindoctor.static.vocab import DATA, MODEL, OPTIMIZER, RNG_ANY, RNG_KINDS,
 
 #: Keys of a step/epoch counter saved beside the weights: the save is meant to be resumed from.
 _RX_COUNTER_KEY = re.compile(r"^(epochs?|steps?|global_steps?|iters?|iterations?|iter_num|it)$")
+#: Keys that name a training position in any spelling (``EPOCHS_RUN``, ``cur_epoch``,
+#: ``global_step_count``): a save holding one beside the weights is meant to be resumed from.
+_RX_POSITION_WORD = re.compile(r"(^|_)(epochs?|steps?|iters?|iterations?)(_|$)")
 #: What identifies the object a save writes: (name, id of its scope, where the binding that
 #: reaches the save starts or the positions of all its bindings, ids of the loops around the save).
 _ObjectKey = tuple[str, int, tuple[int, int] | tuple[tuple[int, int], ...], tuple[int, ...]]
@@ -51,6 +54,27 @@ class TrainingCheckpoints(IndexPart):
             return []
         full = [s for s in self.saves.sites if s.is_full]
         return self._first_of_repeats(full + self.model_only_in_loop())
+
+    def resume_checkpoints(self) -> list[SaveSite]:
+        """Training checkpoints that hold resume state beside the weights (an optimizer, scheduler,
+        scaler, sampler, RNG state or a step/epoch counter): those whose missing scheduler, scaler
+        or RNG state TD502-TD504 report. A bare weights save in the loop is TD501's alone (its fix,
+        a full-state checkpoint, covers the rest), as the doctor judges the save it sees."""
+        return [
+            s
+            for s in self.training_checkpoints()
+            if s.is_full
+            or self.holds_resume_state(s)
+            or any(p.key is not None and _RX_POSITION_WORD.search(p.key.lower()) for p in s.saved.pieces)
+        ]
+
+    def holds_resume_state(self, site: SaveSite) -> bool:
+        """Whether a save holds something a resumed run reads besides the weights."""
+        saved = site.saved
+        resume_kinds = (OPTIMIZER, SCHEDULER, SCALER, DATA, RNG_ANY, *RNG_KINDS)
+        return any(saved.has(k) for k in resume_kinds) or any(
+            p.key is not None and _RX_COUNTER_KEY.match(p.key.lower()) for p in saved.pieces
+        )
 
     def model_only_in_loop(self) -> list[SaveSite]:
         """Model-weight saves in the training loop of a training file with no optimizer state
@@ -104,11 +128,7 @@ class TrainingCheckpoints(IndexPart):
     def save_facts(self, site: SaveSite) -> kinds.SaveFacts:
         """What :func:`~traindoctor.facts.checkpoint.kinds.save_kind` judges ``site`` by (the doctor
         asks the same for the save it saw)."""
-        saved = site.saved
-        resume_kinds = (OPTIMIZER, SCHEDULER, SCALER, DATA, RNG_ANY, *RNG_KINDS)
-        holds = any(saved.has(k) for k in resume_kinds) or any(
-            p.key is not None and _RX_COUNTER_KEY.match(p.key.lower()) for p in saved.pieces
-        )
+        holds = self.holds_resume_state(site)
         guard_names: list[str] = []
         for node in site.contexts:
             guard_names.extend(self._guard_names(node))
