@@ -23,7 +23,7 @@ def catalog_rows():
 
 def test_every_catalog_code_has_exactly_one_rule():
     codes = [c for c, *_ in catalog_rows()]
-    assert len(codes) == 36
+    assert len(codes) == 37
     assert [r.code for r in all_rules()] == ["TD000", *codes]
 
 
@@ -48,7 +48,7 @@ def test_rule_modules_are_named_after_code_and_name():
 
 
 def test_prefix_selection():
-    assert select_codes(["TD1"]) == {f"TD10{i}" for i in range(1, 7)}
+    assert select_codes(["TD1"]) == {f"TD10{i}" for i in range(1, 8)}
     assert select_codes(["TD1"], ["TD10"]) == set()
     assert select_codes(["TD102"], ["TD1"]) == {"TD102"}  # the more specific wins
     assert "TD301" in select_codes(None) and "TD301" not in select_codes(None, ["TD3"])

@@ -103,6 +103,29 @@ def cores_per_rank(session: Any) -> int:
     return max(cores, 1)
 
 
+def compute_spread(session: Any) -> tuple[float, float, int] | None:
+    """(median, 90th percentile, count) of the steady steps' compute seconds (forward and backward
+    when measured, else the step minus data wait and optimizer), warm-up steps left out; None
+    with fewer than 10 steady steps. Contention for cores shows as steps of the same work that
+    take very different times."""
+    from traindoctor.runtime.profile import default_warmup
+
+    records = list(getattr(session, "records", None) or ())
+    steady = sorted(r.compute_s for r in records[default_warmup(len(records)) :])
+    if len(steady) < 10 or steady[len(steady) // 2] <= 0:
+        return None
+    return steady[len(steady) // 2], steady[min(int(len(steady) * 0.9), len(steady) - 1)], len(steady)
+
+
+def peak_workers(session: Any) -> tuple[int, Any]:
+    """The most loader worker processes alive at once, and the loader that saw that peak."""
+    loaders = loaders_with_workers(session.loaders)
+    if not loaders:
+        return 0, None
+    info = max(loaders, key=lambda i: (i.max_concurrent_workers, -i.id))
+    return int(info.max_concurrent_workers), info
+
+
 def main_threads() -> int:
     """Intra-op threads of the training process (1 when torch is not imported)."""
     torch = sys.modules.get("torch")
