@@ -14,6 +14,7 @@ rules report, so every rule computes "data-wait share" the same way.
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -105,13 +106,19 @@ def cores_per_rank(session: Any) -> int:
 
 def compute_spread(session: Any) -> tuple[float, float, int] | None:
     """(median, 90th percentile, count) of the steady steps' compute seconds (forward and backward
-    when measured, else the step minus data wait and optimizer), warm-up steps left out; None
+    when measured, else the step minus data wait and optimizer), warm-up steps and steps of
+    another batch size than the usual one left out; None
     with fewer than 10 steady steps. Contention for cores shows as steps of the same work that
     take very different times."""
     from traindoctor.runtime.profile import default_warmup
 
     records = list(getattr(session, "records", None) or ())
-    steady = sorted(r.compute_s for r in records[default_warmup(len(records)) :])
+    records = records[default_warmup(len(records)) :]
+    sizes = Counter(r.samples for r in records)
+    if not sizes:
+        return None
+    usual = sizes.most_common(1)[0][0]  # an epoch's short last batch is other work: left out
+    steady = sorted(r.compute_s for r in records if r.samples == usual)
     if len(steady) < 10 or steady[len(steady) // 2] <= 0:
         return None
     return steady[len(steady) // 2], steady[min(int(len(steady) * 0.9), len(steady) - 1)], len(steady)

@@ -26,7 +26,7 @@ class ThreadsOversubscribed(Rule):
     compares the sum with the CPU cores this process may use (`os.sched_getaffinity`, shared by
     the local ranks when they all may run on every core). It reports only when the steps show
     the contention too: the slowest tenth of the steady steps' compute (forward and backward)
-    takes well over the median, the signature of threads waiting for a core that a worker holds.
+    takes twice the median or more, the signature of threads waiting for a core that a worker holds.
     Runs whose model computes on a GPU are not judged; workers alone beyond the cores are TD104.
     """
     why_bad = """
@@ -59,8 +59,15 @@ class ThreadsOversubscribed(Rule):
     Runtime thresholds (`thresholds` in `[tool.traindoctor]`, `--threshold KEY=VALUE` or
     `watch(thresholds=...)`):
 
-    - `TD107.min_spread` (default 1.5): the 90th percentile of the steady steps' compute time
-      over its median at or above which the steps show contention (10 steady steps at least).
+    - `TD107.min_spread` (default 2.0): the 90th percentile of the steady steps' compute time
+      over its median at or above which the steps show contention.
+    - `TD107.min_compute_ms` (default 2.0): steps whose median compute is shorter are not judged
+      (their spread is timer and scheduler noise).
+    - `TD107.min_steps` (default 20): steady steps needed to judge.
+
+    Only steps of the usual batch size are compared (an epoch's short last batch is left out). Steps of one batch size whose work still
+    differs (sequences of varying length) can look uneven without contention: raise
+    `min_spread` or ignore TD107 for such runs.
     """
     references = (
         "https://pytorch.org/docs/stable/notes/cpu_threading_torchscript_inference.html",
@@ -94,9 +101,11 @@ class ThreadsOversubscribedMonitor(Monitor):
         if spread is None:
             return
         median_s, p90_s, steps = spread
-        min_spread = float(self.threshold("min_spread", 1.5))
-        if p90_s < min_spread * median_s:
-            return
+        min_spread = float(self.threshold("min_spread", 2.0))
+        min_ms = float(self.threshold("min_compute_ms", 2.0))
+        min_steps = int(self.threshold("min_steps", 20))
+        if steps < min_steps or median_s * 1000 < min_ms or p90_s < min_spread * median_s:
+            return  # too few steps, steps too short to tell contention from noise, or even steps
         advice = max(cores - workers, 1)
         self.report(
             f"{threads} intra-op threads and {workers} loader worker "
