@@ -8,11 +8,11 @@ import time
 
 import pytest
 import torch
+from helpers.rule_loops import codes, finding, line_of
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import traindoctor
-from tests.helpers.rule_loops import codes, finding, line_of
 from traindoctor.facts.data.runtime import compute_spread
 from traindoctor.runtime.profile import StepRecord
 

@@ -125,3 +125,22 @@ def test_td204_silent_with_proper_groups_or_no_decay() -> None:
     with traindoctor.watch(select=["TD204"]) as b:
         train_steps(model, plain, steps=1)
     assert codes(a) == [] and codes(b) == []
+
+
+def test_frozen_parameters_are_not_counted_as_decayed_at_run_time():
+    """The optimizer skips parameters without a gradient, so a frozen backbone's norm layers are
+    not decayed; only the new head's bias is (linear evaluation, SimCLR's evaluator)."""
+    torch.manual_seed(0)
+    backbone = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU())
+    for p in backbone.parameters():
+        p.requires_grad = False
+    model = nn.Sequential(backbone, nn.Linear(16, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=0.01)
+    with traindoctor.watch(select=["TD204"]) as doctor:
+        for _ in range(3):
+            loss = model(torch.randn(8, 8)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    (f,) = doctor.findings
+    assert f.evidence["decayed"] == 1 and f.evidence["names"] == ["1.bias"]

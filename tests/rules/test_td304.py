@@ -84,3 +84,32 @@ def test_td304_old_torch_minimum():
     src = "import torch\ns = torch.cuda.amp.GradScaler()\nwith torch.cuda.amp.autocast():\n    pass\n"
     assert amp_found(src, ["TD304"], min_torch="2.2") == [("TD304", 3)]
     assert amp_found(src, ["TD304"], min_torch="1.9") == []
+
+
+def test_a_caller_finding_that_cites_a_reported_site_is_left_out_of_a_run_over_both(tmp_path, monkeypatch):
+    """One mistake, one finding: ``check .`` reports the deprecated call in ``engine.py``, not
+    again at ``main.py``'s call of the function that holds it; ``check main.py`` alone keeps the
+    caller's finding, since nothing else says it (xcit, LeViT, mar: ``main.py`` -> ``engine.py``)."""
+    import json
+    from pathlib import Path
+
+    from traindoctor.check.cli import main as check_main
+
+    (tmp_path / "engine.py").write_text(
+        "import torch\n\n\ndef train_one_epoch(model, loader, opt):\n"
+        "    for x, y in loader:\n        with torch.cuda.amp.autocast():\n"
+        "            loss = model(x).sum()\n        loss.backward()\n        opt.step()\n"
+    )
+    (tmp_path / "main.py").write_text(
+        "import torch\nfrom engine import train_one_epoch\n\n"
+        "model = torch.nn.Linear(2, 2).cuda()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(3):\n    train_one_epoch(model, [], opt)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+
+    def rows(*paths: str) -> list[tuple[str, int]]:
+        check_main([*paths, "--select", "TD304", "--no-cache", "--output-format", "json", "-o", "o.json"])
+        return sorted((f["filename"], f["location"]["row"]) for f in json.loads(Path("o.json").read_text()))
+
+    assert rows(".") == [("engine.py", 6)]
+    assert rows("main.py") == [("main.py", 7)]

@@ -177,3 +177,32 @@ def test_td504_no_data_position_for_a_sampler_drawing_with_replacement(tmp_path:
     f = finding(doctor, "TD504")
     assert f.evidence["mid_epoch"] is None and f.evidence["missing_rng"] == ["torch"]
     assert "data position" not in f.message
+
+
+BEST_BESIDE_PERIODIC = """
+import torch
+
+def main(model, optimizer, loader, evaluate):
+    max_accuracy = 0.0
+    for epoch in range(100):
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(model(torch.nn.functional.dropout(x)), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, "checkpoint.pth")
+        acc = evaluate(model)
+        if acc >= max_accuracy:
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, "best_model.pth")
+        max_accuracy = max(acc, max_accuracy)
+"""
+
+
+def test_a_best_so_far_save_beside_the_periodic_checkpoint_is_not_reported_twice():
+    # the same missing RNG state, said once, at the checkpoint the run resumes from (xcit)
+    assert found(BEST_BESIDE_PERIODIC, ["TD504"]) == [("TD504", 11)]
+    only_best = BEST_BESIDE_PERIODIC.replace(
+        '        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, "checkpoint.pth")\n',
+        "",
+    )
+    assert found(only_best, ["TD504"]) == [("TD504", 13)]  # the only one there is: it carries it

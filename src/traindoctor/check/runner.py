@@ -13,13 +13,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from traindoctor.check.cache import Cache, content_hash
 from traindoctor.check.checkfile import FileOutcome, check_file
 from traindoctor.check.engine import instantiate
 from traindoctor.config import Settings
+from traindoctor.finding import Finding
 from traindoctor.machine import usable_cores
 from traindoctor.rules.base import Rule
 
@@ -148,4 +149,31 @@ def check_many(
         outcomes[i] = outcome
         if used_cache is not None and not outcome.internal_errors:
             used_cache.store(keys[i], digests[i], outcome.findings, outcome.dependencies)
-    return [o for o in outcomes if o is not None]
+    return drop_echoes([o for o in outcomes if o is not None])
+
+
+def drop_echoes(outcomes: list[FileOutcome]) -> list[FileOutcome]:
+    """Leave out a finding that cites, as its related place, a finding of the same code this
+    run reports itself: one mistake, one finding. ``train.py:376`` calling a helper of
+    ``engine.py`` whose deprecated ``torch.cuda.amp.autocast`` is reported at ``engine.py:91``
+    is the same mistake; checked alone (``check train.py``, the editor), ``train.py`` keeps its
+    finding, since nothing else says it. Runs after the cache: each file's entry keeps all its
+    findings, whatever else a run checks."""
+    reported = {
+        (os.path.realpath(f.filename), f.location.row, f.code)
+        for o in outcomes
+        for f in o.findings
+        if f.location is not None
+    }
+
+    def echo(f: Finding) -> bool:
+        return any(
+            r.location is not None and (os.path.realpath(r.filename), r.location.row, f.code) in reported
+            for r in f.related
+        )
+
+    out = []
+    for o in outcomes:
+        kept = [f for f in o.findings if not (f.related and echo(f))]
+        out.append(o if len(kept) == len(o.findings) else replace(o, findings=kept))
+    return out

@@ -276,11 +276,15 @@ class FileContext:
         self._shared: dict[str, Any] = {}
         self._scope_memo: dict[int, ast.AST] = {}
         self.imports = ImportMap()
+        stars = False
         for node in self.of(ast.Import, ast.ImportFrom):
             if isinstance(node, ast.Import):
                 self.imports.add_import(node)
             else:
                 self.imports.add_import_from(node)
+                stars = stars or node.names[0].name == "*"
+        if stars and project is not None:
+            self.imports.fallback = self._star_exported
         # Module-level aliases such as ``DL = torch.utils.data.DataLoader``.
         for node in tree.body:
             if (
@@ -292,6 +296,12 @@ class FileContext:
                 qn = self.imports.resolve(node.value)
                 if qn is not None:
                     self.imports.add_alias(node.targets[0].id, qn)
+
+    def _star_exported(self, name: str) -> str | None:
+        """What ``name`` means when a project module this file star-imports imported it from the
+        outside world (``from utils import *`` bringing ``torch``); asked once per unbound name."""
+        view = self.project
+        return view.star_external(name) if view is not None else None
 
     def shared(self, key: str, build: Callable[[FileContext], T]) -> T:
         """A per-file analysis that several rules use, built once, dropped with the file.

@@ -9,6 +9,7 @@ same. Many torch objects are reachable under several module paths (``torch.optim
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from typing import cast
 
 #: Private or alternative module paths -> the public name rules compare against.
@@ -140,10 +141,26 @@ def receiver(call: ast.Call) -> ast.expr:
 
 
 class ImportMap:
-    """Local names bound by imports (anywhere in the file) -> fully qualified names."""
+    """Local names bound by imports (anywhere in the file) -> fully qualified names.
+
+    ``fallback``, when set, is asked once per name that no import binds (``torch`` in a file
+    whose only import of it is a ``from utils import *``); what it answers is kept in ``names``.
+    """
 
     def __init__(self) -> None:
         self.names: dict[str, str] = {}
+        self.fallback: Callable[[str], str | None] | None = None
+        self._asked: set[str] = set()
+
+    def _lookup(self, name: str) -> str | None:
+        found = self.names.get(name)
+        if found is not None or self.fallback is None or name in self._asked:
+            return found
+        self._asked.add(name)
+        found = self.fallback(name)
+        if found is not None:
+            self.names[name] = found
+        return found
 
     def add_import(self, node: ast.Import) -> None:
         for alias in node.names:
@@ -173,7 +190,7 @@ class ImportMap:
             head = head.value
         if head.__class__ is not ast.Name:
             return None
-        base = self.names.get(head.id)
+        base = self._lookup(head.id)
         if base is None:
             return None
         if node is head:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from traindoctor.static.names import dotted
+from traindoctor.static.names import ImportMap, dotted
 from traindoctor.static.protocols import FACTS_ONLY
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -165,6 +165,9 @@ class ModuleSummary:
     star_imports: tuple[str, ...]
     #: Top-level names the module defines itself (functions, classes, assignments).
     defined: frozenset[str]
+    #: Top-level names the module binds by importing the outside world (``torch``, ``nn`` ->
+    #: ``torch.nn``): what a ``from module import *`` hands on besides the module's own names.
+    external: Mapping[str, str] = field(default_factory=dict)
     #: Query name -> the top-level names it may answer for (nn.Module classes and factories for
     #: "what model does it build"); answers are computed on first use (:meth:`answer`).
     answerable: Mapping[str, frozenset[str]] = field(default_factory=dict)
@@ -587,6 +590,31 @@ class ProjectView:
                 return (module, name)
         return None
 
+    def star_external(self, name: str) -> str | None:
+        """The qualified name ``name`` has in this file when only a ``from x import *`` of a
+        project module binds it and that module imported it from the outside world
+        (``from utils import *`` where ``utils.py`` does ``import torch``): ``"torch"``."""
+        for module in self._star_modules():
+            found = self._external_of(module, name, frozenset())
+            if found is not None:
+                return found
+        return None
+
+    def _external_of(self, path: str, name: str, seen: frozenset[str]) -> str | None:
+        if path in seen or len(seen) > 8:
+            return None
+        summary = self.summary(path)
+        if summary is None or name in summary.defined or name in summary.imports:
+            return None
+        found = summary.external.get(name)
+        if found is not None:
+            return found
+        for module in summary.star_imports:
+            found = self._external_of(module, name, seen | {path})
+            if found is not None:
+                return found
+        return None
+
     def _bound_by_import(self, expr: ast.AST) -> bool:
         """Whether the head name is not shadowed by a local binding in the enclosing scopes."""
         node = expr
@@ -685,6 +713,13 @@ def _summarize(project: Project, path: str, data: bytes, digest: str) -> ModuleS
         if isinstance(stmt, ast.Try):
             top_imports += [n for n in stmt.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     imports.update(import_bindings(top_imports, project, me))
+    outside = ImportMap()
+    for node in top_imports:
+        if isinstance(node, ast.Import):
+            outside.add_import(node)
+        else:
+            outside.add_import_from(node)
+    external = {name: qn for name, qn in outside.names.items() if name not in imports and not name.startswith("_")}
     for node in top_imports:
         if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
             module = project.module_file(node.module or "", me, node.level)
@@ -724,6 +759,7 @@ def _summarize(project: Project, path: str, data: bytes, digest: str) -> ModuleS
         imports=imports,
         star_imports=tuple(stars),
         defined=frozenset(defined),
+        external=external,
         answerable=answerable,
         dependency_digests=tuple(
             sorted((p, d) for p in view.dependencies - {path} if (d := project.digest(p)) is not None)

@@ -36,7 +36,10 @@ EXPORT = "export"
 #: File names that say the file is an export of weights, not a resume point.
 _RX_EXPORT_NAME = re.compile(r"best|final|export|deploy|inference|release|pretrained", re.I)
 #: Names in an ``if`` test that make it a "better than the best so far" guard.
-_RX_QUALITY = re.compile(r"best|improv|top_?k", re.I)
+_RX_QUALITY = re.compile(
+    r"best|improv|top_?k|(max|min|highest|lowest)_?\w*(acc|score|metric|map|iou|f1|auc|psnr|ssim|loss|err|bleu|prec)",
+    re.I,
+)
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,28 @@ def backward_calls(ctx: FileContext, fn: ast.AST | None) -> list[ast.Call]:
     return list(ctx.shared("evaluation.backward_calls", _backward_calls_by_function).get(fn, ()))
 
 
+def self_test(ctx: FileContext, node: ast.AST) -> bool:
+    """Whether ``node`` runs in the ``if __name__ == "__main__":`` block of a file that never
+    calls ``backward()``: a model module's smoke test (one forward on a random tensor to print
+    shapes or FLOPs), not an evaluation whose autograd recording costs anything."""
+    if any(ctx.shared("evaluation.backward_calls", _backward_calls_by_function).values()):
+        return False
+    for anc in ctx.ancestors(node):
+        if isinstance(anc, ast.If) and _is_main_guard(anc.test):
+            return True
+    return False
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    """``__name__ == "__main__"`` (either side)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    return any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides) and any(
+        isinstance(x, ast.Constant) and x.value == "__main__" for x in sides
+    )
+
+
 def _backward_calls_by_function(ctx: FileContext) -> dict[ast.AST | None, list[ast.Call]]:
     """The file's backward passes filed by the function whose own body makes them, in source order
     (a call both methods and functions name, ``torch.autograd.backward(...)``, is listed twice)."""
@@ -413,6 +435,42 @@ def freezes_parameters(ctx: FileContext) -> bool:
     for node in ctx.of(ast.Assign):
         if any(isinstance(t, ast.Attribute) and t.attr == "requires_grad" for t in node.targets):
             if ctx.value(node.value) is False:
+                return True
+    return False
+
+
+def freezes_whole(ctx: FileContext, model: str) -> bool:
+    """Whether the file turns gradients off on every parameter of ``model`` (its source text):
+    ``model.requires_grad_(False)`` or ``for p in model.parameters(): p.requires_grad = False``.
+    What trains afterwards is what the file replaces or switches back on (a new head)."""
+    if not freezes_parameters(ctx):
+        return False
+    for call in ctx.method_calls("requires_grad_"):
+        if call.args and ctx.value(call.args[0]) is False and dotted(receiver(call)) == model:
+            return True
+    for loop in ctx.of(ast.For):
+        it = loop.iter
+        if not (
+            isinstance(it, ast.Call)
+            and isinstance(it.func, ast.Attribute)
+            and it.func.attr == "parameters"
+            and dotted(it.func.value) == model
+            and isinstance(loop.target, ast.Name)
+        ):
+            continue
+        name = loop.target.id
+        for stmt in loop.body:
+            if (
+                isinstance(stmt, ast.Assign)
+                and any(
+                    isinstance(t, ast.Attribute)
+                    and t.attr == "requires_grad"
+                    and isinstance(t.value, ast.Name)
+                    and t.value.id == name
+                    for t in stmt.targets
+                )
+                and ctx.value(stmt.value) is False
+            ):
                 return True
     return False
 

@@ -141,6 +141,8 @@ def audit_optimizer(optimizer: Any, session: Any) -> DecayAudit:
         if wd == 0 and not params and any_decay:
             audit.empty_zero_groups.append(gi)
         for pi, p in enumerate(params):
+            if not getattr(p, "requires_grad", True):
+                continue  # frozen: it gets no gradient, so the optimizer never decays it
             owner = table.get(id(p))
             kind = no_decay_kind(p, owner)
             if kind is None:

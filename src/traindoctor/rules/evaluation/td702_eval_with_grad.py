@@ -83,6 +83,25 @@ class EvalWithGrad(Rule):
         import torch
         from torch import nn
 
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(8, 2)
+
+            def forward(self, x):
+                return self.fc(x)
+
+        # the model module's smoke test: one forward to print a shape, no training in the file
+        if __name__ == "__main__":
+            model = Net()
+            model.eval()
+            out = model(torch.randn(1, 8))
+            print(out.shape)
+        """),
+        Valid("""
+        import torch
+        from torch import nn
+
         model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 2))
         for epoch in range(20):
             for x, y in train_loader:
@@ -225,6 +244,7 @@ class EvalWithGrad(Rule):
             mode_before,
             mode_calls,
             related,
+            self_test,
         )
 
         evals = [c for c in ctx.method_calls("eval") if not c.args and not c.keywords]
@@ -242,7 +262,7 @@ class EvalWithGrad(Rule):
             if not model or not isinstance(ctx.parent(ev), ast.Expr):
                 continue  # ``f = freeze(f.eval())`` rebinds the name: not a mode switch we can follow
             fn = ctx.function_of(ev)
-            if callers_disable_grad(ctx, fn):
+            if callers_disable_grad(ctx, fn) or self_test(ctx, ev):
                 continue
             later = [
                 m

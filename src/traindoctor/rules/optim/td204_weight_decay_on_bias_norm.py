@@ -160,6 +160,17 @@ class WeightDecayOnBiasNorm(Rule):
     valid = (
         Valid("""
         import torch
+        import torchvision
+
+        # linear evaluation: the backbone is frozen, only the new head trains
+        model = torchvision.models.resnet18()
+        for p in model.parameters():
+            p.requires_grad = False
+        model.fc = torch.nn.Linear(512, 10)
+        optimizer = torch.optim.Adam(model.parameters(), lr=3e-4, weight_decay=0.0008)
+        """),
+        Valid("""
+        import torch
 
         # a negligible decay (below 1e-6): what it does to biases does not matter
         model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8))
@@ -307,6 +318,7 @@ class WeightDecayOnBiasNorm(Rule):
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.facts.data.static import is_test_file
+        from traindoctor.facts.evaluation.static import freezes_whole
         from traindoctor.facts.models.static import model_of, self_model
 
         if is_test_file(ctx.filename):
@@ -320,6 +332,8 @@ class WeightDecayOnBiasNorm(Rule):
             model = whole_model_params(ctx, params)
             if model is None:
                 continue
+            if freezes_whole(ctx, dotted(model) or ""):
+                continue  # a frozen model with a new head: the optimizer skips what has no gradient
             default = _DEFAULT_DECAY.get(qn, 0)
             decay = ctx.arg_value(call, "weight_decay", default=default)
             if decay is UNKNOWN or isinstance(decay, bool) or not isinstance(decay, (int, float)):

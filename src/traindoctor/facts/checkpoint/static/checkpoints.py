@@ -59,14 +59,19 @@ class TrainingCheckpoints(IndexPart):
         """Training checkpoints that hold resume state beside the weights (an optimizer, scheduler,
         scaler, sampler, RNG state or a step/epoch counter): those whose missing scheduler, scaler
         or RNG state TD502-TD504 report. A bare weights save in the loop is TD501's alone (its fix,
-        a full-state checkpoint, covers the rest), as the doctor judges the save it sees."""
-        return [
+        a full-state checkpoint, covers the rest), as the doctor judges the save it sees; a
+        best-so-far save is left out where a periodic checkpoint is there to carry the finding."""
+        sites = [
             s
             for s in self.training_checkpoints()
             if s.is_full
             or self.holds_resume_state(s)
             or any(p.key is not None and _RX_POSITION_WORD.search(p.key.lower()) for p in s.saved.pieces)
         ]
+        # A best-so-far save (``if acc >= best: save(..., "best_model.pth")``) beside the periodic
+        # checkpoint the run resumes from: the same omission, said once, at the periodic one.
+        periodic = [s for s in sites if not self.save_facts(s).quality_guarded]
+        return periodic or sites
 
     def holds_resume_state(self, site: SaveSite) -> bool:
         """Whether a save holds something a resumed run reads besides the weights."""

@@ -133,7 +133,7 @@ class ResumeAnalysis(IndexPart):
                 continue
             arg = arg_of(ctx, call, "state_dict", 0)
             key = self._loaded_key(arg) if arg is not None else None
-            if key is None:
+            if key is None or self._inference_only(call):
                 continue
             gaps: set[tuple[str, str]] = set()
             for site in self.saves.sites:
@@ -148,6 +148,33 @@ class ResumeAnalysis(IndexPart):
             if gaps:
                 out.append((call, sorted(gaps)))
         return out + dcp_gaps
+
+    def _inference_only(self, node: ast.AST) -> bool:
+        """Whether ``node`` sits in a function that only runs the model: it never calls
+        ``backward()`` or ``step()``, and it switches to ``eval()`` or opens ``torch.no_grad()`` /
+        ``torch.inference_mode()`` (a ``generate()`` or ``evaluate()`` that loads weights to
+        sample or score is not a resume path, whatever else the save holds)."""
+        ctx = self.ctx
+        fn = ctx.function_of(node)
+        if fn is None:
+            return False
+
+        def here(calls: list[ast.Call]) -> bool:
+            return any(ctx.function_of(c) is fn for c in calls)
+
+        if here(ctx.method_calls("backward")) or here(ctx.method_calls("step")):
+            return False
+        if here(ctx.method_calls("eval")):
+            return True
+        return any(
+            ctx.function_of(w) is fn
+            and any(
+                isinstance(item.context_expr, ast.Call)
+                and ctx.qualname(item.context_expr.func) in ("torch.no_grad", "torch.inference_mode")
+                for item in w.items
+            )
+            for w in ctx.of(ast.With)
+        )
 
     def _dcp_resume_gaps(self) -> list[tuple[ast.Call, list[tuple[str, str]]]]:
         """``dcp.load({"model": ...})`` where a DCP save of this file also holds optimizer state.
