@@ -144,3 +144,19 @@ def test_frozen_parameters_are_not_counted_as_decayed_at_run_time():
             opt.step()
     (f,) = doctor.findings
     assert f.evidence["decayed"] == 1 and f.evidence["names"] == ["1.bias"]
+
+
+def test_all_but_the_head_frozen_by_name_is_not_reported():
+    # SimCLR's linear evaluation: every parameter but fc.weight/fc.bias frozen by name
+    src = """
+import torch
+import torchvision
+
+model = torchvision.models.resnet18(num_classes=10)
+for name, param in model.named_parameters():
+    if name not in ["fc.weight", "fc.bias"]:
+        param.requires_grad = False
+optimizer = torch.optim.Adam(model.parameters(), lr=3e-4, weight_decay=0.0008)
+"""
+    assert found(src, ["TD204"]) == []
+    assert found(src.replace("param.requires_grad = False", "print(param)"), ["TD204"]) == [("TD204", 8)]

@@ -440,9 +440,11 @@ def freezes_parameters(ctx: FileContext) -> bool:
 
 
 def freezes_whole(ctx: FileContext, model: str) -> bool:
-    """Whether the file turns gradients off on every parameter of ``model`` (its source text):
-    ``model.requires_grad_(False)`` or ``for p in model.parameters(): p.requires_grad = False``.
-    What trains afterwards is what the file replaces or switches back on (a new head)."""
+    """Whether the file turns gradients off on the parameters of ``model`` (its source text) as a
+    whole: ``model.requires_grad_(False)``, or a loop over ``model.parameters()`` /
+    ``model.named_parameters()`` setting ``requires_grad = False`` (all of them, or all but the
+    names it lists). What trains afterwards is what the file replaces, lists or switches back on
+    (a new head)."""
     if not freezes_parameters(ctx):
         return False
     for call in ctx.method_calls("requires_grad_"):
@@ -453,13 +455,18 @@ def freezes_whole(ctx: FileContext, model: str) -> bool:
         if not (
             isinstance(it, ast.Call)
             and isinstance(it.func, ast.Attribute)
-            and it.func.attr == "parameters"
+            and it.func.attr in ("parameters", "named_parameters")
             and dotted(it.func.value) == model
-            and isinstance(loop.target, ast.Name)
         ):
             continue
-        name = loop.target.id
-        for stmt in loop.body:
+        target = loop.target
+        if isinstance(target, ast.Tuple) and len(target.elts) == 2:  # for name, param in named_parameters()
+            target = target.elts[1]
+        if not isinstance(target, ast.Name):
+            continue
+        name = target.id
+        # directly, or under a name filter (``if name not in ["fc.weight", "fc.bias"]:``)
+        for stmt in (n for n in ast.walk(loop) if isinstance(n, ast.Assign)):
             if (
                 isinstance(stmt, ast.Assign)
                 and any(
