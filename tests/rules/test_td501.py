@@ -191,3 +191,41 @@ def test_td501_matches_copied_weights_by_keys(tmp_path: Path) -> None:
         cpu_copy = {k: v.clone() for k, v in model.state_dict().items()}
         torch.save({"state_dict": cpu_copy, "epoch": 1}, tmp_path / "ck.pt")
     assert codes(doctor) == ["TD501"]
+
+
+GAN_PARTIAL = """
+import torch
+
+def train(net_G, net_D, loader):
+    optim_G = torch.optim.Adam(net_G.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    optim_D = torch.optim.Adam(net_D.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    for step, x in enumerate(loader):
+        loss_D = net_D(x).mean() - net_D(net_G(torch.randn(8, 128))).mean()
+        optim_D.zero_grad()
+        loss_D.backward()
+        optim_D.step()
+        loss_G = -net_D(net_G(torch.randn(8, 128))).mean()
+        optim_G.zero_grad()
+        loss_G.backward()
+        optim_G.step()
+        torch.save({"net_G": net_G.state_dict(), "net_D": net_D.state_dict(),
+                    "optim_G": optim_G.state_dict()}, "model.pt")
+"""
+
+
+def test_a_checkpoint_without_one_of_two_optimizers_is_reported_with_the_missing_one():
+    (f,) = [f for f in checkpoint_run(GAN_PARTIAL).findings if f.code == "TD501"]
+    assert f.location.row == 15  # the torch.save (the snippet's first line is its import)
+    assert "not of `optim_D`" in f.message and "`optim_D.state_dict()`" in f.message
+
+
+def test_every_optimizer_saved_or_the_missing_one_stateless_is_silent():
+    both = GAN_PARTIAL.replace(
+        '"optim_G": optim_G.state_dict()}', '"optim_G": optim_G.state_dict(), "optim_D": optim_D.state_dict()}'
+    )
+    assert [f.code for f in checkpoint_run(both).findings if f.code == "TD501"] == []
+    sgd = GAN_PARTIAL.replace(
+        "optim_D = torch.optim.Adam(net_D.parameters(), lr=2e-4, betas=(0.5, 0.999))",
+        "optim_D = torch.optim.SGD(net_D.parameters(), lr=0.01)",
+    )
+    assert [f.code for f in checkpoint_run(sgd).findings if f.code == "TD501"] == []

@@ -317,6 +317,16 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
                 f"run restarts momentum/Adam moments; save `{save}` with them.",
                 help=f"Save `{save}` in the checkpoint",
             )
+        for site, missing in idx.checkpoints.optimizers_left_out():
+            names = ", ".join(f"`{n}.state_dict()`" for n in missing)
+            yield ctx.report(
+                self,
+                site.report,
+                f"This checkpoint saves the state of some optimizers but not of "
+                f"{', '.join(f'`{n}`' for n in missing)}, so a resumed run restarts its momentum/Adam "
+                f"moments; save {names} too.",
+                help=f"Save {names} in the checkpoint",
+            )
 
 
 def _hf_save_only_model(rule: Rule, ctx: FileContext) -> Iterable[Finding]:

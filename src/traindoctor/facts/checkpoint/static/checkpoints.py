@@ -19,6 +19,7 @@ from traindoctor.facts.checkpoint.static.contents import SaveContents
 from traindoctor.facts.checkpoint.static.loops import TrainingLoops
 from traindoctor.facts.checkpoint.static.paths import CheckpointPaths
 from traindoctor.facts.checkpoint.static.saves import Saves, SaveSite
+from traindoctor.static.names import dotted
 from traindoctor.static.vocab import DATA, MODEL, OPTIMIZER, RNG_ANY, RNG_KINDS, SCALER, SCHEDULER
 
 #: Keys of a step/epoch counter saved beside the weights: the save is meant to be resumed from.
@@ -79,6 +80,44 @@ class TrainingCheckpoints(IndexPart):
         resume_kinds = (OPTIMIZER, SCHEDULER, SCALER, DATA, RNG_ANY, *RNG_KINDS)
         return any(saved.has(k) for k in resume_kinds) or any(
             p.key is not None and _RX_COUNTER_KEY.match(p.key.lower()) for p in saved.pieces
+        )
+
+    def optimizers_left_out(self) -> list[tuple[SaveSite, list[str]]]:
+        """Training checkpoints that save the state of some of the file's optimizers but not of
+        another it builds (a GAN's ``optim_G`` saved, ``optim_D`` not): (save, missing names).
+        Judged by name only where every optimizer state the save holds is ``<name>.state_dict()``
+        of an optimizer the file builds under that name; plain SGD without momentum keeps no
+        state and is never missing."""
+        built = [(n, c) for n, c in self.objects.exists(OPTIMIZER) if not n.startswith("<")]
+        if len(built) < 2 or self.saves.complete_saves or self.in_test_code:
+            return []
+        stateful = {n for n, c in built if not self._stateless(c)}
+        out: list[tuple[SaveSite, list[str]]] = []
+        for site in self.training_checkpoints():
+            pieces = [p for p in site.saved.pieces if p.kind == OPTIMIZER]
+            saved: set[str] = set()
+            for piece in pieces:
+                node = piece.node
+                if not (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "state_dict"
+                ):
+                    saved = set()
+                    break
+                saved.add(dotted(node.func.value) or "")
+            if not saved or not saved <= {n for n, _ in built}:
+                continue
+            missing = [n for n, _ in built if n not in saved and n in stateful]
+            if missing:
+                out.append((site, missing))
+        return out
+
+    def _stateless(self, call: ast.Call) -> bool:
+        """Plain SGD without momentum (no per-parameter state)."""
+        ctx = self.ctx
+        return ctx.qualname(call.func) == "torch.optim.SGD" and (
+            ctx.arg_value(call, "momentum", default=0, qualname="torch.optim.SGD") == 0
         )
 
     def model_only_in_loop(self) -> list[SaveSite]:
