@@ -19,8 +19,12 @@ from traindoctor.facts.checkpoint.static.vocabulary import (
     key_rules_out,
     kind_from_name,
 )
-from traindoctor.static.names import receiver
+from traindoctor.static.names import dotted, receiver
 from traindoctor.static.vocab import MODEL, OPTIMIZER, RNG_ANY, RNG_KINDS, SCALER, SCHEDULER
+
+
+#: Calls whose value is a loaded checkpoint dict.
+_CHECKPOINT_READS = (*LOAD_FUNCS, "torch.hub.load_state_dict_from_url")
 
 
 class ResumeAnalysis(IndexPart):
@@ -133,7 +137,7 @@ class ResumeAnalysis(IndexPart):
                 continue
             arg = arg_of(ctx, call, "state_dict", 0)
             key = self._loaded_key(arg) if arg is not None else None
-            if key is None or self._inference_only(call):
+            if key is None or self._inference_only(call) or self._frozen_after(call):
                 continue
             gaps: set[tuple[str, str]] = set()
             for site in self.saves.sites:
@@ -148,6 +152,31 @@ class ResumeAnalysis(IndexPart):
             if gaps:
                 out.append((call, sorted(gaps)))
         return out + dcp_gaps
+
+    def _frozen_after(self, call: ast.Call) -> bool:
+        """``teacher.load_state_dict(ckpt["model"])`` followed, within the next few statements of
+        its block, by ``teacher.eval()``: a model loaded to run beside training (a distillation
+        teacher), not the one the run resumes."""
+        ctx = self.ctx
+        stmt = ctx.parent(call)
+        block = ctx.parent(stmt) if isinstance(stmt, ast.Expr) else None
+        model = dotted(receiver(call))
+        if block is None or model is None:
+            return False
+        for field in ("body", "orelse", "finalbody"):
+            body = getattr(block, field, None)
+            if isinstance(body, list) and stmt in body:
+                i = body.index(stmt)
+                for later in body[i + 1 : i + 4]:
+                    if (
+                        isinstance(later, ast.Expr)
+                        and isinstance(later.value, ast.Call)
+                        and isinstance(later.value.func, ast.Attribute)
+                        and later.value.func.attr == "eval"
+                        and dotted(later.value.func.value) == model
+                    ):
+                        return True
+        return False
 
     def _inference_only(self, node: ast.AST) -> bool:
         """Whether ``node`` sits in a function that only runs the model: it never calls
@@ -251,9 +280,11 @@ class ResumeAnalysis(IndexPart):
         if not isinstance(base, ast.Name):
             return None
         bound = ctx.bindings_of(base)
-        if not bound or len(bound) != 1 or not isinstance(bound[0], ast.Call):
+        # One load, or one per branch (``torch.hub.load_state_dict_from_url`` for an https
+        # ``--resume``, ``torch.load`` otherwise: DeiT-style scripts): a checkpoint either way.
+        if not bound or not all(isinstance(b, ast.Call) and ctx.qualname(b.func) in _CHECKPOINT_READS for b in bound):
             return None
-        if ctx.qualname(bound[0].func) not in LOAD_FUNCS:
+        if not any(isinstance(b, ast.Call) and ctx.qualname(b.func) in LOAD_FUNCS for b in bound):
             return None
         # The loaded dict handed to an unknown function may be restored there: stay silent.
         scope = ctx.scope_of(base)
