@@ -22,7 +22,6 @@ from traindoctor.facts.checkpoint.static.vocabulary import (
 from traindoctor.static.names import dotted, receiver
 from traindoctor.static.vocab import MODEL, OPTIMIZER, RNG_ANY, RNG_KINDS, SCALER, SCHEDULER
 
-
 #: Calls whose value is a loaded checkpoint dict.
 _CHECKPOINT_READS = (*LOAD_FUNCS, "torch.hub.load_state_dict_from_url")
 
