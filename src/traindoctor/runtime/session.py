@@ -544,7 +544,12 @@ class Session:
         if record is not None:
             self.step = record.index
             index = record.index
-            if self._sampler is None and not self._sampler_failed and index >= 3 and (index <= 8 or index & (index - 1) == 0 or index % 50 == 0):
+            if (
+                self._sampler is None
+                and not self._sampler_failed
+                and index >= 3
+                and (index <= 8 or index & (index - 1) == 0 or index % 50 == 0)
+            ):
                 self._maybe_sample_host_work(record)  # steps 3-8, 16, 32, 50, 64, 100, ...
             for listener in self._step_listeners:
                 try:
