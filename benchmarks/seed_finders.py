@@ -60,6 +60,14 @@ class Seed:
         return self.edit.line
 
 
+def shared_folders(a: list[str], b: list[str]) -> int:
+    """How many leading folders two paths share."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
 class Project:
     """The parsed modules of one repository and the facts several finders share."""
 
@@ -114,11 +122,18 @@ class Project:
                     base = ".".join([*parts, base] if base else parts)
                 names += [base] + [f"{base}.{a.name}" for a in node.names]
         found: dict[str, Module] = {}
+        here = module.path.split("/")[:-1]
         for name in filter(None, names):
-            for dotted, other in by_dotted.items():
-                if other is not module and (
-                    dotted == name or dotted.endswith("." + name) or dotted == name + ".__init__"
-                ):
+            matches = [
+                other
+                for dotted, other in by_dotted.items()
+                if other is not module
+                and (dotted == name or dotted.endswith("." + name) or dotted == name + ".__init__")
+            ]
+            # a script imports from its own folder first: keep the candidates nearest to it
+            nearness = [shared_folders(here, other.path.split("/")[:-1]) for other in matches]
+            for other, near in zip(matches, nearness):
+                if near == max(nearness):
                     found[other.path] = other
         return list(found.values())
 
