@@ -479,9 +479,20 @@ def find_resume_states(project: Project) -> Iterator[Seed]:
 # --- mixed precision (TD301, TD302, TD303) ----------------------------------------------------
 
 
+def is_torch_clip(call: ast.Call) -> bool:
+    """``torch.nn.utils.clip_grad_norm_(...)``/``clip_grad_value_`` (also imported bare) that
+    clips: not a project's or accelerate's own helper, not a ``None`` limit (a norm computed for
+    logging only)."""
+    receiver = receiver_text(call)
+    if "clip_grad" not in last_name(call) or (receiver and not receiver.endswith("nn.utils")):
+        return False
+    limits = call.args[1:2] + [k.value for k in call.keywords if k.arg in ("max_norm", "clip_value")]
+    return not any(isinstance(v, ast.Constant) and v.value is None for v in limits)
+
+
 def find_unscale(project: Project) -> Iterator[Seed]:
-    """``scaler.unscale_(optimizer)`` deleted where gradients are clipped after it in the same
-    function."""
+    """``scaler.unscale_(optimizer)`` deleted where torch clips the gradients after it in the same
+    function (see :func:`is_torch_clip`)."""
     for module in seeded_modules(project):
         for stmt in ast.walk(module.tree):
             if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
@@ -489,8 +500,8 @@ def find_unscale(project: Project) -> Iterator[Seed]:
             if last_name(stmt.value) != "unscale_":
                 continue
             scope = module.scope_of(stmt)
-            clips = [c for c in ast.walk(scope) if isinstance(c, ast.Call) and "clip_grad" in last_name(c)]
-            if any(c.lineno > stmt.lineno and not receiver_text(c).startswith("accelerator") for c in clips):
+            clips = [c for c in ast.walk(scope) if isinstance(c, ast.Call) and is_torch_clip(c)]
+            if any(c.lineno > stmt.lineno for c in clips):
                 scope_kind = SINGLE if makes(module, SCALER_CALLS) else CROSS
                 yield seed("unscale-removed", module, stmt, module.statement_to_pass(stmt), scope_kind)
 
