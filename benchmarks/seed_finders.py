@@ -74,6 +74,7 @@ class Project:
     def __init__(self, modules: list[Module]) -> None:
         self.modules = modules
         self.text = "\n".join(m.text for m in modules)
+        self._imported: dict[str, list[Module]] = {}
 
     @cached_property
     def uses_cuda(self) -> bool:
@@ -107,8 +108,17 @@ class Project:
 
     def imported(self, module: Module) -> list[Module]:
         """The project modules ``module`` imports (``import a.b``, ``from a.b import c``, relative
-        imports), matched by dotted path against the project's files."""
-        by_dotted = {m.path[:-3].replace("/", "."): m for m in self.modules}
+        imports), matched by dotted path against the project's files; computed once per module."""
+        if module.path not in self._imported:
+            self._imported[module.path] = self._resolve_imports(module)
+        return self._imported[module.path]
+
+    @cached_property
+    def _by_dotted(self) -> dict[str, Module]:
+        return {m.path[:-3].replace("/", "."): m for m in self.modules}
+
+    def _resolve_imports(self, module: Module) -> list[Module]:
+        by_dotted = self._by_dotted
         package = module.path.rsplit("/", 1)[0].replace("/", ".") if "/" in module.path else ""
         names = []
         for node in ast.walk(module.tree):
@@ -136,6 +146,25 @@ class Project:
                 if near == max(nearness):
                     found[other.path] = other
         return list(found.values())
+
+    def feeds_training(self, module: Module) -> bool:
+        """Whether what ``module`` builds can reach a training step: it trains, calls a project
+        function named for training (``train_one_epoch``), or is imported by a module that does.
+        A feature-caching or export script that only iterates its loader is left out."""
+
+        def trains(m: Module) -> bool:
+            return trains_here(m) or self.calls_train_function(m)
+
+        if trains(module):
+            return True
+        return any(module.path in {x.path for x in self.imported(m)} and trains(m) for m in self.modules)
+
+    def calls_train_function(self, module: Module) -> bool:
+        """Whether ``module`` calls a function the project defines whose name says it trains."""
+        return any(
+            isinstance(n, ast.Call) and is_train_name(last_name(n)) and last_name(n) in self.defs
+            for n in ast.walk(module.tree)
+        )
 
     def calls_trainer(self, module: Module) -> bool:
         """Whether ``module`` calls a project function whose name says it trains
@@ -319,7 +348,10 @@ def _remove_setting(loader: LoaderCall, name: str) -> Edit:
 
 
 def _training_loaders(project: Project) -> Iterator[LoaderCall]:
+    """Training loaders of modules that reach a training step (see :meth:`Project.feeds_training`)."""
     for module in seeded_modules(project):
+        if not project.feeds_training(module):
+            continue
         for loader in loader_calls(module):
             if is_training_loader(loader) and not (in_main_block(module, loader.call) and not trains_here(module)):
                 yield loader
