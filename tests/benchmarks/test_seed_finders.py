@@ -189,3 +189,51 @@ def test_summary_counts_recall_per_half_scope_and_kind():
         "recall": 0.0,
     }
     assert summary["tune/*/*"]["scored"] == 3
+
+
+CACHE = """\
+import torch
+from torch.utils.data import DataLoader
+
+
+def main(train_set):
+    data_loader_train = DataLoader(train_set, batch_size=64, shuffle=True, num_workers=8, pin_memory=True)
+    for x, y in data_loader_train:
+        torch.save(x, "features.pt")
+"""
+
+AMP = """\
+import torch
+
+
+def step(model, optimizer, scaler, x, clip):
+    loss = model(x)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    scaler.step(optimizer)
+    scaler.update()
+
+
+def step_logged(model, optimizer, scaler, x):
+    loss = model(x)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    norm = commons.clip_grad_value_(model.parameters(), None)
+    scaler.step(optimizer)
+    scaler.update()
+"""
+
+
+def test_no_loader_seed_in_a_script_that_never_trains(tmp_path: Path):
+    (tmp_path / "cache.py").write_text(CACHE)
+    (tmp_path / "data.py").write_text(DATA)
+    seeds = seed_finders.find_seeds(seed_finders.Project(parse_modules(tmp_path, ["cache.py", "data.py"])))
+    # nothing here trains: neither the caching script's loader nor the helper's is seeded
+    assert [s for s in seeds if s.kind in ("pin-memory-removed", "num-workers-zero")] == []
+
+
+def test_unscale_seed_only_before_torch_clipping_with_a_limit(tmp_path: Path):
+    (tmp_path / "amp.py").write_text(AMP)
+    seeds = seed_finders.find_seeds(seed_finders.Project(parse_modules(tmp_path, ["amp.py"])))
+    assert [(s.kind, s.line) for s in seeds if s.kind == "unscale-removed"] == [("unscale-removed", 7)]
