@@ -96,7 +96,9 @@ def test_memmap_get_batch_loop_is_data_bound_with_the_users_lines(tmp_path, one_
 
 def test_lbfgs_closure_forward_and_backward_are_not_optimizer_time(one_thread) -> None:
     torch.manual_seed(0)
-    x, y = torch.randn(512, 64), torch.randn(512, 1)
+    # a batch large enough that each closure's forward/backward outweighs LBFGS's own vector
+    # work by a wide margin, also when a loaded machine stretches every phase at random
+    x, y = torch.randn(4096, 64), torch.randn(4096, 1)
     model = nn.Sequential(nn.Linear(64, 128), nn.Tanh(), nn.Linear(128, 1))
     opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=4, history_size=3)
     with traindoctor.watch(select=[]) as doctor:
@@ -134,7 +136,17 @@ def test_dataloader_loop_measures_every_row(one_thread) -> None:
     assert all(v for v in prof.measured.values())
     parts = prof.data_s + prof.forward_s + prof.backward_s + prof.optimizer_s + prof.other_s
     assert parts == pytest.approx(prof.step_s, rel=1e-6)
-    assert prof.host_work == []  # host work is small: the sampler never started
+    # The host-work sampler starts only after three steps in a row whose host work between the
+    # measured calls is >= 30% of their wall time; this loop's is small, so it stays off (on a
+    # loaded machine a descheduled step can look otherwise: then it may start, never before).
+    recs = list(doctor.records)
+    windows = [recs[i - 3 : i] for i in range(3, len(recs) + 1)]
+    qualifies = any(
+        sum(r.wall_s for r in w) >= 0.006 and sum(r.other_s or 0.0 for r in w) >= 0.3 * sum(r.wall_s for r in w)
+        for w in windows
+    )
+    if not qualifies:
+        assert prof.host_work == []
     per = doctor.report_dict()["profile"]["per_step_ms"]
     assert per["data_wait"] is not None and per["forward"] > 0 and per["backward"] > 0
 
