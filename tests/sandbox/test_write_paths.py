@@ -30,10 +30,10 @@ KINDS = [kind for kind in (LANDLOCK, BUBBLEWRAP) if works(kind)]
 pytestmark = pytest.mark.skipif(not KINDS, reason="neither Landlock nor bubblewrap works here")
 
 #: The writes a view cannot take: the operating system or the sandbox refuses them (a write
-#: through ``dir_fd`` to a link, a write or a change of mode of the user's file by its absolute
-#: path or by a descriptor); the rest land in the view. The subprocess cases check inside that
+#: through ``dir_fd`` to a link, a write, a hard link or a change of mode of the user's file by
+#: its absolute path or by a descriptor); the rest land in the view. The subprocess cases check inside that
 #: a new file lands in the view and that a write through a link (``sh``'s ``>``, ``touch``) fails.
-REFUSED = {"os_open_dir_fd", "chmod_user", "chmod_descriptor", "absolute"}
+REFUSED = {"os_open_dir_fd", "chmod_user", "chmod_descriptor", "hardlink", "absolute"}
 CASES = [
     "rename",
     "replace",
@@ -47,6 +47,7 @@ CASES = [
     "chmod_user",
     "chmod_descriptor",
     "symlink",
+    "hardlink",
     "subprocess_sh",
     "subprocess_rm",
     "subprocess_touch",

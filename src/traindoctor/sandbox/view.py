@@ -20,6 +20,7 @@ names the same place in the view (never the user's file), and a location reporte
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 MAX_ENTRIES = 20000
 #: Python sources up to this size are copied rather than linked.
 COPY_LIMIT = 1 << 20
+#: The key of a ``key=value`` argument (Hydra's ``+a.b=``, ``~a``, ``a/b=``).
+_KEY = re.compile(r"[+~]{0,2}[A-Za-z_][\w.\-/]*")
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,8 @@ class View:
         return path if inside is None else os.path.join(self.project, inside) if inside else self.project
 
     def redirect_args(self, args: Sequence[str], cwd: str) -> list[str]:
-        """Command-line arguments (also ``--opt=PATH``) that name existing paths, redirected.
+        """Command-line arguments (also ``--opt=PATH`` and ``key=PATH``, as Hydra takes them)
+        that name existing paths, redirected.
 
         The run starts at the view of ``cwd``: a path inside the user's folder names the same
         place in the view (a relative one stays relative, an absolute one is mapped into the
@@ -58,7 +62,7 @@ class View:
         rewritten to name the user's own file inside the folder."""
         out = []
         for arg in args:
-            head, sep, tail = arg.partition("=") if arg.startswith("-") else ("", "", arg)
+            head, sep, tail = _split(arg, cwd)
             if tail and not tail.startswith("-") and os.path.lexists(os.path.join(cwd, tail)):
                 full = os.path.abspath(os.path.join(cwd, tail))
                 mapped = self.to_view(full)
@@ -70,6 +74,15 @@ class View:
                     tail = mapped
             out.append(f"{head}{sep}{tail}" if sep else (tail or arg))
         return out
+
+
+def _split(arg: str, cwd: str) -> tuple[str, str, str]:
+    """``--opt=VALUE`` and ``key=VALUE`` -> (option, "=", value); anything else -> ("", "", arg)."""
+    if "=" in arg and not os.path.lexists(os.path.join(cwd, arg)):
+        head, sep, tail = arg.partition("=")
+        if arg.startswith("-") or _KEY.fullmatch(head):
+            return head, sep, tail
+    return ("", "", arg) if not arg.startswith("-") else (arg, "", "")
 
 
 def _below(path: str, folder: str) -> str | None:

@@ -35,7 +35,7 @@ def _refused(action) -> None:
     try:
         action()
     except OSError as exc:
-        if exc.errno in (errno.EPERM, errno.EACCES, errno.EROFS):
+        if exc.errno in (errno.EPERM, errno.EACCES, errno.EROFS, errno.EXDEV):
             raise Refused from exc
         raise
 
@@ -115,6 +115,10 @@ def symlink() -> None:
     assert open("my-link").read() == "through my link"
 
 
+def hardlink() -> None:
+    _refused(lambda: os.link(os.path.join(USER, "notes.txt"), "hard.txt"))  # then a write would reach it
+
+
 def subprocess_sh() -> None:
     subprocess.run(["sh", "-c", "echo new > sh-new.txt"], check=True)
     assert open("sh-new.txt").read() == "new\n"
@@ -190,6 +194,7 @@ NAMES = (
     "chmod_user",
     "chmod_descriptor",
     "symlink",
+    "hardlink",
     "subprocess_sh",
     "subprocess_rm",
     "subprocess_touch",
