@@ -333,16 +333,23 @@ class SimNet(torch.nn.Module):
         return self.sim.on(torch.nn.functional.mse_loss(out, y), self.device)
 
 
-class SimSGD(torch.optim.SGD):
-    """SGD whose step also queues simulated kernels (``count`` x ``gpu_s``, ``host_s`` per launch)."""
+class SimSGD(torch.optim.Optimizer):
+    """Plain SGD whose step also queues simulated kernels (``count`` x ``gpu_s``, ``host_s`` per
+    launch). It derives from ``Optimizer`` itself: a subclass of ``SGD`` calling ``super().step()``
+    would run torch's step hooks twice once a plain ``SGD`` has been built in the process."""
 
     def __init__(
         self, params: Any, sim: SimulatedCuda, kernels: tuple[int, float, float], lr: float = 0.01, device: int = 0
     ) -> None:
-        super().__init__(params, lr=lr)
+        super().__init__(params, {"lr": lr})
         self.sim, self.kernels, self.device = sim, kernels, device
 
+    @torch.no_grad()
     def step(self, closure: Any = None) -> Any:  # type: ignore[override]
         count, gpu_s, host_s = self.kernels
         self.sim.launch("optimizer", gpu_s, host_s, count, self.device)
-        return super().step(closure)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.add_(p.grad, alpha=-group["lr"])
+        return None

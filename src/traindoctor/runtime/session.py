@@ -34,6 +34,7 @@ from traindoctor.runtime.profile import (
     StepRecord,
     StepTimer,
     build_profile,
+    default_warmup,
     measure_memory,
 )
 from traindoctor.runtime.timeline import session_timeline
@@ -44,6 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from traindoctor.runtime.device_api import DeviceApi
     from traindoctor.runtime.device_time import DeviceTimer
+    from traindoctor.runtime.gpu_profile import GpuProfile
     from traindoctor.runtime.gpu_watch import GpuWatch
     from traindoctor.runtime.host_sampler import HostWorkSampler
     from traindoctor.runtime.live import Site
@@ -259,6 +261,9 @@ class Session:
         self.cuda_api: DeviceApi | None = None
         self.gpu: GpuWatch | None = None
         self.device_timer: DeviceTimer | None = None
+        #: The device-time profile and GPU memory, read once before ``on_run_end``.
+        self.gpu_profile: GpuProfile | None = None
+        self._gpu_memory: dict[str, Any] = {}
         self._optimizer_sites: weakref.WeakKeyDictionary[Optimizer, Site] = weakref.WeakKeyDictionary()
         self._loop_code: CodeType | None = None
         self._loop_code_looked = False
@@ -334,6 +339,8 @@ class Session:
         try:
             self._finish_loaders()
             self._update_distributed()
+            if self.gpu is not None:
+                self._finish_gpu()
             self.emit("on_run_end")
         finally:
             if self._sampler is not None:
@@ -749,17 +756,23 @@ class Session:
             self.internal_error("profile", exc)
             self.profile = Profile(partial=self.partial)
 
-    def _build_gpu_profile(self) -> None:
-        """Add the device profile and GPU memory (read once, at the end) to the profile."""
+    def _finish_gpu(self) -> None:
+        """Read the device's events and memory once (monitors read ``gpu_profile`` at
+        ``on_run_end``); the warm-up steps are the host profile's."""
         assert self.gpu is not None
         try:
-            gpu_profile, memory = self.gpu.finish(self.profile.warmup_steps)
+            warm = self.thresholds.get("profile.warmup_steps")
+            steps = len(self.records)
+            warmup = default_warmup(steps) if warm is None else min(int(warm), steps)
+            self.gpu_profile, self._gpu_memory = self.gpu.finish(warmup)
         except Exception as exc:  # fail-open: the host profile stays
             self.internal_error("GPU profile", exc)
-            return
         for note in self.gpu.notes:
             self.notes.append(f"GPU timing: {note}")
-        self.profile.add_gpu(gpu_profile, memory, self.thresholds)
+
+    def _build_gpu_profile(self) -> None:
+        """Add the device profile and GPU memory to the profile."""
+        self.profile.add_gpu(self.gpu_profile, self._gpu_memory, self.thresholds)
 
     def environment(self) -> dict[str, Any]:
         """Facts about the run for the report (no user data)."""
