@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from torch.utils.data import DistributedSampler
 
     from traindoctor.runtime.device import DeviceInfo
+    from traindoctor.runtime.gpu_profile import GpuProfile
     from traindoctor.runtime.live import Site
     from traindoctor.runtime.profile import StepRecord
     from traindoctor.runtime.records import ForwardInfo, LoaderInfo
@@ -139,6 +140,12 @@ class SessionView(Protocol):
     @property
     def records(self) -> Sequence[StepRecord]:
         """Finished steps."""
+        ...
+
+    @property
+    def gpu_profile(self) -> GpuProfile | None:
+        """The device-time profile of a CUDA run, read once before ``on_run_end`` (None on a
+        CPU run, or when no step was timed on the device)."""
         ...
 
     def training_loaders(self) -> list[LoaderInfo]:
