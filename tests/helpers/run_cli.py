@@ -40,3 +40,14 @@ def run_findings(tmp_path: Path, source: str, select: str, *, ranks: int = 1) ->
 def has_c_compiler() -> bool:
     """Whether torch.compile's CPU inductor backend can build its kernels here."""
     return any(shutil.which(cc) for cc in ("cc", "gcc", "clang", "g++"))
+
+
+def torchrun_json(tmp_path: Path, source: str, ranks: int = 2) -> dict[int, Any]:
+    """Run ``source`` (a script that writes ``result-<rank>.json``) under ``torchrun`` with
+    ``ranks`` CPU processes (gloo) and return each rank's JSON."""
+    script = tmp_path / "ddp_watch.py"
+    script.write_text(textwrap.dedent(source).lstrip("\n"))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks), str(script)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {r: json.loads((tmp_path / f"result-{r}.json").read_text()) for r in range(ranks)}

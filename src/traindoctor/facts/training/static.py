@@ -12,8 +12,6 @@ import ast
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from traindoctor.static.names import dotted
-
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
 
@@ -105,5 +103,17 @@ def calls_method(node: ast.AST, attr: str, *, helpers: list[ast.AST] | None = No
     return False
 
 
-def text(node: ast.AST) -> str:
-    return dotted(node) or ""
+def accumulation_divisor(ctx: FileContext, loop: ast.AST, backward: ast.Call) -> ast.expr | None:
+    """The divisor of an ``if ... % k == 0:`` in ``loop``'s own code that steps an optimizer and
+    does not contain ``backward``."""
+    from traindoctor.facts.batching.static import is_optimizer_step, modulo_divisor
+
+    for node in own_nodes(loop):
+        if not isinstance(node, ast.If) or ctx.within(backward, node):
+            continue
+        divisor = modulo_divisor(node.test)
+        if divisor is None or (isinstance(divisor, ast.Constant) and divisor.value in (0, 1)):
+            continue
+        if any(is_optimizer_step(ctx, s) for s in node.body):
+            return divisor
+    return None

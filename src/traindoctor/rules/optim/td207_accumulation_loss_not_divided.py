@@ -172,23 +172,6 @@ def _key(divisor: ast.expr) -> str:
     return ast.unparse(divisor)
 
 
-def _accumulation_if(ctx: FileContext, loop: ast.AST, backward: ast.Call) -> ast.expr | None:
-    """The divisor of an ``if ... % k == 0:`` in ``loop``'s own code that steps an optimizer and
-    does not contain ``backward``."""
-    from traindoctor.facts.batching.static import is_optimizer_step, modulo_divisor
-    from traindoctor.facts.training.static import own_nodes
-
-    for node in own_nodes(loop):
-        if not isinstance(node, ast.If) or ctx.within(backward, node):
-            continue
-        divisor = modulo_divisor(node.test)
-        if divisor is None or (isinstance(divisor, ast.Constant) and divisor.value in (0, 1)):
-            continue
-        if any(is_optimizer_step(ctx, s) for s in node.body):
-            return divisor
-    return None
-
-
 def _mentions(node: ast.AST, key: str) -> bool:
     return any(
         (isinstance(n, ast.Name) and n.id == key)
@@ -231,7 +214,7 @@ def _loss_scaled(ctx: FileContext, loss: ast.expr) -> bool:
 
 
 def _undivided(ctx: FileContext) -> Iterator[tuple[ast.Call, ast.expr]]:
-    from traindoctor.facts.training.static import enclosing_loops
+    from traindoctor.facts.training.static import accumulation_divisor, enclosing_loops
 
     for call in ctx.method_calls("backward"):
         loss = _loss_of(call)
@@ -240,7 +223,7 @@ def _undivided(ctx: FileContext) -> Iterator[tuple[ast.Call, ast.expr]]:
         loops = enclosing_loops(ctx, call)
         if not loops:
             continue
-        divisor = _accumulation_if(ctx, loops[0], call)
+        divisor = accumulation_divisor(ctx, loops[0], call)
         if divisor is None or _loss_scaled(ctx, loss) or _scaled_anywhere(ctx, _key(divisor)):
             continue
         yield call, divisor
