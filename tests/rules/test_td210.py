@@ -27,6 +27,7 @@ def test_td210_sequential_pair_and_its_fix() -> None:
     assert "`Conv2d` has a bias" in found.message
     assert found.fix is not None and found.fix.applicability == "unsafe"
     assert check_rows(SEQUENTIAL.format(bias=False), ["TD210"]) == []
+    assert check_rows(SEQUENTIAL.format(bias=True), ["TD210"], filename="tests/test_models.py") == []
 
 
 def test_td210_dimensions_must_match() -> None:

@@ -47,7 +47,8 @@ class ZeroGradMissing(Rule):
 
     what_it_does = """
     Reports `optimizer.step()` inside a loop that also runs `backward()`, where `optimizer` is a
-    `torch.optim` optimizer built in the same file, and the file never clears gradients in any
+    `torch.optim` optimizer built in the same file (outside that loop: a fresh optimizer per
+    iteration is a one-step check, not training), and the file never clears gradients in any
     spelling (`zero_grad`, `set_to_none`, `p.grad = None`, `p.grad.zero_()`, ...). Test files are
     skipped.
 
@@ -106,6 +107,15 @@ class ZeroGradMissing(Rule):
             opt.step()
             for p in params:
                 p.grad = None
+        """),
+        Valid("""
+        import torch
+
+        # a fresh optimizer every iteration: a one-step numeric check, not a training loop
+        for trial in range(3):
+            model(x).sum().backward()
+            opt = torch.optim.SGD(model.parameters(), lr=0.01)
+            opt.step()
         """),
         Valid("""
         # a framework's engine clears gradients in its own step
@@ -178,9 +188,12 @@ def _unclearing_steps(ctx: FileContext) -> Iterator[tuple[ast.Call, str]]:
             target = call.args[0]  # ``scaler.step(optimizer)``
         else:
             continue
-        if training_loop_of(ctx, call) is None:
+        loop = training_loop_of(ctx, call)
+        if loop is None:
             continue
         assert isinstance(target, ast.Name)
+        if any(value is not None and ctx.within(value, loop) for value in ctx.bindings_of(target) or ()):
+            continue  # a fresh optimizer per iteration (a numeric check, not a training loop)
         yield call, target.id
 
 

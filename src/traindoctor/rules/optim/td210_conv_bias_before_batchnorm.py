@@ -44,8 +44,8 @@ class ConvBiasBeforeBatchnorm(Rule):
     matching BatchNorm (`BatchNorm1d/2d/3d`) directly: the two are neighbours in an
     `nn.Sequential(...)`, or a module's `forward` applies the BatchNorm straight to the layer's
     output (`self.bn(self.conv(x))`, or `x = self.conv(x)` followed by `x = self.bn(x)`). A bias
-    that is computed (`bias=args.bias`) is left alone. This is PyTorch's own profiler pattern
-    `Conv2dBiasFollowedByBatchNorm2d`.
+    that is computed (`bias=args.bias`) is left alone, and so are test files. This is PyTorch's
+    own profiler pattern `Conv2dBiasFollowedByBatchNorm2d`.
 
     At run time the pairs are read from the model's `nn.Sequential` containers, and reported for
     the convolutions that ran training forwards.
@@ -157,6 +157,10 @@ class ConvBiasBeforeBatchnorm(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
+        from traindoctor.facts.data.static import is_test_file
+
+        if is_test_file(ctx.filename):
+            return
         seen: set[ast.Call] = set()
         for layer in (*_sequential_pairs(ctx), *_forward_pairs(ctx)):
             if layer in seen:
