@@ -113,6 +113,14 @@ class DetectAnomalyOn(Rule):
                     loss.backward()
                 opt.step()
         """),
+        Invalid("""
+        import torch
+
+        def main():
+            torch.autograd.set_detect_anomaly(True, check_nan=True)  # TD404
+            for batch in loader:
+                model(batch).mean().backward()
+        """),
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:

@@ -101,6 +101,16 @@ class DdpWithoutDistributedSampler(Rule):
         for x, y in loader:
             criterion(model(x), y).backward()
         """),
+        Valid("""
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from torch.utils.data import DataLoader
+
+        # an iterable dataset that shards itself by rank
+        model = DDP(net)
+        loader = DataLoader(ShardedStream(rank=dist.get_rank()), batch_size=32)
+        for x, y in loader:
+            criterion(model(x), y).backward()
+        """),
     )
     invalid = (
         Invalid("""
@@ -113,6 +123,25 @@ class DdpWithoutDistributedSampler(Rule):
             loader = DataLoader(ds, batch_size=32, shuffle=True)  # TD604
             for x, y in loader:
                 criterion(model(x), y).backward()
+        """),
+        Invalid("""
+        import torch
+        from torch.utils.data import DataLoader
+
+        model = torch.nn.parallel.DistributedDataParallel(net)
+        train_loader = DataLoader(train_ds, batch_size=64, num_workers=4)  # TD604
+        for epoch in range(10):
+            for x, y in train_loader:
+                loss_fn(model(x), y).backward()
+        """),
+        Invalid("""
+        from torch import nn
+        from torch.utils import data
+
+        def run():
+            ddp = nn.parallel.DistributedDataParallel(build())
+            for batch in data.DataLoader(ds, 16, True):  # TD604
+                ddp(batch).mean().backward()
         """),
     )
 

@@ -65,12 +65,36 @@ class FindUnusedParametersNeedless(Rule):
         model = DDP(net, device_ids=[rank])
         other = DDP(net2, find_unused_parameters=args.find_unused)
         """),
+        Valid("""
+        import torch
+
+        model = torch.nn.parallel.DistributedDataParallel(net, find_unused_parameters=False)
+        """),
+        Valid("""
+        # not torch's DDP
+        model = MyWrapper(net, find_unused_parameters=True)
+        """),
     )
     invalid = (
         Invalid("""
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         model = DDP(net, device_ids=[rank], find_unused_parameters=True)  # TD605
+        """),
+        Invalid("""
+        import torch
+
+        model = torch.nn.parallel.DistributedDataParallel(
+            net,
+            device_ids=[local_rank],
+            find_unused_parameters=True,  # TD605
+        )
+        """),
+        Invalid("""
+        from torch.nn.parallel import DistributedDataParallel
+
+        def wrap(m, rank):
+            return DistributedDataParallel(m, [rank], find_unused_parameters=True)  # TD605
         """),
     )
 

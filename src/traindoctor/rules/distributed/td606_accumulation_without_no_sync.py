@@ -120,6 +120,25 @@ class AccumulationWithoutNoSync(Rule):
                 optimizer.step()
                 optimizer.zero_grad()
         """),
+        Invalid("""
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        model = DDP(net)
+        for it, batch in enumerate(loader):
+            scaler.scale(model(batch).mean() / 4).backward()  # TD606
+            if (it + 1) % 4 == 0:
+                scaler.step(opt)
+                scaler.update()
+        """),
+        Invalid("""
+        import torch.nn.parallel as par
+
+        model = par.DistributedDataParallel(net)
+        for i, (x, y) in enumerate(loader):
+            (loss_fn(model(x), y) / k).backward()  # TD606
+            if i % k == 0:
+                optim.step()
+        """),
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:

@@ -148,6 +148,19 @@ class TrainModeNotRestored(Rule):
                 if step % 500 == 0:
                     validate(model, val_loader)  # TD704
         """),
+        Invalid("""
+        import torch
+
+        while step < max_steps:
+            loss = model(batch).mean()
+            loss.backward()
+            opt.step()
+            step += 1
+            if step % 1000 == 0:
+                model.eval()  # TD704
+                with torch.no_grad():
+                    model(val_batch)
+        """),
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:

@@ -128,6 +128,16 @@ class AccumulationLossNotDivided(Rule):
                     scaler.update()
                     opt.zero_grad()
         """),
+        Invalid("""
+        step = 0
+        for batch in loader:
+            outputs = model(**batch)
+            outputs.loss.backward()  # TD207
+            step += 1
+            if step % 8 == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+        """),
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:

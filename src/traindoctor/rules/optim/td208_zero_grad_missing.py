@@ -145,6 +145,17 @@ class ZeroGradMissing(Rule):
                 scaler.step(opt)  # TD208
                 scaler.update()
         """),
+        Invalid("""
+        import torch
+
+        optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+        epoch = 0
+        while epoch < 10:
+            for x in loader:
+                net(x).pow(2).mean().backward()
+                optimizer.step()  # TD208
+            epoch += 1
+        """),
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:

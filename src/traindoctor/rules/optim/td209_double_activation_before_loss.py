@@ -134,6 +134,12 @@ class DoubleActivationBeforeLoss(Rule):
             out = model(x).softmax(-1)
             loss = nn.CrossEntropyLoss()(out, y)  # TD209
         """),
+        Invalid("""
+        import torch
+        import torch.nn.functional as F
+
+        loss = F.binary_cross_entropy_with_logits(torch.nn.Sigmoid()(logits), target)  # TD209
+        """),
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:

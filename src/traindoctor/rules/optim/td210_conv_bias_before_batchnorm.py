@@ -154,6 +154,11 @@ class ConvBiasBeforeBatchnorm(Rule):
                 x = self.bn(x)
                 return self.bn_fc(self.fc(x.mean((2, 3))))
         """),
+        Invalid("""
+        import torch.nn as nn
+
+        head = nn.Sequential(nn.Linear(128, 64), nn.BatchNorm1d(64), nn.ReLU())  # TD210
+        """),
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
