@@ -241,6 +241,12 @@ class Monitor:
     def on_backward(self) -> None:
         """Called after each ``backward()`` call (counts gradient-accumulation micro-batches)."""
 
+    def on_loss_backward(self, loss: torch.Tensor) -> None:
+        """Called before ``loss.backward()`` runs (``Tensor.backward``; the gradients are not yet added)."""
+
+    def on_loss_input(self, kind: str, logits: torch.Tensor) -> None:
+        """Called when a logits loss (``kind``: ``"bce_with_logits"`` or ``"cross_entropy"``) gets its input."""
+
     def on_before_optimizer_step(self, optimizer: Optimizer) -> None:
         """Called before ``optimizer.step()`` runs (the gradients are final here)."""
 

@@ -427,6 +427,11 @@ class Session:
         self._dispatch[hook] = handlers
         return handlers
 
+    def listens(self, hook: str) -> bool:
+        """Whether an active monitor overrides ``hook`` (a probe skips patches nobody reads)."""
+        handlers = self._dispatch.get(hook)
+        return bool(self._handlers(hook) if handlers is None else handlers)
+
     def emit(self, hook: str, *args: Any, **kwargs: Any) -> None:
         """Call ``hook`` on every monitor that overrides it; an exception disables that monitor."""
         handlers = self._dispatch.get(hook)
