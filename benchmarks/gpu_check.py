@@ -1,26 +1,37 @@
-"""Validate every GPU path of traindoctor in one go on one NVIDIA GPU (under 5 minutes).
+"""Validate traindoctor's GPU paths in one run on one NVIDIA GPU (under 5 minutes on an H200).
 
-    python benchmarks/gpu_check.py [--json gpu_check.json] [--markdown gpu_check.md]
     make gpu-check
+    python benchmarks/gpu_check.py [--json gpu_check.json] [--markdown gpu_check.md] [--allow-cpu]
 
-What runs (each row: what the doctor must report on a CUDA run, what it reported, numbers):
+It needs torch's CUDA wheel. In this repository's virtual environment (which pins a CPU wheel),
+install the CUDA build of the same torch version first:
 
-* host-to-device copies without and with ``pin_memory`` (TD101 and its evidence; raw copy
-  bandwidth pageable vs pinned; the profile's host-to-device row);
-* TD201 (batch not a multiple of 8) under float16 and bfloat16 autocast, silent without autocast
-  and for a batch of 32;
-* TD306 (float16 autocast on a bfloat16-capable GPU), silent under bfloat16 autocast;
-* TD301 (float16 without GradScaler) and TD302 (clipping before ``unscale_``) with CUDA gradients;
-* TD401 (cudnn.benchmark off, fixed conv shapes) and TD402 (benchmark on, varying shapes);
-* ``traindoctor verify-resume`` on a CUDA training script: exact within its GPU tolerance;
-* ``traindoctor tune``'s pinned candidates: pinned and unpinned loaders copied to the GPU;
-* the framework integrations on the GPU when installed: Lightning 16-mixed (its precision plugin
-  and GradScaler), the Hugging Face Trainer with fp16 (accelerate's scaler, its checkpoints) and
-  an accelerate script with fp16 and ``save_state``: nothing reported for what they handle.
+    .venv/bin/pip install --force-reinstall --no-deps --index-url https://download.pytorch.org/whl/cu128 \
+        "torch==$(.venv/bin/python -c 'import torch; print(torch.__version__.split("+")[0])')"
 
-It writes a JSON file and a markdown table and exits 1 when a check failed. Without CUDA it says
-that it needs a GPU and exits 0. ``--rehearse-on-cpu`` runs the same workloads on the CPU (for
-tests): no GPU-only finding may fire there.
+Without CUDA (no GPU, or a CPU wheel on a GPU machine) it says so and exits 2: a CPU wheel must
+never report green. ``--allow-cpu`` runs the same workloads on the CPU, smaller (a rehearsal of
+the script itself: no GPU-only finding may fire there, and the device-time rows only check that
+nothing breaks).
+
+Every row has a criterion that can fail. What runs:
+
+* **the device-time profile** on workloads whose bottleneck is known by construction: a
+  compute-bound loop (large bf16 matmuls, data already on the GPU), large pageable batches copied
+  each step and the same batches pinned with ``non_blocking=True`` (both transfer-bound; the
+  pinned copy at least 1.5x faster in device time), a data-bound loop (a slow ``__getitem__``), a
+  loop with ``loss.item()`` and host work every step (sync-bound, one sync per step), a host-bound
+  loop of many tiny kernels, and an fp32 GEMM loop with TF32 off against on (TD309's premise:
+  TF32 at least 2x faster on capability >= 8.0);
+* **TD201's premise**: a timed bf16 GEMM (4096 x 4096 weights) at batch 30, 32 and 64: per sample,
+  30 must be measurably slower than 32 for the rule's advice to hold on this GPU;
+* **the doctor's whole-process overhead** on a GPU loop: ``python loop.py`` against
+  ``traindoctor run loop.py``, interleaved pairs, median wall-time ratio at most 1.05;
+* the rules on real CUDA tensors: TD101 (pageable vs pinned copy bandwidth; pin-memory-off),
+  TD201/TD306 under fp16/bf16 autocast, TD301/TD302, TD401/TD402 from 20-30 conv training steps,
+  verify-resume's GPU tolerance, tune's pinned candidates, the framework twins when installed.
+
+It writes a JSON file and a markdown table, and exits 1 when a row failed.
 """
 
 from __future__ import annotations
@@ -45,6 +56,10 @@ sys.path.insert(0, str(ROOT / "src"))
 NEEDS_GPU = (
     "gpu_check needs an NVIDIA GPU with CUDA: torch.cuda.is_available() is False here, "
     "so nothing was run. Run it on a GPU machine: make gpu-check"
+)
+CPU_WHEEL = (
+    "gpu_check needs torch's CUDA wheel: this torch ({version}) was built without CUDA, so nothing "
+    "was run. Install the CUDA wheel as the docstring of benchmarks/gpu_check.py says, then: make gpu-check"
 )
 FRAMEWORK_SCRIPTS = ROOT / "tests" / "integrations" / "scripts"
 
@@ -410,7 +425,8 @@ def check_td101(ctx: Context) -> list[Result]:
             "64 MiB x5",
             [],
             lambda: ([], copy_bandwidth(ctx)),
-            passed=lambda _o, n: not ctx.gpu or n["pinned_GBps"] > 0,
+            # pinned memory is a single DMA transfer: clearly faster than pageable's staged copy
+            passed=lambda _o, n: not ctx.gpu or n["pinned_GBps"] >= 1.5 * n["pageable_GBps"],
         )
     ]
     for pin in (False, True):
@@ -493,6 +509,314 @@ def check_td401_td402(ctx: Context) -> list[Result]:
     return results
 
 
+# ---------------------------------------------------------------------------- device time
+def _gpu_numbers(doctor: Any) -> dict[str, Any]:
+    """The verdict and the device-time numbers a profile row shows."""
+    prof = doctor.profile
+    out: dict[str, Any] = {"verdict": prof.verdict}
+    gpu = prof.gpu
+    if gpu is not None:
+        out["gpu_step_ms"] = round(gpu.span * 1e3, 3)
+        out["busy"] = round(gpu.share(gpu.busy_s), 3)
+        for key in ("transfer", "forward", "backward", "optimizer"):
+            out[f"busy_{key}_ms"] = round(gpu.busy[key] * 1e3, 3)
+        for key, value in gpu.idle.items():
+            if value:
+                out[f"idle_{key}_ms"] = round(value * 1e3, 3)
+        out["syncs_per_step"] = gpu.syncs_per_step
+        out["host_step_ms"] = round(prof.step_s * 1e3, 3)
+    return out
+
+
+def profile_loop(
+    ctx: Context,
+    *,
+    steps: int = 30,
+    width: int = 4096,
+    layers: int = 4,
+    batch: int = 4096,
+    dtype: str = "bfloat16",
+    copy_mb: int = 0,
+    pinned: bool = False,
+    item_sleep_s: float | None = None,
+    tiny_kernels: int = 0,
+    slow_items_s: float = 0.0,
+) -> Any:
+    """One watched training loop with a bottleneck set by its arguments (see the docstring)."""
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, Dataset
+
+    if ctx.small:
+        steps, width, batch, copy_mb, tiny_kernels = min(steps, 8), 64, 32, min(copy_mb, 1), min(tiny_kernels, 20)
+    torch.manual_seed(0)
+    dev = ctx.device
+    cast = getattr(torch, dtype) if ctx.gpu else torch.float32
+    model = nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)]).to(dev, cast)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x_dev = torch.randn(batch, width, device=dev, dtype=cast)
+    host = None
+    if copy_mb:
+        host = torch.empty(copy_mb * 2**20 // 4, dtype=torch.float32, pin_memory=pinned and ctx.gpu)
+    small = torch.zeros(64, device=dev)
+
+    class Slow(Dataset[Any]):
+        def __len__(self) -> int:
+            return steps * 8
+
+        def __getitem__(self, i: int) -> Any:
+            time.sleep(slow_items_s)
+            return torch.zeros(1)
+
+    def work() -> None:
+        items: Any = DataLoader(Slow(), batch_size=8) if slow_items_s else range(steps)
+        for _ in items:
+            if host is not None:
+                host.to(dev, non_blocking=pinned)
+            out = model(x_dev)
+            loss = out.float().square().mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            for _k in range(tiny_kernels):
+                small.add_(1.0)
+            opt.step()
+            if item_sleep_s is not None:
+                loss.item()
+                time.sleep(item_sleep_s)
+        _sync(ctx)
+
+    return _watch([], work)
+
+
+def _profile_row(
+    ctx: Context,
+    variant: str,
+    verdict: str,
+    loop: Callable[[], Any],
+    extra: Callable[[dict[str, Any]], bool] | None = None,
+) -> Result:
+    def body() -> tuple[list[str], dict[str, Any]]:
+        doctor = loop()
+        numbers = _gpu_numbers(doctor)
+        return [numbers["verdict"]], numbers
+
+    def passed(observed: list[str], numbers: dict[str, Any]) -> bool:
+        if not ctx.gpu:  # rehearsal: the machinery ran, and no device profile was invented
+            return "gpu_step_ms" not in numbers
+        return observed == [verdict] and (extra is None or extra(numbers))
+
+    return _timed("device-time profile", variant, [verdict] if ctx.gpu else [], body, passed)
+
+
+def check_profile(ctx: Context) -> list[Result]:
+    rows = [
+        _profile_row(
+            ctx,
+            "compute-bound: bf16 matmuls, data on the GPU",
+            "compute-bound",
+            lambda: profile_loop(ctx),
+            lambda n: n["busy"] >= 0.9,
+        ),
+        _profile_row(
+            ctx,
+            "pageable 256 MiB copy per step",
+            "transfer-bound",
+            lambda: profile_loop(ctx, width=1024, layers=2, batch=256, copy_mb=256),
+        ),
+        _profile_row(
+            ctx,
+            "pinned 256 MiB copy per step, non_blocking",
+            "transfer-bound",
+            lambda: profile_loop(ctx, width=1024, layers=2, batch=256, copy_mb=256, pinned=True),
+        ),
+        _profile_row(
+            ctx,
+            "data-bound: 8 x 2 ms __getitem__ per batch",
+            "data-bound",
+            lambda: profile_loop(ctx, width=1024, layers=2, batch=256, slow_items_s=0.002),
+            lambda n: n.get("idle_data_ms", 0) >= 0.5 * n["gpu_step_ms"],
+        ),
+        _profile_row(
+            ctx,
+            "sync-bound: loss.item() then 20 ms of host work",
+            "sync-bound",
+            lambda: profile_loop(ctx, item_sleep_s=0.02),
+            lambda n: abs(n["syncs_per_step"] - 1.0) < 0.01,
+        ),
+        _profile_row(
+            ctx,
+            "host-bound: 2000 tiny kernels per step",
+            "host-bound",
+            lambda: profile_loop(ctx, width=256, layers=2, batch=64, tiny_kernels=2000),
+        ),
+    ]
+    pageable, pinned = rows[1], rows[2]
+    if ctx.gpu and not (pageable.error or pinned.error):
+        faster = pageable.numbers.get("busy_transfer_ms", 0) >= 1.5 * pinned.numbers.get("busy_transfer_ms", 1e9)
+        pinned.numbers["pinned_speedup"] = round(
+            pageable.numbers.get("busy_transfer_ms", 0) / max(pinned.numbers.get("busy_transfer_ms", 0), 1e-9), 2
+        )
+        pinned.passed = pinned.passed and faster
+    rows.append(check_tf32(ctx))
+    return rows
+
+
+def _timed_matmul(ctx: Context, a: Any, b: Any, repeats: int) -> float:
+    """Seconds per ``a @ b`` (CUDA events on the GPU; the host clock on a rehearsal)."""
+    import torch
+
+    for _ in range(3):
+        a @ b
+    if not ctx.gpu:
+        start = time.perf_counter()
+        for _ in range(repeats):
+            a @ b
+        return (time.perf_counter() - start) / repeats
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for _ in range(repeats):
+        a @ b
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) / 1000.0 / repeats
+
+
+def check_tf32(ctx: Context) -> Result:
+    """TD309's premise: fp32 GEMMs with TF32 off run at the fp32 peak, several times slower."""
+    import torch
+
+    def body() -> tuple[list[str], dict[str, Any]]:
+        n = 256 if ctx.small else 8192
+        a = torch.randn(n, n, device=ctx.device)
+        b = torch.randn(n, n, device=ctx.device)
+        saved = torch.backends.cuda.matmul.allow_tf32
+        try:
+            torch.backends.cuda.matmul.allow_tf32 = False
+            off = _timed_matmul(ctx, a, b, 5 if ctx.small else 20)
+            torch.backends.cuda.matmul.allow_tf32 = True
+            on = _timed_matmul(ctx, a, b, 5 if ctx.small else 20)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = saved
+        tflops = 2 * n**3 / 1e12
+        return ["measured"], {
+            "fp32_TFLOPs": round(tflops / off, 1),
+            "tf32_TFLOPs": round(tflops / on, 1),
+            "speedup": round(off / on, 2),
+        }
+
+    capable = bool(ctx.capability and ctx.capability >= (8, 0))
+    return _timed(
+        "TF32 off vs on (TD309's premise)",
+        "8192^2 fp32 GEMM",
+        ["measured"],
+        body,
+        passed=lambda o, n: o == ["measured"] and (not capable or n["speedup"] >= 2.0),
+    )
+
+
+def check_gemm_premise(ctx: Context) -> list[Result]:
+    """TD201's premise: a bf16 GEMM whose batch is not a multiple of 8 costs more per sample."""
+    import torch
+
+    def body() -> tuple[list[str], dict[str, Any]]:
+        k = 256 if ctx.small else 4096
+        dtype = torch.bfloat16 if ctx.gpu else torch.float32
+        w = torch.randn(k, k, device=ctx.device, dtype=dtype)
+        per_sample = {}
+        for batch in (30, 32, 64):
+            x = torch.randn(batch, k, device=ctx.device, dtype=dtype)
+            per_sample[batch] = _timed_matmul(ctx, x, w, 20 if ctx.small else 500) / batch
+        numbers = {f"us_per_sample_b{b}": round(v * 1e6, 4) for b, v in per_sample.items()}
+        numbers["b30_over_b32"] = round(per_sample[30] / per_sample[32], 3)
+        return (["premise holds"] if per_sample[30] > 1.05 * per_sample[32] else ["premise does not hold"]), numbers
+
+    expected = ["premise holds"] if ctx.gpu else []
+    return [
+        _timed(
+            "TD201 premise: bf16 GEMM",
+            "batch 30 vs 32 vs 64",
+            expected,
+            body,
+            passed=lambda o, n: o == ["premise holds"] if ctx.gpu else bool(n),
+        )
+    ]
+
+
+OVERHEAD_LOOP = """
+import sys, time, torch
+from torch import nn
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+steps, width = int(sys.argv[1]), int(sys.argv[2])
+torch.manual_seed(0)
+model = nn.Sequential(*[nn.Linear(width, width) for _ in range(4)]).to(dev)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+x = torch.randn(256, width, device=dev)
+for step in range(steps):
+    loss = model(x).square().mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if step % 50 == 0:
+        print(step, float(loss))
+if dev == "cuda":
+    torch.cuda.synchronize()
+"""
+
+
+def check_overhead(ctx: Context) -> list[Result]:
+    """The doctor's whole-process cost on a GPU loop: interleaved pairs, median wall ratio."""
+    import statistics
+
+    def body() -> tuple[list[str], dict[str, Any]]:
+        script = ctx.workdir / "overhead_loop.py"
+        script.write_text(OVERHEAD_LOOP)
+        steps, width, pairs = ("30", "64", 1) if ctx.small else ("600", "2048", 3)
+        plain_cmd = [sys.executable, str(script), steps, width]
+        run_cmd = [
+            sys.executable,
+            "-m",
+            "traindoctor",
+            "run",
+            "--output-format",
+            "json",
+            "-o",
+            str(ctx.workdir / "ov.json"),
+            str(script),
+            steps,
+            width,
+        ]
+        ratios, plain_s, run_s = [], [], []
+        for i in range(pairs):
+            times = {}
+            for name, cmd in (
+                (("plain", plain_cmd), ("run", run_cmd)) if i % 2 == 0 else (("run", run_cmd), ("plain", plain_cmd))
+            ):
+                start = time.perf_counter()
+                subprocess.run(cmd, cwd=ctx.workdir, env=_python_env(), check=True, capture_output=True, timeout=300)
+                times[name] = time.perf_counter() - start
+            ratios.append(times["run"] / times["plain"])
+            plain_s.append(times["plain"])
+            run_s.append(times["run"])
+        ratio = statistics.median(ratios)
+        return ["measured"], {
+            "pairs": pairs,
+            "plain_s": round(statistics.median(plain_s), 2),
+            "run_s": round(statistics.median(run_s), 2),
+            "ratio": round(ratio, 3),
+        }
+
+    limit = 1.05 if ctx.gpu else 3.0
+    return [
+        _timed(
+            "doctor overhead, whole process",
+            "python loop.py vs traindoctor run loop.py",
+            ["measured"],
+            body,
+            passed=lambda o, n: o == ["measured"] and n["ratio"] <= limit,
+        )
+    ]
+
+
 def check_verify_resume(ctx: Context) -> list[Result]:
     from traindoctor.resume.cli import DEFAULT_GPU_TOLERANCE
 
@@ -569,6 +893,9 @@ def check_frameworks(ctx: Context) -> list[Result]:
 
 
 CHECKS: list[Callable[[Context], list[Result]]] = [
+    check_profile,
+    check_gemm_premise,
+    check_overhead,
     check_td101,
     check_td201_td306,
     check_td301_td302,
@@ -596,8 +923,9 @@ def gpu_context(workdir: Path, rehearse_on_cpu: bool) -> Context | None:
     import torch
 
     if torch.cuda.is_available():
-        cap = tuple(torch.cuda.get_device_capability())
-        return Context("cuda", bool(torch.cuda.is_bf16_supported()), cap, workdir)  # type: ignore[arg-type]
+        major, minor = torch.cuda.get_device_capability()
+        # native bfloat16 from Ampere (8.0) on: is_bf16_supported() also counts emulation (T4, V100)
+        return Context("cuda", (major, minor) >= (8, 0), (major, minor), workdir)
     if rehearse_on_cpu:
         return Context("cpu", False, None, workdir, rehearsal=True)
     return None
@@ -609,21 +937,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", default="gpu_check.md", help="markdown table (default: %(default)s)")
     parser.add_argument("--only", default="", help="comma-separated check function names (e.g. check_td101)")
     parser.add_argument(
+        "--allow-cpu",
         "--rehearse-on-cpu",
+        dest="allow_cpu",
         action="store_true",
-        help="without CUDA, run the workloads on the CPU (GPU-only findings must stay silent)",
+        help="without CUDA, rehearse the workloads on the CPU (GPU-only findings must stay silent)",
     )
     args = parser.parse_args(argv)
     try:
         import torch
     except ImportError:
         print("gpu_check needs torch: make test (or pip install torch) first", file=sys.stderr)
-        return 0
+        return 2
     with tempfile.TemporaryDirectory(prefix="gpu_check-") as tmp:
-        ctx = gpu_context(Path(tmp), args.rehearse_on_cpu)
+        ctx = gpu_context(Path(tmp), args.allow_cpu)
         if ctx is None:
-            print(NEEDS_GPU)
-            return 0
+            print(CPU_WHEEL.format(version=torch.__version__) if torch.version.cuda is None else NEEDS_GPU)
+            return 2
         wanted = {n for n in args.only.split(",") if n}
         start = time.perf_counter()
         results: list[Result] = []

@@ -1,5 +1,6 @@
-"""benchmarks/gpu_check.py on a CPU machine: it says it needs a GPU and exits 0; its workloads run
-on the CPU (``--rehearse-on-cpu``) where no GPU-only finding may fire; its table and exit code."""
+"""benchmarks/gpu_check.py on a CPU machine: it says it needs a GPU (or a CUDA wheel) and exits 2,
+never green; its workloads run on the CPU (``--allow-cpu``) where no GPU-only finding may fire and
+no device profile is invented; its table and exit code."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def gpu_check():
         yield module
 
 
-def test_without_cuda_it_says_it_needs_a_gpu_and_exits_0(tmp_path: Path, gpu_check) -> None:
+def test_without_cuda_it_says_it_needs_a_gpu_and_exits_2(tmp_path: Path, gpu_check) -> None:
     import torch
 
     if torch.cuda.is_available():  # pragma: no cover - a GPU machine runs the real check
@@ -33,17 +34,22 @@ def test_without_cuda_it_says_it_needs_a_gpu_and_exits_0(tmp_path: Path, gpu_che
         text=True,
         timeout=120,
     )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == gpu_check.NEEDS_GPU
-    assert "needs an NVIDIA GPU" in proc.stdout and "make gpu-check" in proc.stdout
+    assert proc.returncode == 2, proc.stderr
+    if torch.version.cuda is None:  # a CPU wheel: it says which install is missing
+        assert proc.stdout.strip() == gpu_check.CPU_WHEEL.format(version=torch.__version__)
+        assert "CUDA wheel" in proc.stdout and "make gpu-check" in proc.stdout
+    else:  # pragma: no cover - a CUDA wheel on a machine without a GPU
+        assert proc.stdout.strip() == gpu_check.NEEDS_GPU
     assert not (tmp_path / "r.json").exists() and not (tmp_path / "r.md").exists()
 
 
 def test_workloads_rehearsed_on_cpu_report_no_gpu_only_finding(tmp_path: Path, gpu_check, capsys) -> None:
-    checks = "check_td101,check_td201_td306,check_td301_td302,check_td401_td402,check_tune"
+    checks = (
+        "check_profile,check_gemm_premise,check_td101,check_td201_td306,check_td301_td302,check_td401_td402,check_tune"
+    )
     code = gpu_check.main(
         [
-            "--rehearse-on-cpu",
+            "--allow-cpu",
             "--only",
             checks,
             "--json",
@@ -63,6 +69,9 @@ def test_workloads_rehearsed_on_cpu_report_no_gpu_only_finding(tmp_path: Path, g
     assert rows[("TD301/TD302 scaler", "fp16, clip before unscale_")]["observed"] == ["TD302"]
     assert rows[("TD301/TD302 scaler", "fp16, unscale_ then clip")]["observed"] == []
     assert rows[("TD101 pin-memory-off", "pin_memory=False")]["numbers"]["verdict"]
+    profile_rows = [r for r in report["results"] if r["check"] == "device-time profile"]
+    assert len(profile_rows) == 6 and all("gpu_step_ms" not in r["numbers"] for r in profile_rows)
+    assert "b30_over_b32" in rows[("TD201 premise: bf16 GEMM", "batch 30 vs 32 vs 64")]["numbers"]
     tune = rows[("tune pin_memory candidates", "4 candidates")]
     assert tune["observed"] == ["no pinned"]  # pinning is only measured when batches go to CUDA
     table = (tmp_path / "r.md").read_text()
@@ -78,9 +87,7 @@ def test_a_failing_check_makes_the_exit_code_1(tmp_path: Path, gpu_check, monkey
         return [gpu_check._timed("missed", "v", ctx.expect("TD101", gpu_only=False), lambda: ([], {}))]
 
     monkeypatch.setattr(gpu_check, "CHECKS", [broken, missed])
-    code = gpu_check.main(
-        ["--rehearse-on-cpu", "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md")]
-    )
+    code = gpu_check.main(["--allow-cpu", "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md")])
     assert code == 1
     results = json.loads((tmp_path / "r.json").read_text())["results"]
     assert results[0]["error"] == "RuntimeError: boom" and results[1]["passed"] is False

@@ -48,6 +48,7 @@ LAYERS = {
     "traindoctor.report": 5,
     "traindoctor.tune": 5,
     "traindoctor.resume": 5,
+    "traindoctor.sandbox": 5,  # the trials' sandbox (tune, verify-resume); only the standard library
     "traindoctor.integrations": 5,
     "traindoctor.server": 5,
     "traindoctor.checkpoint.cli": 5,

@@ -235,6 +235,7 @@ def test_lightning_module_hooks_and_trainer_flags():
         ("TD103", 23),
         ("TD202", 23),
         ("TD204", 20),
+        ("TD210", 13),  # Conv2d with a bias right before BatchNorm2d
         ("TD304", 26),
         ("TD306", 26),
     ]

@@ -27,7 +27,14 @@ def runs(tmp_path_factory) -> Iterator[dict[str, Pending]]:
 
 def test_seeded_mistakes_under_traindoctor_run(runs) -> None:
     run = runs["seeded"].result()
-    assert run.codes == ["TD102", "TD202", "TD204", "TD501", "TD504"]  # weights only: no RNG either
+    assert run.codes == [
+        "TD102",
+        "TD202",
+        "TD204",
+        "TD210",
+        "TD501",
+        "TD504",
+    ]  # weights only: no RNG either; Linear -> BatchNorm1d (TD210)
     td202 = run.finding("TD202")["evidence"]  # accelerator.accumulate(): 4 backward per real step
     assert (td202["batchnorm_batch"], td202["backward_per_step"], td202["effective_batch"]) == (4, 4, 16)
     td204 = run.finding("TD204")["evidence"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from traindoctor.resume.cli import main
-from traindoctor.resume.sandbox import mirror
+from traindoctor.sandbox.view import build
 
 SCRIPT = textwrap.dedent(
     """
@@ -93,7 +93,7 @@ def test_mirror_links_files_and_copies_folders(tmp_path: Path) -> None:
     (src / "data" / "sub" / "a.bin").write_bytes(b"x")
     (src / ".git").mkdir()
     dst = tmp_path / "dst"
-    mirror(str(src), dst)
+    build(str(src), str(dst))
     assert (dst / "data").is_dir() and not (dst / "data").is_symlink()
     assert (dst / "data" / "sub" / "a.bin").is_symlink()
     assert (dst / ".git").is_symlink()  # hidden folders are linked whole

@@ -61,7 +61,8 @@ def test_td101_fires_for_unpinned_batches_copied_to_cuda() -> None:
         loader = DataLoader(SleepyDataset(24), batch_size=4, pin_memory=False)
         train(loader, on_batch=_fake_copy(doctor))
     f = finding(doctor, "TD101")
-    assert f.evidence["copies"] == 6
+    assert f.evidence["copies"] == 5  # step 1 left out
+    assert f.evidence["clock"] == "host"  # no step timed on a device
     assert f.evidence["transfer_share"] > 0.01
     assert f.evidence["ms_per_copy"] == pytest.approx(4.0)
     assert doctor.uses_cuda
@@ -90,3 +91,20 @@ def test_td101_never_fires_on_a_cpu_run() -> None:
         train(loader, on_batch=copy)
     assert info["monitor"].findings  # the monitor itself judged it a mistake...
     assert codes(doctor) == []  # ...but a GPU-only finding never leaves a CPU run
+
+
+def test_td101_from_device_time_of_training_copies_only() -> None:
+    # the simulated device: pageable copies of 4 ms each, timed by events; the batches of an
+    # evaluation loader copied the same way are not counted
+    from helpers.sim_cuda import SimulatedCuda
+    from helpers.sim_loops import run_sim_loop
+
+    nbytes = 16 * 8 * 4
+    sim = SimulatedCuda(pageable_gbps=nbytes / 0.004 / 1e9)
+    session, truth, _sim = run_sim_loop(sim=sim, batch=16, select=["TD101"])
+    f = finding(session, "TD101")
+    assert f.evidence["clock"] == "device"
+    assert f.evidence["copies"] == 29  # 30 steps, step 1 left out
+    # x (4 ms) and y (0.5 ms) per step: the share of the GPU's step time, from events
+    assert f.evidence["transfer_share"] == pytest.approx(truth.busy["copy"] / truth.span, rel=0.1)
+    assert "frees the host" in f.message and "overlap with compute" not in f.message

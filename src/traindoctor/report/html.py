@@ -340,6 +340,8 @@ _VERDICT_HEADLINES = {
     "transfer-bound": "Transfer-bound: host-to-device copies dominate",
     "compute-bound": "Compute-bound: the model is the bottleneck",
     "memory-bound": "Memory-bound: peak memory is near capacity",
+    "host-bound": "Host-bound: the GPU waits for the host to queue work",
+    "sync-bound": "Sync-bound: the GPU idles after host-device synchronisations",
 }
 
 
@@ -398,7 +400,10 @@ def render_run_html(report: Mapping[str, Any]) -> str:
         body.append("</div>")
     else:
         body.append('<p class="empty">No optimizer step was observed, so there is no per-step timeline.</p>')
-    body.append(_profile_table(per, shares))
+    gpu = profile.get("gpu")
+    if gpu:
+        body.append(_figure_html(charts.gpu_figure(gpu), "chart-gpu"))
+    body.append(_profile_table(per, shares, gpu))
     body.append(_notes(list(report.get("notes") or [])))
     body.append(_environment(env))
     command = " ".join(str(c) for c in env.get("command") or [])
@@ -406,7 +411,50 @@ def render_run_html(report: Mapping[str, Any]) -> str:
     return _page("traindoctor run report", subtitle, "".join(body), plotly_js)
 
 
-def _profile_table(per: Mapping[str, Any], shares: Mapping[str, Any]) -> str:
+def _gpu_table(gpu: Mapping[str, Any]) -> str:
+    """Device time per steady step: busy per phase, idle per host cause."""
+    per = gpu.get("per_step_ms") or {}
+    span = per.get("gpu_step") or 0
+    rows = []
+    for group, labels in (
+        (
+            "busy",
+            (
+                ("transfer", "copies"),
+                ("forward", "forward"),
+                ("backward", "backward"),
+                ("optimizer", "optimizer step"),
+                ("other", "loop's own kernels"),
+            ),
+        ),
+        (
+            "idle",
+            (
+                ("data", "waiting for the DataLoader"),
+                ("host", "host work (Python, launches)"),
+                ("sync", "after synchronisations"),
+                ("transfer", "after blocking copies"),
+            ),
+        ),
+    ):
+        values = per.get(group) or {}
+        for key, label in labels:
+            value = values.get(key) or 0
+            share = f"{value / span:.0%}" if span else ""
+            rows.append(
+                f"<tr><td>GPU {group}: {label}</td><td class=num>{_num(value, ' ms')}</td><td class=num>{share}</td></tr>"
+            )
+    rows.append(f"<tr><th>GPU step (mean)</th><th class=num>{_num(span, ' ms')}</th><th></th></tr>")
+    where = f"{esc(gpu.get('platform', 'CUDA'))} events on device {esc(gpu.get('device_index'))}"
+    return (
+        f"<h2>Device time per step ({where}, {_num(gpu.get('steady_timed_steps'), digits=9)} steady steps)</h2>"
+        '<table class="grid" id="gpu-table" style="width:auto"><tr><th>component</th><th>per step</th><th>share</th></tr>'
+        + "".join(rows)
+        + "</table>"
+    )
+
+
+def _profile_table(per: Mapping[str, Any], shares: Mapping[str, Any], gpu: Mapping[str, Any] | None = None) -> str:
     if not per:
         return ""
     step = per.get("step") or 0
@@ -428,11 +476,15 @@ def _profile_table(per: Mapping[str, Any], shares: Mapping[str, Any]) -> str:
                 f"<tr><td>{esc(key.replace('_', ' '))}</td><td class=num>{_num(value, ' ms')}</td><td class=num>{share}</td></tr>"
             )
     rows.append(f"<tr><th>step (mean)</th><th class=num>{_num(step, ' ms')}</th><th></th></tr>")
-    if per.get("device") is not None:
-        rows.append(f"<tr><td>device time (CUDA)</td><td class=num>{_num(per['device'], ' ms')}</td><td></td></tr>")
+    title = "Steady-state step (means)"
+    if gpu:
+        title += ", host time: on a GPU forward, backward and optimizer are kernel launches"
     return (
-        '<h2>Steady-state step (means)</h2><table class="grid" id="profile-table" style="width:auto">'
-        "<tr><th>component</th><th>per step</th><th>share</th></tr>" + "".join(rows) + "</table>"
+        f'<h2>{title}</h2><table class="grid" id="profile-table" style="width:auto">'
+        "<tr><th>component</th><th>per step</th><th>share</th></tr>"
+        + "".join(rows)
+        + "</table>"
+        + (_gpu_table(gpu) if gpu else "")
     )
 
 

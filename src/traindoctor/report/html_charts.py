@@ -160,6 +160,30 @@ def throughput_figure(timeline: Sequence[Mapping[str, Any]], steady: float | Non
     return fig
 
 
+def gpu_figure(gpu: Mapping[str, Any]) -> Any | None:
+    """GPU busy and idle time per timed steady step (device time, from CUDA events)."""
+    steps = list(gpu.get("steps") or [])
+    if not steps:
+        return None
+    go = _go()
+    fig = go.Figure()
+    x = [s["step"] for s in steps]
+    for key, label, colour in (("busy_ms", "GPU busy", "#16a34a"), ("idle_ms", "GPU idle", "#f59e0b")):
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=[s.get(key, 0) for s in steps],
+                name=label,
+                marker={"color": colour, "line": {"width": 0}},
+                hovertemplate="%{y:.2f} ms",
+            )
+        )
+    layout = _layout("GPU busy and idle per step (device time)", "ms per step")
+    layout.update(barmode="stack", bargap=0.08 if len(x) <= 80 else 0)
+    fig.update_layout(**layout)
+    return fig
+
+
 def memory_figure(timeline: Sequence[Mapping[str, Any]]) -> Any | None:
     """Resident memory (and CUDA allocated memory) at step ends, in MiB."""
     series = [("rss_bytes", "resident (RSS)", "#7c3aed"), ("cuda_allocated_bytes", "CUDA allocated", "#dc2626")]

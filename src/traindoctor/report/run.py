@@ -154,9 +154,11 @@ def _profile_lines(profile: Mapping[str, Any]) -> list[str]:
         lines.append(f"  {profile['reason']}")
     per = profile.get("per_step_ms") or {}
     measured = profile.get("measured") or {}
+    gpu = profile.get("gpu")
     if profile.get("steady_steps"):
         width = _LABEL_WIDTH
-        lines.append(f"  {'per step':<{width}}{'ms':>10}{'share':>8}")
+        head = "per step, host time" if gpu else "per step"
+        lines.append(f"  {head:<{width}}{'ms':>10}{'share':>8}")
         step = per.get("step") or 0.0
         for label, ms, note in _table_rows(per, measured):
             if ms is None:
@@ -166,8 +168,8 @@ def _profile_lines(profile: Mapping[str, Any]) -> list[str]:
             suffix = f"  {note}" if note else ""
             lines.append(f"  {label:<{width}}{ms:>10.3f}{share:>8}{suffix}")
         lines.append(f"  {'step (mean)':<{width}}{step:>10.3f}{'100%':>8}")
-        if per.get("device") is not None:
-            lines.append(f"  {'device (CUDA)':<{width}}{per['device']:>10.3f}")
+    if gpu:
+        lines.extend(gpu_lines(gpu))
     host = profile.get("host_work") or []
     if host:
         lines.append(
@@ -188,16 +190,64 @@ def _profile_lines(profile: Mapping[str, Any]) -> list[str]:
         extras.append(f"{profile['backward_per_step']:g} backward calls per step")
     mem = profile.get("memory") or {}
     if mem.get("cuda_reserved_peak_bytes"):
-        extras.append(
-            f"peak CUDA {_bytes(mem.get('cuda_allocated_peak_bytes'))} allocated / "
+        text = (
+            f"peak GPU memory {_bytes(mem.get('cuda_allocated_peak_bytes'))} allocated / "
             f"{_bytes(mem['cuda_reserved_peak_bytes'])} reserved of {_bytes(mem.get('cuda_total_bytes'))}"
         )
+        if mem.get("cuda_peak_exact") is False:
+            text += " (allocated: the largest sampled at step ends; the process peak predates the watch)"
+        if mem.get("cuda_fragmentation_bytes"):
+            text += f", {_bytes(mem['cuda_fragmentation_bytes'])} cached unused"
+        if mem.get("cuda_alloc_retries"):
+            text += f", {mem['cuda_alloc_retries']} allocator retries (close to the limit)"
+        if mem.get("cuda_ooms"):
+            text += f", {mem['cuda_ooms']} out-of-memory errors"
+        if mem.get("cuda_batch_fit_factor"):
+            text += f"; a batch about {mem['cuda_batch_fit_factor']:g}x larger would fit"
+        extras.append(text)
     if mem.get("rss_peak_bytes"):
         extras.append(f"peak RSS {_bytes(mem['rss_peak_bytes'])}")
     if extras:
         lines.append("  " + "; ".join(extras))
     for rank, summary in (profile.get("per_rank") or {}).items():
         lines.append(f"  rank {rank}: {format_value(summary)}")
+    return lines
+
+
+_IDLE_LABELS = (
+    ("data", "waiting for the DataLoader"),
+    ("host", "host work (Python, kernel launches)"),
+    ("sync", "after synchronisations"),
+    ("transfer", "after blocking copies"),
+)
+
+
+def gpu_lines(gpu: Mapping[str, Any]) -> list[str]:
+    """The device-time block of a CUDA run's profile (see ``runtime/gpu_profile.py``)."""
+    per = gpu.get("per_step_ms") or {}
+    busy, idle = per.get("busy") or {}, per.get("idle") or {}
+    span = per.get("gpu_step") or 0.0
+    lines = [
+        f"  GPU, device time ({gpu.get('platform', 'CUDA')} events on device {gpu.get('device_index')}, "
+        f"{gpu.get('steady_timed_steps', 0)} steady steps): {span:.3f} ms per step, "
+        f"busy {gpu.get('busy_share', 0):.0%}, idle {gpu.get('idle_share', 0):.0%}"
+    ]
+    names = (("transfer", "copies"), ("forward", "forward"), ("backward", "backward"), ("optimizer", "optimizer"))
+    parts = [f"{label} {busy.get(key, 0):.3f}" for key, label in names] + [f"loop {busy.get('other', 0):.3f}"]
+    lines.append(f"    busy ms: {', '.join(parts)}")
+    idle_parts = [f"{label} {idle.get(key, 0):.3f}" for key, label in _IDLE_LABELS if idle.get(key)]
+    if idle_parts:
+        syncs = gpu.get("syncs_per_step") or 0
+        lines.append(
+            f"    idle ms: {', '.join(idle_parts)}"
+            + (f"; {syncs:g} sync{'' if syncs == 1 else 's'} per step" if syncs else "")
+        )
+    lines.append(
+        "    (the host rows above are host time: on a GPU forward, backward and optimizer are kernel "
+        "launches, and the GPU's work shows here)"
+    )
+    if gpu.get("failed_event_pairs"):
+        lines.append(f"    {gpu['failed_event_pairs']} event pairs could not be read (left out)")
     return lines
 
 

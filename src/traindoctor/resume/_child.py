@@ -3,8 +3,9 @@
 ``python -m traindoctor.resume._child --mode M --target N [--offset K] [--interrupt-at K]
 [--detail-step S] --out DIR -- SCRIPT ARGS...``
 
-The script runs as ``traindoctor run`` runs it (:mod:`traindoctor.runtime.script`); the child's
-exit code is the script's, and the record says ``ended`` (exit code 0) or ``crashed``.
+The script runs as ``traindoctor run`` runs it (:mod:`traindoctor.runtime.script`), in the
+sandbox :mod:`traindoctor.resume.runner` started the child in, with the sandbox's guard installed;
+the child's exit code is the script's, and the record says ``ended`` (exit code 0) or ``crashed``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import sys
 
 from traindoctor.runtime.script import ScriptRunner
+from traindoctor.sandbox.guard import install_from_env
 
 
 def main() -> int:
@@ -46,13 +48,7 @@ def main() -> int:
         shared_dir=shared,
     )
     install(recorder)
-    if os.environ.get("TRAINDOCTOR_MIRROR") == "1":
-        import torch
-
-        from traindoctor.resume.sandbox import guard_torch_save, install_write_guard
-
-        install_write_guard()
-        torch.save = guard_torch_save(torch.save)
+    install_from_env()  # the sandbox's guard: Python's writes to the view land on private copies
     code = ScriptRunner(opts.script, args).run().code
     recorder.write_record("ended" if code == 0 else "crashed")
     return code

@@ -31,7 +31,7 @@ _VALUED = {
     "--html",
     "--nproc-per-node",
 }
-_FLAGS = {"--keep", "-h", "--help"}
+_FLAGS = {"--keep", "--allow-writes", "-h", "--help"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,9 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="traindoctor verify-resume",
         description="Run SCRIPT uninterrupted, then interrupted after a checkpoint and resumed, "
         "and compare per-step losses and final model/optimizer state. The runs start "
-        "in a mirror of the current folder: relative paths the script reads "
-        "(configurator.py, data/) work as when you run it; what the runs write stays "
-        "in the mirror (your files are never changed).",
+        "in a mirror of the current folder, inside a sandbox (Landlock, else bubblewrap): "
+        "relative paths the script reads (configurator.py, data/) work as when you run it; "
+        "what the runs write lands in the mirror or fails (your files are never changed).",
     )
     parser.add_argument(
         "--resume-args", required=True, help="arguments added to the script's own to make it resume (quoted)"
@@ -59,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-format", choices=["text", "json"], default="text")
     parser.add_argument("--workdir", help="keep the runs' files here (default: a temp folder)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    parser.add_argument(
+        "--allow-writes",
+        action="store_true",
+        help="run even where no sandbox (Landlock, bubblewrap) works: the runs' writes may then reach your files",
+    )
     parser.add_argument(
         "--html", metavar="FILE", help="also write a self-contained HTML report (needs traindoctor[html])"
     )
@@ -182,8 +187,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if opts.nproc_per_node < 1:
         return _fail("--nproc-per-node must be >= 1", opts.output_format)
+    from traindoctor.sandbox import NONE, UNSANDBOXED, SandboxUnavailable, detect
     from traindoctor.tune.progress import Progress
 
+    try:
+        sandbox = detect(allow_writes=opts.allow_writes)
+    except SandboxUnavailable as exc:
+        return _fail(str(exc), opts.output_format)
+    if sandbox == NONE:
+        print(f"traindoctor verify-resume: warning: {UNSANDBOXED}", file=sys.stderr)
     progress = Progress("traindoctor verify-resume", 3)
     try:
         runs = run_all(
@@ -196,6 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             workdir=opts.workdir,
             progress=progress,
             nproc=opts.nproc_per_node,
+            sandbox=sandbox,
+            allow_writes=opts.allow_writes,
         )
     finally:
         progress.close()

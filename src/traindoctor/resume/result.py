@@ -1,6 +1,6 @@
 """verify-resume's result as one plain dictionary (what ``--output-format json`` prints).
 
-The verdict's fields, the run parameters, and the per-step losses of the three runs (the
+The verdict's fields, the run parameters (and the sandbox the runs ran in), and the per-step losses of the three runs (the
 uninterrupted reference, the interrupted run, the resumed run) as floats, so a report can draw
 where the resumed run leaves the reference. Losses are recorded as exact hex strings; a step
 with several backward calls keeps their mean, and a non-finite loss becomes ``null`` (JSON has
@@ -34,6 +34,7 @@ def result_dict(
     """The verdict, the run parameters and the three runs' per-step losses."""
     data: dict[str, Any] = verdict.to_dict()
     data.update({"script": script, "steps": steps, "interrupt_at": interrupt_at, "tolerance": tolerance})
+    data["sandbox"] = getattr(runs, "sandbox", "")  # the runs' sandbox: landlock, bubblewrap or none
     data["losses"] = {
         name: _step_losses(getattr(getattr(runs, name, None), "record", None))
         for name in ("reference", "interrupted", "resumed")

@@ -7,12 +7,13 @@
    arguments, stopped when the global step count reaches N.
 3. *reference*: uninterrupted, N steps, in its own working directory.
 
-Runs 2 and 3 are independent and run at the same time. They run where the user runs the script:
-each scenario's working directory is a mirror of the caller's (see
-:mod:`traindoctor.resume.sandbox`: the user's files are readable at the same relative paths, so
-``configurator.py`` and ``data/`` are found; what a run writes stays in its own mirror and never
-changes the user's files). Arguments that name existing files relative to the caller's directory
-are also made absolute.
+Runs 2 and 3 are independent and run at the same time. They run where the user runs the script,
+yet cannot change the user's files: each scenario's working directory is a view of the caller's
+(:mod:`traindoctor.sandbox.view`: the user's files are readable at the same relative paths, so
+``configurator.py`` and ``data/`` are found; runs 1 and 2 share one view, run 3 has its own), and
+every run is a process of the sandbox (:mod:`traindoctor.sandbox`: what it writes lands in the
+view or fails). Arguments that name existing files are redirected into the view (never to the
+user's file itself); those outside the caller's folder are made absolute.
 
 With ``nproc > 1`` each run is a ``torchrun --standalone --nproc-per-node nproc`` launch; every
 rank records into ``<run>-record/rank<r>/`` and the verdict is made per rank.
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import traindoctor
-from traindoctor.resume.sandbox import mirror
+from traindoctor.sandbox import Sandbox, View, build, detect
 
 
 @dataclass
@@ -53,29 +54,20 @@ class RunResult:
         return "\n".join(text[-lines:])
 
 
-def absolutize(args: list[str], cwd: str) -> list[str]:
-    """Make arguments that name existing files in ``cwd`` absolute (also ``--opt=path``)."""
-    out = []
-    for arg in args:
-        head, sep, tail = arg.partition("=") if arg.startswith("-") else ("", "", arg)
-        if tail and not os.path.isabs(tail) and not tail.startswith("-") and os.path.exists(os.path.join(cwd, tail)):
-            tail = os.path.abspath(os.path.join(cwd, tail))
-        out.append(f"{head}{sep}{tail}" if sep else (tail or arg))
-    return out
-
-
 def _env(name: str) -> dict[str, str]:
     env = dict(os.environ)
     package_root = str(Path(traindoctor.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     env.setdefault("PYTHONHASHSEED", "0")
     env["TRAINDOCTOR_VERIFY_RESUME"] = name
-    env["TRAINDOCTOR_MIRROR"] = "1"
     return env
 
 
 class Scenario:
-    """One child process: start, wait, read its record."""
+    """One child process in ``sandbox``, started in the view ``view``: start, wait, read its record.
+
+    ``script`` and ``args`` are the caller's (relative to the folder ``view`` mirrors); the child
+    gets them redirected into the view."""
 
     def __init__(
         self,
@@ -83,9 +75,10 @@ class Scenario:
         mode: str,
         script: str,
         args: list[str],
-        cwd: Path,
+        view: View,
         target: int,
         *,
+        sandbox: Sandbox,
         offset: int = 0,
         interrupt_at: int | None = None,
         detail_step: int | None = None,
@@ -93,6 +86,8 @@ class Scenario:
     ) -> None:
         self.name = name
         self.nproc = nproc
+        self.sandbox = sandbox
+        cwd = Path(view.root)
         self.out = cwd.parent / f"{name}-record"
         self.out.mkdir(parents=True, exist_ok=True)
         self.log = self.out / "output.log"
@@ -116,8 +111,8 @@ class Scenario:
             cmd += ["--interrupt-at", str(interrupt_at)]
         if detail_step is not None:
             cmd += ["--detail-step", str(detail_step)]
-        cmd += [script, "--", *args]
-        self.cmd = cmd
+        cmd += [view.to_view(os.path.abspath(script)), "--", *view.redirect_args(args, view.project)]
+        self.cmd = sandbox.command(cmd, str(cwd))
         self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -127,7 +122,7 @@ class Scenario:
             self.proc = subprocess.Popen(
                 self.cmd,
                 cwd=self.cwd,
-                env=_env(self.name),
+                env=self.sandbox.env(_env(self.name)),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -164,6 +159,8 @@ class Runs:
     interrupted: RunResult
     resumed: RunResult | None
     workdir: Path
+    #: The runs' sandbox (:data:`traindoctor.sandbox.LANDLOCK`, ``BUBBLEWRAP`` or ``NONE``).
+    sandbox: str = ""
 
 
 def run_all(
@@ -177,22 +174,35 @@ def run_all(
     workdir: str | None = None,
     progress: Any = None,
     nproc: int = 1,
+    sandbox: str = "auto",
+    allow_writes: bool = False,
 ) -> Runs:
     """Run the three scenarios; ``resumed`` is None when no checkpoint was written.
 
-    ``progress`` (a :class:`traindoctor.tune.progress.Progress`) gets one tick per run."""
+    ``progress`` (a :class:`traindoctor.tune.progress.Progress`) gets one tick per run. The runs'
+    sandbox is ``sandbox`` (:func:`traindoctor.sandbox.detect`; raises
+    :class:`~traindoctor.sandbox.SandboxUnavailable` when none works and writes were not allowed)."""
     tick = progress if progress is not None else _Quiet()
     caller = os.getcwd()
-    script = os.path.abspath(script)
-    args = absolutize(args, caller)
-    extra = absolutize(shlex.split(resume_args), caller)
+    extra = shlex.split(resume_args)
+    kind = detect(sandbox, allow_writes=allow_writes)  # before any folder is made
     root = Path(workdir or tempfile.mkdtemp(prefix="traindoctor-resume-"))
-    for name in ("resume-cwd", "reference-cwd"):
-        mirror(caller, root / name, skip=(str(root),))
+    root.mkdir(parents=True, exist_ok=True)
+    box = Sandbox(kind, (os.path.realpath(root),))
+    resume_view = build(caller, str(root / "resume-cwd"), skip=(str(root),))
+    reference_view = build(caller, str(root / "reference-cwd"), skip=(str(root),))
     tick.start(f"interrupted run (checkpoint at or after step {interrupt_at})")
     interrupted = (
         Scenario(
-            "interrupted", "interrupt", script, args, root / "resume-cwd", steps, interrupt_at=interrupt_at, nproc=nproc
+            "interrupted",
+            "interrupt",
+            script,
+            args,
+            resume_view,
+            steps,
+            sandbox=box,
+            interrupt_at=interrupt_at,
+            nproc=nproc,
         )
         .start()
         .wait(timeout)
@@ -203,33 +213,42 @@ def run_all(
         tick.remaining(1)
         tick.start("reference run")
         reference = (
-            Scenario("reference", "reference", script, args, root / "reference-cwd", steps, nproc=nproc)
+            Scenario("reference", "reference", script, args, reference_view, steps, sandbox=box, nproc=nproc)
             .start()
             .wait(timeout)
         )
         tick.done()
-        return Runs(reference, interrupted, None, root)
+        return Runs(reference, interrupted, None, root, box.kind)
     tick.start("resumed and reference runs")
     resumed = Scenario(
         "resumed",
         "resume",
         script,
         args + extra,
-        root / "resume-cwd",
+        resume_view,
         steps,
+        sandbox=box,
         offset=int(k),
         detail_step=int(k) + 1,
         nproc=nproc,
     ).start()
     reference_run = Scenario(
-        "reference", "reference", script, args, root / "reference-cwd", steps, detail_step=int(k) + 1, nproc=nproc
+        "reference",
+        "reference",
+        script,
+        args,
+        reference_view,
+        steps,
+        sandbox=box,
+        detail_step=int(k) + 1,
+        nproc=nproc,
     ).start()
     resumed_result = resumed.wait(timeout)
     tick.done("resumed run")
     tick.label = "reference run"
     reference_result = reference_run.wait(timeout)
     tick.done()
-    return Runs(reference_result, interrupted, resumed_result, root)
+    return Runs(reference_result, interrupted, resumed_result, root, box.kind)
 
 
 class _Quiet:

@@ -29,6 +29,7 @@ class DeviceInfo:
         "cuda_available",
         "device_count",
         "name",
+        "platform",
         "total_memory",
         "type",
     )
@@ -41,6 +42,8 @@ class DeviceInfo:
     #: Total memory of the device in bytes (CUDA only; None when unknown).
     total_memory: int | None
     device_count: int
+    #: ``"CUDA"`` or ``"ROCm"`` (AMD GPUs through ``torch.cuda``); ``""`` on a CPU run.
+    platform: str
 
     def __init__(
         self,
@@ -51,6 +54,7 @@ class DeviceInfo:
         cuda_available: bool = False,
         total_memory: int | None = None,
         device_count: int = 0,
+        platform: str | None = None,
     ) -> None:
         init = object.__setattr__
         init(self, "type", type)
@@ -60,6 +64,7 @@ class DeviceInfo:
         init(self, "cuda_available", cuda_available)
         init(self, "total_memory", total_memory)
         init(self, "device_count", device_count)
+        init(self, "platform", ("CUDA" if type == "cuda" else "") if platform is None else platform)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"cannot assign to field {name!r}: DeviceInfo is immutable")
@@ -76,6 +81,7 @@ class DeviceInfo:
             self.cuda_available,
             self.total_memory,
             self.device_count,
+            self.platform,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -106,31 +112,51 @@ class DeviceInfo:
             "cuda_available": self.cuda_available,
             "total_memory": self.total_memory,
             "device_count": self.device_count,
+            "platform": self.platform,
         }
 
 
 def detect_device() -> DeviceInfo:
-    """Describe the current CUDA device, or the CPU. Never initialises CUDA on a CPU build."""
+    """Describe the CUDA device the run may use, or the CPU, without initialising CUDA.
+
+    A watch that initialised CUDA by itself would make a script that later forks CUDA workers fail
+    ("Cannot re-initialize CUDA in forked subprocess") only under the doctor. So when the script
+    has not initialised CUDA yet, only the device count is read (``torch.cuda.device_count()``,
+    which asks NVML and initialises nothing where NVML answers) and the device's facts (name,
+    capability, memory) are left unknown: the session reads them from the device the script
+    works on once it has initialised CUDA itself. ROCm builds (``torch.version.hip``) are named.
+    """
     import torch
 
     try:
-        if not torch.cuda.is_available():
+        if not torch.cuda._is_compiled():  # a CPU build: nothing to ask
             return DeviceInfo(name=_cpu_name())
+        platform = "ROCm" if getattr(torch.version, "hip", None) else "CUDA"
+        cuda: Any = torch.cuda  # as Any: is_initialized() is unannotated
+        if not cuda.is_initialized():
+            count = int(torch.cuda.device_count())
+            if count <= 0:
+                return DeviceInfo(name=_cpu_name())
+            return DeviceInfo(
+                type="cuda",
+                name=f"{platform} device (not initialised yet)",
+                cuda_available=True,
+                device_count=count,
+                platform=platform,
+            )
         index = torch.cuda.current_device()
         props = torch.cuda.get_device_properties(index)
         capability = (int(props.major), int(props.minor))
-        try:
-            bf16 = bool(torch.cuda.is_bf16_supported())
-        except Exception:  # pragma: no cover - old drivers
-            bf16 = capability >= (8, 0)
         return DeviceInfo(
             type="cuda",
             name=str(props.name),
             capability=capability,
-            bf16_supported=bf16,
+            # native bf16 (Ampere and newer, and ROCm): is_bf16_supported() also counts emulation
+            bf16_supported=platform == "ROCm" or capability >= (8, 0),
             cuda_available=True,
             total_memory=int(props.total_memory),
             device_count=int(torch.cuda.device_count()),
+            platform=platform,
         )
     except Exception:  # pragma: no cover - a broken driver must not break the run
         return DeviceInfo(name=_cpu_name())

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from torch.utils.data import DistributedSampler
 
     from traindoctor.runtime.device import DeviceInfo
+    from traindoctor.runtime.gpu_profile import GpuProfile
     from traindoctor.runtime.live import Site
     from traindoctor.runtime.profile import StepRecord
     from traindoctor.runtime.records import ForwardInfo, LoaderInfo
@@ -141,6 +142,12 @@ class SessionView(Protocol):
         """Finished steps."""
         ...
 
+    @property
+    def gpu_profile(self) -> GpuProfile | None:
+        """The device-time profile of a CUDA run, read once before ``on_run_end`` (None on a
+        CPU run, or when no step was timed on the device)."""
+        ...
+
     def training_loaders(self) -> list[LoaderInfo]:
         """Loaders whose batches fed training (every loader when the run never trained)."""
         ...
@@ -233,6 +240,12 @@ class Monitor:
 
     def on_backward(self) -> None:
         """Called after each ``backward()`` call (counts gradient-accumulation micro-batches)."""
+
+    def on_loss_backward(self, loss: torch.Tensor) -> None:
+        """Called before ``loss.backward()`` runs (``Tensor.backward``; the gradients are not yet added)."""
+
+    def on_loss_input(self, kind: str, logits: torch.Tensor) -> None:
+        """Called when a logits loss (``kind``: ``"bce_with_logits"`` or ``"cross_entropy"``) gets its input."""
 
     def on_before_optimizer_step(self, optimizer: Optimizer) -> None:
         """Called before ``optimizer.step()`` runs (the gradients are final here)."""

@@ -23,7 +23,8 @@ from types import CodeType, FrameType
 from typing import Any
 
 from traindoctor.runtime.live import is_library_file
-from traindoctor.runtime.profile import PHASE_OTHER, StepTimer
+from traindoctor.runtime.phases import PHASE_OTHER
+from traindoctor.runtime.profile import StepTimer
 
 #: Samples to take at most, wake-ups at most (sampled or not), and the longest time to keep
 #: sampling (seconds).

@@ -14,16 +14,21 @@ A *step* is one step of the primary optimizer (the first one that stepped): from
 
 A component that could not be measured is ``None``, never 0: no model forward was seen (a
 functional model), so forward, backward and the rest cannot be separated, or no DataLoader was
-used, so the data path is part of ``other``. Wall clock (``time.perf_counter``) is used
-throughout; on CUDA the CPU blocks at sync points (``.item()``, unpinned copies, a full launch
-queue), so device time per step is added from CUDA events when CUDA is used.
+used, so the data path is part of ``other``. These are *host* times (``time.perf_counter``). On
+a GPU the host only queues kernels: forward, backward and optimizer are then launch times, and the
+device's work surfaces wherever the host next waits for it (``.item()``, a blocking copy). So on a
+CUDA run the device's own time is measured with events
+(:mod:`traindoctor.runtime.device_time`, :mod:`traindoctor.runtime.gpu_profile`) and
+:meth:`Profile.add_gpu` puts that profile beside the host one; its verdict replaces the host
+verdict.
 
 The first steps (warm-up: worker start-up, allocator growth, cuDNN autotuning, lazy init) are
 excluded from the steady-state numbers. The verdict names the largest share of steady-state step
 time: ``data-bound`` (DataLoader wait, or the loop's own host work between the training calls,
 which on a CPU loop without a DataLoader is its data path), ``transfer-bound``, ``compute-bound``
 (forward, backward, optimizer), unless peak memory is close to the device's capacity
-(``memory-bound``): then the next speed-up cannot come from a larger batch.
+(``memory-bound``; on CUDA judged on memory allocated by tensors, not on what the caching
+allocator reserved): then the next speed-up cannot come from a larger batch.
 """
 
 from __future__ import annotations
@@ -31,9 +36,13 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traindoctor.runtime.live import fields_repr
+from traindoctor.runtime.phases import PHASE_OPTIMIZER, PHASE_OTHER
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.runtime.gpu_profile import GpuProfile
 
 #: Default number of warm-up steps is ``clamp(steps // 10, 1, MAX_WARMUP)`` (0 for a 1-step run).
 MAX_WARMUP = 5
@@ -163,10 +172,6 @@ class StepRecord:
         }
 
 
-#: What the training thread is doing, for the host-work sampler (see ``Session``).
-PHASE_OTHER, PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_OPTIMIZER = range(5)
-
-
 class StepTimer:
     """Accumulates the current step's timings; closes a :class:`StepRecord` at each step end.
 
@@ -287,8 +292,9 @@ def physical_memory() -> int | None:
         return None
 
 
-def measure_memory(uses_cuda: bool) -> dict[str, Any]:
-    """Peak memory of this process: RSS always; the CUDA caching allocator when CUDA was used."""
+def measure_memory() -> dict[str, Any]:
+    """Peak resident memory of this process, and the machine's physical memory (GPU memory is
+    :mod:`traindoctor.runtime.gpu_memory`'s, counted from the watch's start)."""
     out: dict[str, Any] = {"rss_peak_bytes": None, "physical_bytes": physical_memory()}
     try:
         import resource
@@ -298,17 +304,6 @@ def measure_memory(uses_cuda: bool) -> dict[str, Any]:
         out["rss_peak_bytes"] = int(peak if sys.platform == "darwin" else peak * 1024)
     except Exception:  # pragma: no cover - no resource module
         pass
-    if uses_cuda:
-        try:
-            import torch
-
-            if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # torch leaves it unannotated
-                index = torch.cuda.current_device()
-                out["cuda_allocated_peak_bytes"] = int(torch.cuda.max_memory_allocated(index))
-                out["cuda_reserved_peak_bytes"] = int(torch.cuda.max_memory_reserved(index))
-                out["cuda_total_bytes"] = int(torch.cuda.get_device_properties(index).total_memory)
-        except Exception:  # pragma: no cover - driver trouble
-            pass
     return out
 
 
@@ -327,6 +322,7 @@ class Profile:
         "data_s",
         "device_step_s",
         "forward_s",
+        "gpu",
         "host_work",
         "host_work_samples",
         "loader_seen",
@@ -376,6 +372,8 @@ class Profile:
     #: Where the loop's own host work goes (sampled), when it was large: see ``Session``.
     host_work: list[dict[str, Any]]
     host_work_samples: int
+    #: The device-time profile of a CUDA run (None on a CPU run, or when no step was timed).
+    gpu: GpuProfile | None
     verdict: str
     reason: str
     partial: bool
@@ -401,6 +399,7 @@ class Profile:
         self.device_step_s = self.samples_per_s = self.backward_per_step = None
         self.host_work = []
         self.host_work_samples = 0
+        self.gpu = None
         self.verdict = "unknown"
         self.reason = ""
 
@@ -468,14 +467,29 @@ class Profile:
             "host_work": [dict(h) for h in self.host_work],
             "host_work_samples": self.host_work_samples,
             "memory": dict(self.memory),
+            "gpu": None if self.gpu is None else self.gpu.to_dict(),
             "partial": self.partial,
         }
 
+    def add_gpu(self, gpu: GpuProfile | None, memory: Mapping[str, Any], thresholds: Mapping[str, Any]) -> None:
+        """Put a CUDA run's device profile and GPU memory beside the host profile. The verdict
+        becomes the device's (the host times of a GPU run are launch times), unless the run is
+        memory-bound."""
+        self.memory.update(memory)
+        self.gpu = gpu
+        if gpu is not None and gpu.span > 0:
+            self.device_step_s = gpu.span
+        if _memory_bound(self, thresholds):
+            return
+        if gpu is not None and gpu.verdict != "unknown":
+            self.verdict, self.reason = gpu.verdict, gpu.reason
+
 
 def _memory_share(memory: Mapping[str, Any]) -> tuple[float | None, str]:
-    reserved, total = memory.get("cuda_reserved_peak_bytes"), memory.get("cuda_total_bytes")
-    if reserved and total:
-        return reserved / total, "CUDA memory reserved"
+    allocated, total = memory.get("cuda_allocated_peak_bytes"), memory.get("cuda_total_bytes")
+    if allocated and total:
+        # allocated, not reserved: the caching allocator gives its cache back before it fails
+        return allocated / total, "GPU memory allocated by tensors"
     rss, phys = memory.get("rss_peak_bytes"), memory.get("physical_bytes")
     if rss and phys:
         return rss / phys, "resident memory"
@@ -555,11 +569,7 @@ def build_profile(
         samples = sum(r.samples for r in steady)
         prof.samples_per_s = samples / wall if wall > 0 and samples else None
         prof.backward_per_step = _median([float(r.backward_calls) for r in steady])
-    mem_share, mem_what = _memory_share(memory)
-    mem_limit = float(cfg.get("profile.memory_bound_share", MEMORY_BOUND_SHARE))
-    if mem_share is not None and mem_share >= mem_limit:
-        prof.verdict = "memory-bound"
-        prof.reason = f"peak {mem_what} is {mem_share:.0%} of capacity (limit {mem_limit:.0%})"
+    if _memory_bound(prof, cfg):
         return prof
     if steady and prof.step_s > 0:
         _verdict(prof)
@@ -574,16 +584,21 @@ def build_profile(
     return prof
 
 
+def _memory_bound(prof: Profile, cfg: Mapping[str, Any]) -> bool:
+    """Set the memory-bound verdict when peak memory is close to capacity."""
+    mem_share, mem_what = _memory_share(prof.memory)
+    mem_limit = float(cfg.get("profile.memory_bound_share", MEMORY_BOUND_SHARE))
+    if mem_share is None or mem_share < mem_limit:
+        return False
+    prof.verdict = "memory-bound"
+    prof.reason = f"peak {mem_what} is {mem_share:.0%} of capacity (limit {mem_limit:.0%})"
+    return True
+
+
 def _verdict(prof: Profile) -> None:
     """The largest measured share of steady-state step time names the verdict."""
     compute = prof.compute_s + prof.optimizer_s
     other = prof.other_s
-    if other is not None and prof.device_step_s is not None:
-        # On CUDA the host waits for the device at sync points outside the timed calls: the
-        # device time not covered by forward/backward/optimizer is compute, not host work.
-        hidden = max(prof.device_step_s - compute, 0.0)
-        moved = min(hidden, other)
-        other, compute = other - moved, compute + moved
     parts = {"compute": compute, "data": prof.data_s, "transfer": prof.transfer_s}
     if other is not None:
         parts["other"] = other

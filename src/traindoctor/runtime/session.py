@@ -28,13 +28,13 @@ from traindoctor.machine import machine_cores as _machine_cores
 from traindoctor.machine import usable_cores
 from traindoctor.runtime.device import DeviceInfo
 from traindoctor.runtime.events import Monitor
+from traindoctor.runtime.phases import PHASE_OPTIMIZER, PHASE_OTHER
 from traindoctor.runtime.profile import (
-    PHASE_OPTIMIZER,
-    PHASE_OTHER,
     Profile,
     StepRecord,
     StepTimer,
     build_profile,
+    default_warmup,
     measure_memory,
 )
 from traindoctor.runtime.timeline import session_timeline
@@ -43,6 +43,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from torch import nn
     from torch.optim import Optimizer
 
+    from traindoctor.runtime.device_api import DeviceApi
+    from traindoctor.runtime.device_time import DeviceTimer
+    from traindoctor.runtime.gpu_profile import GpuProfile
+    from traindoctor.runtime.gpu_watch import GpuWatch
     from traindoctor.runtime.host_sampler import HostWorkSampler
     from traindoctor.runtime.live import Site
     from traindoctor.runtime.records import LoaderInfo
@@ -180,15 +184,6 @@ class Installable(Protocol):
         ...
 
 
-class DeviceClock(Protocol):
-    """What a session needs of the clock that times steps on the device (the transfer probe's
-    :class:`~traindoctor.runtime.probes.transfer.CudaStepClock`)."""
-
-    def assign(self, records: list[StepRecord]) -> None:
-        """Set each record's ``device_s`` (once, at the end of the run)."""
-        ...
-
-
 class Session:
     """One watched run. Monitors read it as a :class:`~traindoctor.runtime.events.SessionView`
     (``thresholds``, ``step``, ``device``, ``loaders``, ``records``, ...); probes call the
@@ -208,10 +203,12 @@ class Session:
         reference_batch: int | None = None,
         reference_lr: float | None = None,
         no_decay: Iterable[str] | str | None = None,
+        cuda: DeviceApi | None = None,
     ) -> None:
         """``monitors``: the monitor classes to create at :meth:`start`; ``probes``: the probe
         classes to install then, in this order. ``device``, ``cpu_count``, ``machine_cores`` and
-        ``local_world_size`` replace what would be detected (tests)."""
+        ``local_world_size`` replace what would be detected, ``cuda`` the CUDA calls (tests: a
+        simulated device)."""
         self.thresholds: dict[str, Any] = dict(thresholds or {})
         self.thresholds.update(
             training_reference(reference_batch=reference_batch, reference_lr=reference_lr, no_decay=no_decay)
@@ -259,8 +256,16 @@ class Session:
         self._loose_batches = 0
         self._loose_samples = 0
         self._loose_wait = 0.0
-        #: Times steps on the device (the transfer probe sets it on a CUDA run).
-        self.cuda_clock: DeviceClock | None = None
+        self._cuda_override = cuda
+        #: The CUDA calls (None on a CPU run: then nothing GPU-side exists); the GPU side of the
+        #: watch, and its device timer once the script used the device (the probes' wrappers
+        #: mark phase boundaries on it while ``device_timer.timing``).
+        self.cuda_api: DeviceApi | None = None
+        self.gpu: GpuWatch | None = None
+        self.device_timer: DeviceTimer | None = None
+        #: The device-time profile and GPU memory, read once before ``on_run_end``.
+        self.gpu_profile: GpuProfile | None = None
+        self._gpu_memory: dict[str, Any] = {}
         self._optimizer_sites: weakref.WeakKeyDictionary[Optimizer, Site] = weakref.WeakKeyDictionary()
         self._loop_code: CodeType | None = None
         self._loop_code_looked = False
@@ -314,6 +319,7 @@ class Session:
                 from traindoctor.runtime.device import detect_device
 
                 self.device = detect_device()
+            self._start_gpu()
         except Exception as exc:  # pragma: no cover - torch import trouble
             self.internal_error("device detection", exc)
         self._create_monitors()
@@ -335,6 +341,8 @@ class Session:
         try:
             self._finish_loaders()
             self._update_distributed()
+            if self.gpu is not None:
+                self._finish_gpu()
             self.emit("on_run_end")
         finally:
             if self._sampler is not None:
@@ -350,6 +358,35 @@ class Session:
                     _ACTIVE = None
         self._collect_findings()
         self._build_profile()
+
+    def _start_gpu(self) -> None:
+        """Create the GPU side of the watch when the run may use CUDA (never on a CPU run)."""
+        api = self._cuda_override
+        if api is None and self.device.cuda_available:
+            from traindoctor.runtime.device_api import TorchCuda
+
+            api = TorchCuda()
+        if api is not None:
+            from traindoctor.runtime.gpu_watch import GpuWatch
+
+            self.cuda_api = api
+            self.gpu = GpuWatch(api)
+
+    def note_cuda_device(self, device: int | None) -> None:
+        """The script put work on ``device`` (None: the current one): time the steps there from
+        now on, and read its facts (once, after the script initialised CUDA)."""
+        gpu = self.gpu
+        if gpu is None or gpu.timer is not None:
+            return
+        self.uses_cuda = True
+        try:
+            if gpu.use(device, self.step, self.timer.phase):
+                self.device_timer = gpu.timer
+                self.device = gpu.device_info(self.device)
+        except Exception as exc:  # fail-open: the host profile stays
+            self.internal_error("GPU timing", exc)
+            self.gpu = None
+            self.device_timer = None
 
     def mark_partial(self, reason: str) -> None:
         """The run did not end normally (first reason wins): the report says so."""
@@ -391,6 +428,11 @@ class Session:
             handlers.append((monitor, getattr(monitor, hook)))
         self._dispatch[hook] = handlers
         return handlers
+
+    def listens(self, hook: str) -> bool:
+        """Whether an active monitor overrides ``hook`` (a probe skips patches nobody reads)."""
+        handlers = self._dispatch.get(hook)
+        return bool(self._handlers(hook) if handlers is None else handlers)
 
     def emit(self, hook: str, *args: Any, **kwargs: Any) -> None:
         """Call ``hook`` on every monitor that overrides it; an exception disables that monitor."""
@@ -523,6 +565,9 @@ class Session:
             self._find_loop_code()
         self._phase_before_step = self.timer.phase
         self.timer.phase = PHASE_OPTIMIZER
+        clock = self.device_timer
+        if clock is not None and clock.timing:
+            clock.mark(PHASE_OPTIMIZER)
         self.timer.optimizer_pre(time.perf_counter())
 
     def record_optimizer_post(self, optimizer: Optimizer) -> None:
@@ -542,6 +587,12 @@ class Session:
             self._other_opt_steps.clear()
         self.timer.phase = self._phase_before_step
         record = self.timer.optimizer_post(t, closes)
+        gpu = self.gpu
+        if gpu is not None and self.device_timer is not None:
+            if record is not None:
+                gpu.step_end(record.index, self._phase_before_step)
+            elif self.device_timer.timing:
+                self.device_timer.mark(self._phase_before_step)
         self.emit("on_after_optimizer_step", optimizer)
         if record is not None:
             self.step = record.index
@@ -639,9 +690,12 @@ class Session:
 
     def _note_param_device(self, optimizer: Optimizer) -> None:
         try:
+            api = self.cuda_api
             for group in optimizer.param_groups:
                 for p in group["params"]:
-                    if getattr(p, "is_cuda", False):
+                    if api is not None and api.on_device(p):
+                        self.note_cuda_device(api.device_of(p))
+                    elif getattr(p, "is_cuda", False):
                         self.uses_cuda = True
                     return
         except Exception as exc:  # pragma: no cover - exotic optimizer
@@ -684,9 +738,7 @@ class Session:
 
     def _build_profile(self) -> None:
         try:
-            memory = measure_memory(self.uses_cuda)
-            if self.cuda_clock is not None:
-                self.cuda_clock.assign(self.records)
+            memory = measure_memory()
             tail = self.timer
             records = self.records
             optimizer_seen = bool(records) or not self._backward_marks
@@ -705,9 +757,29 @@ class Session:
                 host_work_samples=self._sampler.samples if self._sampler else 0,
                 optimizer_seen=optimizer_seen,
             )
+            if self.gpu is not None:
+                self._build_gpu_profile()
         except Exception as exc:  # pragma: no cover - defensive
             self.internal_error("profile", exc)
             self.profile = Profile(partial=self.partial)
+
+    def _finish_gpu(self) -> None:
+        """Read the device's events and memory once (monitors read ``gpu_profile`` at
+        ``on_run_end``); the warm-up steps are the host profile's."""
+        assert self.gpu is not None
+        try:
+            warm = self.thresholds.get("profile.warmup_steps")
+            steps = len(self.records)
+            warmup = default_warmup(steps) if warm is None else min(int(warm), steps)
+            self.gpu_profile, self._gpu_memory = self.gpu.finish(warmup)
+        except Exception as exc:  # fail-open: the host profile stays
+            self.internal_error("GPU profile", exc)
+        for note in self.gpu.notes:
+            self.notes.append(f"GPU timing: {note}")
+
+    def _build_gpu_profile(self) -> None:
+        """Add the device profile and GPU memory to the profile."""
+        self.profile.add_gpu(self.gpu_profile, self._gpu_memory, self.thresholds)
 
     def environment(self) -> dict[str, Any]:
         """Facts about the run for the report (no user data)."""

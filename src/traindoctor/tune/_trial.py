@@ -3,8 +3,11 @@
 ``python -m traindoctor.tune._trial SPEC.json SCRIPT [ARGS...]``
 
 The script runs as ``__main__`` under the doctor's session (its step timer gives each optimizer
-step's samples and data wait) inside a :class:`~traindoctor.tune.sandbox.Sandbox` (its writes go
-to the trial's scratch folder). Then, depending on ``SPEC["mode"]``:
+step's samples and data wait), in the trial's view of the user's folder (``SPEC["view"]``, the view
+of ``SPEC["project"]``) inside the sandbox the tuner started it in, with the sandbox's guard
+installed (:mod:`traindoctor.sandbox.guard`: Python's writes land on private copies). Locations
+(the training DataLoader's line) are reported and matched as the user's paths, not the view's.
+Then, depending on ``SPEC["mode"]``:
 
 * ``trial``: DataLoaders built at the training loader's line get the configuration's
   ``num_workers`` / ``prefetch_factor`` / ``persistent_workers`` (/ ``pin_memory``), and the
@@ -35,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from traindoctor.facts.data.pipeline import TIE
 from traindoctor.runtime.script import ScriptRunner
+from traindoctor.sandbox.view import View
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.runtime.profile import StepRecord
@@ -65,6 +69,7 @@ class Controller:
         self.config: dict[str, Any] | None = spec.get("config")
         site = spec.get("site")
         self.site = tuple(site) if site else None
+        self.view = View(spec["project"], spec["view"]) if spec.get("view") else None
         self.seconds = float(spec.get("seconds", 1.0))
         self.max_steps = int(spec.get("max_steps", 50))
         self.main_pid = os.getpid()
@@ -101,7 +106,7 @@ class Controller:
 
                 bound = ctl.signature.bind(loader, *args, **kwargs)
                 arguments = {k: v for k, v in bound.arguments.items() if k != "self"}
-                site = user_site(2)
+                site = ctl.user_path(user_site(2))
                 if ctl.mode == "trial" and ctl.config is not None and _same_site(site, ctl.site):
                     arguments = apply_config(arguments, ctl.config)
                 ctl.loaders[id(loader)] = {"args": arguments, "site": site}
@@ -136,6 +141,12 @@ class Controller:
                     real(n)
 
             self.torch.set_num_threads = set_num_threads  # type: ignore[assignment]  # a wrapper in torch's place
+
+    def user_path(self, site: Any) -> tuple[str, int] | None:
+        """A (filename, line) of the view as the user's file."""
+        if site is None:
+            return None
+        return (self.view.to_user(site[0]) if self.view is not None else site[0], site[1])
 
     def attach(self, session: Session) -> None:
         self.session = session
@@ -421,9 +432,9 @@ def main(argv: list[str] | None = None) -> int:
     script, args = argv[1], argv[2:]
     out = spec["out"]
 
-    from traindoctor.tune.sandbox import Sandbox
+    from traindoctor.sandbox.guard import install_from_env
 
-    Sandbox(spec["scratch"]).install()
+    install_from_env()
     controller = Controller(spec)
     controller.install()
     from traindoctor.doctor.watch import doctor_session

@@ -5,7 +5,8 @@
 :func:`traindoctor.tune._trial.main` with stdout/stderr going to ``log``. It answers
 ``{"pid": N}`` when the child started and ``{"status": CODE}`` when it ended. Each trial is still
 its own process (isolated from the others and from the tuner), but skips the second or more that
-importing torch costs. The zygote itself never runs a torch operation, so no thread pool exists
+importing torch costs. The tuner starts the zygote inside the trials' sandbox
+(:mod:`traindoctor.sandbox`), so every trial it forks is sandboxed too. The zygote itself never runs a torch operation, so no thread pool exists
 when it forks. POSIX only; elsewhere the tuner starts a fresh interpreter per trial.
 """
 
@@ -46,8 +47,8 @@ def main() -> int:
     import torch.utils.data  # noqa: F401
 
     import traindoctor.doctor.watch
-    import traindoctor.tune._trial
-    import traindoctor.tune.sandbox  # noqa: F401
+    import traindoctor.sandbox.guard
+    import traindoctor.tune._trial  # noqa: F401
     from traindoctor.runtime.probes.base import discover_probes
 
     discover_probes()

@@ -1,8 +1,9 @@
 """``traindoctor tune SCRIPT``: tune the whole training loop by running the script in trials.
 
 Every trial is a child process (:mod:`traindoctor.tune._trial`) that runs the user's script under
-the doctor, in the user's working directory, with its writes redirected to a scratch folder, and
-stops it after a bounded number of steady steps. The search:
+the doctor, in a fresh view of the user's working directory inside a sandbox
+(:mod:`traindoctor.sandbox`: what it writes lands in the trial's scratch folder or fails, and never
+changes the user's files), and stops it after a bounded number of steady steps. The search:
 
 1. **probe** (one child): the script's own configuration (the *baseline*), then the two bounds of
    the pipeline in the same process: the training loader *alone* for each worker count (how fast
@@ -35,6 +36,7 @@ from typing import Any
 import traindoctor
 from traindoctor.facts.data.pipeline import MEASURED_GAIN, MEASURED_TIE, Bounds, equally_fast
 from traindoctor.machine import usable_cores
+from traindoctor.sandbox import SandboxUnavailable, build, choose
 from traindoctor.tune.measure import LOADER_KEYS, worker_counts
 
 #: Configurations predicted within this share of the best prediction are measured.
@@ -78,6 +80,10 @@ class TuneSettings:
     max_steps: int = 200
     timeout: float | None = None
     keep: bool = False
+    #: The trials' sandbox (:data:`traindoctor.sandbox.KINDS`), and whether to run without one
+    #: where none works (``--allow-writes``).
+    sandbox: str = "auto"
+    allow_writes: bool = False
 
     def measure_s(self) -> float:
         """Seconds of steady steps each measurement runs for."""
@@ -132,7 +138,6 @@ def _env() -> dict[str, str]:
     env = dict(os.environ)
     package_root = str(Path(traindoctor.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ in the user's folders
     env["TRAINDOCTOR_TUNE_TRIAL"] = "1"
     return env
 
@@ -140,8 +145,11 @@ def _env() -> dict[str, str]:
 class Runner:
     """Starts trial children, one at a time, and keeps their logs in the scratch folder.
 
-    Where ``os.fork`` exists, trials are forked from a zygote that imported torch once
-    (:mod:`traindoctor.tune._zygote`); otherwise each trial is a fresh interpreter.
+    Each trial runs in its own view of the current folder (``trial-NN/view``), inside the sandbox
+    of ``settings`` writable beneath ``scratch`` (:class:`SandboxUnavailable` when none works and
+    writes were not allowed). Where ``os.fork`` exists, trials are forked from a zygote that
+    imported torch once (:mod:`traindoctor.tune._zygote`), started inside the sandbox; otherwise
+    each trial is a fresh interpreter.
     """
 
     def __init__(
@@ -151,6 +159,7 @@ class Runner:
         self.args = list(args)
         self.settings = settings
         self.scratch = scratch
+        self.sandbox = choose([str(scratch)], settings.sandbox, allow_writes=settings.allow_writes)
         self.count = 0
         self.durations: list[float] = []
         self.use_zygote = hasattr(os, "fork") if use_zygote is None else use_zygote
@@ -160,9 +169,12 @@ class Runner:
         self.count += 1
         folder = self.scratch / f"trial-{self.count:02d}"
         folder.mkdir(parents=True, exist_ok=True)
+        cwd = os.getcwd()
+        view = build(cwd, str(folder / "view"), skip=(str(self.scratch),))
         spec = dict(
             spec,
-            scratch=str(folder),
+            project=view.project,
+            view=view.root,
             out=str(folder / "result.json"),
             seconds=self.settings.measure_s(),
             max_steps=self.settings.max_steps,
@@ -170,12 +182,12 @@ class Runner:
         (folder / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
         log = folder / "output.log"
         timeout = self.settings.timeout or max(60.0, 2 * self.settings.budget)
-        argv = [str(folder / "spec.json"), self.script, *self.args]
+        argv = [str(folder / "spec.json"), view.to_view(self.script), *view.redirect_args(self.args, cwd)]
         start = time.perf_counter()
         if self.use_zygote:
-            code = self._run_forked(argv, log, timeout)
+            code = self._run_forked(argv, log, timeout, view.root)
         else:
-            code = self._run_fresh(argv, log, timeout)
+            code = self._run_fresh(argv, log, timeout, view.root)
         self.durations.append(time.perf_counter() - start)
         result_path = folder / "result.json"
         if not result_path.exists():
@@ -194,10 +206,17 @@ class Runner:
             f"sooner; last lines of its output:\n{_tail(log)}"
         )
 
-    def _run_fresh(self, argv: list[str], log: Path, timeout: float) -> int | None:
-        cmd = [sys.executable, "-m", "traindoctor.tune._trial", *argv]
+    def _run_fresh(self, argv: list[str], log: Path, timeout: float, cwd: str) -> int | None:
+        cmd = self.sandbox.command([sys.executable, "-m", "traindoctor.tune._trial", *argv], cwd)
         with open(log, "wb") as fh:
-            proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_env())
+            proc = subprocess.Popen(
+                cmd,
+                cwd=cwd,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.sandbox.env(_env()),
+            )
             try:
                 return proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -208,11 +227,12 @@ class Runner:
     def _start_zygote(self) -> subprocess.Popen[str]:
         if self._zygote is None or self._zygote.poll() is not None:
             self._zygote = subprocess.Popen(
-                [sys.executable, "-m", "traindoctor.tune._zygote"],
+                self.sandbox.command([sys.executable, "-m", "traindoctor.tune._zygote"], str(self.scratch)),
+                cwd=self.scratch,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
-                env=_env(),
+                env=self.sandbox.env(_env()),
                 text=True,
                 bufsize=1,
             )
@@ -233,10 +253,10 @@ class Runner:
         line = proc.stdout.readline()
         return json.loads(line) if line.strip() else None
 
-    def _run_forked(self, argv: list[str], log: Path, timeout: float) -> int | None:
+    def _run_forked(self, argv: list[str], log: Path, timeout: float, cwd: str) -> int | None:
         zygote = self._start_zygote()
         assert zygote.stdin is not None
-        request = {"argv": argv, "log": str(log), "cwd": os.getcwd()}
+        request = {"argv": argv, "log": str(log), "cwd": cwd}
         zygote.stdin.write(json.dumps(request) + "\n")
         zygote.stdin.flush()
         started = self._read(zygote, 30.0)
@@ -289,6 +309,8 @@ class Tuned:
     args: list[str]
     cores: int
     budget: float
+    #: The trials' sandbox (:data:`traindoctor.sandbox.LANDLOCK`, ``BUBBLEWRAP`` or ``NONE``).
+    sandbox: str = ""
     trials: list[Trial] = field(default_factory=list)
     baseline: dict[str, Any] = field(default_factory=dict)
     best: dict[str, Any] = field(default_factory=dict)
@@ -310,6 +332,7 @@ class Tuned:
             "cores": self.cores,
             "budget_s": self.budget,
             "elapsed_s": round(self.elapsed_s, 3),
+            "sandbox": self.sandbox,
             "training_loader": self.training_loader,
             "baseline": self.baseline,
             "recommended": dict(self.recommended),
@@ -369,7 +392,10 @@ def tune_script(
 
 
 def _tune(script: str, args: list[str], settings: TuneSettings, progress: Any, root: Path, start: float) -> Tuned:
-    runner = Runner(script, args, settings, root)
+    try:
+        runner = Runner(script, args, settings, root)
+    except SandboxUnavailable as exc:
+        raise TuneScriptError(str(exc)) from None
     try:
         return _search(runner, script, args, settings, progress, start)
     finally:
@@ -379,7 +405,7 @@ def _tune(script: str, args: list[str], settings: TuneSettings, progress: Any, r
 def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings, progress: Any, start: float) -> Tuned:
     cores = usable_cores()
     tick = progress or _NoProgress()
-    result = Tuned(script=script, args=args, cores=cores, budget=settings.budget)
+    result = Tuned(script=script, args=args, cores=cores, budget=settings.budget, sandbox=runner.sandbox.kind)
 
     # 1. the probe: baseline and both bounds
     tick.remaining(4)

@@ -22,25 +22,28 @@ PROG = "traindoctor tune"
 
 USAGE = """\
 usage: traindoctor tune [--budget SECONDS] [--output-format text|json] [--html FILE]
-                        [-o FILE] [--keep] SCRIPT [ARGS ...]
+                        [-o FILE] [--keep] [--allow-writes] SCRIPT [ARGS ...]
        traindoctor tune DATASET_SPEC --batch-size N [...]   (the loader alone; see --help there)
 
-Run SCRIPT in short, bounded trials (child processes; the script's file writes go to a scratch
-folder) and measure which DataLoader settings (num_workers, prefetch_factor, persistent_workers,
-pin_memory on CUDA) and torch intra-op threads make the whole training loop fastest.
+Run SCRIPT in short, bounded trials (child processes in a sandbox: each starts in a view of this
+folder, what it writes lands in a scratch folder or fails, your files are never changed) and
+measure which DataLoader settings (num_workers, prefetch_factor, persistent_workers, pin_memory
+on CUDA) and torch intra-op threads make the whole training loop fastest.
 
 options:
   --budget SECONDS             wall-time target for all trials (default 60)
   --output-format {text,json}  report format (default: text)
   --html FILE                  also write an HTML report (needs traindoctor[html])
   -o, --output FILE            write the tuned settings for loader_kwargs(ds, tuned=FILE)
-  --keep                       keep the trials' scratch folder (logs, redirected files)
+  --keep                       keep the trials' scratch folder (logs, the views they wrote in)
+  --allow-writes               run the trials even where no sandbox (Landlock, bubblewrap)
+                               works: their writes may then reach your files
   -h, --help                   show this help
 """
 
 #: Options that take a value, and flags.
 _VALUED = {"--budget", "--output-format", "--html", "-o", "--output"}
-_FLAGS = {"--keep", "-h", "--help"}
+_FLAGS = {"--keep", "--allow-writes", "-h", "--help"}
 
 
 def split(argv: Sequence[str]) -> tuple[dict[str, Any], str | None, list[str]]:
@@ -51,6 +54,7 @@ def split(argv: Sequence[str]) -> tuple[dict[str, Any], str | None, list[str]]:
         "html": None,
         "output": None,
         "keep": False,
+        "allow_writes": False,
         "help": False,
     }
     args = list(argv)
@@ -62,6 +66,8 @@ def split(argv: Sequence[str]) -> tuple[dict[str, Any], str | None, list[str]]:
             opts["help"] = True
         elif name == "--keep":
             opts["keep"] = True
+        elif name == "--allow-writes":
+            opts["allow_writes"] = True
         elif name in _VALUED:
             if eq:
                 value = inline
@@ -216,14 +222,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         import torch  # noqa: F401 - fail here, with a message, when torch is missing
     except ImportError as exc:
         return _error(f"needs PyTorch ({exc})")
+    from traindoctor.sandbox import NONE, UNSANDBOXED, SandboxUnavailable, detect
     from traindoctor.tune.progress import Progress
     from traindoctor.tune.script import TuneScriptError, TuneSettings, tune_script
 
+    try:
+        kind = detect(allow_writes=opts["allow_writes"])
+    except SandboxUnavailable as exc:
+        return _error(str(exc))
+    if kind == NONE:
+        print(f"{PROG}: warning: {UNSANDBOXED}", file=sys.stderr)
+    settings = TuneSettings(budget=opts["budget"], keep=opts["keep"], sandbox=kind, allow_writes=opts["allow_writes"])
     progress = Progress("traindoctor tune", 4)
     try:
-        tuned = tune_script(
-            script, rest, settings=TuneSettings(budget=opts["budget"], keep=opts["keep"]), progress=progress
-        )
+        tuned = tune_script(script, rest, settings=settings, progress=progress)
     except TuneScriptError as exc:
         progress.close()
         return _error(str(exc))

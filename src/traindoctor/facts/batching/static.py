@@ -113,17 +113,17 @@ def accumulation(ctx: FileContext) -> Accumulation | None:
         if isinstance(node.op, ast.Div) and _accum_named(node.value) and "loss" in (dotted(node.target) or "").lower():
             found.append(Accumulation(node, _factor(ctx, node.value)))
     for node in ctx.of(ast.If):
-        divisor = _modulo_divisor(node.test)
+        divisor = modulo_divisor(node.test)
         if divisor is None or (isinstance(divisor, ast.Constant) and divisor.value == 1):
             continue
-        if any(_is_optimizer_step(ctx, s) for s in node.body) and ctx.enclosing_loops(node):
+        if any(is_optimizer_step(ctx, s) for s in node.body) and ctx.enclosing_loops(node):
             found.append(Accumulation(node, _factor(ctx, divisor)))
     found = [a for a in found if a.factor is UNKNOWN or a.factor > 1]
     found.sort(key=lambda a: (a.node.lineno, a.node.col_offset))
     return found[0] if found else None
 
 
-def _is_optimizer_step(ctx: FileContext, stmt: ast.stmt) -> bool:
+def is_optimizer_step(ctx: FileContext, stmt: ast.stmt) -> bool:
     """``optimizer.step()`` / ``scaler.step(optimizer)`` as a statement."""
     if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
         return False
@@ -134,11 +134,11 @@ def _is_optimizer_step(ctx: FileContext, stmt: ast.stmt) -> bool:
     return "opt" in text or "scaler" in text
 
 
-def _modulo_divisor(test: ast.expr) -> ast.expr | None:
+def modulo_divisor(test: ast.expr) -> ast.expr | None:
     """``(i + 1) % k == 0`` -> ``k``."""
     if isinstance(test, ast.BoolOp):
         for v in test.values:
-            d = _modulo_divisor(v)
+            d = modulo_divisor(v)
             if d is not None:
                 return d
         return None

@@ -390,13 +390,23 @@ class Fp16WithoutGradScalerMonitor(Monitor):
         self.flagged_steps += 1
         if self.sampled < self.SAMPLES:
             self.sampled += 1
+            import torch
+
+            # Non-zeros counted on the gradients' own device and read once per device: one
+            # synchronisation per sampled step, not one (and an allocation) per parameter.
+            nonzero: dict[torch.device, torch.Tensor] = {}
+            elements = 0
             for group in optimizer.param_groups:
                 for p in group["params"]:
                     g = p.grad
                     if g is None or g.is_sparse:
                         continue
-                    self.zeros += int((g == 0).sum())
-                    self.elements += g.numel()
+                    count = torch.count_nonzero(g)
+                    key = g.device
+                    nonzero[key] = count if key not in nonzero else nonzero[key] + count
+                    elements += g.numel()
+            self.elements += elements
+            self.zeros += elements - sum(int(c) for c in nonzero.values())
 
     def on_run_end(self) -> None:
         if not self.flagged_steps:

@@ -450,8 +450,8 @@ class CudnnBenchmarkOffMonitor(Monitor):
     def on_run_end(self) -> None:
         if not self.session.device.is_cuda or self.flags.get("benchmark", True):
             return
-        if self.flags.get("deterministic", False):
-            return
+        if self.flags.get("deterministic", False) or not self.flags.get("enabled", True):
+            return  # reproducibility chosen, or cuDNN switched off (its benchmark flag does nothing)
         from traindoctor.facts.batching.runtime import conv_shapes
 
         layers = conv_shapes(self.session)

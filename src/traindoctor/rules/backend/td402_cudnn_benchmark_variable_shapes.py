@@ -82,6 +82,8 @@ class CudnnBenchmarkVariableShapesMonitor(Monitor):
     def on_run_end(self) -> None:
         if not self.session.device.is_cuda or not self.flags.get("benchmark", False):
             return
+        if not self.flags.get("enabled", True):
+            return  # cuDNN switched off: its benchmark flag does nothing
         from traindoctor.facts.batching.runtime import conv_shapes
 
         min_shapes = int(self.threshold("min_shapes", 8))

@@ -38,12 +38,15 @@ class PinMemoryOff(Rule):
     Runtime thresholds (`thresholds` in `[tool.traindoctor]`, `--threshold KEY=VALUE` or
     `watch(thresholds=...)`):
 
-    - `TD101.min_copies` (default 3): batches of one unpinned loader copied to CUDA before it is
-      reported.
-    - `TD101.min_transfer_share` (default 0.01): the wall time of those copies as a share of the
-      run's step time. The copy time is the wall time of the `.to()`/`.cuda()` call.
+    - `TD101.min_copies` (default 3): batches of one unpinned training loader copied to CUDA in
+      steady training steps (step 1, with its start-up costs, is left out) before it is reported.
+    - `TD101.min_transfer_share` (default 0.01): the copies' time as a share of step time. On a
+      CUDA run it is device time (CUDA events around the copies, over the GPU's step time); the
+      host time of the `.to()` call is not copy time (a blocking copy first waits for every kernel
+      queued before it), and is used only when no step could be timed on the device.
 
-    Only reported when the run used a CUDA device; never on a CPU run.
+    Only reported when the run used a CUDA device; never on a CPU run. Evaluation loaders are not
+    counted.
     """
 
     what_it_does = """
@@ -64,14 +67,17 @@ class PinMemoryOff(Rule):
     why_bad = """
     A host-to-device copy can only be done by the GPU's DMA engine from page-locked ("pinned")
     host memory. From ordinary pageable memory the CUDA driver first copies the batch into a
-    pinned staging buffer, then to the device: an extra copy, and `.to("cuda", non_blocking=True)`
-    cannot overlap it with computation. With `pin_memory=True` the loader pins each batch in a
-    background thread, so the copy to the GPU is a single DMA transfer that can run while the
-    previous step computes.
+    pinned staging buffer, then to the device: an extra copy at a fraction of the bandwidth, and
+    the call holds the host until it is done (`non_blocking=True` does nothing for pageable
+    memory). With `pin_memory=True` the loader pins each batch in a background thread, so the copy
+    is a single DMA transfer, and `.to("cuda", non_blocking=True)` returns at once: the host goes
+    on queuing kernels instead of waiting. On the default stream the copy still runs in order
+    with the kernels around it (it waits for the ones queued before it, and the next ones wait
+    for it); overlapping copies with compute takes a separate copy stream, as data prefetchers do.
 
     Pinning is not free (pinned memory is taken away from the OS page cache and pinning itself
     costs CPU time), which is why it is only reported for loaders that feed a GPU. Pair it with
-    `non_blocking=True` on the `.to(...)` call to get the overlap.
+    `non_blocking=True` on the `.to(...)` call, or the host still waits for each copy.
     """
     example = """
     loader = DataLoader(train_ds, batch_size=64, shuffle=True, num_workers=4)
@@ -385,6 +391,7 @@ class PinMemoryOffMonitor(Monitor):
         super().__init__(session)
         self._copies: dict[int, list[float]] = {}
         self._infos: dict[int, LoaderInfo] = {}
+        self._last_batch: dict[int, int] = {}
 
     def on_transfer(
         self, nbytes: int, seconds: float, pinned: bool, device_type: str, loader_info: LoaderInfo | None = None
@@ -394,34 +401,56 @@ class PinMemoryOffMonitor(Monitor):
         key = loader_info.id
         stats = self._copies.get(key)
         if stats is None:
-            stats = self._copies[key] = [0.0, 0.0, 0.0]
+            stats = self._copies[key] = [0.0] * 6
             self._infos[key] = loader_info
-        stats[0] += 1
-        stats[1] += seconds
-        stats[2] += nbytes
+        # step 1 (the model's own transfer, cuDNN and allocator start-up) is counted apart; a
+        # batch's tensors (x, y, ...) count as one copied batch
+        at = 0 if self.session.step >= 1 else 3
+        if self._last_batch.get(key) != loader_info.batches:
+            self._last_batch[key] = loader_info.batches
+            stats[at] += 1
+        stats[at + 1] += seconds
+        stats[at + 2] += nbytes
 
     def on_run_end(self) -> None:
         from traindoctor.facts.data import runtime as ev
 
         min_copies = int(self.threshold("min_copies", 3))
         min_share = float(self.threshold("min_transfer_share", 0.01))
-        records = self.session.records
-        total = sum(r.wall_s for r in records) if records else (self.session.ended_at - self.session.started_at)
+        records = list(self.session.records)
+        steady = len(records) > 1  # else (no optimizer step): every copy, over the whole run
+        total = sum(r.wall_s for r in records[1:]) if steady else self.session.ended_at - self.session.started_at
+        training = {info.id for info in self.session.training_loaders()}
+        gpu = self.session.gpu_profile
         for key in sorted(self._copies):
-            count, seconds, nbytes = self._copies[key]
-            share = seconds / total if total > 0 else 0.0
+            stats = self._copies[key]
+            count, seconds, nbytes = (
+                stats[:3] if steady else (stats[0] + stats[3], stats[1] + stats[4], stats[2] + stats[5])
+            )
+            if key not in training or not count:
+                continue
+            device = gpu.copies.get(key) if gpu is not None and gpu.span > 0 else None
+            if gpu is not None and device is not None:
+                per_step = count / max(len(records) - 1, 1)  # batches copied per steady step
+                share, ms_per_copy, clock = gpu.share(device[1]), 1000.0 * device[1] / per_step, "device"
+            else:
+                share = seconds / total if total > 0 else 0.0
+                ms_per_copy, clock = 1000.0 * seconds / count, "host"
             if count < min_copies or share < min_share:
                 continue
             info = self._infos[key]
+            where = "of the GPU's step time" if clock == "device" else "of step time (host time of the copy calls)"
             self.report(
                 f"Batches from this DataLoader (`pin_memory=False`) were copied to the GPU from "
-                f"pageable memory, {share:.0%} of the run's step time; pass `pin_memory=True` and "
-                "move batches with `.to(device, non_blocking=True)` so copies overlap with compute.",
+                f"pageable memory, {share:.0%} {where}; pass `pin_memory=True` and move batches "
+                "with `.to(device, non_blocking=True)`: each copy is then one DMA transfer and "
+                "frees the host at once (it still runs in order with the kernels of its stream).",
                 evidence={
                     "transfer_share": round(share, 4),
                     "copies": int(count),
-                    "ms_per_copy": round(1000.0 * seconds / count, 3),
+                    "ms_per_copy": round(ms_per_copy, 3),
                     "mib_per_copy": round(nbytes / count / 2**20, 3),
+                    "clock": clock,
                 },
                 step=self.session.step or None,
                 help="Pass `pin_memory=True`.",

@@ -1,4 +1,4 @@
-"""Backend-flags probe: ``torch.backends.cudnn.benchmark`` and ``.deterministic``.
+"""Backend-flags probe: ``torch.backends.cudnn.benchmark``, ``.deterministic`` and ``.enabled``.
 
 The flags are ``ContextProp`` descriptors on the ``CudnnModule`` class; the probe swaps each for
 a subclass instance whose setter calls the original setter first and then emits
@@ -19,11 +19,11 @@ from traindoctor.runtime.probes.base import Probe
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.runtime.session import Session
 
-FLAGS = ("benchmark", "deterministic")
+FLAGS = ("benchmark", "deterministic", "enabled")
 
 
 class BackendsProbe(Probe):
-    """Reports cudnn ``benchmark``/``deterministic`` assignments."""
+    """Reports cudnn ``benchmark``/``deterministic``/``enabled`` assignments."""
 
     name = "backends"
     order = 90

@@ -115,7 +115,7 @@ class DataLoaderProbe(Probe):
         cpu = time.thread_time
         session = self.watched
         timer = session.timer
-        from traindoctor.runtime.profile import PHASE_DATA
+        from traindoctor.runtime.phases import PHASE_DATA
 
         @functools.wraps(orig)
         def __next__(iterator: Any) -> Any:
@@ -125,17 +125,25 @@ class DataLoaderProbe(Probe):
             c0 = cpu() if sample else 0.0
             phase = timer.phase
             timer.phase = PHASE_DATA
+            clock = session.device_timer  # GPU runs: mark the phase on the device's stream
+            timed = clock is not None and clock.timing
+            if timed and clock is not None:
+                clock.mark(PHASE_DATA)
             t0 = perf()
             try:
                 batch = orig(iterator)
             except StopIteration:
                 timer.phase = phase
+                if timed and clock is not None and clock.timing:
+                    clock.mark(phase)
                 probe._exhausted(iterator)
                 raise
             except BaseException:
                 timer.phase = phase
                 raise
             t1 = perf()
+            if timed and clock is not None and clock.timing:
+                clock.mark(phase)
             if sample and info is not None:
                 info.wait_cpu_s += cpu() - c0
                 info.cpu_batches += 1

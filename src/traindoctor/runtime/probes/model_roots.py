@@ -79,7 +79,7 @@ class ModelRootsProbe(Probe):
         return None
 
     def _wrap_call(self, orig: Callable[..., Any]) -> Callable[..., Any]:
-        from traindoctor.runtime.profile import PHASE_FORWARD
+        from traindoctor.runtime.phases import PHASE_FORWARD
 
         probe = self
         session = self.watched
@@ -105,6 +105,9 @@ class ModelRootsProbe(Probe):
             probe._forward_depth = 1
             phase = timer.phase
             timer.phase = PHASE_FORWARD
+            clock = session.device_timer  # GPU runs: mark the phase on the device's stream
+            if clock is not None and clock.timing:
+                clock.mark(PHASE_FORWARD)
             t0 = perf()
             try:
                 return orig(module, *args, **kwargs)
@@ -113,6 +116,8 @@ class ModelRootsProbe(Probe):
                 timer.forward_seen = True
                 timer.phase = phase
                 probe._forward_depth = 0
+                if clock is not None and clock.timing:
+                    clock.mark(phase)
 
         return __call__
 

@@ -24,6 +24,11 @@ at every step), and what the rules judge (the modes of evaluation forwards, the 
 training forwards) is still seen. Once ``torch.compile`` has compiled anything, the window stays
 open: compiled code guards on the functions it traced, and a ``forward`` that changes would make
 it recompile.
+
+On a run that may use CUDA the convolution classes stay patched outside the windows: cuDNN's
+algorithm choice (TD401, TD402) depends on the input shapes of every training step, and two
+steps of them say nothing about a run's shapes. Their steady forwards take the counter's fast path
+(one increment). A CPU run closes them with the rest (no cost there).
 """
 
 from __future__ import annotations
@@ -212,6 +217,11 @@ class ModuleProbe(Probe):
         self._targets = _patch_targets()
         #: Whether the layer classes are patched (a window is open).
         self._window_open = False
+        #: The classes patched now; on a run that may use CUDA the conv classes stay patched
+        #: between windows (see the module docstring).
+        self._patched: set[Any] = set()
+        self._keep_conv = session.cuda_api is not None
+        self._on_device = session.cuda_api.on_device if session.cuda_api is not None else None
         self._window_steps = 0
         self.patch(torch.nn.Module, "train", self._wrap_train)
         session.add_mode_listener(self.open_window)
@@ -224,7 +234,9 @@ class ModuleProbe(Probe):
         if self._window_open or self.session is None:
             return
         for cls, kind in self._targets:
-            self.patch(cls, "forward", functools.partial(self._wrap, kind=kind))
+            if cls not in self._patched:
+                self.patch(cls, "forward", functools.partial(self._wrap, kind=kind))
+                self._patched.add(cls)
         self._window_open = True
         self.session.add_step_listener(self._on_step)
 
@@ -233,8 +245,11 @@ class ModuleProbe(Probe):
         if self.session is not None:
             self.session.remove_step_listener(self._on_step)
         if self._window_open:
-            for cls, _kind in reversed(self._targets):
+            for cls, kind in reversed(self._targets):
+                if kind == "conv" and self._keep_conv:
+                    continue  # uninstall restores them with every other patch
                 self.unpatch(cls, "forward")
+                self._patched.discard(cls)
             self._window_open = False
 
     def _on_step(self, record: Any) -> None:
@@ -253,6 +268,7 @@ class ModuleProbe(Probe):
     def uninstall(self) -> None:
         self.close_window()
         super().uninstall()
+        self._patched.clear()
 
     def _wrap_train(self, original: Callable[..., Any]) -> Callable[..., Any]:
         probe = self
@@ -275,6 +291,7 @@ class ModuleProbe(Probe):
         grad_enabled = self._is_grad_enabled
         tensor = self._tensor
         layers = self.stats.layers
+        on_device = self._on_device
 
         def forward(module: Any, *args: Any, **kwargs: Any) -> Any:
             if not compiling():
@@ -291,10 +308,11 @@ class ModuleProbe(Probe):
                         and training is grad_enabled()
                         and rec.last_mode == (training, training)
                         and rec.ref() is module
-                        and x.is_cpu
+                        and (x.is_cpu or on_device is not None)
                     ):
                         # the key LayerStats.record builds: (shape, device, train mode, grad mode)
-                        sig = (tuple(x.shape), "cpu", training, training)
+                        dev = "cuda" if on_device is not None and on_device(x) else "cpu" if x.is_cpu else x.device.type
+                        sig = (tuple(x.shape), dev, training, training)
                         counts = rec.counts
                         n = counts.get(sig)
                         if n is not None:
@@ -313,7 +331,16 @@ class ModuleProbe(Probe):
         if isinstance(x, self._tensor):
             shape: Shape | None = tuple(x.shape)
             # ``x.device`` builds a torch.device each call: ask the cheap flags first.
-            device_type = "cpu" if x.is_cpu else "cuda" if x.is_cuda else x.device.type
+            on_device = self._on_device
+            device_type = (
+                "cuda"
+                if on_device is not None and on_device(x)
+                else "cpu"
+                if x.is_cpu
+                else "cuda"
+                if x.is_cuda
+                else x.device.type
+            )
             x_requires_grad = x.requires_grad
         else:
             shape, device_type, x_requires_grad = None, "", False

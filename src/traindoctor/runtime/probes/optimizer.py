@@ -86,7 +86,7 @@ class OptimizerProbe(Probe):
             self.fail("optimizer post-step", exc)
 
     def _wrap_backward(self, orig: Callable[..., Any]) -> Callable[..., Any]:
-        from traindoctor.runtime.profile import PHASE_BACKWARD
+        from traindoctor.runtime.phases import PHASE_BACKWARD
 
         probe = self
         perf = time.perf_counter
@@ -97,11 +97,16 @@ class OptimizerProbe(Probe):
         def backward(*args: Any, **kwargs: Any) -> Any:
             phase = timer.phase
             timer.phase = PHASE_BACKWARD
+            clock = session.device_timer  # GPU runs: mark the phase on the device's stream
+            if clock is not None and clock.timing:
+                clock.mark(PHASE_BACKWARD)
             t0 = perf()
             try:
                 result = orig(*args, **kwargs)
             finally:
                 timer.phase = phase
+                if clock is not None and clock.timing:
+                    clock.mark(phase)
             try:
                 session.record_backward(perf() - t0)
             except Exception as exc:

@@ -1,12 +1,20 @@
-"""Transfer probe: host-to-device copies (CUDA only), and CUDA step timing.
+"""Transfer probe: host-to-device copies (CUDA only).
 
-Installed only when a CUDA device is available: on a CPU run there is nothing to copy and the
-probe costs nothing. It wraps ``Tensor.to`` and ``Tensor.cuda``; a call on a tensor already on the
-GPU goes straight to the original. For a CPU tensor whose result lands on CUDA it reports the
-bytes, the wall time of the call, whether the source was pinned, and, when the tensor was part of
-the last batch a DataLoader returned, that loader (TD101 needs "batches from an unpinned loader").
-Wall time of a pinned ``non_blocking`` copy is only its launch: the copy overlaps with compute,
-which is the point of pinning.
+Installed only when a CUDA device may be used: on a CPU run there is nothing to copy and the probe
+costs nothing. It wraps ``Tensor.to`` and ``Tensor.cuda``; a call on a tensor already on the device
+goes straight to the original (a device-to-host ``.to("cpu")`` is marked as a synchronisation on
+timed steps). For a host tensor whose result lands on the device it reports the bytes, the host
+time of the call, whether the source was pinned, and, when the tensor was part of a batch a
+DataLoader returned, that loader (TD101 needs "batches from an unpinned loader"). The first copy
+also tells the session which device the script works on (its model's, which need not be the
+current one).
+
+Host time is not copy time. A blocking copy (from pageable memory, or ``non_blocking=False``) first
+waits for every kernel queued before it on its stream, so its host time is mostly the previous
+step's compute; a non-blocking copy from pinned memory returns at once (it frees the host) and
+still runs between the kernels of its stream. The copy's own time is device time: on timed steps
+the copy is bracketed by the device timer's events (:mod:`traindoctor.runtime.device_time`), and
+the profile and TD101 read it from there.
 """
 
 from __future__ import annotations
@@ -16,13 +24,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from traindoctor.runtime.device_time import BLOCKING
+from traindoctor.runtime.live import user_site
+from traindoctor.runtime.phases import PHASE_SYNC, PHASE_TRANSFER
 from traindoctor.runtime.probes.base import Probe
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.runtime.session import Session
-
-#: CUDA events recorded per run at most (one per step).
-MAX_EVENTS = 100_000
 
 
 def _tensors(batch: Any, depth: int = 0) -> list[Any]:
@@ -39,47 +47,40 @@ def _tensors(batch: Any, depth: int = 0) -> list[Any]:
     return out
 
 
-class CudaStepClock:
-    """A CUDA event at each step end; device time per step is read once, at the end of the run."""
+def _to_host(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether ``Tensor.to(*args, **kwargs)`` names the CPU as its destination."""
+    dest = kwargs.get("device", args[0] if args else None)
+    if isinstance(dest, str):
+        return dest == "cpu"
+    return getattr(dest, "type", None) == "cpu"
 
-    def __init__(self, session: Session) -> None:
-        self.session = session
-        self.events: list[tuple[int, Any]] = []
-        self._cuda_ready: bool | None = None
 
-    def _cuda_usable(self) -> bool:
-        """CUDA events need a real CUDA runtime; a faked device (tests) or a CPU build has none."""
-        if self._cuda_ready is None:
-            import torch
+def _to_device(api: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether ``Tensor.to``/``Tensor.cuda`` with these arguments names an accelerator (a dtype
+    conversion on the host is no copy)."""
+    if name == "cuda":
+        return True
+    dest = kwargs.get("device", args[0] if args else None)
+    if isinstance(dest, bool) or dest is None:
+        return False
+    if isinstance(dest, int):
+        return True
+    if isinstance(dest, str):
+        return dest.startswith("cuda")
+    if getattr(dest, "type", None) == "cuda":  # a torch.device
+        return True
+    return hasattr(dest, "data_ptr") and api.on_device(dest)  # ``x.to(other_tensor)``
 
-            try:
-                self._cuda_ready = bool(torch.cuda.is_available())
-            except Exception:  # pragma: no cover - broken driver
-                self._cuda_ready = False
-        return self._cuda_ready
 
-    def mark(self, record: Any) -> None:
-        if not self.session.uses_cuda or len(self.events) >= MAX_EVENTS:
-            return
-        if not self._cuda_usable():
-            return
-        import torch
+def _non_blocking(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    if "non_blocking" in kwargs:
+        return bool(kwargs["non_blocking"])
+    # ``Tensor.cuda(device, non_blocking)``; ``Tensor.to`` takes it by keyword in practice
+    return name == "cuda" and len(args) > 1 and args[1] is True
 
-        event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
-        event.record()
-        self.events.append((record.index, event))
 
-    def assign(self, records: list[Any]) -> None:
-        if len(self.events) < 2:
-            return
-        import torch
-
-        torch.cuda.synchronize()
-        by_index = {r.index: r for r in records}
-        for (_, prev), (index, cur) in zip(self.events, self.events[1:]):
-            rec = by_index.get(index)
-            if rec is not None:
-                rec.device_s = prev.elapsed_time(cur) / 1000.0
+#: ``Tensor`` methods that wait for the device when called on a device tensor.
+SYNC_METHODS = ("item", "tolist", "cpu")
 
 
 class TransferProbe(Probe):
@@ -99,47 +100,107 @@ class TransferProbe(Probe):
         super().install(session)
         import torch
 
-        self.patch(torch.Tensor, "to", self._wrap)
-        self.patch(torch.Tensor, "cuda", self._wrap)
+        self.patch(torch.Tensor, "to", functools.partial(self._wrap, name="to"))
+        self.patch(torch.Tensor, "cuda", functools.partial(self._wrap, name="cuda"))
+        for name in SYNC_METHODS:
+            self.patch(torch.Tensor, name, self._wrap_sync)
         session.add_batch_observer(self.note_batch)
-        clock = CudaStepClock(session)
-        session.cuda_clock = clock
-        session.add_step_listener(clock.mark)
 
     def note_batch(self, info: Any, batch: Any) -> None:
         """Remember the data pointers of the latest batches, to recognise them when copied."""
         if len(self._batch_ptrs) > 512:
             self._batch_ptrs.clear()
+        on_device = self.watched.cuda_api.on_device if self.watched.cuda_api is not None else None
         for tensor in _tensors(batch):
-            if not tensor.is_cuda:
+            if on_device is None or not on_device(tensor):
                 self._batch_ptrs[tensor.data_ptr()] = info
 
-    def copied(self, src: Any, seconds: float, t_end: float, device_type: str = "cuda") -> None:
-        """Report one host-to-device copy of ``src`` (also the entry point for tests)."""
-        nbytes = int(src.numel()) * int(src.element_size())
-        try:
-            pinned = bool(src.is_pinned())
-        except Exception:
-            pinned = False
-        info = self._batch_ptrs.get(src.data_ptr())
-        self.watched.record_transfer(nbytes, seconds, pinned, device_type, info, t_end=t_end)
+    def loader_of(self, src: Any) -> Any:
+        """The loader whose last batches held ``src`` (None when it came from elsewhere)."""
+        return self._batch_ptrs.get(src.data_ptr())
 
-    def _wrap(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+    def copied(
+        self, src: Any, seconds: float, t_end: float, device_type: str = "cuda", device: int | None = None
+    ) -> None:
+        """Report one host-to-device copy of ``src`` (also the entry point for tests)."""
+        session = self.watched
+        nbytes = int(src.numel()) * int(src.element_size())
+        api = session.cuda_api
+        if api is not None:
+            pinned = api.is_pinned(src)
+        else:
+            try:
+                pinned = bool(src.is_pinned())
+            except Exception:
+                pinned = False
+        if device is not None:
+            session.note_cuda_device(device)
+        session.record_transfer(nbytes, seconds, pinned, device_type, self.loader_of(src), t_end=t_end)
+
+    def _wrap(self, orig: Callable[..., Any], *, name: str) -> Callable[..., Any]:
         probe = self
+        session = self.watched
+        timer = session.timer
         perf = time.perf_counter
 
         @functools.wraps(orig)
         def move(tensor: Any, *args: Any, **kwargs: Any) -> Any:
-            if tensor.is_cuda:
+            api = session.cuda_api
+            if api is None:
                 return orig(tensor, *args, **kwargs)
+            clock = session.device_timer
+            if api.on_device(tensor):
+                if clock is None or not clock.timing or not _to_host(args, kwargs):
+                    return orig(tensor, *args, **kwargs)
+                phase = timer.phase  # a device-to-host copy waits for the device: a sync
+                clock.mark(PHASE_SYNC, 0 if kwargs.get("non_blocking") else BLOCKING, user_site(2))
+                try:
+                    return orig(tensor, *args, **kwargs)
+                finally:
+                    if clock.timing:
+                        clock.mark(phase)
+            timed = clock is not None and clock.timing and _to_device(api, name, args, kwargs)
+            phase = timer.phase
+            if timed and clock is not None:
+                blocking = not (_non_blocking(name, args, kwargs) and api.is_pinned(tensor))
+                loader = probe.loader_of(tensor)
+                clock.mark(PHASE_TRANSFER, BLOCKING if blocking else 0, None if loader is None else loader.id)
+            timer.phase = PHASE_TRANSFER
             t0 = perf()
-            out = orig(tensor, *args, **kwargs)
+            try:
+                out = orig(tensor, *args, **kwargs)
+            finally:
+                timer.phase = phase
+                if timed and clock is not None and clock.timing:
+                    clock.mark(phase)
             t1 = perf()
             try:
-                if out is not tensor and getattr(out, "is_cuda", False):
-                    probe.copied(tensor, t1 - t0, t1)
+                if out is not tensor and api.on_device(out):
+                    probe.copied(tensor, t1 - t0, t1, device=api.device_of(out))
             except Exception as exc:
                 probe.fail("Tensor.to", exc)
             return out
 
         return move
+
+    def _wrap_sync(self, orig: Callable[..., Any]) -> Callable[..., Any]:
+        """``.item()``, ``.tolist()``, ``.cpu()`` of a device tensor wait for the device: on timed
+        steps they are marked as a synchronisation, tagged with the user's line."""
+        session = self.watched
+        timer = session.timer
+
+        @functools.wraps(orig)
+        def sync(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            clock = session.device_timer
+            api = session.cuda_api
+            if clock is None or not clock.timing or api is None or not api.on_device(tensor):
+                return orig(tensor, *args, **kwargs)
+            phase = timer.phase
+            clock.mark(PHASE_SYNC, BLOCKING, user_site(2))
+            try:
+                return orig(tensor, *args, **kwargs)
+            finally:
+                if clock.timing:
+                    clock.mark(phase)
+
+        return sync

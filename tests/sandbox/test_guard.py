@@ -1,4 +1,5 @@
-"""The trial sandbox redirects the script's writes; checked in a child (install() is for good)."""
+"""The guard alone (what ``--allow-writes`` leaves where no sandbox works): Python's writes,
+renames and removals in a view land in the view, and the user's files stay as they were."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+from traindoctor.sandbox import NONE, Sandbox, build
+
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 CHILD = """
-import json, os, pathlib, shutil, sys
-from traindoctor.tune.sandbox import Sandbox
-Sandbox(sys.argv[1]).install()
+import os, pathlib, shutil, tempfile
+from traindoctor.sandbox.guard import install_from_env
+assert install_from_env() is not None
 import torch
 open("new.txt", "w").write("trial")
 assert open("new.txt").read() == "trial"            # reads see the trial's own write
@@ -23,16 +26,15 @@ torch.save({"w": 1}, "ckpt.pt")
 assert torch.load("ckpt.pt")["w"] == 1
 torch.save({"w": 2}, "ckpt.tmp")
 os.replace("ckpt.tmp", "ckpt.pt")                    # the atomic-save pattern
-os.remove("old.log")                                 # deleting the user's file: a no-op
+os.remove("old.log")
 os.makedirs("runs/exp1", exist_ok=True)
 shutil.rmtree("data")
-import tempfile
-assert tempfile.gettempdir().startswith(sys.argv[1])
+assert tempfile.gettempdir().startswith(os.environ["TRAINDOCTOR_SANDBOX_WRITABLE"])
 print("ok")
 """
 
 
-def test_writes_renames_and_deletes_never_reach_the_users_files(tmp_path: Path) -> None:
+def test_python_writes_renames_and_removals_land_in_the_view(tmp_path: Path) -> None:
     user = tmp_path / "user"
     (user / "data").mkdir(parents=True)
     (user / "data" / "x.bin").write_bytes(b"x")
@@ -41,10 +43,12 @@ def test_writes_renames_and_deletes_never_reach_the_users_files(tmp_path: Path) 
     (user / "old.log").write_text("log")
     before = {p.relative_to(user): p.read_bytes() for p in user.rglob("*") if p.is_file()}
     scratch = tmp_path / "scratch"
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    view = build(str(user), str(scratch / "view"))
+    box = Sandbox(NONE, (str(scratch.resolve()),))
+    env = box.env({**os.environ, "PYTHONPATH": str(SRC)})
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(CHILD), str(scratch)],
-        cwd=user,
+        box.command([sys.executable, "-c", textwrap.dedent(CHILD)], view.root),
+        cwd=view.root,
         capture_output=True,
         text=True,
         env=env,
@@ -55,6 +59,14 @@ def test_writes_renames_and_deletes_never_reach_the_users_files(tmp_path: Path) 
     after = {p.relative_to(user): p.read_bytes() for p in user.rglob("*") if p.is_file()}
     assert after == before
     assert sorted(p.name for p in user.iterdir()) == ["ckpt.pt", "data", "keep.txt", "old.log"]
-    mirrored = scratch / "redirected" / str(user).lstrip("/")
-    assert (mirrored / "keep.txt").read_text() == "overwritten"
-    assert (mirrored / "runs" / "exp1").is_dir()
+    root = Path(view.root)
+    assert (root / "keep.txt").read_text() == "overwritten" and not (root / "keep.txt").is_symlink()
+    assert (root / "runs" / "exp1").is_dir() and not (root / "data").exists() and not (root / "old.log").exists()
+    assert torch_value(root / "ckpt.pt") == 2
+
+
+def torch_value(path: Path) -> int:
+    """The ``w`` of a checkpoint the child saved."""
+    import torch
+
+    return int(torch.load(path)["w"])

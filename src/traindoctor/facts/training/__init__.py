@@ -1,0 +1,1 @@
+"""Facts about the training loop itself: backward, optimizer steps, gradients, loss inputs."""
