@@ -20,6 +20,8 @@ from typing import Any
 
 from traindoctor.checkpoint.atomic import atomic_write, prune, shift_backups
 from traindoctor.checkpoint.components import ResumeInfo, load_into, rank_and_world, state_of
+from traindoctor.checkpoint.files import open_regular
+from traindoctor.checkpoint.limits import Limits
 from traindoctor.checkpoint.state import capture_rng, check_plain, restore_rng
 from traindoctor.unwrap import unwrap_model
 
@@ -137,11 +139,14 @@ def load(
     map_location: Any = "cpu",
     strict: bool = True,
     rng: bool = True,
+    limits: Limits | None = None,
 ) -> ResumeInfo:
     """Restore a checkpoint written by :func:`save` (loaded with ``weights_only=True``).
 
     Components passed here but absent from the file are listed in ``info.missing`` and warned
     about: a resume that silently skips them is exactly the bug this module exists to prevent.
+    A sharded checkpoint directory is checked by traindoctor's own reader before DCP reads it
+    (within ``limits``); a path that is not a regular file (a FIFO, a device) is refused.
     """
     import torch
 
@@ -158,6 +163,7 @@ def load(
             loader=loader,
             strict=strict,
             rng=rng,
+            limits=limits,
         )
     if sharded.wants_sharded(model):
         raise ValueError(
@@ -165,7 +171,11 @@ def load(
             "(FSDP2/DTensor or DDP): it was written by a single process or by an "
             "older traindoctor; load it into the unwrapped model before sharding"
         )
-    payload = torch.load(path, map_location=map_location, weights_only=True)
+    if os.path.exists(path):
+        with open_regular(path) as fh:
+            payload = torch.load(fh, map_location=map_location, weights_only=True)
+    else:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
     if not isinstance(payload, dict) or "model" not in payload:
         raise ValueError(f"{path}: not a traindoctor checkpoint (no 'model' entry)")
     info = ResumeInfo(path=str(path), step=payload.get("step"), epoch=payload.get("epoch"), extra=payload.get("extra"))

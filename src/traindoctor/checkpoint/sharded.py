@@ -35,12 +35,16 @@ from typing import TYPE_CHECKING, Any
 
 from traindoctor.checkpoint.atomic import LAST_DIGITS, TMP_MARKER, fsync_dir, writer_alive
 from traindoctor.checkpoint.components import ResumeInfo, load_into, rank_and_world, state_of
+from traindoctor.checkpoint.dcp_load import load_checked
+from traindoctor.checkpoint.dcp_metadata import MANIFEST, DcpMetadata, Manifest, read_manifest, read_metadata
+from traindoctor.checkpoint.files import inside
+from traindoctor.checkpoint.inspection import CheckpointReadError
+from traindoctor.checkpoint.limits import Budget, Limits
 
 if TYPE_CHECKING:  # pragma: no cover
     from torch import nn
 
 SHARDED_FORMAT = "traindoctor.sharded/1"
-MANIFEST = "traindoctor.json"
 COMMON_FILE = "train_state.pt"
 OLD_MARKER = ".old-"
 
@@ -401,7 +405,7 @@ def save(
 
 def is_sharded_checkpoint(path: str | os.PathLike[str]) -> bool:
     p = Path(path)
-    return p.is_dir() and ((p / MANIFEST).is_file() or (p / ".metadata").is_file())
+    return p.is_dir() and ((p / MANIFEST).is_file() or (p / ".metadata").exists())
 
 
 def resolve(path: str | os.PathLike[str]) -> Path:
@@ -420,87 +424,37 @@ def resolve(path: str | os.PathLike[str]) -> Path:
     return dest
 
 
-class _SafeLoadPlanner:
-    """DCP's default load planner, except that non-tensor items load with weights_only=True.
-
-    DCP stores non-tensor values (an optimizer's ``lr``, ``step`` ...) as ``torch.save`` bytes
-    and its default planner reads them with ``weights_only=False``, which runs code from the
-    checkpoint; here they are read like every other traindoctor file.
-    """
-
-    def __new__(cls) -> Any:
-        import torch
-        from torch.distributed.checkpoint._traverse import set_element
-        from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-
-        class SafeLoadPlanner(DefaultLoadPlanner):
-            def load_bytes(self, read_item: Any, value: Any) -> None:
-                loaded = torch.load(value, weights_only=True)
-                if self.flatten_state_dict:
-                    set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], loaded)
-                else:
-                    self.state_dict[read_item.dest_index.fqn] = loaded
-
-        return SafeLoadPlanner()
-
-
-def check_metadata(path: Path) -> set[str]:
-    """Refuse a ``.metadata`` whose pickle names anything but DCP's metadata classes.
-
-    DCP reads ``.metadata`` with ``pickle``; our reader walks it first without executing it.
-    Returns the names of the saved entries.
-    """
-    from traindoctor.checkpoint.pickle_reader import PickleError, read_pickle
-
-    meta = path / ".metadata"
-    try:
-        data = meta.read_bytes()
-        result = read_pickle(data)
-    except (OSError, PickleError) as exc:
-        raise ValueError(f"{path}: unreadable DCP .metadata: {exc}") from None
-    bad = sorted({u.ref.dotted for u in result.globals if not metadata_global_allowed(u.ref)})
-    if bad:
-        raise ValueError(f"{path}: .metadata references {', '.join(bad)}: not DCP metadata; refusing to unpickle it")
-    state = getattr(result.value, "state", None)
-    entries = state.get("state_dict_metadata") if isinstance(state, dict) else None
-    return {str(k) for k in entries} if isinstance(entries, dict) else set()
-
-
-def metadata_global_allowed(ref: Any) -> bool:
-    from traindoctor.checkpoint.pickle_reader import is_allowed
-
-    return (
-        is_allowed(ref)
-        or ref.module
-        in (
-            "torch.distributed.checkpoint.metadata",
-            "torch.distributed.checkpoint.planner",
-            "torch.distributed.checkpoint.filesystem",
-            "torch.distributed.checkpoint._extension",
-            "torch.distributed.checkpoint._hf_utils",
-        )
-        or ref.dotted
-        in (
-            "builtins.dict",
-            "builtins.list",
-            "torch.Size",
-            "builtins.slice",
-            "pathlib.PosixPath",
-            "pathlib.WindowsPath",
-            "pathlib.Path",
-            "pathlib.PurePosixPath",
-            "pathlib.PureWindowsPath",
-            "torch.distributed._shard.sharded_tensor.metadata.TensorProperties",
-            "torch.distributed._shard.metadata.ShardMetadata",
-        )
-        or (ref.module == "torch" and ref.name in ("strided", "contiguous_format", "preserve_format", "channels_last"))
-    )
-
-
-def _torch_load(path: Path) -> Any:
+def _torch_load(path: Path, budget: Budget | None = None) -> Any:
+    """``torch.load`` of one of traindoctor's files in a sharded checkpoint, after traindoctor's
+    reader found it inside the checkpoint, within the limits, and naming no unsafe global."""
     import torch
 
-    return torch.load(path, map_location="cpu", weights_only=True)
+    from traindoctor.checkpoint.file_inspect import inspect_file
+
+    folder = path.parent
+    target = inside(folder, path.name, path.name)
+    checked = inspect_file(str(target), budget or Budget())
+    if checked.unsafe:
+        names = sorted({u.ref.dotted for u in checked.unsafe})
+        raise CheckpointReadError(
+            f"{path}: references {', '.join(names[:10])}, outside torch's weights_only allowlist; refusing to load it"
+        )
+    return torch.load(target, map_location="cpu", weights_only=True)
+
+
+def _checked_directory(dest: Path, budget: Budget) -> tuple[DcpMetadata, Manifest | None]:
+    """``dest``'s ``.metadata`` and manifest, checked before DCP or torch read anything."""
+    try:
+        meta = read_metadata(dest, budget)
+        manifest = read_manifest(dest, budget)
+    except CheckpointReadError as exc:
+        raise CheckpointReadError(f"{dest}: {exc}; refusing to unpickle it") from None
+    if meta.unsafe:
+        bad = sorted({u.ref.dotted for u in meta.unsafe})
+        raise CheckpointReadError(
+            f"{dest}: .metadata references {', '.join(bad[:10])}: not DCP metadata; refusing to unpickle it"
+        )
+    return meta, manifest
 
 
 def load(
@@ -514,9 +468,14 @@ def load(
     loader: Any = None,
     strict: bool = True,
     rng: bool = True,
+    limits: Limits | None = None,
 ) -> ResumeInfo:
-    """Every rank calls this; the model may be sharded differently from the saving run."""
-    from torch.distributed.checkpoint import state_dict_loader
+    """Every rank calls this; the model may be sharded differently from the saving run.
+
+    ``.metadata``, ``traindoctor.json`` and traindoctor's ``.pt`` files are checked first (see
+    :func:`_checked_directory`): a checkpoint that names unsafe globals, places a shard outside
+    its folder or goes past ``limits`` is refused with a :class:`CheckpointReadError`.
+    """
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
         set_model_state_dict,
@@ -529,18 +488,16 @@ def load(
     dest = resolve(path)
     if not dest.is_dir():
         raise FileNotFoundError(f"{dest}: no sharded checkpoint here")
-    entries = check_metadata(dest)
-    try:
-        manifest = json.loads((dest / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        manifest = {"components": ["model", "optimizer"], "world_size": None}
-    saved_world = manifest.get("world_size")
+    budget = Budget(limits)
+    meta, manifest = _checked_directory(dest, budget)
+    entries = {fqn for fqn, _ in meta.tensors} | set(meta.scalars)
+    saved_world = manifest.world_size if manifest else None
     rank, world = rank_and_world()
     model = _single(model)
     optimizers = _optimizers(optimizer)
     use_optim = bool(optimizers) and any(k.startswith("optimizer.") for k in entries)
     state = _dcp_state(model, optimizers if use_optim else [])
-    state_dict_loader.load(state, checkpoint_id=str(dest), planner=_SafeLoadPlanner())
+    load_checked(state, dest, meta.data)
     options = StateDictOptions(strict=strict)
     if use_optim:
         set_state_dict(
@@ -548,7 +505,7 @@ def load(
         )
     else:
         set_model_state_dict(model, state["model"], options=options)
-    common = _torch_load(dest / COMMON_FILE) if (dest / COMMON_FILE).is_file() else {}
+    common = _torch_load(dest / COMMON_FILE, budget) if (dest / COMMON_FILE).is_file() else {}
     info = ResumeInfo(path=str(dest), step=common.get("step"), epoch=common.get("epoch"), extra=common.get("extra"))
     info.restored.append("model")
     if optimizers:
@@ -562,13 +519,12 @@ def load(
         else:
             info.missing.append(name)
     own = dest / rank_file(rank)
-    mine = _torch_load(own) if own.is_file() else None
-    resharded = saved_world is not None and saved_world != world
+    mine = _torch_load(own, budget) if own.is_file() else None
     for name, obj in (("sampler", sampler), ("loader", loader)):
         if obj is None:
             continue
-        if resharded:
-            message = _load_resharded_position(dest, name, obj, int(saved_world), world)
+        if saved_world is not None and saved_world != world:
+            message = _load_resharded_position(dest, name, obj, saved_world, world)
             if message is None:
                 info.restored.append(name)
             else:
@@ -599,13 +555,20 @@ def load(
     return info
 
 
+def _rank_files(dest: Path) -> set[int]:
+    """The ranks whose ``rank_<r>.pt`` is in ``dest`` (listed, never probed rank by rank)."""
+    found = set()
+    for entry in os.scandir(dest):
+        stem, _, rank = entry.name.removesuffix(".pt").partition("_")
+        if stem == "rank" and entry.name.endswith(".pt") and rank.isdigit() and entry.is_file():
+            found.add(int(rank))
+    return found
+
+
 def _load_resharded_position(dest: Path, name: str, obj: Any, saved_world: int, world: int) -> str | None:
     """Move a data position saved on ``saved_world`` ranks to ``world`` ranks, or say why not."""
-    states = []
-    for r in range(saved_world):
-        f = dest / rank_file(r)
-        if f.is_file():
-            states.append(_torch_load(f).get(name))
+    present = sorted(r for r in _rank_files(dest) if r < saved_world)
+    states = [_torch_load(dest / rank_file(r)).get(name) for r in present]
     states = [s for s in states if s is not None]
     if not states:
         return f"{name}: no saved position"
