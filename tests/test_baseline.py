@@ -239,6 +239,20 @@ def test_add_noqa_skips_lines_that_end_inside_a_string(tmp_path, capsys):
     assert path.read_text() == original
 
 
+@pytest.mark.parametrize("ending", ["\n", "\r\n", "\r"])
+def test_add_noqa_reads_the_lines_as_the_file_ends_them(tmp_path, capsys, ending):
+    """In a CR-only file too, a line that ends inside a string gets no comment (it would change the
+    string), and the comment on another line goes before that line's own ending."""
+    path = tmp_path / "t.py"
+    original = f'import torch{ending}scaler = torch.cuda.amp.GradScaler(); doc = """{ending}text{ending}"""{ending}'
+    other = f"other = torch.cuda.amp.GradScaler(){ending}"
+    path.write_bytes((original + other).encode())
+    code, _, err = run(capsys, str(path), "--add-noqa")
+    assert code == 1 and "no noqa added for TD304" in err and "inside a string" in err
+    assert path.read_bytes() == (original + other.replace(ending, "  # noqa: TD304" + ending)).encode()
+    assert comment_unsafe_rows(original) == {2, 3}
+
+
 def test_add_noqa_in_a_notebook_changes_only_the_cell_source(tmp_path, capsys):
     cells = [
         {"cell_type": "markdown", "metadata": {}, "source": ["# Title"]},

@@ -150,7 +150,7 @@ def test_cache_revalidates_project_dependencies(tmp_path, capsys, counted, cache
     target = str(tmp_path / "train.py")
     first = run(capsys, "--jobs", "1", "--cache-dir", str(cache_on), target)
     assert counted == ["train.py"]
-    entry = json.loads(next(cache_on.glob("*.json")).read_text())["files"][str(Path(target).resolve())]
+    entry = json.loads(next(cache_on.glob("entries/*.json")).read_text())["files"][str(Path(target).resolve())]
     assert list(entry["deps"]) == [str(dep.resolve())]
     counted.clear()
     assert run(capsys, "--jobs", "1", "--cache-dir", str(cache_on), target) == first
@@ -167,7 +167,7 @@ def test_cache_revalidates_project_dependencies(tmp_path, capsys, counted, cache
 @pytest.mark.parametrize("garbage", [b"", b"{not json", b"[]", b'{"format": 1, "files": {"x": 3}}', b"\xff\x00"])
 def test_corrupt_cache_is_ignored_and_rebuilt(project, capsys, counted, cache_on, garbage):
     expected = run(capsys, "--jobs", "1", "--cache-dir", str(cache_on), str(project))
-    (cache_file,) = cache_on.glob("*.json")
+    (cache_file,) = cache_on.glob("entries/*.json")
     cache_file.write_bytes(garbage)
     counted.clear()
     assert run(capsys, "--jobs", "1", "--cache-dir", str(cache_on), str(project)) == expected
@@ -177,7 +177,7 @@ def test_corrupt_cache_is_ignored_and_rebuilt(project, capsys, counted, cache_on
 
 def test_cache_entries_naming_foreign_classes_are_misses(project, capsys, counted, cache_on):
     expected = run(capsys, "--jobs", "1", "--cache-dir", str(cache_on), str(project))
-    (cache_file,) = cache_on.glob("*.json")
+    (cache_file,) = cache_on.glob("entries/*.json")
     data = json.loads(cache_file.read_text())
     for entry in data["files"].values():
         entry["findings"] = [{"__dc__": "os:system", "fields": {"command": "echo pwned"}}]
@@ -214,7 +214,7 @@ def test_no_cache_writes_nothing_and_default_location_is_the_project_root(projec
 def test_configured_cache_dir(project, capsys, cache_on):
     write(project, "pyproject.toml", '[tool.traindoctor]\ncache-dir = "build/td-cache"\n')
     run(capsys, str(project))
-    assert list((project / "build" / "td-cache").glob("*.json"))
+    assert list((project / "build" / "td-cache").glob("entries/*.json"))
     write(project, "pyproject.toml", "[tool.traindoctor]\ncache-dir = 3\n")
     code, _, err = run(capsys, str(project))
     assert code == 2 and "cache-dir must be a path" in err

@@ -225,6 +225,63 @@ def test_fix_writes_atomically_and_keeps_permissions(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.py", "t.py"]  # no temporary left
 
 
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_fix_keeps_the_files_owner_and_group(tmp_path, capsys):
+    path = write(tmp_path, "t.py", DEPRECATED)
+    os.chown(path, 12345, 23456)
+    path.chmod(0o664)
+    code, out, err = run(capsys, "--min-torch-version", "2.13", "--fix", str(path))
+    assert code == 0 and "Fixed 1 finding." in out, err
+    status = path.stat()
+    assert path.read_text() == FIXED
+    assert (status.st_uid, status.st_gid, stat.S_IMODE(status.st_mode)) == (12345, 23456, 0o664)
+    # --add-noqa writes the same way.
+    other = write(tmp_path, "u.py", DEPRECATED)
+    os.chown(other, 12345, 23456)
+    assert run(capsys, "--min-torch-version", "2.13", "--add-noqa", str(other))[0] == 0
+    assert other.read_text().endswith("GradScaler()  # noqa: TD304\n")
+    assert (other.stat().st_uid, other.stat().st_gid) == (12345, 23456)
+
+
+def test_a_file_whose_owner_cannot_be_kept_is_left_intact(tmp_path, capsys, monkeypatch):
+    import traindoctor.check.writer as writer
+
+    path = write(tmp_path, "t.py", DEPRECATED)
+    real_stat = writer.os.fstat
+
+    def other_owner(fd):  # the new file would belong to someone else than the original...
+        status = real_stat(fd)
+        return os.stat_result((*status[:4], status.st_uid + 1, *status[5:]))
+
+    def not_allowed(fd, uid, gid):  # ...and may not be given to the original's owner
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(writer.os, "fstat", other_owner)
+    monkeypatch.setattr(writer.os, "fchown", not_allowed, raising=False)
+    code, out, err = run(capsys, "--min-torch-version", "2.13", "--fix", "--jobs", "1", str(path))
+    assert code == 2 and "cannot keep the file's owner and group" in err and "left unchanged" in err
+    assert path.read_text() == DEPRECATED and [p.name for p in tmp_path.iterdir()] == ["t.py"]
+
+
+@pytest.mark.parametrize("ending", ["\n", "\r\n", "\r"])
+def test_an_inserted_line_ends_as_the_files_lines_do(tmp_path, capsys, ending):
+    lines = [
+        "import torch",
+        "scaler = torch.amp.GradScaler()",
+        "def step(model, optimizer, loss):",
+        "    scaler.scale(loss).backward()",
+        "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
+        "    scaler.step(optimizer)",
+        "    scaler.update()",
+    ]
+    path = tmp_path / "t.py"
+    path.write_bytes(ending.join([*lines, ""]).encode())
+    code, out, err = run(capsys, "--select", "TD302", "--fix", str(path))
+    assert code == 0 and "Fixed 1 finding." in out, out + err
+    fixed = [*lines[:4], "    scaler.unscale_(optimizer)", *lines[4:], ""]
+    assert path.read_bytes() == ending.join(fixed).encode()
+
+
 def test_read_only_file_is_left_intact_and_reported(tmp_path, capsys):
     path = write(tmp_path, "t.py", DEPRECATED)
     path.chmod(0o444)

@@ -115,6 +115,17 @@ def test_sys_exit_code_is_preserved_and_report_written(tmp_path: Path) -> None:
     assert report["environment"]["exit_code"] == 3 and report["profile"]["steps"] == 6
 
 
+@pytest.mark.parametrize("call, code", [("sys.exit(3)", 3), ("sys.exit('bad data')", 1), ("sys.exit(0)", 0)])
+def test_a_non_zero_sys_exit_marks_the_report_partial(tmp_path: Path, call: str, code: int) -> None:
+    script = _script(tmp_path, f"    {call}\n")
+    out = tmp_path / "r.json"
+    assert main(["--output-format", "json", "-o", str(out), str(script), str(tmp_path / "f")]) == code
+    report = json.loads(out.read_text())
+    assert report["partial"] is (code != 0) and report["profile"]["partial"] is (code != 0)
+    reason = report["environment"]["partial_reason"]
+    assert reason == (f"the script exited with status {code}" if code else None)
+
+
 def test_exception_prints_the_traceback_and_still_reports(tmp_path: Path, capsys) -> None:
     script = _script(tmp_path, "    raise ValueError('bad config')\n")
     out = tmp_path / "r.json"

@@ -216,3 +216,21 @@ def test_backward_bounded_steps_are_dropped_once_an_optimizer_steps() -> None:
     assert doctor.profile.optimizer_seen is True
     assert doctor.profile.steps == 5 and doctor.step == 5
     assert [r.backward_calls for r in doctor.records][1:] == [1, 1, 1, 1]
+
+
+def test_a_host_work_sampler_that_fails_to_start_is_noted_and_the_watch_still_ends_cleanly(
+    tmp_path, one_thread, monkeypatch
+) -> None:
+    from traindoctor.runtime import host_sampler
+
+    def refuse(self) -> None:
+        raise RuntimeError("no sampling thread today")
+
+    monkeypatch.setattr(host_sampler.HostWorkSampler, "start", refuse)
+    path = str(tmp_path / "train.bin")
+    np.arange(5000, dtype=np.uint16).tofile(path)
+    with traindoctor.watch(select=[]) as doctor:
+        _memmap_loop(path, steps=12, delay_s=0.04)
+    assert any("host-work sampler" in note and "no sampling thread today" in note for note in doctor.notes)
+    assert doctor.profile.host_work == []
+    assert doctor.profile.verdict == "data-bound"

@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import cattrs
+from lsp_env import server_env
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 from pygls.protocol import default_converter
 from pygls.uris import from_fs_path
-
-SRC = Path(__file__).resolve().parents[2] / "src"
 
 CAPABILITIES = types.ClientCapabilities(
     general=types.GeneralClientCapabilities(position_encodings=[types.PositionEncodingKind.Utf16]),
@@ -60,18 +59,6 @@ def converter() -> cattrs.Converter:
 
 def uri(path: Path) -> str:
     return from_fs_path(str(path))
-
-
-def server_env(**changes: str | None) -> dict[str, str]:
-    """The environment for the server: this checkout's sources first; ``None`` removes a variable."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    for key, value in changes.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    return env
 
 
 class Session:

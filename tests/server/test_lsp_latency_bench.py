@@ -5,7 +5,13 @@ from __future__ import annotations
 import ast
 import json
 
+import pytest
 from benchmark_scripts import benchmark_module
+
+pytest.importorskip(
+    "pygls", reason="the editor server's tests need the lsp extra: pip install 'traindoctor[lsp]'"
+)  # the benchmark drives a real LSP client
+pytest.importorskip("lsprotocol", reason="the editor server's tests need the lsp extra: pip install 'traindoctor[lsp]'")
 
 
 def test_the_generated_module_is_a_training_module_of_the_size_asked():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from lsp_session import server_env
+from lsp_env import server_env
 
 from traindoctor.cli import main
 from traindoctor.server.cli import INSTALL_HINT

@@ -9,7 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from lsp_session import Session, apply_edits, server_env, uri, workspace_edits
+
+pytest.importorskip("pygls", reason="the editor server's tests need the lsp extra: pip install 'traindoctor[lsp]'")
+pytest.importorskip("lsprotocol", reason="the editor server's tests need the lsp extra: pip install 'traindoctor[lsp]'")
+
+from lsp_env import server_env
+from lsp_session import Session, apply_edits, uri, workspace_edits
 from lsprotocol import types
 
 from traindoctor.server.actions import SHOW_DOCUMENTATION
@@ -244,7 +249,7 @@ def test_the_cache_is_shared_with_check(project: Path) -> None:
     subprocess.run(
         [sys.executable, "-m", "traindoctor", "check", "train.py"], cwd=project, env=env, capture_output=True
     )
-    assert list(cache.glob("*.json"))
+    assert list(cache.glob("entries/*.json"))
     (project / "new.py").write_text("import torch\n" + DEPRECATED)
 
     async def scenario() -> None:
@@ -259,9 +264,28 @@ def test_the_cache_is_shared_with_check(project: Path) -> None:
             assert len(await session.diagnostics(new, version=edited)) == 2
 
     asyncio.run(scenario())
-    (entries,) = [json.loads(p.read_text())["files"] for p in cache.glob("*.json")]
+    (entries,) = [json.loads(p.read_text())["files"] for p in cache.glob("entries/*.json")]
     stored = entries[str(project / "new.py")]
     assert len(stored["findings"]) == 1  # the file as saved, not the edited buffer
+
+
+def test_a_refused_cache_folder_is_said_once_and_the_documents_are_still_checked(project: Path) -> None:
+    configs = project / "configs"
+    configs.mkdir()
+    (configs / "lr.json").write_text('{"lr": 0.1}')
+    env = server_env(TRAINDOCTOR_NO_CACHE=None, TRAINDOCTOR_CACHE_DIR=str(configs))
+
+    async def scenario() -> None:
+        async with Session(project, env=env) as session:
+            doc = session.open(project / "train.py")
+            assert len(await session.diagnostics(doc, version=1)) == 2
+            session.save(doc)
+            await session.until(lambda: sum("2 findings in" in log for log in session.logs) >= 2)
+            refused = [m for m in session.messages if "the cache is not used" in m]
+            assert len(refused) == 1 and f"cannot keep the cache in {configs}" in refused[0]
+
+    asyncio.run(scenario())
+    assert sorted(p.name for p in configs.iterdir()) == ["lr.json"]
 
 
 def test_saving_a_module_rechecks_the_other_open_documents(project: Path) -> None:

@@ -1,17 +1,26 @@
 """The result cache: an unchanged file is not checked again.
 
-One JSON file per *fingerprint* under the cache folder (default ``.traindoctor_cache/`` in the
-project root). The fingerprint covers everything besides the file itself that decides its
-findings: traindoctor's version and its own source files (so editing a rule invalidates it even
-without a version bump), the Python version (the ``ast`` differs), and every analysis setting
-(selected codes, per-file ignores, minimum torch, thresholds, ...). Inside, each checked file has
-an entry keyed by its absolute path: the hash of its content, the content hashes of the project
-files its analysis read (``project_dependencies``: imported modules, config files), and its
-findings. An entry is used only when the file and every dependency still hash the same.
+One JSON file per *fingerprint* in the ``entries/`` subfolder of the cache folder (default
+``.traindoctor_cache/`` in the project root). The fingerprint covers everything besides the file
+itself that decides its findings: traindoctor's version and its own source files (so editing a
+rule invalidates it even without a version bump), the Python version (the ``ast`` differs), and
+every analysis setting (selected codes, per-file ignores, minimum torch, thresholds, ...).
+Inside, each checked file has an entry keyed by its absolute path: the hash of its content, the
+content hashes of the project files its analysis read (``project_dependencies``: imported
+modules, config files), and its findings. An entry is used only when the file and every
+dependency still hash the same.
+
+The cache owns only what it made. Its folder holds a ``.gitignore`` (``*``), a ``CACHEDIR.TAG``
+and ``entries/``, which a marker file (:data:`MARKER_NAME`) names as the cache's; it deletes
+only ``<fingerprint>.json`` files there (it keeps the newest :data:`KEEP`). A folder that holds
+anything else and has no marker is refused (:class:`CacheFolderError`): the cache never writes
+into, nor prunes, a folder of the user's. A folder that only holds what an older traindoctor's
+cache made there (entries next to the tag) is taken over and its old entries removed.
 
 The cache is data, never code: JSON only, and findings are rebuilt only from traindoctor's own
 finding classes. A missing, unreadable, corrupt or foreign cache file is ignored and rebuilt;
-a folder that cannot be written is skipped silently. Writes are atomic (temporary file, rename).
+a folder that cannot be listed or written is skipped silently. Writes are atomic (temporary
+file, rename).
 """
 
 from __future__ import annotations
@@ -21,21 +30,43 @@ import enum
 import hashlib
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from traindoctor.config import Settings
+from traindoctor.errors import UsageError
 from traindoctor.finding import Finding
 from traindoctor.version import __version__
 
 CACHE_DIR_NAME = ".traindoctor_cache"
+#: The subfolder of the cache folder that holds the entries.
+ENTRIES_DIR = "entries"
+#: The file in :data:`ENTRIES_DIR` that names the folder as the cache's.
+MARKER_NAME = "TRAINDOCTOR_CACHE"
+#: How many fingerprint files to keep (each a different settings combination).
+KEEP = 8
 _FORMAT = 1
 #: Settings that choose which files are checked, not what a file's findings are.
 _NOT_ANALYSIS = frozenset({"exclude", "extend_exclude", "respect_gitignore", "force_exclude", "cache_dir"})
-#: How many fingerprint files to keep (each a different settings combination).
-_KEEP = 8
+_MARKER_TEXT = (
+    "traindoctor check cache\n"
+    "# This folder holds the entries of traindoctor check's cache (<fingerprint>.json).\n"
+    "# traindoctor deletes only those files here; delete the whole cache folder to clear it.\n"
+)
+_GITIGNORE_TEXT = "# Created by traindoctor automatically.\n*\n"
+_TAG_TEXT = (
+    "Signature: 8a477f597d28d172789f06886806bc55\n# This file is a cache directory tag created by traindoctor.\n"
+)
+#: An entry file (a fingerprint: 32 hex digits) and a temporary file of the cache's.
+_ENTRY = re.compile(r"[0-9a-f]{32}\.json")
+_TEMPORARY = re.compile(r"\.tmp-.+")
+
+
+class CacheFolderError(UsageError):
+    """The cache folder is not one the cache may use: it holds files the cache did not make."""
 
 
 def content_hash(data: bytes) -> str:
@@ -150,7 +181,7 @@ class Cache:
     def __init__(self, directory: Path, key: str) -> None:
         self.directory = directory
         self.key = key
-        self.path = directory / f"{key}.json"
+        self.path = directory / ENTRIES_DIR / f"{key}.json"
         self.entries: dict[str, dict[str, Any]] = {}
         self.changed = False
         self._hashes: dict[str, str | None] = {}
@@ -158,6 +189,20 @@ class Cache:
 
     @classmethod
     def open(cls, directory: Path, settings: Settings) -> Cache:
+        """The cache of ``settings`` kept in ``directory``.
+
+        Raises :class:`CacheFolderError` when ``directory`` holds files the cache did not make.
+        """
+        try:
+            refusal = _refusal(directory)
+        except OSError:
+            refusal = None  # cannot be listed: nothing is read from it and :meth:`save` skips it
+        if refusal is not None:
+            raise CacheFolderError(
+                f"cannot keep the cache in {directory}: {refusal}; choose a new or empty folder (--cache-dir, "
+                "cache-dir in [tool.traindoctor], TRAINDOCTOR_CACHE_DIR) or turn the cache off (--no-cache, "
+                "TRAINDOCTOR_NO_CACHE=1)"
+            )
         cache = cls(directory, fingerprint(settings))
         try:
             data = json.loads(cache.path.read_bytes())
@@ -211,52 +256,108 @@ class Cache:
         self.changed = True
 
     def save(self) -> None:
-        """Write the entries back (atomically); any failure leaves the cache as it was."""
+        """Write the entries back (atomically); any failure leaves the cache as it was.
+
+        The folder is looked at again first: one that has gained files of the user's since
+        :meth:`open` (or cannot be listed) is left alone.
+        """
         if not self.changed:
             return
         for path in [p for p in self.entries if not os.path.exists(p)]:
             del self.entries[path]
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            if _refusal(self.directory) is not None:
+                return
+            entries = self.directory / ENTRIES_DIR
+            entries.mkdir(parents=True, exist_ok=True)
             _mark(self.directory)
             payload = json.dumps(
                 {"format": _FORMAT, "version": __version__, "files": self.entries}, separators=(",", ":")
             )
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.directory)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    handle.write(payload)
-                os.chmod(tmp, 0o644)  # mkstemp makes it private; a cache is as readable as the project
-                os.replace(tmp, self.path)
-            except BaseException:
-                _unlink(tmp)
-                raise
-            _prune(self.directory, keep=self.path)
+            _write_atomically(self.path, payload)
+            _prune(entries, keep=self.path)
+            _prune(self.directory, keep=self.path, keep_count=0)  # an older traindoctor's entries
         except (OSError, TypeError, ValueError):
             return
 
 
+# -- the folder: what the cache made -------------------------------------------------------------
+def _refusal(directory: Path) -> str | None:
+    """Why the cache may not use ``directory``; None when it may (missing, empty or the cache's own).
+
+    Raises ``OSError`` when the folder exists but cannot be listed.
+    """
+    try:
+        names = sorted(os.listdir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        if os.path.lexists(directory):
+            return "it is not a folder"
+        return None  # made at the first save (or, below a file, never: saving fails silently)
+    if _is_marked(directory / ENTRIES_DIR):
+        return None
+    foreign = [name for name in names if not _made_by_cache(directory, name)]
+    if not foreign:
+        return None
+    shown = ", ".join(foreign[:3]) + (f", ... ({len(foreign)} in all)" if len(foreign) > 3 else "")
+    return f"it holds files the cache did not make ({shown})"
+
+
+def _is_marked(entries: Path) -> bool:
+    try:
+        return (entries / MARKER_NAME).read_text(encoding="utf-8") == _MARKER_TEXT
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _made_by_cache(directory: Path, name: str) -> bool:
+    """Whether ``directory/name`` is something this cache (or an older traindoctor's) writes there."""
+    path = directory / name
+    if name == ENTRIES_DIR:  # still without its marker: being created by a concurrent run
+        try:
+            return all(_ENTRY.fullmatch(n) or _TEMPORARY.fullmatch(n) for n in os.listdir(path))
+        except OSError:
+            return False
+    if name in (".gitignore", "CACHEDIR.TAG"):
+        try:
+            return path.read_text(encoding="utf-8") == (_GITIGNORE_TEXT if name == ".gitignore" else _TAG_TEXT)
+        except (OSError, UnicodeDecodeError):
+            return False
+    return bool(_ENTRY.fullmatch(name) or _TEMPORARY.fullmatch(name)) and path.is_file()
+
+
 def _mark(directory: Path) -> None:
-    """Tell git and backup tools to leave the folder alone (as ruff and pytest do)."""
-    ignore = directory / ".gitignore"
-    if not ignore.exists():
-        ignore.write_text("# Created by traindoctor automatically.\n*\n", encoding="utf-8")
-    tag = directory / "CACHEDIR.TAG"
-    if not tag.exists():
-        tag.write_text(
-            "Signature: 8a477f597d28d172789f06886806bc55\n"
-            "# This file is a cache directory tag created by traindoctor.\n",
-            encoding="utf-8",
-        )
+    """Tell git and backup tools to leave the folder alone (as ruff and pytest do), and mark
+    ``entries/`` as the cache's."""
+    for path, text in (
+        (directory / ".gitignore", _GITIGNORE_TEXT),
+        (directory / "CACHEDIR.TAG", _TAG_TEXT),
+        (directory / ENTRIES_DIR / MARKER_NAME, _MARKER_TEXT),
+    ):
+        if not path.exists():
+            _write_atomically(path, text)
 
 
-def _prune(directory: Path, keep: Path) -> None:
+def _write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in its folder and one rename."""
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a cache is as readable as the project
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink(tmp)
+        raise
+
+
+def _prune(folder: Path, keep: Path, keep_count: int = KEEP - 1) -> None:
+    """Delete all but the newest ``keep_count`` entry files of ``folder`` (besides ``keep``)."""
     files = sorted(
-        (p for p in directory.glob("*.json") if p != keep),
+        (folder / name for name in os.listdir(folder) if _ENTRY.fullmatch(name) and folder / name != keep),
         key=lambda p: p.stat().st_mtime if p.exists() else 0,
         reverse=True,
     )
-    for stale in files[_KEEP - 1 :]:
+    for stale in files[keep_count:]:
         _unlink(str(stale))
 
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
 from traindoctor.check import adopt
-from traindoctor.check.cache import Cache, default_directory
+from traindoctor.check.cache import Cache, cache_directory
 from traindoctor.check.checkfile import FileOutcome, check_file
 from traindoctor.check.discovery import force_excluded, iter_python_files
 from traindoctor.check.engine import instantiate
@@ -161,12 +160,12 @@ def _check_output_file(path: str | None) -> None:
 
 
 def _cache_for(args: argparse.Namespace, settings: Settings) -> Cache | None:
-    if args.no_cache or os.environ.get("TRAINDOCTOR_NO_CACHE", "").strip() not in ("", "0", "false"):
+    """The run's cache; None when it is off (``--no-cache``, ``TRAINDOCTOR_NO_CACHE``, ``--fix``,
+    ``--diff``). Raises :class:`CacheFolderError` (a usage error) for a folder it may not use."""
+    if args.no_cache or args.fix or args.diff:
         return None
-    if args.fix or args.diff:
-        return None
-    directory = args.cache_dir or os.environ.get("TRAINDOCTOR_CACHE_DIR")
-    return Cache.open(Path(directory) if directory else default_directory(settings), settings)
+    directory = cache_directory(settings, args.cache_dir)
+    return Cache.open(directory, settings) if directory is not None else None
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -179,18 +178,33 @@ def run_check(args: argparse.Namespace) -> int:
         adopt.check_arguments(args)
         settings = _settings_from_args(args)
         codes = settings.enabled_codes()
+        cache = None if args.paths == [STDIN] else _cache_for(args, settings)
     except (ConfigError, UnknownCodeError, UsageError) as exc:
         print(f"traindoctor: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if args.paths == [STDIN]:
         return _run_stdin(args, settings)
-    return _run_files(args, settings, codes)
+    return _run_files(args, settings, codes, cache)
 
 
-def _run_files(args: argparse.Namespace, settings: Settings, codes: frozenset[str]) -> int:
+def _run_files(args: argparse.Namespace, settings: Settings, codes: frozenset[str], cache: Cache | None) -> int:
     errors = False
     findings: list[Finding] = []
     items: list[tuple[str, bytes]] = []
+    folders: list[str] = []
+
+    def unreadable(path: Path, exc: OSError, what: str = "file") -> None:
+        """A path that cannot be read: a TD000 finding for it (a warning when TD000 is off)."""
+        why = f"Cannot read the {what} ({exc.strerror or exc}); it was skipped."
+        if "TD000" in codes:
+            findings.append(parse_error(str(path), why))
+        else:
+            print(f"traindoctor: warning: {path}: {why}", file=sys.stderr)
+
+    def unreadable_folder(path: Path, exc: OSError) -> None:
+        folders.append(str(path))
+        unreadable(path, exc, "folder")
+
     excludes = list(settings.exclude) + list(settings.extend_exclude)
     for path in iter_python_files(
         args.paths,
@@ -198,20 +212,16 @@ def _run_files(args: argparse.Namespace, settings: Settings, codes: frozenset[st
         settings.respect_gitignore,
         force_exclude=settings.force_exclude,
         root=settings.project_root,
+        onerror=unreadable_folder,
     ):
-        if not path.exists():
-            print(f"traindoctor: error: {path}: no such file or directory", file=sys.stderr)
-            errors = True
-            continue
         try:
             items.append((str(path), path.read_bytes()))
-        except OSError as exc:
-            if "TD000" in codes:
-                findings.append(
-                    parse_error(str(path), f"Cannot read the file ({exc.strerror or exc}); it was skipped.")
-                )
+        except (FileNotFoundError, NotADirectoryError):
+            print(f"traindoctor: error: {path}: no such file or directory", file=sys.stderr)
+            errors = True
+        except OSError as exc:  # permissions, a symlink loop, ...
+            unreadable(path, exc)
     options = CheckOptions(fix=args.fix or args.diff, unsafe_fixes=args.unsafe_fixes, diff=args.diff, jobs=args.jobs)
-    cache = _cache_for(args, settings)
     outcomes = check_many(items, settings, options, cache)
     if cache is not None:
         cache.save()
@@ -263,7 +273,7 @@ def _run_files(args: argparse.Namespace, settings: Settings, codes: frozenset[st
                 out,
                 args,
                 findings,
-                len(items) + _unreadable_count(findings, items),
+                len(items) + _unreadable_count(findings, items, folders),
                 fixed_count,
                 passed_allowed=not errors,
             )
@@ -282,9 +292,10 @@ def _run_files(args: argparse.Namespace, settings: Settings, codes: frozenset[st
     return EXIT_OK
 
 
-def _unreadable_count(findings: list[Finding], items: list[tuple[str, bytes]]) -> int:
-    read = {name for name, _ in items}
-    return len({f.filename for f in findings if f.filename not in read})
+def _unreadable_count(findings: list[Finding], items: list[tuple[str, bytes]], folders: list[str]) -> int:
+    """How many files could not be read (each has its TD000 finding; folders do not count)."""
+    skip = {name for name, _ in items} | set(folders)
+    return len({f.filename for f in findings if f.filename not in skip})
 
 
 def _unfixed(filename: str, data: bytes, settings: Settings) -> FileOutcome:

@@ -6,6 +6,11 @@ copies, and whatever the ``.gitignore`` files along the way ignore. A file named
 command line is always checked, whatever its extension, as ruff does, unless ``force_exclude``
 asks to apply the exclude patterns to it too (what a pre-commit hook, which names every changed
 file, needs).
+
+Nothing on the disk stops a scan: a folder that cannot be listed is handed to ``onerror`` and
+skipped, and a source file whose kind cannot be told (a symlink loop ``a.py -> b.py -> a.py``,
+a file in a folder that cannot be entered) is yielded all the same, so that reading it says why
+it cannot be checked. Symbolic links to folders are not followed.
 """
 
 from __future__ import annotations
@@ -13,9 +18,10 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 #: File endings a folder scan picks up.
 SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")
@@ -97,11 +103,11 @@ class GitIgnore:
 
     def push(self, rel_dir: str, folder: Path) -> bool:
         path = folder / ".gitignore"
-        if not path.is_file():
-            return False
         try:
+            if not path.is_file():
+                return False
             patterns = parse_gitignore(path.read_text(encoding="utf-8", errors="replace"))
-        except OSError:
+        except OSError:  # a folder that can be listed but not entered
             return False
         self._levels.append((rel_dir, patterns))
         return True
@@ -142,7 +148,7 @@ def force_excluded(path: Path, excludes: list[str], root: Path | None = None) ->
     if root is not None:
         try:
             rel = path.resolve().relative_to(root.resolve())
-        except (ValueError, OSError):
+        except (ValueError, OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
             rel = path
     parts = rel.parts
     for depth in range(1, len(parts) + 1):
@@ -151,32 +157,62 @@ def force_excluded(path: Path, excludes: list[str], root: Path | None = None) ->
     return False
 
 
+#: What a scan does with a folder it cannot list: ``onerror(folder, error)``.
+OnError = Callable[[Path, OSError], None]
+
+
 def iter_python_files(
     paths: list[str],
     excludes: list[str],
     respect_gitignore: bool = True,
     force_exclude: bool = False,
     root: Path | None = None,
+    onerror: OnError | None = None,
 ) -> Iterator[Path]:
-    """Files to check, each once, in sorted order per argument."""
+    """Files to check, each once, in sorted order per argument.
+
+    A named path that is not a folder is yielded as it is (missing or unreadable: the reader
+    reports it), unless it is a special file (a FIFO would block the reader); a folder that cannot
+    be listed goes to ``onerror`` (default: skipped silently).
+    """
     seen: set[Path] = set()
     for arg in paths:
         root_arg = Path(arg)
-        if root_arg.is_file() or not root_arg.exists():
+        kind = _named_kind(root_arg)
+        if kind == "file":
             if force_exclude and root_arg.exists() and force_excluded(root_arg, excludes, root):
                 continue
             if root_arg not in seen:
                 seen.add(root_arg)
                 yield root_arg
             continue
-        if force_exclude and force_excluded(root_arg, excludes, root):
+        if kind == "other" or (force_exclude and force_excluded(root_arg, excludes, root)):
             continue
-        root_dir = root_arg
-        for path in _walk(root_dir, excludes, respect_gitignore):
-            key = path.resolve()
+        for path in _walk(root_arg, excludes, respect_gitignore, onerror):
+            key = _identity(path)
             if key not in seen:
                 seen.add(key)
                 yield path
+
+
+def _named_kind(path: Path) -> Literal["folder", "file", "other"]:
+    """How a path named on the command line is taken: ``"folder"`` (scanned), ``"file"`` (read: a
+    file, a missing path, or one whose kind cannot be told) or ``"other"`` (a FIFO, a socket, a
+    device: nothing to check)."""
+    try:
+        if path.is_dir():
+            return "folder"
+        return "file" if path.is_file() or not path.exists() else "other"
+    except OSError:  # e.g. below a folder that cannot be entered
+        return "file"
+
+
+def _identity(path: Path) -> Path:
+    """The file ``path`` names, for telling two paths to one file apart (itself for a symlink loop)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
+        return path.absolute()
 
 
 def _repo_relative(root: Path) -> tuple[Path | None, str]:
@@ -189,7 +225,7 @@ def _repo_relative(root: Path) -> tuple[Path | None, str]:
     return None, ""
 
 
-def _walk(root: Path, excludes: list[str], respect_gitignore: bool) -> Iterator[Path]:
+def _walk(root: Path, excludes: list[str], respect_gitignore: bool, onerror: OnError | None) -> Iterator[Path]:
     ignore = GitIgnore()
     base_rel = ""
     if respect_gitignore:
@@ -201,11 +237,13 @@ def _walk(root: Path, excludes: list[str], respect_gitignore: bool) -> Iterator[
                 ignore.push("/".join(parts[:depth]), repo.joinpath(*parts[:depth]))
 
     def visit(folder: Path, rel: str) -> Iterator[Path]:
-        pushed = respect_gitignore and ignore.push(rel, folder)
         try:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
-        except OSError:
-            entries = []
+        except OSError as exc:
+            if onerror is not None:
+                onerror(folder, exc)
+            return
+        pushed = respect_gitignore and ignore.push(rel, folder)
         for entry in entries:
             child_rel = f"{rel}/{entry.name}" if rel else entry.name
             try:
@@ -218,9 +256,18 @@ def _walk(root: Path, excludes: list[str], respect_gitignore: bool) -> Iterator[
                 continue
             if is_dir:
                 yield from visit(Path(entry.path), child_rel)
-            elif entry.name.endswith(SOURCE_SUFFIXES) and entry.is_file():
+            elif entry.name.endswith(SOURCE_SUFFIXES) and _is_file(entry):
                 yield Path(entry.path)
         if pushed:
             ignore.pop()
 
     yield from visit(root, base_rel)
+
+
+def _is_file(entry: os.DirEntry[str]) -> bool:
+    """Whether a scanned entry is a file to read: a file or a link to one, and a link whose target
+    cannot be told (a loop), so that reading it reports why; not a dangling link."""
+    try:
+        return entry.is_file()
+    except OSError:
+        return True

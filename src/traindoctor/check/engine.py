@@ -25,7 +25,8 @@ from traindoctor.static.context import FileContext
 from traindoctor.static.project import ModuleReader, ProjectView, view_for
 from traindoctor.static.source import parse
 
-_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]*(?:[\s,]+[A-Za-z]+[0-9]*)*))?", re.IGNORECASE)
+#: A noqa comment on a line: the bare word (every code), or the word, a colon and codes (any case).
+NOQA_COMMENT = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]*(?:[\s,]+[A-Za-z]+[0-9]*)*))?", re.IGNORECASE)
 #: ``# traindoctor: noqa`` (every code) or ``# traindoctor: noqa: TD102, TD3`` on a line of its own.
 _FILE_NOQA = re.compile(
     r"^[ \t]*#[ \t]*traindoctor[ \t]*:[ \t]*noqa(?:[ \t]*:[ \t]*(?P<codes>[A-Za-z]+[0-9]*(?:[ \t,]+[A-Za-z]+[0-9]*)*))?[ \t]*$",
@@ -110,7 +111,7 @@ def _noqa_allows(finding: Finding, lines: list[str]) -> bool:
     line = lines[row - 1]
     if "noqa" not in line and "NOQA" not in line:
         return True
-    match = _NOQA.search(line)
+    match = NOQA_COMMENT.search(line)
     if match is None:
         return True
     codes = match.group("codes")

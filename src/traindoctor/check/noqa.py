@@ -23,24 +23,20 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from traindoctor.check.checkfile import encode_like
+from traindoctor.check.engine import NOQA_COMMENT
 from traindoctor.check.notebook import NotebookError, is_notebook, read_notebook
 from traindoctor.finding import Finding
-from traindoctor.static.context import split_lines
+from traindoctor.static.context import line_ending, split_lines
 
-#: The engine's reading of a noqa comment: the bare word (every code), or the word, a colon and codes.
-NOQA_COMMENT = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]*(?:[\s,]+[A-Za-z]+[0-9]*)*))?", re.IGNORECASE)
 #: Codes a noqa comment cannot silence (the engine reports them before reading any comment).
 UNSILENCEABLE = frozenset({"TD000"})
-_ENDINGS = ("\r\n", "\n", "\r")
 _LAYOUT_TOKENS = frozenset({tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT})
 
 
 def split_ending(line: str) -> tuple[str, str]:
     """``"x = 1\\r\\n"`` -> ``("x = 1", "\\r\\n")``."""
-    for ending in _ENDINGS:
-        if line.endswith(ending):
-            return line[: -len(ending)], ending
-    return line, ""
+    ending = line_ending(line)
+    return line[: len(line) - len(ending)], ending
 
 
 def covered(code: str, listed: Iterable[str]) -> bool:
@@ -74,7 +70,8 @@ def comment_unsafe_rows(source: str) -> set[int] | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            # Lines split where Python splits them: a CR-only file is many lines, not one.
+            for token in tokenize.generate_tokens(iter(split_lines(source) + [""]).__next__):
                 if token.type not in _LAYOUT_TOKENS and token.start[0] < token.end[0]:
                     unsafe.update(range(token.start[0], token.end[0]))
     except (tokenize.TokenError, SyntaxError, IndentationError):

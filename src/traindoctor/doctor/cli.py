@@ -2,9 +2,9 @@
 
 Like ``coverage run``, the script runs in this process: ``sys.argv`` is ``[SCRIPT, *ARGS]``,
 ``sys.path[0]`` is the script's folder (the current folder for ``-m``), and the script's exit code
-is the command's exit code. ``sys.exit``, an uncaught exception (its traceback printed as Python
-prints it; the report is marked partial), Ctrl-C (partial, exit code 130) and SIGTERM (partial,
-exit code 143) all still produce the report. Under ``torchrun`` every rank watches itself and
+is the command's exit code. ``sys.exit`` (with a non-zero status: the report is marked partial),
+an uncaught exception (its traceback printed as Python prints it; partial), Ctrl-C (partial, exit
+code 130) and SIGTERM (partial, exit code 143) all still produce the report. Under ``torchrun`` every rank watches itself and
 rank 0 writes the merged report.
 
 ``--output-format json`` without ``-o`` keeps stdout for the JSON report alone: while the script
@@ -292,6 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         error = outcome.error
         if isinstance(error, Terminated):
             session.mark_partial("the run was terminated (SIGTERM)")
+        elif error is None and outcome.code != 0:
+            session.mark_partial(f"the script exited with status {outcome.code}")
         elif guard is not None and error is not None and not isinstance(error, KeyboardInterrupt):
             guard.note_exception(error)  # the script's own error
     finally:

@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from torch import nn
     from torch.optim import Optimizer
 
+    from traindoctor.runtime.host_sampler import HostWorkSampler
     from traindoctor.runtime.live import Site
     from traindoctor.runtime.records import LoaderInfo
 
@@ -261,8 +262,9 @@ class Session:
         self._optimizer_sites: weakref.WeakKeyDictionary[Optimizer, Site] = weakref.WeakKeyDictionary()
         self._loop_code: CodeType | None = None
         self._loop_code_looked = False
-        #: The host-work sampler: None until it starts, False once starting it failed.
-        self._sampler: Any = None
+        #: The host-work sampler, once started; ``_sampler_failed`` once starting it failed.
+        self._sampler: HostWorkSampler | None = None
+        self._sampler_failed = False
         self._phase_before_step = PHASE_OTHER
         #: Loaders that delivered a batch since the last backward()/optimizer step (by info id):
         #: the next training call marks them ``feeds_training`` (eval-only loaders never are).
@@ -542,7 +544,12 @@ class Session:
         if record is not None:
             self.step = record.index
             index = record.index
-            if self._sampler is None and index >= 3 and (index <= 8 or index & (index - 1) == 0 or index % 50 == 0):
+            if (
+                self._sampler is None
+                and not self._sampler_failed
+                and index >= 3
+                and (index <= 8 or index & (index - 1) == 0 or index % 50 == 0)
+            ):
                 self._maybe_sample_host_work(record)  # steps 3-8, 16, 32, 50, 64, 100, ...
             for listener in self._step_listeners:
                 try:
@@ -625,7 +632,8 @@ class Session:
             self._sampler.start()
         except Exception as exc:  # fail-open
             self.internal_error("host-work sampler", exc)
-            self._sampler = False
+            self._sampler = None
+            self._sampler_failed = True
 
     def _note_param_device(self, optimizer: Optimizer) -> None:
         try:

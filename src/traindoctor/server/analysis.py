@@ -4,8 +4,10 @@ A document is checked with the settings ``check`` would use for its file (the ne
 ``pyproject.toml`` above it, re-read when it changes), with the project around it (imported
 project modules are read from disk), and not at all when the configuration's ``exclude`` covers
 it (as ``check --force-exclude`` treats a file it is given). A document whose text is the file on
-disk is looked up in, and stored to, the cache ``check`` keeps (same folder, same entries); an
-edited buffer is checked afresh and never stored, so the command never sees unsaved text.
+disk is looked up in, and stored to, the cache ``check`` keeps (same folder, same entries, same
+rules: a folder holding files the cache did not make is refused, and the document is then checked
+without the cache, with a warning); an edited buffer is checked afresh and never stored, so the
+command never sees unsaved text.
 
 A notebook arrives as cells: they are put back together as the notebook file they stand for and
 checked by the notebook support of ``check``, so the findings carry the cell numbers ``check``
@@ -22,7 +24,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from traindoctor.check.cache import Cache, cache_directory, content_hash
+from traindoctor.check.cache import Cache, CacheFolderError, cache_directory, content_hash
 from traindoctor.check.checkfile import check_file
 from traindoctor.check.discovery import force_excluded
 from traindoctor.check.engine import check_source, instantiate
@@ -43,6 +45,8 @@ class Outcome:
     internal_errors: list[str] = field(default_factory=list)
     #: Served from the cache ``check`` shares.
     cached: bool = False
+    #: Why the cache was not used although it is on (its folder was refused).
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -116,7 +120,11 @@ class Analyzer:
         filename = str(path)
         saved = _saved_bytes(path, text) if use_cache else None
         directory = cache_directory(settings) if saved is not None else None
-        cache = Cache.open(directory, settings) if directory is not None else None
+        warnings: list[str] = []
+        try:
+            cache = Cache.open(directory, settings) if directory is not None else None
+        except CacheFolderError as exc:
+            cache, warnings = None, [f"traindoctor: the cache is not used: {exc}"]
         key, digest = os.path.abspath(filename), content_hash(saved or b"")
         if cache is not None:
             found = cache.lookup(key, digest, filename)
@@ -126,7 +134,7 @@ class Analyzer:
         if cache is not None and not result.internal_errors:
             cache.store(key, digest, result.findings, result.dependencies)
             cache.save()
-        return Outcome(sort_findings(result.findings), internal_errors=result.internal_errors)
+        return Outcome(sort_findings(result.findings), internal_errors=result.internal_errors, warnings=warnings)
 
     def check_notebook(self, path: Path, cells: list[Cell]) -> Outcome:
         """Findings for a notebook made of ``cells``, located by cell number and row in the cell."""

@@ -141,6 +141,8 @@ class TraindoctorServer(LanguageServer):
             return None
         for message in outcome.internal_errors:
             self._tell(f"traindoctor: internal error: {message}", types.MessageType.Warning)
+        for message in outcome.warnings:
+            self._tell(message, types.MessageType.Warning)
         wall_ms = 1000 * (time.perf_counter() - started)
         how = "from the cache" if outcome.cached else f"in {wall_ms:.0f} ms ({cpu_ms:.0f} ms CPU)"
         what = "excluded by the configuration" if outcome.excluded else f"{len(outcome.findings)} findings"

@@ -57,6 +57,11 @@ def split_lines(source: str) -> list[str]:
     return io.StringIO(source, newline="").readlines()
 
 
+def line_ending(line: str) -> str:
+    """The ending of one of :func:`split_lines`'s lines: ``"\\n"``, ``"\\r\\n"``, ``"\\r"`` or ``""``."""
+    return line[len(line.rstrip("\r\n")) :]
+
+
 #: Fields that never hold child nodes we index: names, operators, contexts, flags.
 _LEAF_FIELDS = frozenset(
     {
@@ -771,8 +776,7 @@ class FileContext:
         if indent is None:
             return None
         at = Location(stmt.lineno, 1)
-        newline = "\n"
         line = self.lines[stmt.lineno - 1] if stmt.lineno <= len(self.lines) else "\n"
-        if line.endswith("\r\n"):
-            newline = "\r\n"
+        # The file's own line ending (that of the line, else of the first line: LF, CRLF or CR).
+        newline = line_ending(line) or line_ending(self.lines[0] if self.lines else "") or "\n"
         return Fix(message, (Edit(f"{indent}{text}{newline}", at, at),), applicability)

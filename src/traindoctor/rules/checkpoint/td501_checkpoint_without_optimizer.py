@@ -342,7 +342,7 @@ from traindoctor.runtime.events import Monitor, SessionView  # noqa: E402
 
 class CheckpointWithoutOptimizerMonitor(Monitor):
     """``torch.save`` of an object that holds a live model's weights but not the state of a live
-    optimizer that updates that model (see ``runtime.checkpoint_audit``). One finding per
+    optimizer that updates that model (see ``facts.checkpoint.runtime``). One finding per
     ``torch.save`` line."""
 
     rule = CheckpointWithoutOptimizer

@@ -377,7 +377,7 @@ from traindoctor.runtime.events import Monitor  # noqa: E402
 
 
 class WeightDecayOnBiasNormMonitor(Monitor):
-    """Audits each optimizer's param groups at its first step (see ``runtime.param_audit``):
+    """Audits each optimizer's param groups at its first step (see ``facts.optim.runtime``):
     parameters of normalisation layers, biases and other rank <= 1 parameters that sit in a group
     with ``weight_decay > 0``. Classification is by module type and rank, never by name."""
 
