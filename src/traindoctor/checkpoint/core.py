@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from traindoctor.checkpoint.atomic import atomic_write, prune, shift_backups
+from traindoctor.checkpoint.atomic import atomic_write
 from traindoctor.checkpoint.components import ResumeInfo, load_into, rank_and_world, state_of
 from traindoctor.checkpoint.files import open_regular
 from traindoctor.checkpoint.limits import Limits
@@ -115,12 +115,8 @@ def save(
         payload["extra"] = extra
     check_plain(payload)
     dest = Path(path)
-    if keep_last is not None and keep_last > 1 and not any(c.isdigit() for c in dest.name):
-        shift_backups(dest, keep_last)
     try:
-        atomic_write(dest, payload)
-        if keep_last is not None and any(c.isdigit() for c in dest.name):
-            prune(dest, keep_last)
+        atomic_write(dest, payload, keep_last=keep_last)
     finally:
         if world > 1:
             torch.distributed.barrier()
