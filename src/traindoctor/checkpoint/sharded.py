@@ -33,7 +33,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from traindoctor.checkpoint.atomic import LAST_DIGITS, TMP_MARKER, fsync_dir, writer_alive
+from traindoctor.checkpoint.atomic import LAST_DIGITS, TMP_MARKER, fsync_dir, glob_escape, writer_alive
 from traindoctor.checkpoint.components import ResumeInfo, load_into, rank_and_world, state_of
 from traindoctor.checkpoint.dcp_load import load_checked
 from traindoctor.checkpoint.dcp_metadata import MANIFEST, DcpMetadata, Manifest, read_manifest, read_metadata
@@ -199,23 +199,41 @@ def _cleanup_stale(dest: Path) -> None:
             shutil.rmtree(entry, ignore_errors=True)
 
 
+def _backup_dirs(dest: Path) -> list[tuple[int, Path]]:
+    """The backups ``dest.1``, ``dest.2`` ... of a digit-less ``dest``, newest first."""
+    found = []
+    for entry in dest.parent.glob(glob_escape(dest.name) + ".*"):
+        suffix = entry.name[len(dest.name) + 1 :]
+        if suffix.isdigit() and entry.is_dir():
+            found.append((int(suffix), entry))
+    return sorted(found)
+
+
 def _rotate(dest: Path, keep_last: int | None) -> Path | None:
-    """Move the current ``dest`` aside before the commit; return where it went (to delete)."""
+    """Move the current ``dest`` aside before the commit; return where it went (to delete).
+
+    With ``keep_last`` and a digit-less name the backups shift up by one rename each
+    (``dest.i`` -> ``dest.i+1``) and ``dest`` becomes ``dest.1``; nothing is deleted until the
+    new directory is in place (:func:`_prune_backups`), so a kill here loses no checkpoint.
+    """
     if not dest.exists():
         return None
     if keep_last is not None and keep_last > 1 and not LAST_DIGITS.search(dest.name):
-        for index in range(keep_last - 1, 0, -1):
-            older = dest.with_name(f"{dest.name}.{index}")
-            if older.exists():
-                if index + 1 >= keep_last:
-                    shutil.rmtree(older, ignore_errors=True)
-                else:
-                    os.replace(older, dest.with_name(f"{dest.name}.{index + 1}"))
+        for index, older in reversed(_backup_dirs(dest)):
+            os.replace(older, dest.with_name(f"{dest.name}.{index + 1}"))
         os.rename(dest, dest.with_name(f"{dest.name}.1"))
         return None
     aside = dest.with_name(f".{dest.name}{OLD_MARKER}{secrets.token_hex(4)}")
     os.rename(dest, aside)
     return aside
+
+
+def _prune_backups(dest: Path, keep_last: int | None) -> None:
+    """After the commit: keep the ``keep_last - 1`` newest backups of a digit-less ``dest``."""
+    if keep_last is None or LAST_DIGITS.search(dest.name):
+        return
+    for _, old in _backup_dirs(dest)[max(0, keep_last - 1) :]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _prune_numbered(dest: Path, keep_last: int | None) -> None:
@@ -248,6 +266,7 @@ def _commit(tmp: Path, dest: Path, manifest: dict[str, Any], keep_last: int | No
     fsync_dir(dest.parent)
     if aside is not None:
         shutil.rmtree(aside, ignore_errors=True)
+    _prune_backups(dest, keep_last)
     _prune_numbered(dest, keep_last)
 
 
@@ -414,6 +433,9 @@ def resolve(path: str | os.PathLike[str]) -> Path:
     if dest.exists() or not dest.parent.is_dir():
         return dest
     aside = sorted(p for p in dest.parent.glob(f".{dest.name}{OLD_MARKER}*") if (p / MANIFEST).is_file())
+    first = dest.with_name(f"{dest.name}.1")
+    if not aside and (first / MANIFEST).is_file():
+        aside = [first]  # a rotating commit interrupted between its two renames
     if aside:
         warnings.warn(
             f"{dest}: missing (a save was interrupted between its two renames); "
