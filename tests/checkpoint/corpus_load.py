@@ -11,6 +11,7 @@ exception's type and message, the wall time and the child's peak resident memory
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import resource
@@ -88,6 +89,9 @@ def main() -> None:
 
     torch.set_num_threads(1)
     import traindoctor.checkpoint  # noqa: F401  (imported before the forks)
+
+    # the children's garbage collections need not walk torch's objects, inherited by every fork
+    gc.freeze()
 
     with open(sys.argv[1]) as fh:
         cases = json.load(fh)

@@ -29,6 +29,9 @@ CPU_SECONDS = 10
 WALL_SECONDS = 60
 EXIT = {"unsafe": 1, "refused": 2, "not-resumable": 1}
 HERE = Path(__file__).parent
+#: On a busy machine a resource case may reach the wall-clock limit before the one it aims at:
+#: that refusal is a verdict too.
+SLOW = r"|refused: reading took longer than \d+ s"
 NAMES = [name for name, *_ in hostile_corpus.CASES]
 
 
@@ -70,7 +73,8 @@ def test_inspect_refuses_or_flags_each_case_within_limits(corpus: dict[str, host
     assert not os.path.exists(case.canary), f"{name}: the payload ran"
     assert code == EXIT[case.expect], f"{name}: exit {code} (killed by a limit when negative)\n{output}"
     assert "Traceback" not in output, output
-    assert re.search(case.message, output), f"{name}: expected /{case.message}/ in\n{output}"
+    expected = case.message + (SLOW if case.group == "resources" else "")
+    assert re.search(expected, output), f"{name}: expected /{case.message}/ in\n{output}"
     if case.expect == "not-resumable":
         assert "resumable: model" not in output
 
@@ -89,9 +93,9 @@ def test_inspect_under_the_limits_is_not_a_vacuous_check(tmp_path: Path) -> None
     assert "not resumable" not in output and code == 1  # TD504: no RNG state, a finding (exit 1)
 
 
-def test_load_refuses_every_dcp_case_naming_the_cause(corpus: dict[str, hostile_corpus.Case], tmp_path: Path) -> None:
-    cases = [case for case in corpus.values() if case.load]
-    assert len(cases) >= 15
+def test_load_refuses_every_case_naming_the_cause(corpus: dict[str, hostile_corpus.Case], tmp_path: Path) -> None:
+    """``checkpoint.load`` on every case: DCP directories and single files alike are refused."""
+    cases = list(corpus.values())
     listing = tmp_path / "cases.json"
     listing.write_text(json.dumps([{"name": c.name, "target": c.target} for c in cases]))
     out = tmp_path / "out.json"
@@ -105,8 +109,18 @@ def test_load_refuses_every_dcp_case_naming_the_cause(corpus: dict[str, hostile_
     for case in cases:
         got = results[case.name]
         assert not os.path.exists(case.canary), f"{case.name}: the payload ran"
+        if case.expect == "not-resumable" and got["outcome"] == "error":
+            # read safely, then found not to be a checkpoint of traindoctor's
+            assert got["type"] == "ValueError" and "not a traindoctor checkpoint" in got["message"], got
+            continue
         assert got["outcome"] == "refused", f"{case.name}: {got}"
-        assert re.search(case.message, got["message"]), f"{case.name}: expected /{case.message}/ in {got['message']}"
+        if case.load or case.expect == "refused":
+            expected = case.message + (SLOW if case.group == "resources" else "")
+            assert re.search(expected, got["message"]), f"{case.name}: expected /{case.message}/ in {got}"
+        elif case.expect == "unsafe":  # the refusal names the global
+            assert "outside torch's weights_only allowlist" in got["message"], f"{case.name}: {got}"
+        else:  # a file that is not a checkpoint, refused by a limit or by torch's own unpickler
+            assert "refused" in got["message"], f"{case.name}: {got}"
         assert "EOFError" not in got["message"]
 
 

@@ -14,6 +14,7 @@ with every rank's RNG state in ``rng_per_rank``; each rank restores its own on `
 from __future__ import annotations
 
 import os
+import pickle
 import warnings
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,8 @@ from typing import Any
 from traindoctor.checkpoint.atomic import atomic_write
 from traindoctor.checkpoint.components import ResumeInfo, load_into, rank_and_world, state_of
 from traindoctor.checkpoint.files import open_regular
-from traindoctor.checkpoint.limits import Limits
+from traindoctor.checkpoint.inspection import CheckpointReadError
+from traindoctor.checkpoint.limits import Budget, Limits
 from traindoctor.checkpoint.state import capture_rng, check_plain, restore_rng
 from traindoctor.unwrap import unwrap_model
 
@@ -123,6 +125,14 @@ def save(
     return dest
 
 
+def _weights_only_refusal(exc: Exception) -> str:
+    """torch's long "Weights only load failed ..." message, down to its reason."""
+    text = str(exc)
+    marker = "WeightsUnpickler error:"
+    reason = text.split(marker, 1)[1].strip().split("\n\n", 1)[0] if marker in text else text[:200]
+    return f"torch.load(weights_only=True) refused it: {reason.strip()}"
+
+
 def load(
     path: str | os.PathLike[str],
     *,
@@ -141,8 +151,9 @@ def load(
 
     Components passed here but absent from the file are listed in ``info.missing`` and warned
     about: a resume that silently skips them is exactly the bug this module exists to prevent.
-    A sharded checkpoint directory is checked by traindoctor's own reader before DCP reads it
-    (within ``limits``); a path that is not a regular file (a FIFO, a device) is refused.
+    The file (or a sharded checkpoint directory) is read by traindoctor's own reader first,
+    within ``limits``: one that names an unsafe global, goes past a limit or is not a regular
+    file (a FIFO, a device) is refused with a ``CheckpointReadError`` before torch reads it.
     """
     import torch
 
@@ -168,8 +179,14 @@ def load(
             "older traindoctor; load it into the unwrapped model before sharding"
         )
     if os.path.exists(path):
+        from traindoctor.checkpoint.file_inspect import check_before_load
+
+        check_before_load(os.fspath(path), Budget(limits))
         with open_regular(path) as fh:
-            payload = torch.load(fh, map_location=map_location, weights_only=True)
+            try:
+                payload = torch.load(fh, map_location=map_location, weights_only=True)
+            except pickle.UnpicklingError as exc:
+                raise CheckpointReadError(f"{path}: {_weights_only_refusal(exc)}") from None
     else:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     if not isinstance(payload, dict) or "model" not in payload:

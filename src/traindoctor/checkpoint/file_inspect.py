@@ -381,4 +381,30 @@ def inspect_file(name: str, budget: Budget | None = None) -> Inspection:
         epoch=facts["epoch"],
         missing_storages=missing,
         imports=imports if contents.has_module else [],
+        collidable=result.collidable,
     )
+
+
+def check_before_load(name: str, budget: Budget | None = None) -> None:
+    """Refuse, before ``torch.load`` sees it, a file that traindoctor's reader would not pass.
+
+    The whole file is read as ``ckpt inspect`` reads it (within ``budget``'s limits: a
+    million-deep tuple or colliding keys are refused here, not a crash or an hour inside
+    torch's unpickler) and one that names a global outside torch's weights_only allowlist is
+    refused naming it. Raises :class:`CheckpointReadError`.
+    """
+    budget = budget or Budget()
+    checked = inspect_file(name, budget)
+    limit = budget.limits.collidable
+    if checked.collidable > limit:
+        raise LimitExceeded(
+            f"{name}: {checked.collidable} large integers or float keys, whose hashes a crafted file makes "
+            "collide (torch's unpickler would take quadratic time); not loaded",
+            "collidable",
+            limit,
+        )
+    if checked.unsafe:
+        names = sorted({u.ref.dotted for u in checked.unsafe})
+        raise CheckpointReadError(
+            f"{name}: references {', '.join(names[:10])}, outside torch's weights_only allowlist; refusing to load it"
+        )

@@ -77,6 +77,8 @@ class Inspection:
     scalars: list[str] = field(default_factory=list)
     #: Whole pickled objects (``torch.save(model)``): the classes unpickling would import.
     imports: list[str] = field(default_factory=list)
+    #: Values of the pickle whose hashes a crafted stream can make collide (see ``ReadResult``).
+    collidable: int = 0
 
     @property
     def safe(self) -> bool:

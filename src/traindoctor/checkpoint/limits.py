@@ -38,6 +38,10 @@ class Limits:
     entries: int = 250_000
     #: Size of one integer in the stream (bits).
     int_bits: int = 4096
+    #: Before ``load`` hands a file to torch: integers of more than 60 bits, float dict keys and
+    #: set members in it (their hashes can be made to collide: torch's unpickler would then
+    #: build its dicts in quadratic time).
+    collidable: int = 1000
     #: Wall time of the whole inspection (seconds).
     seconds: float = 10.0
 

@@ -75,6 +75,10 @@ class ReadResult:
     globals: list[GlobalUse] = field(default_factory=list)
     end: int = 0
     protocol: int = 0
+    #: Values that Python hashes deterministically and a crafted stream can make collide, so
+    #: that building its dicts and sets takes quadratic time in ``pickle``: integers of more
+    #: than 60 bits anywhere, float dict keys and set members.
+    collidable: int = 0
 
     def unsafe(self) -> list[GlobalUse]:
         return [g for g in self.globals if not is_allowed(g.ref)]
@@ -207,6 +211,9 @@ _CONSTANT_OPS = (
 _INT_OPS = {"INT", "LONG", "LONG1", "LONG4"}
 #: Every opcode ``pickletools`` knows (protocols 0-5), by its one-byte code.
 _OPCODES = {op.code.encode("latin-1"): op for op in pickletools.opcodes}
+#: Integers up to this size hash to themselves: no two distinct ones collide.
+_COLLISION_FREE_BITS = 60
+_SETS = ("builtins.set", "builtins.frozenset")
 #: Opcodes between two clock checks.
 _CLOCK_EVERY = 1 << 14
 
@@ -223,6 +230,7 @@ class _Machine:
         self.uses: list[GlobalUse] = []
         self.last_global: dict[int, GlobalUse] = {}
         self.protocol = 0
+        self.collidable = 0
         self.done = False
         self.value: Any = None
         self.ops: dict[str, Callable[[Any, int], None]] = {name: self.constant for name in _CONSTANT_OPS}
@@ -249,7 +257,7 @@ class _Machine:
             "DICT": self.dict_mark,
             "APPEND": self.append,
             "APPENDS": self.appends,
-            "ADDITEMS": self.appends,
+            "ADDITEMS": self.additems,
             "SETITEM": self.setitem,
             "SETITEMS": self.setitems,
             "POP": self.pop,
@@ -304,9 +312,16 @@ class _Machine:
         self.stack.append(arg)
 
     def integer(self, arg: Any, pos: int) -> None:
-        if isinstance(arg, int) and arg.bit_length() > self.limits.int_bits:
-            raise LimitExceeded(f"pickle holds an integer of {arg.bit_length()} bits", "int_bits", self.limits.int_bits)
+        if isinstance(arg, int):
+            bits = arg.bit_length()
+            if bits > self.limits.int_bits:
+                raise LimitExceeded(f"pickle holds an integer of {bits} bits", "int_bits", self.limits.int_bits)
+            self.collidable += bits > _COLLISION_FREE_BITS
         self.stack.append(arg)
+
+    def count_floats(self, values: list[Any]) -> None:
+        """Float dict keys and set members: their hashes can be made to collide."""
+        self.collidable += sum(1 for v in values if isinstance(v, float))
 
     def proto(self, arg: Any, pos: int) -> None:
         self.protocol = int(arg)
@@ -366,6 +381,7 @@ class _Machine:
 
     def dict_mark(self, arg: Any, pos: int) -> None:
         items = self.pop_mark()
+        self.count_floats(items[0::2])
         self.stack.append({key_of(items[i]): items[i + 1] for i in range(0, len(items) - 1, 2)})
 
     def append(self, arg: Any, pos: int) -> None:
@@ -376,12 +392,19 @@ class _Machine:
         items = self.pop_mark()
         _append(self.stack[-1], items)
 
+    def additems(self, arg: Any, pos: int) -> None:
+        items = self.pop_mark()
+        self.count_floats(items)
+        _append(self.stack[-1], items)
+
     def setitem(self, arg: Any, pos: int) -> None:
         value, key = self.stack.pop(), self.stack.pop()
+        self.count_floats([key])
         _setitems(self.stack[-1], [key, value])
 
     def setitems(self, arg: Any, pos: int) -> None:
         items = self.pop_mark()
+        self.count_floats(items[0::2])
         _setitems(self.stack[-1], items)
 
     def pop(self, arg: Any, pos: int) -> None:
@@ -446,6 +469,8 @@ class _Machine:
     def reduce(self, arg: Any, pos: int) -> None:
         args, func = self.stack.pop(), self.stack.pop()
         self.note_call(func)
+        if isinstance(func, Global) and func.dotted in _SETS and isinstance(args, tuple) and args:
+            self.count_floats(args[0] if isinstance(args[0], list) else [])
         self.stack.append(_interpret_call(func, args))
 
     def newobj(self, arg: Any, pos: int) -> None:
@@ -535,7 +560,7 @@ def read_pickle(data: bytes, budget: Budget | None = None, start: int = 0) -> Re
         raise PickleError("corrupt pickle stream: a missing key", machine.uses) from None
     except (ValueError, IndexError, TypeError, AttributeError, EOFError) as exc:
         raise PickleError(f"corrupt pickle stream: {str(exc)[:200]}", machine.uses) from None
-    return ReadResult(machine.value, machine.uses, end, machine.protocol)
+    return ReadResult(machine.value, machine.uses, end, machine.protocol, machine.collidable)
 
 
 def _append(target: Any, items: list[Any]) -> None:

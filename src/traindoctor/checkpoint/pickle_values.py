@@ -170,9 +170,11 @@ _KEY_TEXT = 1000
 
 def key_of(key: Any) -> Any:
     """``key`` as the reader stores it in a dict: itself when hashing it is cheap and collision
-    free (strings, bytes, small numbers, globals), else a :class:`CallKey` or :class:`Label`."""
-    if key is None or isinstance(key, (str, bytes, float, Global)):
+    free (strings, bytes, small integers, globals), else a :class:`CallKey` or :class:`Label`."""
+    if key is None or isinstance(key, (str, bytes, Global)):
         return key
+    if isinstance(key, float):  # float hashes collide on purpose as easily as large integers
+        return Label(repr(key))
     if isinstance(key, int):
         return key if -_SMALL_INT < key < _SMALL_INT else Label(describe(key))
     if isinstance(key, Call) and isinstance(key.state, dict) and len(key.state) <= _KEY_STATE_ITEMS:
