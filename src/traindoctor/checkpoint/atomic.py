@@ -88,6 +88,11 @@ class _Recorder:
     def fileno(self) -> int:
         return self.fh.fileno()
 
+    @property
+    def name(self) -> Any:
+        """The file's name (the runtime audit reports a ``torch.save`` under it)."""
+        return self.fh.name
+
 
 def _write_error(dest: Path, exc: BaseException, recorded: OSError | None) -> CheckpointWriteError:
     """The error to raise for a failed write of ``dest``: its path and its real cause."""
