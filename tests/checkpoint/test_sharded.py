@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -254,3 +255,32 @@ def test_a_position_that_cannot_move_to_another_world_size_is_named(tmp_path):
         )
     message = _load_resharded_position(tmp_path, "loader", loader, 2, 1)
     assert "the 2 ranks were at different positions" in message
+
+
+def test_a_rotating_commit_killed_before_its_last_rename_loses_no_directory(tmp_path, monkeypatch):
+    from traindoctor.checkpoint import sharded
+    from traindoctor.checkpoint.sharded import MANIFEST, _commit, resolve
+
+    def steps() -> dict[str, int]:
+        return {p.name: json.loads((p / MANIFEST).read_text())["step"] for p in sorted(tmp_path.iterdir())}
+
+    for step in (1, 2, 3):
+        _commit(_fake_tmp(tmp_path, "last", step), tmp_path / "last", {"step": step}, 3)
+    real_rename = os.rename
+
+    def killed_at_the_commit(src, dst):
+        if ".tmp-" in str(src):
+            raise KeyboardInterrupt  # the process dies between "dest -> dest.1" and "tmp -> dest"
+        real_rename(src, dst)
+
+    monkeypatch.setattr(sharded.os, "rename", killed_at_the_commit)
+    tmp = _fake_tmp(tmp_path, "last", 4)
+    with pytest.raises(KeyboardInterrupt):
+        _commit(tmp, tmp_path / "last", {"step": 4}, 3)
+    monkeypatch.undo()
+    shutil.rmtree(tmp)
+    assert steps() == {"last.1": 3, "last.2": 2, "last.3": 1}  # all three previous directories kept
+    with pytest.warns(UserWarning, match="interrupted between its two renames"):
+        assert resolve(tmp_path / "last") == tmp_path / "last.1"
+    _commit(_fake_tmp(tmp_path, "last", 5), tmp_path / "last", {"step": 5}, 3)
+    assert steps() == {"last": 5, "last.1": 3, "last.2": 2}

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "CheckpointWriteError",
     "PendingCheckpoint",
     "ResumableLoader",
     "ResumableSampler",
@@ -25,6 +26,7 @@ __all__ = [
 ]
 
 _LAZY = {
+    "CheckpointWriteError": "traindoctor.checkpoint.atomic",
     "save": "traindoctor.checkpoint.core",
     "load": "traindoctor.checkpoint.core",
     "ResumeInfo": "traindoctor.checkpoint.components",

@@ -2,8 +2,9 @@
 
 PATH is a torch file or a ``torch.distributed.checkpoint`` directory.
 
-Exit codes: 0 safe and resumable, 1 findings (TD501-TD504) or unsafe globals, 2 unreadable file
-or usage error. Never imports torch.
+Exit codes: 0 safe and resumable (model and optimizer state present, nothing missing found),
+1 findings (TD501-TD504), unsafe globals or not resumable, 2 unreadable or refused file (a limit
+reached, not a regular file) or usage error. Never imports torch.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from traindoctor.checkpoint.inspect import (
     Inspection,
     inspect_checkpoint,
 )
+from traindoctor.checkpoint.limits import LIMIT_NAMES, Limits, parse_limit
 from traindoctor.finding import Finding, Origin
 from traindoctor.registry import get_rule
 from traindoctor.units import format_bytes
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 TENSORS_SHOWN = 40
+UNSAFE_SHOWN = 50
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +38,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     insp.add_argument("--output-format", choices=["text", "json"], default="text")
     insp.add_argument("--all", action="store_true", help=f"list every tensor (default: first {TENSORS_SHOWN})")
+    defaults = Limits()
+    insp.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="change a reading limit (repeatable); defaults: "
+        + ", ".join(f"{n}={getattr(defaults, n)}" for n in LIMIT_NAMES),
+    )
     return parser
 
 
@@ -94,8 +106,12 @@ def render_text(result: Inspection, show_all: bool = False) -> str:
             if use_key in seen:
                 continue
             seen.add(use_key)
+            if len(seen) > UNSAFE_SHOWN:
+                lines.append(f"    ... and more ({len(result.unsafe)} references in all)")
+                break
             how = "called" if use.called else "referenced"
-            lines.append(f"    {use.ref.dotted}  ({how}, pickle offset {use.offset})")
+            dotted = " (a dotted name: pickle looks it up attribute by attribute)" if "." in use.ref.name else ""
+            lines.append(f"    {use.ref.dotted[:200]}  ({how}, pickle offset {use.offset}){dotted}")
         lines.append("  (inspect imported and ran nothing from this file)")
     counters = []
     if result.step is not None:
@@ -151,6 +167,10 @@ def render_text(result: Inspection, show_all: bool = False) -> str:
         verdict = "not a resumable torch checkpoint"
     elif findings:
         verdict = f"not fully resumable ({len(findings)} finding(s))"
+    elif not result.resumable:
+        kinds = {c.kind for c in result.components}
+        lacking = " or ".join(k for k in ("model", "optimizer") if k not in kinds)
+        verdict = f"not resumable: no {lacking} state found"
     else:
         verdict = "resumable: model, optimizer and RNG state present; nothing missing found"
     lines.append(verdict)
@@ -163,8 +183,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command != "inspect":
         parser.print_help()
         return EXIT_ERROR
+    limits = Limits()
     try:
-        result = inspect_checkpoint(args.file)
+        for setting in args.limit:
+            limits = parse_limit(setting, limits)
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
+        result = inspect_checkpoint(args.file, limits)
     except CheckpointReadError as exc:
         if args.output_format == "json":
             print(json.dumps({"file": args.file, "error": str(exc)}, indent=2))

@@ -14,12 +14,16 @@ with every rank's RNG state in ``rng_per_rank``; each rank restores its own on `
 from __future__ import annotations
 
 import os
+import pickle
 import warnings
 from pathlib import Path
 from typing import Any
 
-from traindoctor.checkpoint.atomic import atomic_write, prune, shift_backups
+from traindoctor.checkpoint.atomic import atomic_write
 from traindoctor.checkpoint.components import ResumeInfo, load_into, rank_and_world, state_of
+from traindoctor.checkpoint.files import open_regular
+from traindoctor.checkpoint.inspection import CheckpointReadError
+from traindoctor.checkpoint.limits import Budget, Limits
 from traindoctor.checkpoint.state import capture_rng, check_plain, restore_rng
 from traindoctor.unwrap import unwrap_model
 
@@ -113,16 +117,20 @@ def save(
         payload["extra"] = extra
     check_plain(payload)
     dest = Path(path)
-    if keep_last is not None and keep_last > 1 and not any(c.isdigit() for c in dest.name):
-        shift_backups(dest, keep_last)
     try:
-        atomic_write(dest, payload)
-        if keep_last is not None and any(c.isdigit() for c in dest.name):
-            prune(dest, keep_last)
+        atomic_write(dest, payload, keep_last=keep_last)
     finally:
         if world > 1:
             torch.distributed.barrier()
     return dest
+
+
+def _weights_only_refusal(exc: Exception) -> str:
+    """torch's long "Weights only load failed ..." message, down to its reason."""
+    text = str(exc)
+    marker = "WeightsUnpickler error:"
+    reason = text.split(marker, 1)[1].strip().split("\n\n", 1)[0] if marker in text else text[:200]
+    return f"torch.load(weights_only=True) refused it: {reason.strip()}"
 
 
 def load(
@@ -137,11 +145,15 @@ def load(
     map_location: Any = "cpu",
     strict: bool = True,
     rng: bool = True,
+    limits: Limits | None = None,
 ) -> ResumeInfo:
     """Restore a checkpoint written by :func:`save` (loaded with ``weights_only=True``).
 
     Components passed here but absent from the file are listed in ``info.missing`` and warned
     about: a resume that silently skips them is exactly the bug this module exists to prevent.
+    The file (or a sharded checkpoint directory) is read by traindoctor's own reader first,
+    within ``limits``: one that names an unsafe global, goes past a limit or is not a regular
+    file (a FIFO, a device) is refused with a ``CheckpointReadError`` before torch reads it.
     """
     import torch
 
@@ -158,6 +170,7 @@ def load(
             loader=loader,
             strict=strict,
             rng=rng,
+            limits=limits,
         )
     if sharded.wants_sharded(model):
         raise ValueError(
@@ -165,7 +178,17 @@ def load(
             "(FSDP2/DTensor or DDP): it was written by a single process or by an "
             "older traindoctor; load it into the unwrapped model before sharding"
         )
-    payload = torch.load(path, map_location=map_location, weights_only=True)
+    if os.path.exists(path):
+        from traindoctor.checkpoint.file_inspect import check_before_load
+
+        check_before_load(os.fspath(path), Budget(limits))
+        with open_regular(path) as fh:
+            try:
+                payload = torch.load(fh, map_location=map_location, weights_only=True)
+            except pickle.UnpicklingError as exc:
+                raise CheckpointReadError(f"{path}: {_weights_only_refusal(exc)}") from None
+    else:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
     if not isinstance(payload, dict) or "model" not in payload:
         raise ValueError(f"{path}: not a traindoctor checkpoint (no 'model' entry)")
     info = ResumeInfo(path=str(path), step=payload.get("step"), epoch=payload.get("epoch"), extra=payload.get("extra"))

@@ -14,126 +14,63 @@ TD502; no RNG stream at all is TD504.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 from typing import Any
 
+from traindoctor.checkpoint.dcp_metadata import read_manifest, read_metadata
 from traindoctor.checkpoint.file_inspect import inspect_file
-from traindoctor.checkpoint.inspection import CheckpointReadError, Component, Inspection, resume_gaps
-from traindoctor.checkpoint.pickle_reader import (
-    Call,
-    CallKey,
-    Global,
-    PickleError,
-    TensorInfo,
-    read_pickle,
-)
+from traindoctor.checkpoint.files import inside
+from traindoctor.checkpoint.inspection import Component, Inspection, resume_gaps
+from traindoctor.checkpoint.limits import Budget
+from traindoctor.checkpoint.sharded import COMMON_FILE
 from traindoctor.units import format_bytes
 
 _DISTCP = re.compile(r"__(\d+)_(\d+)\.distcp\Z")
+_RANK_FILE = re.compile(r"rank_(\d+)\.pt\Z")
 _OPT_BUFFERS = ("exp_avg", "exp_avg_sq", "momentum_buffer", "max_exp_avg_sq", "sum", "square_avg", "acc_delta")
+#: Ranks named one by one when a manifest's world has ranks without their file.
+_LACKING_SHOWN = 16
 
 
-def _dtype(props: Any) -> str:
-    state = props.state if isinstance(props, Call) else None
-    first = (
-        state[0] if isinstance(state, tuple) and state else (state.get("dtype") if isinstance(state, dict) else None)
-    )
-    return first.name if isinstance(first, Global) else "?"
+def _lacking_ranks(world: int, present: set[int]) -> str:
+    """``[2, 3]``, or the first few and a count: never a list as long as a forged world size."""
+    lacking: list[int] = []
+    rank = 0
+    while rank < world and len(lacking) <= _LACKING_SHOWN:
+        if rank not in present:
+            lacking.append(rank)
+        rank += 1
+    if not lacking:
+        return ""
+    if len(lacking) <= _LACKING_SHOWN:
+        return str(lacking)
+    total = world - len({r for r in present if r < world})
+    return f"{str(lacking[:_LACKING_SHOWN])[:-1]}, ...] ({total} in all)"
 
 
-def _size(value: Any) -> tuple[int, ...]:
-    if isinstance(value, Call) and isinstance(value.args, tuple) and value.args:
-        value = value.args[0]
-    if isinstance(value, (tuple, list)) and all(isinstance(d, int) for d in value):
-        return tuple(value)
-    return ()
-
-
-def read_metadata(folder: Path) -> dict[str, Any]:
-    """The ``Metadata`` object's fields as plain values (entries, storage, ...)."""
-    meta = folder / ".metadata"
-    if not meta.is_file():
-        leftovers = sorted(p.name for p in folder.iterdir())[:6]
-        raise CheckpointReadError(
-            "incomplete DCP checkpoint: no .metadata (a save that did not finish writes its "
-            f"shards but never the index); found {', '.join(leftovers) or 'nothing'}"
-        )
-    try:
-        result = read_pickle(meta.read_bytes())
-    except (OSError, PickleError) as exc:
-        raise CheckpointReadError(f"corrupt DCP .metadata: {exc}") from None
-    root = result.value
-    state = root.state if isinstance(root, Call) else None
-    if not isinstance(state, dict) or "state_dict_metadata" not in state:
-        raise CheckpointReadError(".metadata is not DCP metadata (no state_dict_metadata)")
-    return {"state": state, "globals": result.globals}
-
-
-def inspect_dcp(path: str) -> Inspection:
+def inspect_dcp(path: str, budget: Budget | None = None) -> Inspection:
     """An :class:`~traindoctor.checkpoint.inspection.Inspection` of a DCP directory."""
-    from traindoctor.checkpoint import sharded
-
+    budget = budget or Budget()
     folder = Path(path)
-    meta = read_metadata(folder)
-    state = meta["state"]
-    unsafe = [u for u in meta["globals"] if not sharded.metadata_global_allowed(u.ref)]
-    entries: dict[str, Any] = state["state_dict_metadata"] or {}
-    tensors: list[tuple[str, TensorInfo]] = []
-    scalars: list[str] = []
-    for fqn, entry in entries.items():
-        if isinstance(entry, Call) and entry.label.endswith("TensorStorageMetadata") and isinstance(entry.state, dict):
-            chunks = entry.state.get("chunks") or []
-            count = len(chunks) if isinstance(chunks, list) else 0
-            tensors.append(
-                (
-                    str(fqn),
-                    TensorInfo(
-                        dtype=_dtype(entry.state.get("properties")),
-                        shape=_size(entry.state.get("size")),
-                        storage_key=None,
-                        device="?",
-                        kind="tensor" if count <= 1 else f"{count} shards",
-                    ),
-                )
-            )
-        else:
-            scalars.append(str(fqn))
+    meta = read_metadata(folder, budget)
+    unsafe = list(meta.unsafe)
+    tensors, scalars = meta.tensors, meta.scalars
     # What each rank wrote: the storage index says which file holds each chunk.
     per_file: dict[str, dict[str, Any]] = {}
-    for key, info in (state.get("storage_data") or {}).items():
-        if not (isinstance(info, Call) and isinstance(info.state, dict)):
-            continue
-        name = str(info.state.get("relative_path"))
-        slot = per_file.setdefault(name, {"items": 0, "bytes": 0, "fqns": set()})
+    for item in meta.items:
+        slot = per_file.setdefault(item.relative_path, {"items": 0, "bytes": 0})
         slot["items"] += 1
-        slot["bytes"] += int(info.state.get("length") or 0)
-        if isinstance(key, CallKey):
-            slot["fqns"].add(key.get("fqn"))
+        slot["bytes"] += item.length
     rank_lines = []
-    missing_files = []
     for name in sorted(per_file, key=lambda n: (len(n), n)):
         slot = per_file[name]
         match = _DISTCP.match(name)
         who = f"rank {match.group(1)}" if match else name
-        exists = (folder / name).is_file()
-        if not exists:
-            missing_files.append(name)
-        rank_lines.append(
-            f"{who}: {name}, {slot['items']} item(s), {format_bytes(slot['bytes'])}" + ("" if exists else "  MISSING")
-        )
-    if missing_files:
-        raise CheckpointReadError(
-            f"incomplete DCP checkpoint: {', '.join(missing_files)} listed in .metadata but missing"
-        )
+        rank_lines.append(f"{who}: {name}, {slot['items']} item(s), {format_bytes(slot['bytes'])}")
     # traindoctor's own files in the folder.
-    manifest: dict[str, Any] = {}
-    try:
-        manifest = json.loads((folder / sharded.MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        pass
+    manifest = read_manifest(folder, budget)
     comps: list[Component] = []
     model_keys = [f for f, _ in tensors if f.startswith("model.")] or [
         f for f, _ in tensors if ".state." not in f and not f.startswith(("optim", "optimizer"))
@@ -142,7 +79,8 @@ def inspect_dcp(path: str) -> Inspection:
         f for f, _ in tensors if f.rsplit(".", 1)[-1] in _OPT_BUFFERS or (".state." in f and f.startswith("optim"))
     ]
     if model_keys:
-        values = sum(t.numel for f, t in tensors if f in set(model_keys))
+        chosen = set(model_keys)
+        values = sum(t.numel for f, t in tensors if f in chosen)
         comps.append(
             Component("model", "model", f"model weights: {len(model_keys)} tensors, {values:,} values (global shapes)")
         )
@@ -154,14 +92,15 @@ def inspect_dcp(path: str) -> Inspection:
         "scaler_slots": [],
         "initial_lr": any(f.endswith(".initial_lr") for f in scalars),
     }
-    step = manifest.get("step")
-    epoch = manifest.get("epoch")
+    step = manifest.step if manifest else None
+    epoch = manifest.epoch if manifest else None
     extra_globals: set[str] = set()
-    for name in [sharded.COMMON_FILE] + sorted((p.name for p in folder.glob("rank_*.pt")), key=lambda n: (len(n), n)):
-        file = folder / name
-        if not file.is_file():
+    listing = _listing(folder, budget)
+    ranks = {int(m.group(1)): n for n in listing if (m := _RANK_FILE.match(n))}
+    for name in [COMMON_FILE] + [ranks[r] for r in sorted(ranks)]:
+        if name not in listing:
             continue
-        sub = inspect_file(str(file))
+        sub = inspect_file(str(inside(folder, name, name)), budget)
         unsafe.extend(sub.unsafe)
         extra_globals.update(sub.globals)
         for comp in sub.components:
@@ -172,24 +111,20 @@ def inspect_dcp(path: str) -> Inspection:
                 facts["rng"].add(comp.summary.split(" ")[0].lower())
         step = sub.step if step is None else step
         epoch = sub.epoch if epoch is None else epoch
-    saved_world = manifest.get("world_size")
+    saved_world = manifest.world_size if manifest else None
     writers = sorted({int(m.group(1)) for n in per_file if (m := _DISTCP.match(n))})
     if saved_world is not None:
-        rank_files = sorted(
-            int(p.stem.split("_")[1]) for p in folder.glob("rank_*.pt") if p.stem.split("_")[1].isdigit()
-        )
-        lacking = [r for r in range(int(saved_world)) if r not in rank_files]
+        lacking = _lacking_ranks(saved_world, set(ranks))
         if lacking:
             rank_lines.append(f"no RNG/loader file for rank(s) {lacking}")
     findings = resume_gaps(str(folder), comps, facts)
-    size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
     result = Inspection(
         path=str(folder),
         format="DCP directory (torch.distributed.checkpoint)",
-        size_bytes=size,
+        size_bytes=sum(listing.values()),
         root=None,
         unsafe=unsafe,
-        globals=sorted({u.ref.dotted for u in meta["globals"]} | extra_globals),
+        globals=sorted({u.ref.dotted for u in meta.globals} | extra_globals),
         tensors=tensors,
         components=comps,
         findings=findings,
@@ -199,11 +134,27 @@ def inspect_dcp(path: str) -> Inspection:
     header = [
         f"written by {len(writers)} rank(s)"
         + (f" (world size {saved_world})" if saved_world is not None else "")
-        + (", by traindoctor.checkpoint" if manifest else "")
+        + (", by traindoctor.checkpoint" if manifest and manifest.raw else "")
     ]
     result.ranks = header + rank_lines
     result.scalars = scalars
     return result
+
+
+def _listing(folder: Path, budget: Budget) -> dict[str, int]:
+    """The regular files directly in ``folder`` (not following symlinks) and their sizes."""
+    found: dict[str, int] = {}
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            budget.spend_entries("files in the checkpoint folder")
+            try:
+                if entry.is_file(follow_symlinks=False):
+                    found[entry.name] = entry.stat(follow_symlinks=False).st_size
+                elif entry.is_symlink() and entry.is_file():
+                    found[entry.name] = 0
+            except OSError:
+                continue
+    return found
 
 
 def is_dcp_dir(path: str | os.PathLike[str]) -> bool:

@@ -1,95 +1,89 @@
 """One torch checkpoint file, read without executing or importing anything from it.
 
-The zip archive is read with :mod:`zipfile`, its ``data.pkl`` with
-:mod:`traindoctor.checkpoint.pickle_reader`. The result lists the entries (tensors with dtype,
-shape and bytes) and recognises the model, optimizer, scheduler, GradScaler, RNG and
-data-position states by their shape; :func:`~traindoctor.checkpoint.inspection.resume_gaps`
-says what a resume from it would lack.
+:mod:`traindoctor.checkpoint.archive` reads the zip archive's ``data.pkl`` (or a raw pickle) with
+:mod:`traindoctor.checkpoint.pickle_reader`, within the inspection's limits. This module walks
+the result once: it lists the tensors (dtype, shape, bytes) and recognises the model, optimizer,
+scheduler, GradScaler, RNG and data-position states by their shape;
+:func:`~traindoctor.checkpoint.inspection.resume_gaps` says what a resume from it would lack.
 """
 
 from __future__ import annotations
 
-import os
-import zipfile
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
+from traindoctor.checkpoint.archive import read_torch_file
 from traindoctor.checkpoint.inspection import CheckpointReadError, Component, Inspection, resume_gaps
-from traindoctor.checkpoint.pickle_reader import (
-    Call,
-    PickleError,
-    ReadResult,
-    TensorInfo,
-    read_pickle,
-)
+from traindoctor.checkpoint.limits import Budget, LimitExceeded
+from traindoctor.checkpoint.pickle_values import Call, TensorInfo, describe
 from traindoctor.units import format_bytes
 
-MAX_PICKLE_BYTES = 512 * 1024 * 1024
 CPU_RNG_BYTES = 5056  # size of torch's CPU Mersenne Twister state
-_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+#: Key paths are shortened in the middle beyond this many characters (a crafted stream may
+#: nest long keys a thousand deep).
+MAX_PATH = 400
+_MAX_KEY = 200
+#: Param groups detailed per optimizer.
+MAX_GROUPS_SHOWN = 1000
 
 
-def _read_zip(path: str) -> tuple[ReadResult, dict[str, int]]:
-    try:
-        archive = zipfile.ZipFile(path)
-    except zipfile.BadZipFile:
-        raise CheckpointReadError(
-            "corrupt or truncated checkpoint: the zip archive's directory is missing (was the write interrupted?)"
-        ) from None
-    with archive:
-        pickles = [i for i in archive.infolist() if i.filename.endswith("data.pkl") and i.filename.count("/") == 1]
-        if len(pickles) != 1:
-            raise CheckpointReadError("zip file is not a torch checkpoint (no <name>/data.pkl)")
-        info = pickles[0]
-        if info.file_size > MAX_PICKLE_BYTES:
-            raise CheckpointReadError(f"data.pkl is {info.file_size} bytes; refusing to read")
-        prefix = info.filename[: -len("data.pkl")]
-        try:
-            data = archive.read(info)
-        except (zipfile.BadZipFile, OSError, EOFError) as exc:
-            raise CheckpointReadError(f"corrupt checkpoint: {exc}") from None
-        storages = {
-            i.filename[len(prefix) + len("data/") :]: i.file_size
-            for i in archive.infolist()
-            if i.filename.startswith(prefix + "data/")
-        }
-    try:
-        return read_pickle(data), storages
-    except PickleError as exc:
-        raise CheckpointReadError(f"corrupt checkpoint: {exc}") from None
+@dataclass(slots=True)
+class Visit:
+    """One (key path, value) pair of :func:`walk`.
+
+    ``repeat``: a container already visited under another path (its children are not visited
+    again). ``inside``: an ancestor was claimed. Set ``claimed`` to mark this value's subtree.
+    """
+
+    path: str
+    value: Any
+    inside: bool = False
+    repeat: bool = False
+    claimed: bool = False
 
 
-def _read_raw_pickle(path: str) -> ReadResult:
-    with open(path, "rb") as fh:
-        data = fh.read(MAX_PICKLE_BYTES)
-    try:
-        return read_pickle(data)
-    except PickleError as exc:
-        raise CheckpointReadError(f"not a readable checkpoint: {exc}") from None
+def _join(here: str, key: Any) -> str:
+    segment = key if isinstance(key, str) else describe(key)
+    if len(segment) > _MAX_KEY:
+        segment = segment[: _MAX_KEY - 1] + "…"
+    path = f"{here}.{segment}" if here else segment
+    if len(path) > MAX_PATH:
+        path = path[:100] + "…" + path[-(MAX_PATH - 101) :]
+    return path
 
 
-def walk(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
-    """Every (key path, value) pair in pre-order, each container once.
+def walk(value: Any, budget: Budget, path: str = "") -> Iterator[Visit]:
+    """Every (key path, value) pair in pre-order, each container's children once.
 
-    Iterative (a crafted stream may nest thousands deep) and visiting shared containers once
-    (memo references can make a small stream describe an exponentially large tree).
+    Iterative (a crafted stream may nest thousands deep), visiting shared containers once
+    (memo references can make a small stream describe an exponentially large tree), and
+    charging each visit to ``budget``; deeper than its depth limit is refused.
     """
     seen: set[int] = set()
-    stack: list[tuple[str, Any]] = [(path, value)]
+    stack: list[tuple[str, Any, bool, int]] = [(path, value, False, 0)]
+    max_depth = budget.limits.depth
     while stack:
-        here, item = stack.pop()
-        yield here, item
-        if id(item) in seen:
-            continue
-        if isinstance(item, Call):
-            pairs = _object_children(item)
-        elif isinstance(item, (dict, list, tuple)):
-            pairs = list(item.items()) if isinstance(item, dict) else list(enumerate(item))
-        else:
+        here, item, inside, depth = stack.pop()
+        budget.spend_items()
+        container = isinstance(item, (dict, list, tuple, Call))
+        visit = Visit(here, item, inside, container and id(item) in seen)
+        yield visit
+        if not container or visit.repeat:
             continue
         seen.add(id(item))
-        for key, child in reversed(pairs):
-            stack.append((f"{here}.{key}" if here else str(key), child))
+        if isinstance(item, Call):
+            pairs = _object_children(item)
+        elif isinstance(item, dict):
+            pairs = list(item.items())
+        else:
+            pairs = list(enumerate(item))
+        if not pairs:
+            continue
+        if depth >= max_depth:
+            raise LimitExceeded(f"pickle nests deeper than {max_depth} levels", "depth", max_depth)
+        inner = inside or visit.claimed
+        stack.extend((_join(here, key), child, inner, depth + 1) for key, child in reversed(pairs))
 
 
 _MODULE_SLOTS = ("_parameters", "_buffers", "_modules")
@@ -191,26 +185,31 @@ def _is_data_position(value: Any) -> bool:
     return isinstance(value, dict) and ("batches_done" in value or "samples_done" in value)
 
 
-def _plain(value: Any) -> str:
+def _plain(value: Any, depth: int = 0) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, (list, tuple)) and len(value) <= 4:
-        return "(" + ", ".join(_plain(v) for v in value) + ")"
-    if isinstance(value, (int, str, bool)) or value is None:
-        return repr(value) if isinstance(value, str) else str(value)
+        if depth >= 3:
+            return "(…)"
+        return "(" + ", ".join(_plain(v, depth + 1) for v in value) + ")"
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, (int, str)):
+        return describe(value, 200)
     return type(value).__name__
 
 
-def _optimizer_component(path: str, value: dict[str, Any]) -> Component:
+def _optimizer_component(path: str, value: dict[str, Any], budget: Budget) -> Component:
     raw_state = value.get("state")
     state: dict[Any, Any] = raw_state if isinstance(raw_state, dict) else {}
+    budget.spend_items(len(state))
     buffers = sorted({str(k) for entry in state.values() if isinstance(entry, dict) for k in entry})
     groups = value["param_groups"]
     summary = f"optimizer state: {len(groups)} param group(s), state for {len(state)} param(s)" + (
         f" ({', '.join(buffers)})" if buffers else " (empty)"
     )
     details = []
-    for index, group in enumerate(groups):
+    for index, group in enumerate(groups[:MAX_GROUPS_SHOWN]):
         if not isinstance(group, dict):
             continue
         params = group.get("params")
@@ -221,36 +220,60 @@ def _optimizer_component(path: str, value: dict[str, Any]) -> Component:
         ]
         count = len(params) if isinstance(params, list) else "?"
         details.append(f"group {index}: params={count} " + " ".join(shown))
+    if len(groups) > MAX_GROUPS_SHOWN:
+        details.append(f"... {len(groups) - MAX_GROUPS_SHOWN} more param group(s)")
     return Component("optimizer", path, summary, details)
 
 
-def _components(root: Any) -> tuple[list[Component], dict[str, Any]]:
-    """Recognise the parts of a checkpoint by shape; also collect facts for the findings."""
-    comps: list[Component] = []
-    facts: dict[str, Any] = {
-        "cuda_tensors": False,
-        "initial_lr": False,
-        "scaler_slots": [],
-        "rng": set(),
-        "step": None,
-        "epoch": None,
-    }
-    claimed: list[str] = []
+@dataclass
+class Contents:
+    """What one walk over a checkpoint's value found."""
 
-    def inside_claimed(path: str) -> bool:
-        return any(path == c or c == "" or path.startswith(c + ".") for c in claimed)
+    tensors: list[tuple[str, TensorInfo]] = field(default_factory=list)
+    components: list[Component] = field(default_factory=list)
+    #: What the reader noticed beside the components (see ``resume_gaps``), step and epoch.
+    facts: dict[str, Any] = field(default_factory=dict)
+    #: A whole pickled ``nn.Module`` is somewhere in the value.
+    has_module: bool = False
 
-    for path, value in walk(root):
+
+def describe_contents(root: Any, budget: Budget) -> Contents:
+    """Walk ``root`` once: its tensors, and its parts recognised by shape."""
+    found = Contents(
+        facts={
+            "cuda_tensors": False,
+            "initial_lr": False,
+            "scaler_slots": [],
+            "rng": set(),
+            "step": None,
+            "epoch": None,
+        }
+    )
+    comps, facts = found.components, found.facts
+
+    def add(component: Component) -> None:
+        budget.spend_entries("components")
+        comps.append(component)
+
+    for visit in walk(root, budget):
+        path, value = visit.path, visit.value
         label = path or "<root>"
-        if isinstance(value, TensorInfo) and value.device.startswith("cuda"):
-            facts["cuda_tensors"] = True
-        if inside_claimed(path):
+        if isinstance(value, TensorInfo):
+            budget.spend_entries("tensors")
+            found.tensors.append((label, value))
+            if value.device.startswith("cuda"):
+                facts["cuda_tensors"] = True
+        if visit.repeat:
+            continue
+        if _is_module(value):
+            found.has_module = True
+        if visit.inside:
             continue
         leaf = path.rsplit(".", 1)[-1].lower()
         if _is_module(value):
-            inner = [t for p, t in walk(value) if isinstance(t, TensorInfo)]
+            inner = [v.value for v in walk(value, budget) if isinstance(v.value, TensorInfo)]
             params = sum(t.numel for t in inner)
-            comps.append(
+            add(
                 Component(
                     "model",
                     label,
@@ -260,25 +283,24 @@ def _components(root: Any) -> tuple[list[Component], dict[str, Any]]:
                     "imports and runs its classes' code",
                 )
             )
-            claimed.append(path)
+            visit.claimed = True
         elif _is_state_dict(value):
             params = sum(t.numel for t in value.values())
             nbytes = sum(t.nbytes for t in value.values())
-            comps.append(
+            add(
                 Component(
                     "model", label, f"model weights: {len(value)} tensors, {params:,} values ({format_bytes(nbytes)})"
                 )
             )
-            claimed.append(path)
+            visit.claimed = True
         elif _is_optimizer(value):
-            comp = _optimizer_component(label, value)
-            comps.append(comp)
-            claimed.append(path)
+            add(_optimizer_component(label, value, budget))
+            visit.claimed = True
             if any(isinstance(g, dict) and "initial_lr" in g for g in value["param_groups"]):
                 facts["initial_lr"] = True
         elif _is_scheduler(value):
             last = value.get("_last_lr")
-            comps.append(
+            add(
                 Component(
                     "scheduler",
                     label,
@@ -286,14 +308,15 @@ def _components(root: Any) -> tuple[list[Component], dict[str, Any]]:
                     f"{_plain(value.get('last_epoch'))}" + (f", last lr={_plain(last)}" if last is not None else ""),
                 )
             )
-            claimed.append(path)
+            visit.claimed = True
         elif _is_scaler(value):
-            comps.append(Component("scaler", label, f"GradScaler state: scale={_plain(value.get('scale'))}"))
-            claimed.append(path)
+            add(Component("scaler", label, f"GradScaler state: scale={_plain(value.get('scale'))}"))
+            visit.claimed = True
         elif "scaler" in leaf and (value is None or value == {}):
+            budget.spend_entries("components")
             facts["scaler_slots"].append(label)
         elif _is_data_position(value):
-            comps.append(
+            add(
                 Component(
                     "data",
                     label,
@@ -302,74 +325,86 @@ def _components(root: Any) -> tuple[list[Component], dict[str, Any]]:
                     f"{_plain(value.get('batches_done'))} batches into it",
                 )
             )
-            claimed.append(path)
+            visit.claimed = True
         elif _is_cpu_rng(value):
             facts["rng"].add("torch")
-            comps.append(Component("rng", label, "torch CPU RNG state"))
+            add(Component("rng", label, "torch CPU RNG state"))
         elif _is_cuda_rng(path, value):
             facts["rng"].add("cuda")
-            comps.append(Component("rng", label, "CUDA RNG state"))
+            add(Component("rng", label, "CUDA RNG state"))
         elif _is_numpy_rng(path, value):
             facts["rng"].add("numpy")
-            comps.append(Component("rng", label, "NumPy RNG state"))
-            claimed.append(path)
+            add(Component("rng", label, "NumPy RNG state"))
+            visit.claimed = True
         elif _is_python_rng(value):
             facts["rng"].add("python")
-            comps.append(Component("rng", label, "Python random state"))
-            claimed.append(path)
+            add(Component("rng", label, "Python random state"))
+            visit.claimed = True
         elif leaf in ("step", "global_step", "iteration") and isinstance(value, int) and facts["step"] is None:
             facts["step"] = value
         elif leaf == "epoch" and isinstance(value, int) and facts["epoch"] is None:
             facts["epoch"] = value
-    return comps, facts
+    return found
 
 
-def inspect_file(name: str) -> Inspection:
+def inspect_file(name: str, budget: Budget | None = None) -> Inspection:
     """Describe the torch file ``name`` (see :func:`traindoctor.checkpoint.inspect.inspect_checkpoint`)."""
-    try:
-        size = os.path.getsize(name)
-        with open(name, "rb") as fh:
-            head = fh.read(4)
-    except OSError as exc:
-        raise CheckpointReadError(f"cannot read: {exc.strerror or exc}") from None
-    storages: dict[str, int] = {}
-    if head.startswith(b"PK\x03\x04"):
-        result, storages = _read_zip(name)
-        fmt = "torch zip"
-    elif head[:1] == b"\x80":
-        result = _read_raw_pickle(name)
-        if not result.unsafe() and result.value == _LEGACY_MAGIC:
-            raise CheckpointReadError(
-                "legacy (pre-1.6, non-zip) torch checkpoint: not supported by inspect; load it "
-                "in a trusted environment and re-save it with torch.save"
-            )
-        fmt = "raw pickle (not a torch zip checkpoint)"
-    elif not head:
-        raise CheckpointReadError("empty file")
-    else:
-        raise CheckpointReadError("not a torch checkpoint (neither a zip archive nor a pickle)")
+    budget = budget or Budget()
+    torch_file = read_torch_file(name, budget)
+    result = torch_file.result
+    zipped = torch_file.format == "zip"
+    fmt = "torch zip" if zipped else "raw pickle (not a torch zip checkpoint)"
     unsafe = result.unsafe()
-    tensors = [(p or "<root>", v) for p, v in walk(result.value) if isinstance(v, TensorInfo)]
-    missing = sorted({t.storage_key for _, t in tensors if t.storage_key is not None and t.storage_key not in storages})
-    if missing and fmt == "torch zip" and not unsafe:
+    contents = describe_contents(result.value, budget)
+    tensors = contents.tensors
+    missing = sorted(
+        {t.storage_key for _, t in tensors if t.storage_key is not None and t.storage_key not in torch_file.storages}
+    )
+    if missing and zipped and not unsafe:
         raise CheckpointReadError(
             f"corrupt checkpoint: tensor data missing from the archive (storages {', '.join(missing[:5])})"
         )
-    comps, facts = _components(result.value)
-    findings = resume_gaps(name, comps, facts) if fmt == "torch zip" else []
+    facts = contents.facts
+    findings = resume_gaps(name, contents.components, facts) if zipped else []
     imports = sorted({u.ref.dotted for u in unsafe if u.called})
     return Inspection(
         path=name,
         format=fmt,
-        size_bytes=size,
+        size_bytes=torch_file.size,
         root=result.value,
         unsafe=unsafe,
         globals=sorted({u.ref.dotted for u in result.globals}),
         tensors=tensors,
-        components=comps,
+        components=contents.components,
         findings=findings,
         step=facts["step"],
         epoch=facts["epoch"],
         missing_storages=missing,
-        imports=imports if any(_is_module(v) for _, v in walk(result.value)) else [],
+        imports=imports if contents.has_module else [],
+        collidable=result.collidable,
     )
+
+
+def check_before_load(name: str, budget: Budget | None = None) -> None:
+    """Refuse, before ``torch.load`` sees it, a file that traindoctor's reader would not pass.
+
+    The whole file is read as ``ckpt inspect`` reads it (within ``budget``'s limits: a
+    million-deep tuple or colliding keys are refused here, not a crash or an hour inside
+    torch's unpickler) and one that names a global outside torch's weights_only allowlist is
+    refused naming it. Raises :class:`CheckpointReadError`.
+    """
+    budget = budget or Budget()
+    checked = inspect_file(name, budget)
+    limit = budget.limits.collidable
+    if checked.collidable > limit:
+        raise LimitExceeded(
+            f"{name}: {checked.collidable} large integers or float keys, whose hashes a crafted file makes "
+            "collide (torch's unpickler would take quadratic time); not loaded",
+            "collidable",
+            limit,
+        )
+    if checked.unsafe:
+        names = sorted({u.ref.dotted for u in checked.unsafe})
+        raise CheckpointReadError(
+            f"{name}: references {', '.join(names[:10])}, outside torch's weights_only allowlist; refusing to load it"
+        )

@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from traindoctor.checkpoint.pickle_reader import GlobalUse, TensorInfo
+from traindoctor.checkpoint.pickle_values import GlobalUse, TensorInfo
 
 
-class CheckpointReadError(Exception):
-    """The file cannot be read as a checkpoint: reported with a clear message, exit code 2."""
+class CheckpointReadError(ValueError):
+    """The file cannot be read as a checkpoint, or is refused: reported with a clear message, exit code 2."""
 
 
 @dataclass
@@ -77,14 +77,22 @@ class Inspection:
     scalars: list[str] = field(default_factory=list)
     #: Whole pickled objects (``torch.save(model)``): the classes unpickling would import.
     imports: list[str] = field(default_factory=list)
+    #: Values of the pickle whose hashes a crafted stream can make collide (see ``ReadResult``).
+    collidable: int = 0
 
     @property
     def safe(self) -> bool:
         return not self.unsafe
 
     @property
+    def resumable(self) -> bool:
+        """Safe, nothing missing found, and model and optimizer state really there."""
+        kinds = {c.kind for c in self.components}
+        return self.safe and not self.findings and {"model", "optimizer"} <= kinds
+
+    @property
     def ok(self) -> bool:
-        return self.safe and not self.findings
+        return self.resumable
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON of ``ckpt inspect`` (whose findings also carry their rules' names and severities)."""
@@ -93,6 +101,7 @@ class Inspection:
             "format": self.format,
             "size_bytes": self.size_bytes,
             "safe": self.safe,
+            "resumable": self.resumable,
             "unsafe_globals": sorted({u.ref.dotted for u in self.unsafe}),
             "globals": self.globals,
             "tensors": [

@@ -33,14 +33,18 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from traindoctor.checkpoint.atomic import LAST_DIGITS, TMP_MARKER, fsync_dir, writer_alive
+from traindoctor.checkpoint.atomic import LAST_DIGITS, TMP_MARKER, fsync_dir, glob_escape, writer_alive
 from traindoctor.checkpoint.components import ResumeInfo, load_into, rank_and_world, state_of
+from traindoctor.checkpoint.dcp_load import load_checked
+from traindoctor.checkpoint.dcp_metadata import MANIFEST, DcpMetadata, Manifest, read_manifest, read_metadata
+from traindoctor.checkpoint.files import inside
+from traindoctor.checkpoint.inspection import CheckpointReadError
+from traindoctor.checkpoint.limits import Budget, Limits
 
 if TYPE_CHECKING:  # pragma: no cover
     from torch import nn
 
 SHARDED_FORMAT = "traindoctor.sharded/1"
-MANIFEST = "traindoctor.json"
 COMMON_FILE = "train_state.pt"
 OLD_MARKER = ".old-"
 
@@ -195,23 +199,41 @@ def _cleanup_stale(dest: Path) -> None:
             shutil.rmtree(entry, ignore_errors=True)
 
 
+def _backup_dirs(dest: Path) -> list[tuple[int, Path]]:
+    """The backups ``dest.1``, ``dest.2`` ... of a digit-less ``dest``, newest first."""
+    found = []
+    for entry in dest.parent.glob(glob_escape(dest.name) + ".*"):
+        suffix = entry.name[len(dest.name) + 1 :]
+        if suffix.isdigit() and entry.is_dir():
+            found.append((int(suffix), entry))
+    return sorted(found)
+
+
 def _rotate(dest: Path, keep_last: int | None) -> Path | None:
-    """Move the current ``dest`` aside before the commit; return where it went (to delete)."""
+    """Move the current ``dest`` aside before the commit; return where it went (to delete).
+
+    With ``keep_last`` and a digit-less name the backups shift up by one rename each
+    (``dest.i`` -> ``dest.i+1``) and ``dest`` becomes ``dest.1``; nothing is deleted until the
+    new directory is in place (:func:`_prune_backups`), so a kill here loses no checkpoint.
+    """
     if not dest.exists():
         return None
     if keep_last is not None and keep_last > 1 and not LAST_DIGITS.search(dest.name):
-        for index in range(keep_last - 1, 0, -1):
-            older = dest.with_name(f"{dest.name}.{index}")
-            if older.exists():
-                if index + 1 >= keep_last:
-                    shutil.rmtree(older, ignore_errors=True)
-                else:
-                    os.replace(older, dest.with_name(f"{dest.name}.{index + 1}"))
+        for index, older in reversed(_backup_dirs(dest)):
+            os.replace(older, dest.with_name(f"{dest.name}.{index + 1}"))
         os.rename(dest, dest.with_name(f"{dest.name}.1"))
         return None
     aside = dest.with_name(f".{dest.name}{OLD_MARKER}{secrets.token_hex(4)}")
     os.rename(dest, aside)
     return aside
+
+
+def _prune_backups(dest: Path, keep_last: int | None) -> None:
+    """After the commit: keep the ``keep_last - 1`` newest backups of a digit-less ``dest``."""
+    if keep_last is None or LAST_DIGITS.search(dest.name):
+        return
+    for _, old in _backup_dirs(dest)[max(0, keep_last - 1) :]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _prune_numbered(dest: Path, keep_last: int | None) -> None:
@@ -244,6 +266,7 @@ def _commit(tmp: Path, dest: Path, manifest: dict[str, Any], keep_last: int | No
     fsync_dir(dest.parent)
     if aside is not None:
         shutil.rmtree(aside, ignore_errors=True)
+    _prune_backups(dest, keep_last)
     _prune_numbered(dest, keep_last)
 
 
@@ -401,7 +424,7 @@ def save(
 
 def is_sharded_checkpoint(path: str | os.PathLike[str]) -> bool:
     p = Path(path)
-    return p.is_dir() and ((p / MANIFEST).is_file() or (p / ".metadata").is_file())
+    return p.is_dir() and ((p / MANIFEST).is_file() or (p / ".metadata").exists())
 
 
 def resolve(path: str | os.PathLike[str]) -> Path:
@@ -410,6 +433,9 @@ def resolve(path: str | os.PathLike[str]) -> Path:
     if dest.exists() or not dest.parent.is_dir():
         return dest
     aside = sorted(p for p in dest.parent.glob(f".{dest.name}{OLD_MARKER}*") if (p / MANIFEST).is_file())
+    first = dest.with_name(f"{dest.name}.1")
+    if not aside and (first / MANIFEST).is_file():
+        aside = [first]  # a rotating commit interrupted between its two renames
     if aside:
         warnings.warn(
             f"{dest}: missing (a save was interrupted between its two renames); "
@@ -420,87 +446,32 @@ def resolve(path: str | os.PathLike[str]) -> Path:
     return dest
 
 
-class _SafeLoadPlanner:
-    """DCP's default load planner, except that non-tensor items load with weights_only=True.
-
-    DCP stores non-tensor values (an optimizer's ``lr``, ``step`` ...) as ``torch.save`` bytes
-    and its default planner reads them with ``weights_only=False``, which runs code from the
-    checkpoint; here they are read like every other traindoctor file.
-    """
-
-    def __new__(cls) -> Any:
-        import torch
-        from torch.distributed.checkpoint._traverse import set_element
-        from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-
-        class SafeLoadPlanner(DefaultLoadPlanner):
-            def load_bytes(self, read_item: Any, value: Any) -> None:
-                loaded = torch.load(value, weights_only=True)
-                if self.flatten_state_dict:
-                    set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], loaded)
-                else:
-                    self.state_dict[read_item.dest_index.fqn] = loaded
-
-        return SafeLoadPlanner()
-
-
-def check_metadata(path: Path) -> set[str]:
-    """Refuse a ``.metadata`` whose pickle names anything but DCP's metadata classes.
-
-    DCP reads ``.metadata`` with ``pickle``; our reader walks it first without executing it.
-    Returns the names of the saved entries.
-    """
-    from traindoctor.checkpoint.pickle_reader import PickleError, read_pickle
-
-    meta = path / ".metadata"
-    try:
-        data = meta.read_bytes()
-        result = read_pickle(data)
-    except (OSError, PickleError) as exc:
-        raise ValueError(f"{path}: unreadable DCP .metadata: {exc}") from None
-    bad = sorted({u.ref.dotted for u in result.globals if not metadata_global_allowed(u.ref)})
-    if bad:
-        raise ValueError(f"{path}: .metadata references {', '.join(bad)}: not DCP metadata; refusing to unpickle it")
-    state = getattr(result.value, "state", None)
-    entries = state.get("state_dict_metadata") if isinstance(state, dict) else None
-    return {str(k) for k in entries} if isinstance(entries, dict) else set()
-
-
-def metadata_global_allowed(ref: Any) -> bool:
-    from traindoctor.checkpoint.pickle_reader import is_allowed
-
-    return (
-        is_allowed(ref)
-        or ref.module
-        in (
-            "torch.distributed.checkpoint.metadata",
-            "torch.distributed.checkpoint.planner",
-            "torch.distributed.checkpoint.filesystem",
-            "torch.distributed.checkpoint._extension",
-            "torch.distributed.checkpoint._hf_utils",
-        )
-        or ref.dotted
-        in (
-            "builtins.dict",
-            "builtins.list",
-            "torch.Size",
-            "builtins.slice",
-            "pathlib.PosixPath",
-            "pathlib.WindowsPath",
-            "pathlib.Path",
-            "pathlib.PurePosixPath",
-            "pathlib.PureWindowsPath",
-            "torch.distributed._shard.sharded_tensor.metadata.TensorProperties",
-            "torch.distributed._shard.metadata.ShardMetadata",
-        )
-        or (ref.module == "torch" and ref.name in ("strided", "contiguous_format", "preserve_format", "channels_last"))
-    )
-
-
-def _torch_load(path: Path) -> Any:
+def _torch_load(path: Path, budget: Budget | None = None) -> Any:
+    """``torch.load`` of one of traindoctor's files in a sharded checkpoint, after traindoctor's
+    reader found it inside the checkpoint, within the limits, and naming no unsafe global."""
     import torch
 
-    return torch.load(path, map_location="cpu", weights_only=True)
+    from traindoctor.checkpoint.file_inspect import check_before_load
+
+    target = inside(path.parent, path.name, path.name)
+    # a fresh budget per file: its clock must not count the time DCP took for the shards
+    check_before_load(str(target), Budget(budget.limits if budget else None))
+    return torch.load(target, map_location="cpu", weights_only=True)
+
+
+def _checked_directory(dest: Path, budget: Budget) -> tuple[DcpMetadata, Manifest | None]:
+    """``dest``'s ``.metadata`` and manifest, checked before DCP or torch read anything."""
+    try:
+        meta = read_metadata(dest, budget)
+        manifest = read_manifest(dest, budget)
+    except CheckpointReadError as exc:
+        raise CheckpointReadError(f"{dest}: {exc}; refusing to unpickle it") from None
+    if meta.unsafe:
+        bad = sorted({u.ref.dotted for u in meta.unsafe})
+        raise CheckpointReadError(
+            f"{dest}: .metadata references {', '.join(bad[:10])}: not DCP metadata; refusing to unpickle it"
+        )
+    return meta, manifest
 
 
 def load(
@@ -514,9 +485,14 @@ def load(
     loader: Any = None,
     strict: bool = True,
     rng: bool = True,
+    limits: Limits | None = None,
 ) -> ResumeInfo:
-    """Every rank calls this; the model may be sharded differently from the saving run."""
-    from torch.distributed.checkpoint import state_dict_loader
+    """Every rank calls this; the model may be sharded differently from the saving run.
+
+    ``.metadata``, ``traindoctor.json`` and traindoctor's ``.pt`` files are checked first (see
+    :func:`_checked_directory`): a checkpoint that names unsafe globals, places a shard outside
+    its folder or goes past ``limits`` is refused with a :class:`CheckpointReadError`.
+    """
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
         set_model_state_dict,
@@ -529,18 +505,16 @@ def load(
     dest = resolve(path)
     if not dest.is_dir():
         raise FileNotFoundError(f"{dest}: no sharded checkpoint here")
-    entries = check_metadata(dest)
-    try:
-        manifest = json.loads((dest / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        manifest = {"components": ["model", "optimizer"], "world_size": None}
-    saved_world = manifest.get("world_size")
+    budget = Budget(limits)
+    meta, manifest = _checked_directory(dest, budget)
+    entries = {fqn for fqn, _ in meta.tensors} | set(meta.scalars)
+    saved_world = manifest.world_size if manifest else None
     rank, world = rank_and_world()
     model = _single(model)
     optimizers = _optimizers(optimizer)
     use_optim = bool(optimizers) and any(k.startswith("optimizer.") for k in entries)
     state = _dcp_state(model, optimizers if use_optim else [])
-    state_dict_loader.load(state, checkpoint_id=str(dest), planner=_SafeLoadPlanner())
+    load_checked(state, dest, meta.data)
     options = StateDictOptions(strict=strict)
     if use_optim:
         set_state_dict(
@@ -548,7 +522,7 @@ def load(
         )
     else:
         set_model_state_dict(model, state["model"], options=options)
-    common = _torch_load(dest / COMMON_FILE) if (dest / COMMON_FILE).is_file() else {}
+    common = _torch_load(dest / COMMON_FILE, budget) if (dest / COMMON_FILE).is_file() else {}
     info = ResumeInfo(path=str(dest), step=common.get("step"), epoch=common.get("epoch"), extra=common.get("extra"))
     info.restored.append("model")
     if optimizers:
@@ -562,13 +536,12 @@ def load(
         else:
             info.missing.append(name)
     own = dest / rank_file(rank)
-    mine = _torch_load(own) if own.is_file() else None
-    resharded = saved_world is not None and saved_world != world
+    mine = _torch_load(own, budget) if own.is_file() else None
     for name, obj in (("sampler", sampler), ("loader", loader)):
         if obj is None:
             continue
-        if resharded:
-            message = _load_resharded_position(dest, name, obj, int(saved_world), world)
+        if saved_world is not None and saved_world != world:
+            message = _load_resharded_position(dest, name, obj, saved_world, world)
             if message is None:
                 info.restored.append(name)
             else:
@@ -599,13 +572,20 @@ def load(
     return info
 
 
+def _rank_files(dest: Path) -> set[int]:
+    """The ranks whose ``rank_<r>.pt`` is in ``dest`` (listed, never probed rank by rank)."""
+    found = set()
+    for entry in os.scandir(dest):
+        stem, _, rank = entry.name.removesuffix(".pt").partition("_")
+        if stem == "rank" and entry.name.endswith(".pt") and rank.isdigit() and entry.is_file():
+            found.add(int(rank))
+    return found
+
+
 def _load_resharded_position(dest: Path, name: str, obj: Any, saved_world: int, world: int) -> str | None:
     """Move a data position saved on ``saved_world`` ranks to ``world`` ranks, or say why not."""
-    states = []
-    for r in range(saved_world):
-        f = dest / rank_file(r)
-        if f.is_file():
-            states.append(_torch_load(f).get(name))
+    present = sorted(r for r in _rank_files(dest) if r < saved_world)
+    states = [_torch_load(dest / rank_file(r)).get(name) for r in present]
     states = [s for s in states if s is not None]
     if not states:
         return f"{name}: no saved position"
