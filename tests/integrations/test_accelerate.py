@@ -33,8 +33,7 @@ def test_seeded_mistakes_under_traindoctor_run(runs) -> None:
         "TD204",
         "TD210",
         "TD501",
-        "TD504",
-    ]  # weights only: no RNG either; Linear -> BatchNorm1d (TD210)
+    ]  # weights only: TD501 alone (its full-state fix saves the RNG too); Linear -> BatchNorm1d (TD210)
     td202 = run.finding("TD202")["evidence"]  # accelerator.accumulate(): 4 backward per real step
     assert (td202["batchnorm_batch"], td202["backward_per_step"], td202["effective_batch"]) == (4, 4, 16)
     td204 = run.finding("TD204")["evidence"]

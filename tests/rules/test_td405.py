@@ -14,6 +14,18 @@ import traindoctor
 pytestmark = pytest.mark.skipif(not has_c_compiler(), reason="torch.compile's CPU inductor backend needs a C compiler")
 
 
+@pytest.fixture(autouse=True)
+def _forget_compiled_frames():
+    """Leave the process as uncompiled as it was: once dynamo has compiled a frame, the doctor
+    keeps its layer patches for good (a changing forward would recompile), which later tests of
+    the patch windows in this process would see."""
+    yield
+    torch._dynamo.reset()
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+
+
 def _train(dynamic: bool | None, batches: list[int]) -> None:
     torch._dynamo.reset()
     torch.manual_seed(0)
