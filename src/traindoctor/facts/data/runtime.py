@@ -69,9 +69,8 @@ def epoch_period_s(session: Any, info: Any) -> float:
     ``info``: the mean time between the epoch starts of the training loader that ran the most
     epochs (an evaluation pass inside the epoch counts within it); without one that ran twice,
     ``info``'s own time per pass."""
-    runs = [i for i in session.loaders if i.feeds_training and i.epochs >= 2 and i.last_start > i.first_start]
-    if runs:
-        train = max(runs, key=lambda i: (i.epochs, -i.id))
+    train = _epoch_loader(session)
+    if train is not None and train.last_start > train.first_start:
         span: float = train.last_start - train.first_start
         return span / int(train.epochs - 1)
     active: float = info.active_s
@@ -80,11 +79,16 @@ def epoch_period_s(session: Any, info: Any) -> float:
 
 def passes_per_epoch(session: Any, info: Any) -> float:
     """How many times ``info`` is iterated per epoch of the training loop (1.0 without one)."""
-    runs = [i for i in session.loaders if i.feeds_training and i.epochs >= 2]
-    if not runs or info.feeds_training:
+    train = _epoch_loader(session)
+    if train is None or info.feeds_training:
         return 1.0
-    train = max(runs, key=lambda i: (i.epochs, -i.id))
     return int(info.epochs) / int(train.epochs)
+
+
+def _epoch_loader(session: Any) -> Any:
+    """The training loader that ran the most epochs (two at least): the loop's epoch clock."""
+    runs = [i for i in session.loaders if i.feeds_training and i.epochs >= 2]
+    return max(runs, key=lambda i: (i.epochs, -i.id)) if runs else None
 
 
 def worker_budget(session: Any) -> int:

@@ -73,10 +73,9 @@ class TooManyWorkersMonitor(Monitor):
 
         session = self.session
         loaders = ev.loaders_with_workers(session.loaders)
-        if not loaders:
+        peak, peak_info = ev.peak_workers(session)
+        if peak_info is None:
             return
-        peak_info = max(loaders, key=lambda i: (i.max_concurrent_workers, -i.id))
-        peak = peak_info.max_concurrent_workers
         local = max(int(session.local_world_size), 1)
         if local > 1 and session.cpu_count >= session.machine_cores:
             # All ranks share all cores: TD603 (workers x ranks vs machine cores) says it.

@@ -107,12 +107,13 @@ class TrainingObjects:
         built = self.built[OPTIMIZER]
         if self.named_optimizers or not built:
             return False
-        for call in built.values():
-            if self.ctx.qualname(call.func) != "torch.optim.SGD":
-                return False
-            if self.ctx.arg_value(call, "momentum", default=0, qualname="torch.optim.SGD") != 0:
-                return False
-        return True
+        return all(self.stateless(call) for call in built.values())
+
+    def stateless(self, call: ast.Call) -> bool:
+        """Whether an optimizer constructor builds plain SGD without momentum (no state)."""
+        return self.ctx.qualname(call.func) == "torch.optim.SGD" and (
+            self.ctx.arg_value(call, "momentum", default=0, qualname="torch.optim.SGD") == 0
+        )
 
     # -------------------------------------------------------------- local functions and names
     @cached_property

@@ -91,7 +91,7 @@ class TrainingCheckpoints(IndexPart):
         built = [(n, c) for n, c in self.objects.exists(OPTIMIZER) if not n.startswith("<")]
         if len(built) < 2 or self.saves.complete_saves or self.in_test_code:
             return []
-        stateful = {n for n, c in built if not self._stateless(c)}
+        stateful = {n for n, c in built if not self.objects.stateless(c)}
         out: list[tuple[SaveSite, list[str]]] = []
         for site in self.training_checkpoints():
             pieces = [p for p in site.saved.pieces if p.kind == OPTIMIZER]
@@ -112,13 +112,6 @@ class TrainingCheckpoints(IndexPart):
             if missing:
                 out.append((site, missing))
         return out
-
-    def _stateless(self, call: ast.Call) -> bool:
-        """Plain SGD without momentum (no per-parameter state)."""
-        ctx = self.ctx
-        return ctx.qualname(call.func) == "torch.optim.SGD" and (
-            ctx.arg_value(call, "momentum", default=0, qualname="torch.optim.SGD") == 0
-        )
 
     def model_only_in_loop(self) -> list[SaveSite]:
         """Model-weight saves in the training loop of a training file with no optimizer state
