@@ -33,7 +33,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/runtime_overhead.py
 
 # Every GPU path in one go (< 5 min on one NVIDIA GPU); writes gpu_check.json and gpu_check.md.
-# Without CUDA it says it needs a GPU and exits 0.
+# Without CUDA (no GPU, or a CPU wheel) it says why and exits 2; --allow-cpu rehearses it on the CPU.
 gpu-check: $(STAMP)
 	$(PY) benchmarks/gpu_check.py --json gpu_check.json --markdown gpu_check.md
 

@@ -290,7 +290,7 @@ def _metadata(ckpt: Path) -> object:
 def dcp_metadata_dotted_stack_global(folder: Path, canary: str) -> Path:
     ckpt = _dcp_dir(folder)
     meta = _metadata(ckpt)
-    meta.state_dict_metadata["payload"] = _Payload(  # type: ignore[attr-defined]
+    meta.state_dict_metadata["payload"] = _Payload(
         _Dotted("torch.distributed.checkpoint.filesystem", "os.system"), touch(canary)
     )
     write(ckpt / ".metadata", forge(meta, protocol=4))
@@ -301,7 +301,7 @@ def dcp_metadata_dotted_stack_global(folder: Path, canary: str) -> Path:
 def dcp_metadata_reduce(folder: Path, canary: str) -> Path:
     ckpt = _dcp_dir(folder)
     meta = _metadata(ckpt)
-    meta.storage_meta = _Payload(os.system, touch(canary))  # type: ignore[attr-defined]
+    meta.storage_meta = _Payload(os.system, touch(canary))
     write(ckpt / ".metadata", pickle.dumps(meta, protocol=5))
     return ckpt
 
@@ -326,7 +326,7 @@ def _move_shard(folder: Path, relative: Callable[[Path, Path], str]) -> Path:
     shard = outside / "__0_0.distcp"
     shutil.move(str(ckpt / "__0_0.distcp"), shard)
     meta = _metadata(ckpt)
-    for info in meta.storage_data.values():  # type: ignore[attr-defined]
+    for info in meta.storage_data.values():
         info.relative_path = relative(ckpt, shard)
     write(ckpt / ".metadata", pickle.dumps(meta, protocol=4))
     return ckpt
@@ -358,7 +358,7 @@ def dcp_shard_symlink_out(folder: Path, canary: str) -> Path:
 def dcp_range_past_the_shard(folder: Path, canary: str) -> Path:
     ckpt = _dcp_dir(folder)
     meta = _metadata(ckpt)
-    for info in meta.storage_data.values():  # type: ignore[attr-defined]
+    for info in meta.storage_data.values():
         info.offset += 10_000_000
     write(ckpt / ".metadata", pickle.dumps(meta, protocol=4))
     return ckpt
@@ -548,7 +548,7 @@ def _forged_dcp_field(folder: Path, change: Callable[[object], None]) -> Path:
 
 def _set_lengths(value: object) -> Callable[[object], None]:
     def change(meta: object) -> None:
-        for info in meta.storage_data.values():  # type: ignore[attr-defined]
+        for info in meta.storage_data.values():
             info.length = value
 
     return change
@@ -567,7 +567,7 @@ def dcp_length_ten_to_the_2500(folder: Path, canary: str) -> Path:
 @case("resources", "refused", r"state_dict_metadata is not a dict", load=True)
 def dcp_entries_a_list(folder: Path, canary: str) -> Path:
     def change(meta: object) -> None:
-        meta.state_dict_metadata = list(meta.state_dict_metadata)  # type: ignore[attr-defined]
+        meta.state_dict_metadata = list(meta.state_dict_metadata)
 
     return _forged_dcp_field(folder, change)
 

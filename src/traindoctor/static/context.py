@@ -273,8 +273,11 @@ class FileContext:
         self.lines = lines if lines is not None else split_lines(source)
         self.nodes = build_index(tree)
         self._ordered: set[type[ast.AST]] = set()
+        #: Several node types merged into source order, once per combination asked for.
+        self._merged: dict[tuple[type[ast.AST], ...], list[ast.AST]] = {}
         self._shared: dict[str, Any] = {}
         self._scope_memo: dict[int, ast.AST] = {}
+        self._qualnames: dict[ast.AST, str | None] = {}
         self.imports = ImportMap()
         stars = False
         for node in self.of(ast.Import, ast.ImportFrom):
@@ -366,11 +369,14 @@ class FileContext:
                 self._ordered.add(t)
         if len(types) == 1:
             return self.nodes.get(types[0], [])
-        out: list[ast.AST] = []
-        for t in types:
-            out.extend(self.nodes.get(t, ()))
-        _sort_by_position(out, types)
-        return out
+        merged = self._merged.get(types)
+        if merged is None:
+            merged = []
+            for t in types:
+                merged.extend(self.nodes.get(t, ()))
+            _sort_by_position(merged, types)
+            self._merged[types] = merged
+        return list(merged)  # the caller's own list, as when it was merged for it alone
 
     @cached_property
     def parents(self) -> dict[ast.AST, ast.AST]:
@@ -378,17 +384,38 @@ class FileContext:
         return build_parents(self.tree)
 
     def qualname(self, node: ast.AST) -> str | None:
-        """Canonical fully qualified name of a Name/Attribute chain bound by an import."""
-        return self.imports.resolve(node)
+        """Canonical fully qualified name of a Name/Attribute chain bound by an import.
+
+        Remembered per node: the imports are complete once the context is built, and rules ask
+        about the same callees many times (every call of a large file, rule after rule)."""
+        memo = self._qualnames
+        if node in memo:
+            return memo[node]
+        found = memo[node] = self.imports.resolve(node)
+        return found
 
     @cached_property
     def _calls_by_name(self) -> dict[str, list[ast.Call]]:
         out: dict[str, list[ast.Call]] = {}
-        resolve = self.imports.resolve
+        qualname = self.qualname
         for call in self.of(ast.Call):
-            qn = resolve(call.func)
+            qn = qualname(call.func)
             if qn is not None:
                 out.setdefault(qn, []).append(call)
+        return out
+
+    @cached_property
+    def lowered_source(self) -> str:
+        """The file's text in lower case: a word no part of it spells (``"batch" in
+        ctx.segment(node).lower()``) is absent here too, so rules can skip a file at once."""
+        return self.source.lower()
+
+    @cached_property
+    def names_by_id(self) -> dict[str, list[ast.Name]]:
+        """Identifier -> every ``ast.Name`` spelling it (loads and stores), in source order."""
+        out: dict[str, list[ast.Name]] = {}
+        for node in self.of(ast.Name):
+            out.setdefault(node.id, []).append(node)
         return out
 
     @cached_property

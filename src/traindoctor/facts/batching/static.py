@@ -16,6 +16,7 @@ world_size``. This module finds each factor the way the file spells it:
 from __future__ import annotations
 
 import ast
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -193,6 +194,8 @@ def per_node_split(ctx: FileContext) -> ast.Assign | ast.AugAssign | None:
     """The ImageNet-example shape: ``batch_size = batch_size / ngpus_per_node`` while
     ``world_size = ngpus_per_node * world_size`` (nodes): the batch is total *per node*, so on
     several nodes the global batch grows with the node count. The assignment, or None."""
+    if "world_size" not in ctx.lowered_source:
+        return None  # no target can spell it (a target's text is part of the file's)
     multiplies_nodes = False
     for node in ctx.of(ast.Assign):
         if any("world_size" in ctx.segment(t).lower() for t in node.targets) and any(
@@ -227,7 +230,12 @@ def splits_global_batch(ctx: FileContext) -> bool:
     Then the effective batch stays what the user asked for and nothing grows implicitly.
     """
     per_node = per_node_split(ctx)
+    lines = ctx.lines
     for node in ctx.of(ast.Assign, ast.AnnAssign, ast.AugAssign):
+        # A target's text is part of its statement's lines: most statements name no batch and are
+        # passed over without cutting out their targets' text.
+        if "batch" not in "".join(lines[node.lineno - 1 : node.end_lineno or node.lineno]).lower():
+            continue
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         if not any("batch" in ctx.segment(t).lower() for t in targets):
             continue
@@ -381,7 +389,9 @@ def has_warmup(ctx: FileContext) -> bool:
     """The file ramps the LR up somewhere (or may: anything named warmup counts)."""
     if ctx.calls_to(*_WARMUP_SCHEDULERS):
         return True
-    for node in ctx.of(ast.Name, ast.Attribute, ast.keyword, ast.FunctionDef, ast.Constant, ast.arg):
+    # Any node will do, so the index is read as it is (not sorted into source order).
+    kinds = (ast.Name, ast.Attribute, ast.keyword, ast.FunctionDef, ast.Constant, ast.arg)
+    for node in itertools.chain.from_iterable(ctx.nodes.get(kind, ()) for kind in kinds):
         text = (
             getattr(node, "id", None)
             or getattr(node, "attr", None)

@@ -282,28 +282,57 @@ class LoaderIndex:
 
     # ------------------------------------------------------------------ indexes
     def _build(self) -> None:
+        """The file-wide tables; a name's bindings and loads are gathered when first asked about
+        (:meth:`_index_name`): finding each binding's scope is the costly part, and most names of a
+        large module are never asked about."""
         ctx = self.ctx
-        for node in ctx.of(ast.Name):
-            if isinstance(node.ctx, ast.Load):
-                self._loads.setdefault(node.id, []).append(node)
-            else:
-                self._add_store(ctx.scope_of(node), node.id, node)
+        names = ctx.names_by_id
+        params: dict[str, list[tuple[ast.AST, ast.arg]]] = {}
         for kind in (*_FUNCS, ast.Lambda):
             for fn in ctx.of(kind):
                 a = fn.args
                 for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]:
                     if arg is not None:
-                        self._add_store(fn, arg.arg, arg)
+                        params.setdefault(arg.arg, []).append((fn, arg))
                 if not isinstance(fn, ast.Lambda):
                     self._defs.setdefault(fn.name, []).append(fn)
+        self._names, self._params = names, params
+        self._indexed: set[str] = set()
         for node in ctx.of(ast.Attribute):
             if isinstance(node.ctx, ast.Load):
                 self._attr_loads.setdefault(node.attr, []).append(node)
         for call in ctx.of(ast.Call):
             if isinstance(call.func, ast.Name):
                 self._name_calls.setdefault(call.func.id, []).append(call)
-        for stores in self._stores.values():
-            stores.sort(key=self._store_pos)
+
+    def _index_name(self, name: str) -> None:
+        """Record where ``name`` is bound (per scope, in the order the bindings take effect) and
+        read, once: the part of the index about one name."""
+        if name in self._indexed:
+            return
+        self._indexed.add(name)
+        ctx = self.ctx
+        keys: set[tuple[int, str]] = set()
+        loads: list[ast.Name] = []
+        for node in self._names.get(name, ()):
+            if isinstance(node.ctx, ast.Load):
+                loads.append(node)
+            else:
+                scope = ctx.scope_of(node)
+                self._add_store(scope, name, node)
+                keys.add((id(scope), name))
+        for fn, arg in self._params.get(name, ()):
+            self._add_store(fn, name, arg)
+            keys.add((id(fn), name))
+        if loads:
+            self._loads[name] = loads
+        for key in keys:
+            self._stores[key].sort(key=self._store_pos)
+
+    def _stores_of(self, scope: ast.AST, name: str) -> list[ast.AST]:
+        """The bindings of ``name`` in ``scope``, in the order they take effect."""
+        self._index_name(name)
+        return self._stores.get((id(scope), name), [])
 
     def _add_store(self, scope: ast.AST, name: str, node: ast.AST) -> None:
         self._stores.setdefault((id(scope), name), []).append(node)
@@ -328,7 +357,7 @@ class LoaderIndex:
         scope: ast.AST = own
         while True:
             if not isinstance(scope, ast.ClassDef) or scope is own:
-                if (id(scope), ref.id) in self._stores:
+                if self._stores_of(scope, ref.id):
                     return scope
             if scope is ctx.tree:
                 return None
@@ -340,7 +369,7 @@ class LoaderIndex:
 
     def _live_stores(self, ref: ast.Name, scope: ast.AST, depth: int = 0) -> list[ast.AST]:
         """The bindings of ``ref`` that may reach it (nearest preceding one, plus if/else twins)."""
-        stores = self._stores.get((id(scope), ref.id), [])
+        stores = self._stores_of(scope, ref.id)
         if len(stores) <= 1 or depth > 4:
             return list(stores)
         if self.ctx.scope_of(ref) is not scope:
@@ -367,6 +396,7 @@ class LoaderIndex:
     def _refs_of_store(self, store: ast.AST, name: str) -> list[ast.Name]:
         scope = self.ctx.scope_of(store)
         out = []
+        self._index_name(name)
         for ref in self._loads.get(name, ()):
             if self._resolve_scope(ref) is scope and any(s is store for s in self._live_stores(ref, scope)):
                 out.append(ref)

@@ -820,5 +820,5 @@ def file_has_batchnorm(ctx: FileContext) -> ast.AST | None:
 
 def uses_syncbatchnorm(ctx: FileContext) -> bool:
     return ctx.mentions("torch.nn.SyncBatchNorm", "torch.nn.SyncBatchNorm.convert_sync_batchnorm") or any(
-        torch_nn_name(ctx, c.func) == "SyncBatchNorm" for c in ctx.of(ast.Call)
+        torch_nn_name(ctx, c.func) == "SyncBatchNorm" for _, c in ctx.calls_to_prefix("torch.nn.")
     )

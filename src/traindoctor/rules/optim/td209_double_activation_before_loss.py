@@ -166,6 +166,8 @@ def _loss_inputs(ctx: FileContext) -> Iterator[tuple[str, ast.expr]]:
             arg = _first_arg(call)
             if arg is not None:
                 yield kind, arg
+        if not ctx.calls_to(*classes):
+            continue  # no loss object of this kind is built: no call can be one
         for call in ctx.of(ast.Call):
             func = call.func
             if isinstance(func, ast.Call) and ctx.qualname(func.func) in classes:

@@ -243,8 +243,22 @@ def _self_call(node: ast.AST) -> tuple[str, ast.expr] | None:
     return None
 
 
+def _classes_holding_batchnorm(ctx: FileContext) -> set[ast.AST]:
+    """Every class (nested ones' outer classes too) whose body builds a BatchNorm layer: the only
+    classes whose ``forward`` can feed one (a large module's other classes are not walked)."""
+    wanted = {bn for _, bn in _BIASED.values()}
+    out: set[ast.AST] = set()
+    for _, call in ctx.calls_to_prefix("torch.nn."):
+        if _nn_name(ctx, call.func) in wanted:
+            out.update(a for a in ctx.ancestors(call) if isinstance(a, ast.ClassDef))
+    return out
+
+
 def _forward_pairs(ctx: FileContext) -> Iterator[ast.Call]:
+    holding = _classes_holding_batchnorm(ctx)
     for cls in ctx.of(ast.ClassDef):
+        if cls not in holding:
+            continue
         forward = next(
             (s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == "forward"),
             None,

@@ -8,13 +8,16 @@ built each optimizer (for findings about its parameter groups). Backward calls a
 per call, after the original returned. Counting backward calls per optimizer step reveals gradient
 accumulation. The lr-0 step that ``torch.distributed.checkpoint`` runs to create a fresh
 optimizer's state before loading a checkpoint into it is not a training step and is not reported.
-The same wrapper times each call (two ``perf_counter`` reads) for the profile's backward row,
+Nor is a step run from inside the same optimizer's step: torch runs the hooks in every patched
+``step`` of the class chain, so a subclass whose ``step`` calls ``super().step()`` would otherwise
+count twice per call. The same wrapper times each call (two ``perf_counter`` reads) for the profile's backward row,
 and marks the training thread's phase for the host-work sampler.
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 import time
 from collections.abc import Callable
 from types import FrameType
@@ -37,6 +40,8 @@ class OptimizerProbe(Probe):
         super().__init__()
         #: Optimizers inside a step that is not training (DCP's lr-0 state initialisation).
         self._not_training: set[int] = set()
+        #: Optimizer id -> the frame of torch's step wrapper whose step is being recorded.
+        self._outer: dict[int, FrameType] = {}
 
     def install(self, session: Session) -> None:
         super().install(session)
@@ -68,9 +73,14 @@ class OptimizerProbe(Probe):
 
     def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         try:
+            key = id(optimizer)
+            outer = self._outer.get(key)
+            if outer is not None and _on_stack(outer):
+                return None  # ``super().step()`` inside the step being recorded
             if not optimizer.state and _dcp_state_init(optimizer):
-                self._not_training.add(id(optimizer))
+                self._not_training.add(key)
                 return None
+            self._outer[key] = sys._getframe(1)  # torch's wrapper, which calls the post hook too
             self.watched.record_optimizer_pre(optimizer)
         except Exception as exc:
             self.fail("optimizer pre-step", exc)
@@ -80,6 +90,11 @@ class OptimizerProbe(Probe):
         if self._not_training and id(optimizer) in self._not_training:
             self._not_training.discard(id(optimizer))
             return
+        outer = self._outer.get(id(optimizer))
+        if outer is not None:
+            if outer is not sys._getframe(1):
+                return  # the end of a nested step; the outer one ends later
+            del self._outer[id(optimizer)]
         try:
             self.watched.record_optimizer_post(optimizer)
         except Exception as exc:
@@ -114,6 +129,17 @@ class OptimizerProbe(Probe):
             return result
 
         return backward
+
+
+def _on_stack(frame: FrameType) -> bool:
+    """Whether ``frame`` is still running (one of the current thread's callers). A step that
+    raised never ran its post hook: its frame is gone, and the next step is a step of its own."""
+    current: FrameType | None = sys._getframe(2)
+    while current is not None:
+        if current is frame:
+            return True
+        current = current.f_back
+    return False
 
 
 #: ``torch.distributed.checkpoint.state_dict._init_optim_state``: creates a fresh optimizer's

@@ -47,15 +47,13 @@ class TrainingObjects:
         for call in ctx.of(ast.Call):
             qn = ctx.qualname(call.func)
             kind = constructor_kind(qn) if qn else None
-            target = _assigned_name(ctx, call)
             if kind is None:
-                if (
-                    target is not None
-                    and kind_from_name(target) == OPTIMIZER
-                    and isinstance(call.func, (ast.Name, ast.Attribute))
-                ):
-                    self.named_optimizers.add(target)
+                if isinstance(call.func, (ast.Name, ast.Attribute)):
+                    target = _assigned_name(ctx, call)
+                    if target is not None and kind_from_name(target) == OPTIMIZER:
+                        self.named_optimizers.add(target)
                 continue
+            target = _assigned_name(ctx, call)
             if kind == SCALER and ctx.value(ctx.arg(call, "enabled")) is False:
                 continue  # a scaler built disabled keeps no state worth saving
             if kind == SCHEDULER and qn and qn.split(".")[-1].startswith("create_scheduler"):
@@ -156,10 +154,7 @@ class TrainingObjects:
     @cached_property
     def name_uses(self) -> dict[str, list[ast.Name]]:
         """Identifier -> every ``ast.Name`` of it in the file."""
-        out: dict[str, list[ast.Name]] = {}
-        for n in self.ctx.of(ast.Name):
-            out.setdefault(n.id, []).append(n)
-        return out
+        return self.ctx.names_by_id
 
     def is_param_only(self, name: ast.Name) -> bool:
         """Whether ``name`` is bound only where its value is unseen (a parameter, a loop target)."""

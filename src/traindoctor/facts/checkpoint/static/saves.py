@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 
 #: Methods that save the whole training state of a framework object (``accelerator.save_state``).
 _COMPLETE_METHODS = {"save_state": ("accelerator",), "save_checkpoint": ("trainer", "engine", "deepspeed")}
+#: A callee whose name says it may write a checkpoint.
+_RX_SAVE_WORD = re.compile(r"save|checkpoint|ckpt")
 #: Callee names that say the call reads a checkpoint back (load/restore/resume): no save.
 _RX_READS_CHECKPOINT = re.compile(r"load|restore|resume|restart")
 
@@ -183,10 +185,10 @@ class Saves(IndexPart):
         ctx = self.ctx
         save_ids = {id(c) for c, _, _ in self._save_calls}
         for call in ctx.of(ast.Call):
-            if id(call) in save_ids or self.objects.local_target(call) is not None:
-                continue
             name = (callee_name(call) or "").lower()
-            if not re.search(r"save|checkpoint|ckpt", name) or name in ("save_pretrained",):
+            if not _RX_SAVE_WORD.search(name) or name in ("save_pretrained",):
+                continue
+            if id(call) in save_ids or self.objects.local_target(call) is not None:
                 continue
             if _RX_READS_CHECKPOINT.search(name) and "save" not in name:
                 continue  # ``restart_from_checkpoint(path, optimizer=...)`` reads a file, writes none
