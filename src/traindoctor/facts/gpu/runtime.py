@@ -5,10 +5,18 @@
 (almost) every steady step, with the GPU idle time charged to each
 (:mod:`traindoctor.runtime.gpu_profile` charges the idle that follows a sync to it, up to the time
 the host waited there).
+
+:func:`fp32_training_gemms` (TD309): the FLOPs per training step of the float32 Linear and
+convolution layers that trained on the device, from the module probe's per-layer input shapes;
+with :func:`fp32_peak_tflops` a lower bound on the GPU time they took.
+
+Imports torch lazily: call these from monitors only.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from typing import TYPE_CHECKING, Any
 
 from traindoctor.runtime.live import fields_repr
@@ -57,3 +65,118 @@ def site_text(site: Any) -> str:
     if not site:
         return "an unknown line"
     return f"{site[0]}:{site[1]}"
+
+
+# ---------------------------------------------------------------- float32 GEMMs (TD309)
+#: Dense float32 throughput without Tensor Cores (TFLOP/s), by device name (first match wins).
+#: A lower bound on the time float32 GEMMs took: real kernels reach less than the peak.
+FP32_PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
+    ("H100 PCIe", 51.0),
+    ("H100", 67.0),
+    ("H200", 67.0),
+    ("GH200", 67.0),
+    ("B200", 80.0),
+    ("A100", 19.5),
+    ("A800", 19.5),
+    ("A30", 10.3),
+    ("A40", 37.4),
+    ("A6000", 38.7),
+    ("A10", 31.2),
+    ("L40S", 91.6),
+    ("L40", 90.5),
+    ("L4", 30.3),
+    ("RTX 3090", 35.6),
+    ("RTX 4090", 82.6),
+)
+#: Assumed for a device not in the table: above every listed GPU's, so the time stays a lower bound.
+FALLBACK_FP32_TFLOPS = 105.0
+
+
+def fp32_peak_tflops(name: str) -> tuple[float, bool]:
+    """(dense float32 TFLOP/s of the device named ``name``, whether the name was known)."""
+    for key, tflops in FP32_PEAK_TFLOPS:
+        if re.search(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![0-9])", name):
+            return tflops, True
+    return FALLBACK_FP32_TFLOPS, False
+
+
+def _conv_out(size: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
+    return max((size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1, 0)
+
+
+def layer_flops(module: Any, kind: str, shape: tuple[int, ...]) -> float:
+    """Multiply-add FLOPs (x2) of one forward of a Linear or convolution layer on ``shape``."""
+    weight = getattr(module, "weight", None)
+    if weight is None or not shape:
+        return 0.0
+    if kind == "linear":
+        rows = 1
+        for d in shape[:-1]:
+            rows *= int(d)
+        return 2.0 * rows * int(module.in_features) * int(module.out_features)
+    dims = len(module.kernel_size)
+    if len(shape) < dims + 1:
+        return 0.0
+    batch = 1
+    for d in shape[: len(shape) - dims - 1]:
+        batch *= int(d)
+    spatial = [int(d) for d in shape[-dims:]]
+    # weight: (out, in / groups, *kernel), or (in, out / groups, *kernel) when transposed
+    per_position = 2.0 * int(weight.shape[1]) * math.prod(int(k) for k in module.kernel_size)
+    if getattr(module, "transposed", False):  # every input position scatters into the output
+        return per_position * math.prod(spatial) * int(module.in_channels) * batch
+    padding = module.padding
+    positions = 1
+    for i, size in enumerate(spatial):
+        if isinstance(padding, str):  # "same" keeps the size (stride 1), "valid" pads nothing
+            out = size if padding == "same" else _conv_out(size, module.kernel_size[i], 1, 0, module.dilation[i])
+        else:
+            out = _conv_out(size, module.kernel_size[i], module.stride[i], padding[i], module.dilation[i])
+        positions *= out
+    return per_position * positions * int(module.out_channels) * batch
+
+
+class Fp32Gemms:
+    """Float32 Linear and convolution work of one training step (forward and backward)."""
+
+    __slots__ = ("conv_flops", "layers", "linear_flops")
+
+    linear_flops: float
+    conv_flops: float
+    layers: int
+
+    def __init__(self) -> None:
+        self.linear_flops = self.conv_flops = 0.0
+        self.layers = 0
+
+    def __repr__(self) -> str:
+        return fields_repr(self, self.__slots__)
+
+
+def fp32_training_gemms(session: Any) -> Fp32Gemms:
+    """FLOPs per training step of the float32 Linear and convolution layers that trained on the
+    device: each layer once per step at its most common training input shape, its backward
+    twice its forward. A lower bound where a layer runs more than once per step."""
+    import torch
+
+    from traindoctor.runtime.probes.modules import module_stats
+
+    out = Fp32Gemms()
+    for rec in module_stats(session).of_kind("linear", "conv"):
+        module = rec.module()
+        weight = getattr(module, "weight", None) if module is not None else None
+        if weight is None or weight.dtype is not torch.float32:
+            continue
+        shapes = {sig[0]: n for sig, n in rec.counts.items() if sig[0] and sig[1] == "cuda" and sig[2] and sig[3]}
+        if not shapes:
+            continue
+        shape = max(shapes.items(), key=lambda kv: kv[1])[0]
+        flops = 3.0 * layer_flops(module, rec.kind, shape)
+        if flops <= 0:
+            continue
+        out.layers += 1
+        if rec.kind == "linear":
+            out.linear_flops += flops
+        else:
+            out.conv_flops += flops
+    return out
