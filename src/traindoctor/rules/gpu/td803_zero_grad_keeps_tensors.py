@@ -262,11 +262,10 @@ class ZeroGradKeepsTensorsMonitor(Monitor):
         def before_accumulation(grad: Any, _watch: _Watch = watch) -> None:
             if _watch.seen is None:
                 p = _watch.param()
-                current = None if p is None else p.grad
+                current: Any = None if p is None else p.grad
                 # the same tensor, written in place since the step: zero-filled (no device sync)
-                _watch.seen = (
-                    current is not None and current is _watch.grad() and int(current._version) > _watch.version
-                )
+                kept = current is not None and current is _watch.grad()
+                _watch.seen = kept and int(current._version) > _watch.version
             return None
 
         watch.handle = params[0].register_hook(before_accumulation)
