@@ -180,3 +180,24 @@ def fp32_training_gemms(session: Any) -> Fp32Gemms:
         else:
             out.conv_flops += flops
     return out
+
+
+# ---------------------------------------------------------------- optimizer kernels (TD802)
+#: Optimizers whose step has a fused CUDA kernel (``fused=True``), by class name.
+FUSED_OPTIMIZERS = frozenset({"Adam", "AdamW"})
+
+
+def optimizer_kernels(optimizer: Any) -> str | None:
+    """How ``optimizer`` steps on CUDA: ``"for-loop"`` (``foreach=False``: kernels per parameter),
+    ``"foreach"`` (an Adam/AdamW that could be ``fused=True``), or None (fused, a multi-tensor
+    optimizer without a fused kernel, a ``differentiable`` one, or not a torch optimizer)."""
+    groups = getattr(optimizer, "param_groups", None) or []
+    if not groups or not type(optimizer).__module__.startswith("torch.optim"):
+        return None
+    if any(g.get("differentiable") or g.get("fused") for g in groups):
+        return None
+    if any(g.get("foreach") is False for g in groups):
+        return "for-loop"
+    if type(optimizer).__name__ in FUSED_OPTIMIZERS:
+        return "foreach"
+    return None
