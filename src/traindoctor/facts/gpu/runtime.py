@@ -6,9 +6,11 @@
 (:mod:`traindoctor.runtime.gpu_profile` charges the idle that follows a sync to it, up to the time
 the host waited there).
 
-:func:`fp32_training_gemms` (TD309): the FLOPs per training step of the float32 Linear and
-convolution layers that trained on the device, from the module probe's per-layer input shapes;
-with :func:`fp32_peak_tflops` a lower bound on the GPU time they took.
+:func:`training_gemms` (TD309, TD804): the FLOPs per training step of the Linear and
+convolution layers that trained on the device, from the module probe's per-layer input shapes
+(with :func:`fp32_peak_tflops`, a lower bound on the GPU time the float32 ones took), and the
+memory format of the convolution weights. :func:`optimizer_kernels` (TD802): how a torch
+optimizer steps on CUDA.
 
 Imports torch lazily: call these from monitors only.
 """
@@ -136,36 +138,40 @@ def layer_flops(module: Any, kind: str, shape: tuple[int, ...]) -> float:
     return per_position * positions * int(module.out_channels) * batch
 
 
-class Fp32Gemms:
-    """Float32 Linear and convolution work of one training step (forward and backward)."""
+class TrainingGemms:
+    """Linear and convolution work of one training step (forward and backward), and the
+    convolution weights that are 4-D (``Conv2d``) and in the channels-last memory format."""
 
-    __slots__ = ("conv_flops", "layers", "linear_flops")
+    __slots__ = ("channels_last", "conv2d", "conv_flops", "layers", "linear_flops")
 
     linear_flops: float
     conv_flops: float
     layers: int
+    conv2d: int
+    channels_last: int
 
     def __init__(self) -> None:
         self.linear_flops = self.conv_flops = 0.0
-        self.layers = 0
+        self.layers = self.conv2d = self.channels_last = 0
 
     def __repr__(self) -> str:
         return fields_repr(self, self.__slots__)
 
 
-def fp32_training_gemms(session: Any) -> Fp32Gemms:
-    """FLOPs per training step of the float32 Linear and convolution layers that trained on the
-    device: each layer once per step at its most common training input shape, its backward
-    twice its forward. A lower bound where a layer runs more than once per step."""
+def training_gemms(session: Any, float32_only: bool = True) -> TrainingGemms:
+    """FLOPs per training step of the float32 (with ``float32_only=False``: all) Linear and
+    convolution layers that trained on the device: each layer once per step at its most common
+    training input shape, its backward twice its forward. A lower bound where a layer runs more
+    than once per step."""
     import torch
 
     from traindoctor.runtime.probes.modules import module_stats
 
-    out = Fp32Gemms()
+    out = TrainingGemms()
     for rec in module_stats(session).of_kind("linear", "conv"):
         module = rec.module()
         weight = getattr(module, "weight", None) if module is not None else None
-        if weight is None or weight.dtype is not torch.float32:
+        if weight is None or (float32_only and weight.dtype is not torch.float32):
             continue
         shapes = {sig[0]: n for sig, n in rec.counts.items() if sig[0] and sig[1] == "cuda" and sig[2] and sig[3]}
         if not shapes:
@@ -177,8 +183,14 @@ def fp32_training_gemms(session: Any) -> Fp32Gemms:
         out.layers += 1
         if rec.kind == "linear":
             out.linear_flops += flops
-        else:
-            out.conv_flops += flops
+            continue
+        out.conv_flops += flops
+        if weight.dim() == 4:
+            last = weight.is_contiguous(memory_format=torch.channels_last)
+            if last and weight.is_contiguous():
+                continue  # 1x1 kernels or one input channel: both formats at once, says nothing
+            out.conv2d += 1
+            out.channels_last += int(last)
     return out
 
 

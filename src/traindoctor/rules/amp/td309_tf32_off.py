@@ -103,13 +103,13 @@ class Tf32OffMonitor(Monitor):
             return
         import torch
 
-        from traindoctor.facts.gpu.runtime import fp32_peak_tflops, fp32_training_gemms
+        from traindoctor.facts.gpu.runtime import fp32_peak_tflops, training_gemms
 
         matmul_off = torch.get_float32_matmul_precision() == "highest"
         conv_off = not torch.backends.cudnn.allow_tf32
         if not (matmul_off or conv_off):
             return
-        gemms = fp32_training_gemms(self.session)
+        gemms = training_gemms(self.session)
         flops = (gemms.linear_flops if matmul_off else 0.0) + (gemms.conv_flops if conv_off else 0.0)
         tflops, known = fp32_peak_tflops(device.name or "")
         compute = gpu.busy["forward"] + gpu.busy["backward"] + gpu.busy["other"]
