@@ -76,7 +76,8 @@ def test_fp32_linear_with_tf32_off_on_hopper_fires_with_its_share() -> None:
     assert ev["fp32_gemm_ms"] == pytest.approx(0.4027 / 67.0, rel=0.01)
     assert ev["fp32_gemm_share"] == pytest.approx(ev["fp32_gemm_ms"] / ev["gpu_step_ms"], rel=0.01)
     assert 0.2 < ev["fp32_gemm_share"] < 0.5, ev
-    assert ev["float32_matmul_precision"] == "highest" and ev["capability"] == "9.0"
+    assert ev["matmul_fp32_precision"] == "ieee" and ev["conv_fp32_precision"] == "tf32"
+    assert ev["capability"] == "9.0"
     assert "set_float32_matmul_precision('high')" in f.message
 
 
@@ -131,3 +132,24 @@ def test_layer_flops_of_convolutions() -> None:
     up = torch.nn.ConvTranspose2d(8, 4, 2, stride=2)
     assert layer_flops(up, "conv", (2, 8, 7, 7)) == 2 * 4 * 4 * 8 * 49 * 2
     assert layer_flops(torch.nn.Linear(16, 32), "linear", (2, 5, 16)) == 2 * 10 * 16 * 32
+
+
+def test_the_new_per_backend_setting_counts_and_a_mix_of_apis_claims_nothing(monkeypatch) -> None:
+    from traindoctor.facts.gpu.runtime import tf32_precisions
+
+    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
+    before = matmul.fp32_precision, conv.fp32_precision
+    try:
+        matmul.fp32_precision = "tf32"
+        assert tf32_precisions() == ("tf32", "tf32")
+        matmul.fp32_precision, conv.fp32_precision = "ieee", "ieee"
+        assert tf32_precisions() == ("ieee", "ieee")
+        matmul.fp32_precision, conv.fp32_precision = "none", "tf32"  # unset: the legacy getters decide
+
+        def mixed() -> str:
+            raise RuntimeError("PyTorch is checking the matmul precision without a specific backend name")
+
+        monkeypatch.setattr(torch, "get_float32_matmul_precision", mixed)
+        assert tf32_precisions() == ("unknown", "tf32")
+    finally:
+        matmul.fp32_precision, conv.fp32_precision = before

@@ -213,3 +213,31 @@ def optimizer_kernels(optimizer: Any) -> str | None:
     if type(optimizer).__name__ in FUSED_OPTIMIZERS:
         return "foreach"
     return None
+
+
+def tf32_precisions() -> tuple[str, str]:
+    """(matmuls, cuDNN convolutions): ``"ieee"`` (TF32 off), ``"tf32"`` or ``"unknown"``.
+
+    PyTorch's newer per-backend settings (``torch.backends.cuda.matmul.fp32_precision``,
+    ``torch.backends.cudnn.conv.fp32_precision``) win when set; otherwise the legacy ones
+    (``torch.get_float32_matmul_precision()``, ``torch.backends.cudnn.allow_tf32``), whose getters
+    raise when a script mixed both APIs (then ``"unknown"``: nothing is claimed)."""
+    import torch
+
+    def new_setting(owner: Any) -> str | None:
+        value = getattr(owner, "fp32_precision", None) if owner is not None else None
+        return value if value in ("ieee", "tf32") else None
+
+    matmul = new_setting(torch.backends.cuda.matmul)
+    if matmul is None:
+        try:
+            matmul = "ieee" if torch.get_float32_matmul_precision() == "highest" else "tf32"
+        except RuntimeError:
+            matmul = "unknown"
+    conv = new_setting(getattr(torch.backends.cudnn, "conv", None))
+    if conv is None:
+        try:
+            conv = "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"
+        except RuntimeError:
+            conv = "unknown"
+    return matmul, conv

@@ -31,7 +31,10 @@ class Tf32Off(Rule):
     share of the GPU's step time while TF32 is off for them: matmuls when
     `torch.get_float32_matmul_precision()` is `"highest"` (PyTorch's default;
     `torch.backends.cuda.matmul.allow_tf32 = False`), convolutions when
-    `torch.backends.cudnn.allow_tf32` is `False` (PyTorch's default is `True`).
+    `torch.backends.cudnn.allow_tf32` is `False` (PyTorch's default is `True`). PyTorch's newer
+    per-backend settings (`torch.backends.cuda.matmul.fp32_precision = "ieee"`,
+    `torch.backends.cudnn.conv.fp32_precision`) count when set; a script that mixed the old and
+    new settings (PyTorch then refuses to say) is left alone.
 
     The share is a lower bound: the layers' FLOPs per training step (each layer once per step at
     its most common training input shape, backward twice the forward) at the device's dense
@@ -101,12 +104,10 @@ class Tf32OffMonitor(Monitor):
             return
         if gpu is None or gpu.span <= 0 or not gpu.steps:
             return
-        import torch
+        from traindoctor.facts.gpu.runtime import fp32_peak_tflops, tf32_precisions, training_gemms
 
-        from traindoctor.facts.gpu.runtime import fp32_peak_tflops, training_gemms
-
-        matmul_off = torch.get_float32_matmul_precision() == "highest"
-        conv_off = not torch.backends.cudnn.allow_tf32
+        matmul, conv = tf32_precisions()
+        matmul_off, conv_off = matmul == "ieee", conv == "ieee"
         if not (matmul_off or conv_off):
             return
         gemms = training_gemms(self.session)
@@ -142,8 +143,8 @@ class Tf32OffMonitor(Monitor):
                 "fp32_peak_tflops": tflops,
                 "peak_known": known,
                 "layers": gemms.layers,
-                "float32_matmul_precision": torch.get_float32_matmul_precision(),
-                "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+                "matmul_fp32_precision": matmul,
+                "conv_fp32_precision": conv,
                 "capability": f"{capability[0]}.{capability[1]}",
                 "device": device.name,
             },
