@@ -23,6 +23,11 @@ Every row has a criterion that can fail. What runs:
   loop with ``loss.item()`` and host work every step (sync-bound, one sync per step), a host-bound
   loop of many tiny kernels, and an fp32 GEMM loop with TF32 off against on (TD309's premise:
   TF32 at least 2x faster on capability >= 8.0);
+* **TD801 and TD309 on those workloads**: TD801 fires on the sync-per-step loop (one sync per
+  step at the loop's ``loss.item()``, at least half the GPU's step time idle after it) and not
+  on the compute-bound loop with a ``loss.item()`` per step; TD309 fires on the float32 GEMM loop
+  with precision ``"highest"`` on capability >= 8.0 (fp32 share at least 0.5, the device's peak
+  known) and not with ``"high"``;
 * **TD201's premise**: a timed bf16 GEMM (4096 x 4096 weights) at batch 30, 32 and 64: per sample,
   30 must be measurably slower than 32 for the rule's advice to hold on this GPU;
 * **the doctor's whole-process overhead** on a GPU loop: ``python loop.py`` against
@@ -541,6 +546,7 @@ def profile_loop(
     item_sleep_s: float | None = None,
     tiny_kernels: int = 0,
     slow_items_s: float = 0.0,
+    select: list[str] | None = None,
 ) -> Any:
     """One watched training loop with a bottleneck set by its arguments (see the docstring)."""
     import torch
@@ -585,7 +591,7 @@ def profile_loop(
                 time.sleep(item_sleep_s)
         _sync(ctx)
 
-    return _watch([], work)
+    return _watch(select or [], work)
 
 
 def _profile_row(
@@ -659,6 +665,75 @@ def check_profile(ctx: Context) -> list[Result]:
         pinned.passed = pinned.passed and faster
     rows.append(check_tf32(ctx))
     return rows
+
+
+@contextlib.contextmanager
+def _matmul_precision(value: str) -> Iterator[None]:
+    import torch
+
+    saved = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(value)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(saved)
+
+
+def check_td801_td309(ctx: Context) -> list[Result]:
+    """TD801 on the sync-per-step workload (and silent on the compute-bound loop with one
+    ``loss.item()`` per step); TD309 on float32 GEMMs with TF32 off (silent with it on)."""
+    capable = bool(ctx.capability and ctx.capability >= (8, 0))
+    variants: list[tuple[str, str, list[str], Callable[[], Any], Callable[[dict[str, Any]], bool]]] = [
+        (
+            "TD801 sync-every-step",
+            "loss.item() then 20 ms of host work",
+            ctx.expect("TD801"),
+            lambda: profile_loop(ctx, item_sleep_s=0.02, select=["TD801"]),
+            lambda ev: ev.get("site_syncs_per_step") == 1.0 and ev.get("sync_idle_share", 0) >= 0.5,
+        ),
+        (
+            "TD801 sync-every-step",
+            "loss.item() per step, big bf16 kernels",
+            [],
+            lambda: profile_loop(ctx, item_sleep_s=0.0, select=["TD801"]),
+            lambda ev: True,
+        ),
+        (
+            "TD309 tf32-off",
+            "fp32 Linear 4096, precision 'highest'",
+            ctx.expect("TD309") if capable else [],
+            lambda: _with(_matmul_precision("highest"), lambda: profile_loop(ctx, dtype="float32", select=["TD309"])),
+            lambda ev: ev.get("fp32_gemm_share", 0) >= 0.5 and ev.get("peak_known") is True,
+        ),
+        (
+            "TD309 tf32-off",
+            "fp32 Linear 4096, precision 'high'",
+            [],
+            lambda: _with(_matmul_precision("high"), lambda: profile_loop(ctx, dtype="float32", select=["TD309"])),
+            lambda ev: True,
+        ),
+    ]
+    rows = []
+    for check, variant, expected, loop, evidence_ok in variants:
+
+        def body(loop: Callable[[], Any] = loop, code: str = check.split()[0]) -> tuple[list[str], dict[str, Any]]:
+            doctor = loop()
+            numbers = {k: v for k, v in _evidence(doctor, code).items() if not isinstance(v, (list, dict))}
+            numbers["verdict"] = doctor.profile.verdict
+            return _codes(doctor), numbers
+
+        def passed(
+            observed: list[str], numbers: dict[str, Any], expected: list[str] = expected, ok: Any = evidence_ok
+        ) -> bool:
+            return observed == expected and (not expected or ok(numbers))
+
+        rows.append(_timed(check, variant, expected, body, passed))
+    return rows
+
+
+def _with(manager: Any, work: Callable[[], Any]) -> Any:
+    with manager:
+        return work()
 
 
 def _timed_matmul(ctx: Context, a: Any, b: Any, repeats: int) -> float:
@@ -894,6 +969,7 @@ def check_frameworks(ctx: Context) -> list[Result]:
 
 CHECKS: list[Callable[[Context], list[Result]]] = [
     check_profile,
+    check_td801_td309,
     check_gemm_premise,
     check_overhead,
     check_td101,

@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     model.train()
     running = 0.0
     for epoch in range(start_epoch, args.epochs):
-        running = 0.0
+        total = torch.zeros((), device=device)  # summed on the device: no sync per step (TD801)
         for index, (images, labels) in enumerate(train_loader):
             images = images.to(device, non_blocking=True)
             labels = labels.to(device, non_blocking=True)
@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 amp.scaler.update()
                 optimizer.zero_grad(set_to_none=True)
                 scheduler.step()
-            running += loss.item() * args.accumulation
+            total += loss.detach() * args.accumulation
+        running = total.item()
         # at an epoch boundary the epoch counter is the data position
         checkpoint.save(last, model=model, optimizer=optimizer, scheduler=scheduler, scaler=amp.scaler, epoch=epoch)
         accuracy = evaluate(model, val_loader, device, amp)

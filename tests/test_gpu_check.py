@@ -44,9 +44,7 @@ def test_without_cuda_it_says_it_needs_a_gpu_and_exits_2(tmp_path: Path, gpu_che
 
 
 def test_workloads_rehearsed_on_cpu_report_no_gpu_only_finding(tmp_path: Path, gpu_check, capsys) -> None:
-    checks = (
-        "check_profile,check_gemm_premise,check_td101,check_td201_td306,check_td301_td302,check_td401_td402,check_tune"
-    )
+    checks = "check_profile,check_td801_td309,check_gemm_premise,check_td101,check_td201_td306,check_td301_td302,check_td401_td402,check_tune"
     code = gpu_check.main(
         [
             "--allow-cpu",
@@ -62,7 +60,7 @@ def test_workloads_rehearsed_on_cpu_report_no_gpu_only_finding(tmp_path: Path, g
     assert code == 0, report
     assert report["header"]["rehearsal"] is True and report["failed"] == 0
     rows = {(r["check"], r["variant"]): r for r in report["results"]}
-    gpu_only = {"TD101", "TD201", "TD306", "TD401", "TD402"}
+    gpu_only = {"TD101", "TD201", "TD306", "TD309", "TD401", "TD402", "TD801"}
     assert all(not gpu_only & set(r["observed"]) for r in report["results"])
     # The workloads are real: the non-GPU findings do fire on the CPU.
     assert rows[("TD301/TD302 scaler", "fp16, no GradScaler")]["observed"] == ["TD301"]
@@ -70,6 +68,12 @@ def test_workloads_rehearsed_on_cpu_report_no_gpu_only_finding(tmp_path: Path, g
     assert rows[("TD301/TD302 scaler", "fp16, unscale_ then clip")]["observed"] == []
     assert rows[("TD101 pin-memory-off", "pin_memory=False")]["numbers"]["verdict"]
     profile_rows = [r for r in report["results"] if r["check"] == "device-time profile"]
+    assert [r["variant"] for r in report["results"] if r["check"].startswith(("TD801", "TD309"))] == [
+        "loss.item() then 20 ms of host work",
+        "loss.item() per step, big bf16 kernels",
+        "fp32 Linear 4096, precision 'highest'",
+        "fp32 Linear 4096, precision 'high'",
+    ]
     assert len(profile_rows) == 6 and all("gpu_step_ms" not in r["numbers"] for r in profile_rows)
     assert "b30_over_b32" in rows[("TD201 premise: bf16 GEMM", "batch 30 vs 32 vs 64")]["numbers"]
     tune = rows[("tune pin_memory candidates", "4 candidates")]

@@ -265,7 +265,8 @@ class SimulatedCuda:
         """``Tensor.to("cuda")`` copies to the simulated device; ``Tensor.item()`` of a device
         tensor waits for it. Install it before the watch starts (the doctor wraps these)."""
         sim = self
-        original_to, original_item = torch.Tensor.to, torch.Tensor.item
+        original_to, original_item, own_bool = torch.Tensor.to, torch.Tensor.item, vars(torch.Tensor).get("__bool__")
+        original_bool = torch.Tensor.__bool__
 
         def to(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             device = sim._destination(args, kwargs)
@@ -280,8 +281,14 @@ class SimulatedCuda:
                 sim.sync(sim.device_of(tensor))
             return original_item(tensor)
 
+        def as_bool(tensor: torch.Tensor) -> bool:  # ``if loss > x:`` waits like ``.item()``
+            if sim.on_device(tensor):
+                sim.sync(sim.device_of(tensor))
+            return original_bool(tensor)
+
         torch.Tensor.to = to  # type: ignore[method-assign]
         torch.Tensor.item = item  # type: ignore[method-assign]
+        torch.Tensor.__bool__ = as_bool  # type: ignore[method-assign]
         _clock[0] = max(_clock[0], _real_perf())
         time.perf_counter = _perf
         try:
@@ -290,6 +297,10 @@ class SimulatedCuda:
             time.perf_counter = _real_perf
             torch.Tensor.to = original_to  # type: ignore[method-assign]
             torch.Tensor.item = original_item  # type: ignore[method-assign]
+            if own_bool is None:
+                del torch.Tensor.__bool__
+            else:  # pragma: no cover - torch defines it on TensorBase
+                torch.Tensor.__bool__ = own_bool  # type: ignore[method-assign]
 
 
 class SimBackwardKernels(torch.autograd.Function):

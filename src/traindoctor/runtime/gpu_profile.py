@@ -69,7 +69,7 @@ _BUSY_OF = {
 class StepGpu:
     """Device time of one step: busy per phase, idle per cause, copies and syncs (seconds)."""
 
-    __slots__ = ("busy", "copies", "idle", "index", "span", "sync_sites", "syncs")
+    __slots__ = ("busy", "copies", "idle", "index", "span", "sync_counts", "sync_sites", "syncs")
 
     index: int
     span: float
@@ -80,6 +80,8 @@ class StepGpu:
     syncs: int
     #: Idle charged to each synchronisation site (the sync probe's site number).
     sync_sites: dict[Any, float]
+    #: Synchronisations at each site.
+    sync_counts: dict[Any, int]
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -89,6 +91,7 @@ class StepGpu:
         self.copies = {}
         self.syncs = 0
         self.sync_sites = {}
+        self.sync_counts = {}
 
     def __repr__(self) -> str:
         return fields_repr(self, self.__slots__)
@@ -133,6 +136,7 @@ def attribute(step: TimedStep) -> StepGpu:
             credit_tag = iv.tag
             if iv.phase == PHASE_SYNC:
                 out.syncs += 1
+                out.sync_counts[iv.tag] = out.sync_counts.get(iv.tag, 0) + 1
             continue
         if idle <= 0.0:
             continue
@@ -168,6 +172,7 @@ class GpuProfile:
         "skipped_steps",
         "span",
         "steps",
+        "sync_counts",
         "sync_sites",
         "syncs_per_step",
         "timed_steps",
@@ -186,7 +191,9 @@ class GpuProfile:
     #: Per copied loader: [copies per step, device seconds per step].
     copies: dict[Any, list[float]]
     syncs_per_step: float
+    #: Per synchronisation site: idle charged to it and synchronisations there (means per step).
     sync_sites: dict[Any, float]
+    sync_counts: dict[Any, float]
     failed_pairs: int
     skipped_steps: int
     verdict: str
@@ -203,6 +210,7 @@ class GpuProfile:
         self.copies = {}
         self.syncs_per_step = 0.0
         self.sync_sites = {}
+        self.sync_counts = {}
         self.failed_pairs = self.skipped_steps = 0
         self.verdict = "unknown"
         self.reason = ""
@@ -283,6 +291,8 @@ def build_gpu_profile(
             entry[1] += seconds / n
         for tag, seconds in s.sync_sites.items():
             prof.sync_sites[tag] = prof.sync_sites.get(tag, 0.0) + seconds / n
+        for tag, count in s.sync_counts.items():
+            prof.sync_counts[tag] = prof.sync_counts.get(tag, 0.0) + count / n
     prof.syncs_per_step = _mean([float(s.syncs) for s in steady])
     _verdict(prof)
     return prof

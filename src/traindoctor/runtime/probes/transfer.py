@@ -79,8 +79,9 @@ def _non_blocking(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> b
     return name == "cuda" and len(args) > 1 and args[1] is True
 
 
-#: ``Tensor`` methods that wait for the device when called on a device tensor.
-SYNC_METHODS = ("item", "tolist", "cpu")
+#: ``Tensor`` methods that wait for the device when called on a device tensor (``__bool__``: a
+#: tensor-valued ``if``).
+SYNC_METHODS = ("item", "tolist", "cpu", "__bool__")
 
 
 class TransferProbe(Probe):
@@ -184,7 +185,7 @@ class TransferProbe(Probe):
         return move
 
     def _wrap_sync(self, orig: Callable[..., Any]) -> Callable[..., Any]:
-        """``.item()``, ``.tolist()``, ``.cpu()`` of a device tensor wait for the device: on timed
+        """``.item()``, ``.tolist()``, ``.cpu()``, ``bool()`` of a device tensor wait for the device: on timed
         steps they are marked as a synchronisation, tagged with the user's line."""
         session = self.watched
         timer = session.timer

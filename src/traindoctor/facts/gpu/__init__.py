@@ -1,0 +1,1 @@
+"""GPU efficiency: host-device synchronisations, optimizer kernels, memory formats, TF32."""
