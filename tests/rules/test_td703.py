@@ -16,7 +16,7 @@ def test_td703_unsafe_fix_only():
     safe = eval_check(src, ["TD703"], fix=True)
     assert safe.fixed_source is None
     unsafe = eval_check(src, ["TD703"], fix=True, unsafe_fixes=True)
-    assert unsafe.fixed_source.splitlines()[5] == "    total += loss.item()"
+    assert unsafe.fixed_source.splitlines()[5] == "    total += loss.detach()"
     assert eval_rows(unsafe.fixed_source, ["TD703"]) == []
 
 

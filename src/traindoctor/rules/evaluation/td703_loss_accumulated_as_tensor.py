@@ -48,7 +48,7 @@ class LossAccumulatedAsTensor(Rule):
     severity = Severity.WARNING
     summary = (
         "A running total adds the loss tensor itself, keeping every step's autograd graph alive; "
-        "add `loss.item()` (or `loss.detach()`) instead."
+        "add `loss.detach()` (or `loss.item()`) instead."
     )
     gpu_only = False
     static = True
@@ -70,8 +70,8 @@ class LossAccumulatedAsTensor(Rule):
     total makes the total part of that graph, so the activations saved for backward are kept for
     every step until the total is dropped, usually at the end of the epoch: memory grows step by
     step until it runs out, and logging the total costs a device synchronisation anyway.
-    `loss.item()` returns a Python float (one sync per step); `loss.detach()` keeps a tensor
-    without the graph (no sync until printed).
+    `loss.detach()` keeps a tensor without the graph (no sync until the total is read);
+    `loss.item()` returns a Python float but waits for the device at every step (TD801).
     """
     example = """
     running_loss = 0.0
@@ -87,13 +87,14 @@ class LossAccumulatedAsTensor(Rule):
         loss = criterion(model(x), y)
         loss.backward()
         optimizer.step()
-        running_loss += loss.item()
+        running_loss += loss.detach()
+    print(running_loss.item() / len(loader))
     """
     fix_safety = """
-    The fix rewrites the added loss to `loss.item()` and is marked unsafe: the total becomes a
-    Python float instead of a tensor, so code that later calls tensor methods on it (`.item()`,
-    `.cpu()`, `dist.all_reduce(total)`) has to change, and every step now synchronises with the
-    device. Where the total must stay a tensor, use `loss.detach()` by hand.
+    The fix rewrites the added loss to `loss.detach()` and is marked unsafe: a total that started
+    as a number becomes a tensor on the loss's device, so code that wants a Python number from it
+    (`json.dump`, a logger that rejects tensors) has to read `total.item()` once, at the end.
+    `loss.item()` instead would wait for the device at every step (TD801).
     """
     references = (
         "https://pytorch.org/docs/stable/notes/faq.html#my-model-reports-cuda-runtime-error-2-out-of-memory",
@@ -152,7 +153,7 @@ class LossAccumulatedAsTensor(Rule):
                 loss = criterion(model(x), y)
                 loss.backward()
                 optimizer.step()
-                running_loss += loss.item()  # TD703
+                running_loss += loss.detach()  # TD703
             """,
         ),
         Invalid(
@@ -177,7 +178,7 @@ class LossAccumulatedAsTensor(Rule):
                     out = F.cross_entropy(model(x), y)
                     scaler.scale(out).backward()
                     scaler.step(opt)
-                    total = total + out.item() * x.size(0)  # TD703
+                    total = total + out.detach() * x.size(0)  # TD703
                 return total / len(loader.dataset)
             """,
         ),
@@ -215,7 +216,7 @@ class LossAccumulatedAsTensor(Rule):
                 self,
                 stmt,
                 f"`{ctx.segment(target)}` accumulates the loss tensor `{name.id}` with its autograd graph; "
-                f"add `{name.id}.item()` (or `{name.id}.detach()`) instead.",
-                fix=ctx.fix_replace(name, f"{name.id}.item()", f"Use `{name.id}.item()`", applicability="unsafe"),
-                help=f"Accumulate `{name.id}.item()`",
+                f"add `{name.id}.detach()` (or `{name.id}.item()`) instead.",
+                fix=ctx.fix_replace(name, f"{name.id}.detach()", f"Use `{name.id}.detach()`", applicability="unsafe"),
+                help=f"Accumulate `{name.id}.detach()`",
             )
