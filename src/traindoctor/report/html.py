@@ -404,11 +404,50 @@ def render_run_html(report: Mapping[str, Any]) -> str:
     if gpu:
         body.append(_figure_html(charts.gpu_figure(gpu), "chart-gpu"))
     body.append(_profile_table(per, shares, gpu))
+    body.append(_throughput_table(profile))
     body.append(_notes(list(report.get("notes") or [])))
     body.append(_environment(env))
     command = " ".join(str(c) for c in env.get("command") or [])
     subtitle = esc(f"traindoctor run {command}".strip())
     return _page("traindoctor run report", subtitle, "".join(body), plotly_js)
+
+
+def _throughput_table(profile: Mapping[str, Any]) -> str:
+    """Samples/s, tokens/s, the counted step's FLOPs and MFU (empty when nothing was measured)."""
+    if not profile.get("samples_per_s"):
+        return ""
+    tp = profile.get("throughput") or {}
+    rows = [("samples/s (steady state)", _num(profile.get("samples_per_s"), digits=6))]
+    if profile.get("tokens_per_s"):
+        rows.append(
+            (
+                "tokens/s (token ids; padding left out when the batch has its attention mask)",
+                _num(profile["tokens_per_s"], digits=9),
+            )
+        )
+    if tp.get("flops_per_step"):
+        rows.append(
+            (
+                f"FLOPs per step (counted on step {esc(tp.get('flops_step'))}, FlopCounterMode)",
+                f"{tp['flops_per_step']:.4g}",
+            )
+        )
+        if tp.get("flops_per_sample"):
+            rows.append(("FLOPs per sample", f"{tp['flops_per_sample']:.4g}"))
+        by = tp.get("flops_by_precision") or {}
+        if by:
+            rows.append(("by precision", esc(", ".join(f"{k} {v:.4g}" for k, v in sorted(by.items())))))
+        if tp.get("mfu") is not None:
+            peaks = tp.get("peak_tflops") or {}
+            peak_text = ", ".join(f"{k} {v:g}" for k, v in peaks.items())
+            rows.append(
+                ("MFU (model FLOP/s over the device's peak; unvalidated on hardware)", _num(tp["mfu"] * 100, "%", 3))
+            )
+            rows.append((f"peak TFLOP/s of the {esc(tp.get('peak_device'))}", esc(peak_text)))
+        elif tp.get("mfu_note"):
+            rows.append(("MFU", esc(tp["mfu_note"])))
+    body = "".join(f"<tr><td>{label}</td><td class=num>{value}</td></tr>" for label, value in rows)
+    return f'<h2>Throughput</h2><table class="grid" id="throughput-table" style="width:auto">{body}</table>'
 
 
 def _gpu_table(gpu: Mapping[str, Any]) -> str:

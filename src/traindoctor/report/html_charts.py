@@ -18,7 +18,20 @@ COMPONENTS = (
     ("backward", "backward", "#6366f1"),
     ("compute", "compute", "#3b82f6"),
     ("optimizer", "optimizer step", "#14b8a6"),
+    ("sync", "waiting for the GPU (sync)", "#ef4444"),
     ("other", "other host work", "#94a3b8"),
+)
+#: The device-time chart's parts per step: (busy/idle, key, label, colour).
+GPU_PARTS = (
+    ("busy", "transfer", "busy: copies", "#a855f7"),
+    ("busy", "forward", "busy: forward", "#3b82f6"),
+    ("busy", "backward", "busy: backward", "#6366f1"),
+    ("busy", "optimizer", "busy: optimizer step", "#14b8a6"),
+    ("busy", "other", "busy: the loop's own kernels", "#16a34a"),
+    ("idle", "data", "idle: waiting for the DataLoader", "#f59e0b"),
+    ("idle", "host", "idle: host work (Python, launches)", "#94a3b8"),
+    ("idle", "sync", "idle: after synchronisations", "#ef4444"),
+    ("idle", "transfer", "idle: after blocking copies", "#f472b6"),
 )
 #: Timeline ``*_ms`` keys that are not parts of the step (totals, or overlapping device time).
 _NOT_PARTS = {"wall", "device", "step"}
@@ -161,21 +174,33 @@ def throughput_figure(timeline: Sequence[Mapping[str, Any]], steady: float | Non
 
 
 def gpu_figure(gpu: Mapping[str, Any]) -> Any | None:
-    """GPU busy and idle time per timed steady step (device time, from CUDA events)."""
+    """GPU busy time per phase and idle time per host cause, per timed steady step (device
+    time, from CUDA events)."""
     steps = list(gpu.get("steps") or [])
     if not steps:
         return None
     go = _go()
     fig = go.Figure()
     x = [s["step"] for s in steps]
-    for key, label, colour in (("busy_ms", "GPU busy", "#16a34a"), ("idle_ms", "GPU idle", "#f59e0b")):
+    if all("busy" in s and "idle" in s for s in steps):  # per phase and per idle cause
+        series = [
+            (label, colour, [float((s[group] or {}).get(key) or 0) for s in steps])
+            for group, key, label, colour in GPU_PARTS
+        ]
+        series = [entry for entry in series if any(entry[2])]
+    else:
+        series = [
+            (label, colour, [s.get(key, 0) for s in steps])
+            for key, label, colour in (("busy_ms", "GPU busy", "#16a34a"), ("idle_ms", "GPU idle", "#f59e0b"))
+        ]
+    for label, colour, values in series:
         fig.add_trace(
             go.Bar(
                 x=x,
-                y=[s.get(key, 0) for s in steps],
+                y=values,
                 name=label,
                 marker={"color": colour, "line": {"width": 0}},
-                hovertemplate="%{y:.2f} ms",
+                hovertemplate="%{y:.3f} ms",
             )
         )
     layout = _layout("GPU busy and idle per step (device time)", "ms per step")

@@ -23,6 +23,7 @@ _ROWS = (
     ("forward", "forward"),
     ("backward", "backward"),
     ("optimizer", "optimizer step"),
+    ("sync", "waiting for the GPU (sync: .item(), .cpu(), ...)"),
     ("other", "other host work (data preparation, logging, ...)"),
 )
 _LABEL_WIDTH = 50
@@ -108,9 +109,9 @@ def _table_rows(per: Mapping[str, Any], measured: Mapping[str, Any]) -> list[tup
                         "no DataLoader read: the data path is in other host work" if split else "no DataLoader read",
                     )
                 )
-        elif key == "transfer":
-            if per.get("transfer"):
-                rows.append((label, per["transfer"], ""))
+        elif key in ("transfer", "sync"):
+            if per.get(key):
+                rows.append((label, per[key], ""))
         elif key in ("forward", "backward"):
             if split:
                 rows.append((label, per.get(key) or 0.0, ""))
@@ -157,7 +158,7 @@ def _profile_lines(profile: Mapping[str, Any]) -> list[str]:
     gpu = profile.get("gpu")
     if profile.get("steady_steps"):
         width = _LABEL_WIDTH
-        head = "per step, host time" if gpu else "per step"
+        head = "per step, host time" if gpu or per.get("sync") else "per step"
         lines.append(f"  {head:<{width}}{'ms':>10}{'share':>8}")
         step = per.get("step") or 0.0
         for label, ms, note in _table_rows(per, measured):
@@ -184,8 +185,9 @@ def _profile_lines(profile: Mapping[str, Any]) -> list[str]:
                 text += f", called from the training loop at line {item['loop_line']}"
             lines.append(f"    {item.get('share', 0):>4.0%}  {text}")
     extras = []
-    if profile.get("samples_per_s"):
-        extras.append(f"throughput {profile['samples_per_s']:.1f} samples/s")
+    throughput = throughput_text(profile)
+    if throughput:
+        extras.append(throughput)
     if profile.get("backward_per_step") not in (None, 1.0):
         extras.append(f"{profile['backward_per_step']:g} backward calls per step")
     mem = profile.get("memory") or {}
@@ -212,6 +214,38 @@ def _profile_lines(profile: Mapping[str, Any]) -> list[str]:
     for rank, summary in (profile.get("per_rank") or {}).items():
         lines.append(f"  rank {rank}: {format_value(summary)}")
     return lines
+
+
+def _si(value: float, unit: str) -> str:
+    """``1.23 GFLOP``-style: the value with an SI prefix."""
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def throughput_text(profile: Mapping[str, Any]) -> str:
+    """``throughput 512.0 samples/s, 65536 tokens/s; MFU 41.2% ...`` (empty when nothing was measured)."""
+    if not profile.get("samples_per_s"):
+        return ""
+    text = f"throughput {profile['samples_per_s']:.1f} samples/s"
+    if profile.get("tokens_per_s"):
+        text += f", {profile['tokens_per_s']:.0f} tokens/s"
+    tp = profile.get("throughput") or {}
+    if not tp.get("flops_per_step"):
+        return text
+    per = f"{_si(tp['flops_per_sample'], 'FLOP')} per sample" if tp.get("flops_per_sample") else ""
+    per = per or f"{_si(tp['flops_per_step'], 'FLOP')} per step"
+    counted = f"{per}, counted on step {tp.get('flops_step')} with FlopCounterMode"
+    if tp.get("mfu") is not None:
+        precisions = "/".join(sorted(tp.get("flops_by_precision") or {}))
+        text += (
+            f"; MFU {tp['mfu']:.1%} of the {tp.get('peak_device')} {precisions} peak "
+            f"({counted}; unvalidated on hardware)"
+        )
+    elif tp.get("mfu_note"):
+        text += f"; {tp['mfu_note']} ({counted})"
+    return text
 
 
 _IDLE_LABELS = (

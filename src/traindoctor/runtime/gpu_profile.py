@@ -32,7 +32,7 @@ name it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from traindoctor.runtime.device_time import Interval, TimedStep
@@ -253,7 +253,14 @@ class GpuProfile:
             "failed_event_pairs": self.failed_pairs,
             "skipped_steps": self.skipped_steps,
             "steps": [
-                {"step": s.index, "gpu_ms": _ms(s.span), "busy_ms": _ms(s.busy_s), "idle_ms": _ms(s.idle_s)}
+                {
+                    "step": s.index,
+                    "gpu_ms": _ms(s.span),
+                    "busy_ms": _ms(s.busy_s),
+                    "idle_ms": _ms(s.idle_s),
+                    "busy": {k: _ms(v) for k, v in s.busy.items()},
+                    "idle": {k: _ms(v) for k, v in s.idle.items()},
+                }
                 for s in self.steps
             ],
         }
@@ -263,17 +270,20 @@ def build_gpu_profile(
     steps: Sequence[TimedStep],
     *,
     warmup_steps: int,
+    exclude: Collection[int] = (),
     device: int = 0,
     platform: str = "CUDA",
     failed_pairs: int = 0,
     skipped_steps: int = 0,
 ) -> GpuProfile | None:
     """Means over the timed steps after warm-up (all timed steps when every one is warm-up),
-    and the verdict; None when no step was timed."""
+    leaving out the steps ``exclude`` names where others remain, and the verdict; None when no
+    step was timed."""
     if not steps:
         return None
     per_step = [attribute(s) for s in steps]
     steady = [s for s in per_step if s.index > warmup_steps] or per_step
+    steady = [s for s in steady if s.index not in exclude] or steady
     prof = GpuProfile(device, platform)
     prof.steps = steady
     prof.timed_steps = len(per_step)

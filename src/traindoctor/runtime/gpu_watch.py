@@ -12,6 +12,7 @@ counts GPU memory from that moment. At the end it builds the
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from traindoctor.runtime.device_time import DeviceTimer
@@ -87,9 +88,10 @@ class GpuWatch:
             assert self.device is not None
             self._allocated.append(self.api.memory_allocated(self.device))
 
-    def finish(self, warmup_steps: int) -> tuple[GpuProfile | None, dict[str, Any]]:
+    def finish(self, warmup_steps: int, exclude: Collection[int] = ()) -> tuple[GpuProfile | None, dict[str, Any]]:
         """Read the last events (one synchronisation) and build the device profile and the
-        ``cuda_*`` memory entries (empty when the script never used the device)."""
+        ``cuda_*`` memory entries (empty when the script never used the device); the steps
+        ``exclude`` names are left out of the steady means."""
         timer = self.timer
         if timer is None or self.device is None:
             return None, {}
@@ -98,6 +100,7 @@ class GpuWatch:
         profile = build_gpu_profile(
             timer.steps,
             warmup_steps=warmup_steps,
+            exclude=exclude,
             device=self.device,
             platform=self.api.platform,
             failed_pairs=timer.failed_pairs,

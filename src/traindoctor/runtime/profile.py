@@ -9,6 +9,11 @@ A *step* is one step of the primary optimizer (the first one that stepped): from
 * ``backward``: time inside ``backward()``;
 * ``optimizer``: time inside ``optimizer.step()``, *without* the forward and backward that a
   closure (LBFGS ``step(closure)``) runs inside it;
+* ``sync`` (CUDA runs): host time blocked in a call that waits for the GPU (``.item()``,
+  ``.tolist()``, ``.cpu()``, a device-to-host copy), taken out of the row it was inside (forward,
+  backward, the optimizer step or ``other``), so that the host rows add up to the step. A blocking
+  host-to-device copy waits for the GPU too; its host time stays in ``transfer`` (it also copies
+  from pageable memory on the host), and the device-time profile tells the two apart;
 * ``other``: the remainder, i.e. host work the loop does itself between those calls (data
   preparation such as a ``get_batch`` from a memory map, the loss outside the model, logging).
 
@@ -39,7 +44,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from traindoctor.runtime.live import fields_repr
-from traindoctor.runtime.phases import PHASE_OPTIMIZER, PHASE_OTHER
+from traindoctor.runtime.phases import PHASE_BACKWARD, PHASE_FORWARD, PHASE_OPTIMIZER, PHASE_OTHER
+from traindoctor.runtime.throughput import Throughput
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.runtime.gpu_profile import GpuProfile
@@ -48,6 +54,8 @@ if TYPE_CHECKING:  # pragma: no cover
 MAX_WARMUP = 5
 #: Peak memory above this share of the device's capacity makes the run memory-bound.
 MEMORY_BOUND_SHARE = 0.9
+#: The phases whose rows a wait for the GPU is taken out of.
+_SYNC_ROWS = (PHASE_OTHER, PHASE_FORWARD, PHASE_BACKWARD, PHASE_OPTIMIZER)
 
 
 class StepRecord:
@@ -65,11 +73,14 @@ class StepRecord:
         "data_s",
         "device_s",
         "end",
+        "flop_counted",
         "forward_s",
         "index",
         "optimizer_s",
         "samples",
         "start",
+        "sync_s",
+        "tokens",
         "transfer_s",
     )
 
@@ -89,6 +100,12 @@ class StepRecord:
     #: the loss up to ``max_iter`` times on the same batch; Lightning runs the step's backward
     #: there): they are not gradient accumulation.
     closure_backward_calls: int
+    #: Host seconds blocked waiting for the GPU (``.item()``, ...); 0 on a CPU run.
+    sync_s: float
+    #: Tokens of the step's batches (None unless every batch held token ids).
+    tokens: int | None
+    #: Whether the FLOPs probe counted this step (it ran slower: left out of the steady means).
+    flop_counted: bool
 
     def __init__(
         self,
@@ -105,6 +122,8 @@ class StepRecord:
         forward_s: float | None = None,
         backward_s: float | None = None,
         closure_backward_calls: int = 0,
+        sync_s: float = 0.0,
+        tokens: int | None = None,
     ) -> None:
         self.index = index
         self.start = start
@@ -119,6 +138,9 @@ class StepRecord:
         self.forward_s = forward_s
         self.backward_s = backward_s
         self.closure_backward_calls = closure_backward_calls
+        self.sync_s = sync_s
+        self.tokens = tokens
+        self.flop_counted = False
 
     def __repr__(self) -> str:
         return fields_repr(self, self.__slots__)
@@ -136,8 +158,8 @@ class StepRecord:
 
     @property
     def remainder_s(self) -> float:
-        """Wall time outside data wait, copies and the optimizer step."""
-        return max(self.wall_s - self.data_s - self.transfer_s - self.optimizer_s, 0.0)
+        """Wall time outside data wait, copies, the optimizer step and waits for the GPU."""
+        return max(self.wall_s - self.data_s - self.transfer_s - self.optimizer_s - self.sync_s, 0.0)
 
     @property
     def compute_s(self) -> float:
@@ -164,7 +186,9 @@ class StepRecord:
             "compute_s": self.compute_s,
             "optimizer_s": self.optimizer_s,
             "other_s": self.other_s,
+            "sync_s": self.sync_s or None,  # None (no timeline series) when nothing waited
             "batches": self.batches,
+            "tokens": self.tokens,
             "samples": self.samples,
             "backward_calls": self.backward_calls,
             "closure_backward_calls": self.closure_backward_calls,
@@ -177,7 +201,8 @@ class StepTimer:
 
     Called by the session from the probes' wrappers, so every method is a few additions.
     ``forward_total``/``backward_total`` are running totals over the run (the optimizer step
-    subtracts what a closure ran inside it); ``forward_seen`` says forward timing is active.
+    subtracts what a closure ran inside it, and a wait for the GPU inside them is taken out of
+    them: it is ``sync_total``'s); ``forward_seen`` says forward timing is active.
     """
 
     def __init__(self) -> None:
@@ -188,6 +213,10 @@ class StepTimer:
         self._optimizer = 0.0
         self._batches = 0
         self._samples = 0
+        self._tokens = 0
+        self._token_batches = 0
+        self._sync = 0.0
+        self.sync_total = 0.0
         self._backward = 0
         self._closure_backward = 0
         self._opt_pre: float | None = None
@@ -204,12 +233,27 @@ class StepTimer:
     def backward_calls(self) -> int:
         return self._backward
 
-    def add_batch(self, wait_s: float, t_end: float, samples: int) -> None:
+    def add_batch(self, wait_s: float, t_end: float, samples: int, tokens: int | None = None) -> None:
         if self._start is None:
             self._start = t_end - wait_s
         self._data += wait_s
         self._batches += 1
         self._samples += samples
+        if tokens is not None:
+            self._tokens += tokens
+            self._token_batches += 1
+
+    def add_sync(self, seconds: float, phase: int) -> None:
+        """The host waited ``seconds`` for the GPU (``.item()``, ...) inside ``phase``: the wait
+        leaves that phase's row (a wait inside a DataLoader fetch or a copy stays there)."""
+        if phase not in _SYNC_ROWS:
+            return
+        if phase == PHASE_FORWARD:
+            self.forward_total -= seconds
+        elif phase == PHASE_BACKWARD:
+            self.backward_total -= seconds
+        self._sync += seconds
+        self.sync_total += seconds
 
     def add_transfer(self, seconds: float, t_end: float) -> None:
         if self._start is None:
@@ -229,11 +273,12 @@ class StepTimer:
         if self._start is None:
             self._start = t
         self._opt_pre = t
-        self._opt_inner0 = self.forward_total + self.backward_total
+        self._opt_inner0 = self.forward_total + self.backward_total + self.sync_total
 
     def optimizer_post(self, t: float, closes_step: bool) -> StepRecord | None:
         if self._opt_pre is not None:
-            inner = self.forward_total + self.backward_total - self._opt_inner0  # a closure's
+            # a closure's forward and backward, and every wait for the GPU inside the step
+            inner = self.forward_total + self.backward_total + self.sync_total - self._opt_inner0
             self._optimizer += max(t - self._opt_pre - inner, 0.0)
             self._opt_pre = None
         if not closes_step:
@@ -253,11 +298,14 @@ class StepTimer:
             closure_backward_calls=self._closure_backward,
             forward_s=self.forward_total - self._step_fwd0 if measured else None,
             backward_s=self.backward_total - self._step_bwd0 if measured else None,
+            sync_s=self._sync,
+            tokens=self._tokens if self._batches and self._token_batches == self._batches else None,
         )
         self.records.append(record)
         self._start = t
-        self._data = self._transfer = self._optimizer = 0.0
+        self._data = self._transfer = self._optimizer = self._sync = 0.0
         self._batches = self._samples = self._backward = self._closure_backward = 0
+        self._tokens = self._token_batches = 0
         self._step_fwd0, self._step_bwd0 = self.forward_total, self.backward_total
         self._step_fwd_seen = self.forward_seen  # timing active for the whole next step
         return record
@@ -339,6 +387,9 @@ class Profile:
         "steady_steps",
         "step_s",
         "steps",
+        "sync_s",
+        "throughput",
+        "tokens_per_s",
         "transfer_s",
         "verdict",
         "warmup_steps",
@@ -356,6 +407,8 @@ class Profile:
     transfer_s: float
     compute_s: float
     optimizer_s: float
+    #: Host time blocked waiting for the GPU (``.item()``, ...): 0 on a CPU run.
+    sync_s: float
     forward_s: float | None
     backward_s: float | None
     other_s: float | None
@@ -367,6 +420,10 @@ class Profile:
     median_step_s: float
     device_step_s: float | None
     samples_per_s: float | None
+    #: Tokens/s of batches of token ids fed to an embedding (None otherwise).
+    tokens_per_s: float | None
+    #: Samples/s, tokens/s, FLOPs and MFU (:mod:`traindoctor.runtime.throughput`).
+    throughput: Throughput
     backward_per_step: float | None
     memory: dict[str, Any]
     #: Where the loop's own host work goes (sampled), when it was large: see ``Session``.
@@ -392,7 +449,9 @@ class Profile:
         self.optimizer_seen = optimizer_seen
         self.steps = self.warmup_steps = self.steady_steps = 0
         self.batches = self.samples = 0
-        self.step_s = self.data_s = self.transfer_s = self.compute_s = self.optimizer_s = 0.0
+        self.step_s = self.data_s = self.transfer_s = self.compute_s = self.optimizer_s = self.sync_s = 0.0
+        self.tokens_per_s = None
+        self.throughput = Throughput()
         self.forward_s = self.backward_s = self.other_s = None
         self.loader_seen = False
         self.median_step_s = 0.0
@@ -419,6 +478,8 @@ class Profile:
             "transfer": self.transfer_s / self.step_s,
             "compute": (self.compute_s + self.optimizer_s) / self.step_s,
         }
+        if self.sync_s > 0:
+            out["sync"] = self.sync_s / self.step_s
         if self.other_s is not None:
             out["other"] = self.other_s / self.step_s
         return out
@@ -449,6 +510,8 @@ class Profile:
             "batches": self.batches,
             "samples": self.samples,
             "samples_per_s": None if self.samples_per_s is None else round(self.samples_per_s, 3),
+            "tokens_per_s": None if self.tokens_per_s is None else round(self.tokens_per_s, 3),
+            "throughput": self.throughput.to_dict(),
             "backward_per_step": self.backward_per_step,
             "per_step_ms": {
                 "step": _ms(self.step_s),
@@ -459,6 +522,7 @@ class Profile:
                 "backward": ms(self.backward_s),
                 "compute": _ms(self.compute_s),
                 "optimizer": _ms(self.optimizer_s) if self.optimizer_seen else None,
+                "sync": _ms(self.sync_s) if self.sync_s > 0 else None,
                 "other": ms(self.other_s),
                 "device": ms(self.device_step_s),
             },
@@ -483,6 +547,13 @@ class Profile:
             return
         if gpu is not None and gpu.verdict != "unknown":
             self.verdict, self.reason = gpu.verdict, gpu.reason
+
+    def add_flops(
+        self, step: int, by_precision: Mapping[str, int], samples: int, device_name: str | None, gpu: bool
+    ) -> None:
+        """The FLOPs of the counted step (``samples`` in it), and MFU where the device's peak is
+        known (:meth:`traindoctor.runtime.throughput.Throughput.add_flops`)."""
+        self.throughput.add_flops(step, by_precision, samples, self.step_s, device_name, gpu)
 
 
 def _memory_share(memory: Mapping[str, Any]) -> tuple[float | None, str]:
@@ -529,12 +600,15 @@ def build_profile(
     host_work: Sequence[Mapping[str, Any]] | None = None,
     host_work_samples: int = 0,
     optimizer_seen: bool = True,
+    token_ids: bool = False,
 ) -> Profile:
     """Summarise step records into a :class:`Profile` with a verdict.
 
     ``loose_*`` are batches fetched outside any step (a loop with no optimizer, or the tail after
     the last step); they count in the totals, and give the verdict when there are no steps.
     ``host_work`` are the sampled lines of the loop's own host work (evidence for the verdict).
+    ``token_ids``: the model has an embedding, so the batches' token counts are tokens/s.
+    The step the FLOPs probe counted (it ran slower) is left out of the steady steps.
     """
     cfg = thresholds or {}
     memory = dict(memory or {})
@@ -547,6 +621,7 @@ def build_profile(
     warm = cfg.get("profile.warmup_steps")
     prof.warmup_steps = default_warmup(len(records)) if warm is None else min(int(warm), len(records))
     steady = list(records[prof.warmup_steps :])
+    steady = [r for r in steady if not r.flop_counted] or steady
     prof.steady_steps = len(steady)
     if steady:
         n = len(steady)
@@ -555,6 +630,7 @@ def build_profile(
         prof.data_s = sum(r.data_s for r in steady) / n
         prof.transfer_s = sum(r.transfer_s for r in steady) / n
         prof.optimizer_s = sum(r.optimizer_s for r in steady) / n
+        prof.sync_s = sum(r.sync_s for r in steady) / n
         prof.compute_s = sum(r.compute_s for r in steady) / n
         prof.forward_s = _mean_or_none([r.forward_s for r in steady])
         prof.backward_s = _mean_or_none([r.backward_s for r in steady])
@@ -568,6 +644,10 @@ def build_profile(
         prof.device_step_s = sum(devs) / len(devs) if devs else None
         samples = sum(r.samples for r in steady)
         prof.samples_per_s = samples / wall if wall > 0 and samples else None
+        tokens = [r.tokens for r in steady]
+        if token_ids and wall > 0 and all(t is not None for t in tokens):
+            prof.tokens_per_s = sum(t for t in tokens if t is not None) / wall or None
+        prof.throughput = Throughput(prof.samples_per_s, prof.tokens_per_s)
         prof.backward_per_step = _median([float(r.backward_calls) for r in steady])
     if _memory_bound(prof, cfg):
         return prof
@@ -602,7 +682,9 @@ def _verdict(prof: Profile) -> None:
     parts = {"compute": compute, "data": prof.data_s, "transfer": prof.transfer_s}
     if other is not None:
         parts["other"] = other
-    order = ["compute", "data", "transfer", "other"]  # ties go to compute (the benign case)
+    if prof.sync_s > 0:
+        parts["sync"] = prof.sync_s
+    order = ["compute", "data", "transfer", "other", "sync"]  # ties go to compute (the benign case)
     top = max(parts, key=lambda k: (parts[k], -order.index(k)))
     share = parts[top] / prof.step_s
     numbers = f"({_ms(parts[top]):g} ms of {_ms(prof.step_s):g} ms per step, {prof.steady_steps} steady steps)"
@@ -629,6 +711,11 @@ def _verdict(prof: Profile) -> None:
         )
     else:
         computed = "forward and backward" if prof.forward_s is not None else "compute"
-    label = {"data": "waiting for the DataLoader", "transfer": "host-to-device copies", "compute": computed}[top]
+    label = {
+        "data": "waiting for the DataLoader",
+        "transfer": "host-to-device copies",
+        "sync": "waiting for the GPU in synchronisations (`.item()`, `.cpu()`, ...)",
+        "compute": computed,
+    }[top]
     verb = "take" if label == "forward and backward" else "takes"
     prof.reason = f"{label} {verb} {share:.0%} of step time {numbers}"

@@ -37,6 +37,7 @@ from traindoctor.runtime.profile import (
     default_warmup,
     measure_memory,
 )
+from traindoctor.runtime.throughput import batch_tokens, has_embedding
 from traindoctor.runtime.timeline import session_timeline
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -278,6 +279,8 @@ class Session:
         self._fed: dict[int, LoaderInfo] = {}
         #: Where each backward() ended while no optimizer has stepped (see ``_mark_backward``).
         self._backward_marks: list[BackwardMark] = []
+        #: The counted step's (index, FLOPs by precision, samples), once the FLOPs probe counted one.
+        self.step_flops: tuple[int, dict[str, int], int] | None = None
 
     # ---------------------------------------------------------------- public views
     @property
@@ -496,7 +499,7 @@ class Session:
     def record_batch(self, info: LoaderInfo, batch: Any, wait_s: float, t_end: float) -> None:
         self._fed[info.id] = info
         samples = batch_samples(batch)
-        self.timer.add_batch(wait_s, t_end, samples)
+        self.timer.add_batch(wait_s, t_end, samples, batch_tokens(batch))
         for observer in self._batch_observers:
             observer(info, batch)
         if self._dispatch.get("on_batch_fetched") != []:  # no monitor listens: skip (hot path)
@@ -540,6 +543,15 @@ class Session:
                 t.backward_total,
             )
         )
+
+    def record_sync(self, seconds: float, phase: int) -> None:
+        """The host waited ``seconds`` for the GPU in ``.item()``, ``.cpu()``, ... called in
+        ``phase`` (CUDA runs)."""
+        self.timer.add_sync(seconds, phase)
+
+    def record_step_flops(self, step: int, by_precision: Mapping[str, int], samples: int) -> None:
+        """The FLOPs of training step ``step`` (``samples`` in it), by precision (the FLOPs probe)."""
+        self.step_flops = (step, dict(by_precision), samples)
 
     def record_model(self, module: nn.Module) -> None:
         if module not in self.models:
@@ -756,9 +768,14 @@ class Session:
                 host_work=self._sampler.summary() if self._sampler else None,
                 host_work_samples=self._sampler.samples if self._sampler else 0,
                 optimizer_seen=optimizer_seen,
+                token_ids=has_embedding(list(self.models)),
             )
             if self.gpu is not None:
                 self._build_gpu_profile()
+            if self.step_flops is not None:
+                step, by_precision, samples = self.step_flops
+                gpu = self.gpu is not None and self.gpu.device is not None  # the script trained there
+                self.profile.add_flops(step, by_precision, samples, self.device.name, gpu)
         except Exception as exc:  # pragma: no cover - defensive
             self.internal_error("profile", exc)
             self.profile = Profile(partial=self.partial)
@@ -771,7 +788,8 @@ class Session:
             warm = self.thresholds.get("profile.warmup_steps")
             steps = len(self.records)
             warmup = default_warmup(steps) if warm is None else min(int(warm), steps)
-            self.gpu_profile, self._gpu_memory = self.gpu.finish(warmup)
+            counted = () if self.step_flops is None else (self.step_flops[0],)  # ran slower
+            self.gpu_profile, self._gpu_memory = self.gpu.finish(warmup, exclude=counted)
         except Exception as exc:  # fail-open: the host profile stays
             self.internal_error("GPU profile", exc)
         for note in self.gpu.notes:

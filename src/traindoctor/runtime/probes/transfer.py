@@ -15,6 +15,10 @@ step's compute; a non-blocking copy from pinned memory returns at once (it frees
 still runs between the kernels of its stream. The copy's own time is device time: on timed steps
 the copy is bracketed by the device timer's events (:mod:`traindoctor.runtime.device_time`), and
 the profile and TD101 read it from there.
+
+A call that waits for the device (``.item()``, ``.tolist()``, ``.cpu()``, a blocking
+device-to-host ``.to("cpu")``) is timed on the host on every step: that wait is the profile's
+"waiting for the GPU (sync)" row (``Session.record_sync``).
 """
 
 from __future__ import annotations
@@ -151,14 +155,23 @@ class TransferProbe(Probe):
                 return orig(tensor, *args, **kwargs)
             clock = session.device_timer
             if api.on_device(tensor):
-                if clock is None or not clock.timing or not _to_host(args, kwargs):
+                if not _to_host(args, kwargs):
                     return orig(tensor, *args, **kwargs)
-                phase = timer.phase  # a device-to-host copy waits for the device: a sync
-                clock.mark(PHASE_SYNC, 0 if kwargs.get("non_blocking") else BLOCKING, user_site(2))
+                blocks = not kwargs.get("non_blocking")  # a device-to-host copy waits for the device
+                marked = clock is not None and clock.timing
+                phase = timer.phase
+                if marked and clock is not None:
+                    clock.mark(PHASE_SYNC, BLOCKING if blocks else 0, user_site(2))
+                if blocks:
+                    timer.phase = PHASE_SYNC  # the host-work sampler leaves the wait alone
+                t0 = perf()
                 try:
                     return orig(tensor, *args, **kwargs)
                 finally:
-                    if clock.timing:
+                    if blocks:
+                        timer.phase = phase
+                        session.record_sync(perf() - t0, phase)
+                    if marked and clock is not None and clock.timing:
                         clock.mark(phase)
             timed = clock is not None and clock.timing and _to_device(api, name, args, kwargs)
             phase = timer.phase
@@ -189,19 +202,26 @@ class TransferProbe(Probe):
         steps they are marked as a synchronisation, tagged with the user's line."""
         session = self.watched
         timer = session.timer
+        perf = time.perf_counter
 
         @functools.wraps(orig)
         def sync(tensor: Any, *args: Any, **kwargs: Any) -> Any:
-            clock = session.device_timer
             api = session.cuda_api
-            if clock is None or not clock.timing or api is None or not api.on_device(tensor):
+            if api is None or not api.on_device(tensor):
                 return orig(tensor, *args, **kwargs)
+            clock = session.device_timer
+            marked = clock is not None and clock.timing
             phase = timer.phase
-            clock.mark(PHASE_SYNC, BLOCKING, user_site(2))
+            if marked and clock is not None:
+                clock.mark(PHASE_SYNC, BLOCKING, user_site(2))
+            timer.phase = PHASE_SYNC  # the host-work sampler leaves the wait alone
+            t0 = perf()
             try:
                 return orig(tensor, *args, **kwargs)
             finally:
-                if clock.timing:
+                timer.phase = phase
+                session.record_sync(perf() - t0, phase)
+                if marked and clock is not None and clock.timing:
                     clock.mark(phase)
 
         return sync
