@@ -4,6 +4,7 @@ slow steps among fast ones, made by a model whose forward sometimes waits)."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -33,7 +34,10 @@ class Stalling(nn.Module):
 
 
 @pytest.fixture()
-def threads():
+def threads(monkeypatch):
+    """The intra-op threads, restored afterwards; the machine reads as quiet (a busy one is judged
+    apart: :func:`test_a_machine_busy_with_other_programs_is_not_judged`)."""
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     before = torch.get_num_threads()
     yield torch.set_num_threads
     torch.set_num_threads(before)
@@ -65,6 +69,14 @@ def test_threads_plus_a_worker_beyond_the_cores_with_uneven_steps_is_reported(th
     assert ev["recommended_threads"] == 1
     assert "call `torch.set_num_threads(1)`" in f.message
     assert f.location.row == line_of("# LOADER", _run)
+
+
+def test_a_machine_busy_with_other_programs_is_not_judged(threads, monkeypatch):
+    # the same oversubscribed, uneven run, while the machine's load is 2 beyond its own 3 threads
+    monkeypatch.setattr(os, "getloadavg", lambda: (5.0, 5.0, 5.0))
+    assert codes(_run(threads_n=2, workers=1, cores=2)) == []
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.5, 3.5, 3.5))  # 0.5 beyond: judged
+    assert codes(_run(threads_n=2, workers=1, cores=2)) == ["TD107"]
 
 
 def test_threads_that_leave_the_worker_its_core_are_silent(threads):

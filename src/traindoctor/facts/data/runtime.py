@@ -13,6 +13,7 @@ rules report, so every rule computes "data-wait share" the same way.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections import Counter
 from collections.abc import Iterable
@@ -106,6 +107,17 @@ def cores_per_rank(session: Any) -> int:
     if local > 1 and cores >= int(session.machine_cores):
         return max(cores // local, 1)
     return max(cores, 1)
+
+
+def load_elsewhere(session: Any, own: int) -> float | None:
+    """The machine's 1-minute load average beyond ``own`` (the runnable threads and processes
+    this run itself accounts for), or None where the load is unknown. Uneven steps on a machine
+    that other programs keep busy tell nothing about this run's own split of the cores."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows; a kernel without /proc/loadavg
+        return None
+    return max(0.0, load - own * max(int(session.local_world_size), 1))
 
 
 def compute_spread(session: Any) -> tuple[float, float, int] | None:

@@ -28,6 +28,9 @@ class ThreadsOversubscribed(Rule):
     the contention too: the slowest tenth of the steady steps' compute (forward and backward)
     takes twice the median or more, the signature of threads waiting for a core that a worker holds.
     Runs whose model computes on a GPU are not judged; workers alone beyond the cores are TD104.
+    Nor are runs on a machine that other programs keep busy (a 1-minute load average beyond this
+    run's own threads and workers of half the machine's cores or more): uneven steps there tell
+    nothing about this run's split.
     """
     why_bad = """
     PyTorch's CPU kernels split each operation over all intra-op threads and wait for the last
@@ -101,6 +104,9 @@ class ThreadsOversubscribedMonitor(Monitor):
         if spread is None:
             return
         median_s, p90_s, steps = spread
+        elsewhere = ev.load_elsewhere(session, threads + workers)
+        if elsewhere is not None and elsewhere >= max(1.0, 0.5 * int(session.machine_cores)):
+            return  # other programs keep the machine busy: they, not this split, may make the steps uneven
         min_spread = float(self.threshold("min_spread", 2.0))
         min_ms = float(self.threshold("min_compute_ms", 2.0))
         min_steps = int(self.threshold("min_steps", 20))
