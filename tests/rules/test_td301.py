@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import textwrap
 
-from helpers.snippets import amp_found, amp_run
+from helpers.snippets import amp_found, amp_run, findings, found
 
 
 def test_td301_reports_the_autocast_with_position_and_message():
@@ -112,3 +112,52 @@ def test_td301_unknown_device_reported_only_when_the_file_targets_cuda():
     )
     assert amp_found(body, ["TD301"]) == []
     assert amp_found(body + "\nmodel.cuda()\n", ["TD301"]) == [("TD301", 4)]
+
+
+def test_td301_inert_grad_scaler_counts_as_no_scaler() -> None:
+    inert = """
+import torch
+
+def train(model, loader, optimizer, use_amp):
+    scaler = torch.cuda.amp.GradScaler(enabled=False)
+    for x, y in loader:
+        with torch.cuda.amp.autocast(enabled=use_amp):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+"""
+    assert found(inert, ["TD301"]) == [("TD301", 6)]
+    # enabled from a flag, rebound elsewhere, or a caller's scaler: not known to be inert
+    for variant in (
+        inert.replace("enabled=False", "enabled=use_amp"),
+        inert.replace("    for x, y", "    scaler = make_scaler()\n    for x, y"),
+        inert.replace("use_amp):\n    scaler = torch.cuda.amp.GradScaler(enabled=False)", "use_amp, scaler):"),
+    ):
+        assert found(variant, ["TD301"]) == [], variant
+
+
+def test_td301_inert_grad_scaler_passed_to_the_training_function() -> None:
+    src = """
+import torch
+
+def train_epoch(model, loader, optimizer, scaler):
+    for x, y in loader:
+        with torch.cuda.amp.autocast():
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+def run(model, loader, optimizer):
+    scaler = torch.cuda.amp.GradScaler(enabled=False)
+    for epoch in range(3):
+        train_epoch(model, loader, optimizer, scaler)
+"""
+    assert found(src, ["TD301"]) == [("TD301", 5)]
+    (finding,) = findings(src, ["TD301"])
+    assert [r.location.row for r in finding.related if r.location] == [12]  # the construction
+    assert "enabled=False" in finding.message
+    live = src.replace("run(model, loader, optimizer)", "run(model, loader, optimizer, other)")
+    live += "    train_epoch(model, loader, optimizer, other)\n"
+    assert found(live, ["TD301"]) == []

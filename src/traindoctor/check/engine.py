@@ -16,6 +16,7 @@ from traindoctor.check.fix import apply_edits, select_fixes
 from traindoctor.config import Settings
 from traindoctor.facts.data.static import drives_training
 from traindoctor.facts.data.summariser import DATA_SUMMARISER
+from traindoctor.facts.evaluation.static import PARAMETER_MODES_QUERY
 from traindoctor.facts.frameworks.static import HOOKS
 from traindoctor.facts.models.summariser import MODEL_QUERY
 from traindoctor.finding import Finding, Location, sort_findings
@@ -236,7 +237,9 @@ def check_source(
 #: How the project model reads a checked file's project modules: parsed like checked files, with
 #: the same framework conventions, summarised by the topics' facts (what a function's DataLoader is
 #: built with, whether a Dataset holds its data; what model a class builds, on first use).
-READER = ModuleReader(parse, frameworks=HOOKS, summarisers=(DATA_SUMMARISER,), queries=(MODEL_QUERY,))
+READER = ModuleReader(
+    parse, frameworks=HOOKS, summarisers=(DATA_SUMMARISER,), queries=(MODEL_QUERY, PARAMETER_MODES_QUERY)
+)
 
 
 def file_context(

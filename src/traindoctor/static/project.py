@@ -90,6 +90,22 @@ class FunctionFacts:
     #: Topic -> what that topic's :class:`Summariser` found (the DataLoader it returns, ...).
     topics: Mapping[str, Any] = field(default_factory=dict)
 
+    def argument(self, call: ast.Call, param: str, method: bool = False) -> ast.expr | None:
+        """The expression ``call`` passes for the parameter ``param`` (None when it cannot be told)."""
+        for kw in call.keywords:
+            if kw.arg == param:
+                return kw.value
+        positional = list(self.positional[1:] if method else self.positional)
+        if param not in positional:
+            return None
+        index = positional.index(param)
+        for i, value in enumerate(call.args):
+            if isinstance(value, ast.Starred):
+                return None
+            if i == index:
+                return value
+        return None
+
     def param_for(self, call: ast.Call, arg: ast.AST, method: bool = False) -> str | None:
         """The parameter that receives ``arg`` at ``call`` (None when it cannot be told)."""
         positional = list(self.positional[1:] if method else self.positional)

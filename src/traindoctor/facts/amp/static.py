@@ -153,6 +153,14 @@ class ScalerConstruction:
     enabled: bool | None
 
 
+def _parameters(scope: ast.AST) -> set[str]:
+    """The parameter names of a function scope (none for a module)."""
+    if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        return set()
+    a = scope.args
+    return {p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
+
+
 @dataclass
 class AmpFacts:
     """Everything the AMP rules need to know about one file (see :func:`amp_facts`)."""
@@ -354,6 +362,73 @@ class AmpFacts:
     def scaler_names(self) -> frozenset[str]:
         """Dotted names assigned a GradScaler somewhere in the file."""
         return frozenset(s.target for s in self.scaler_constructions if s.target)
+
+    def inert_scaler(self, text: str | None, scope: ast.AST) -> bool:
+        """Whether ``text`` is a GradScaler the file makes inert: every construction assigned to
+        that name passes ``enabled=False`` (its ``scale()`` returns the loss unchanged), and in
+        ``scope`` the name is not a parameter (a caller's scaler may be another one)."""
+        if text is None:
+            return False
+        if text.split(".", 1)[0] in _parameters(scope):
+            return "." not in text and self._inert_argument(text, scope)
+        mine = [s for s in self.scaler_constructions if s.target == text]
+        if not mine or any(s.enabled is not False for s in mine):
+            return False
+        # the name is bound by those constructions alone (not also from a helper or a config)
+        head = text.split(".", 1)[0]
+        if "." not in text:
+            bound = [n for n in self.ctx.of(ast.Name) if n.id == head and isinstance(n.ctx, ast.Store)]
+            return len(bound) == len(mine)
+        return True
+
+    def _inert_argument(self, param: str, fn: ast.AST, depth: int = 0) -> bool:
+        """Whether every call of the file's function ``fn`` (by its name) passes an inert
+        GradScaler for its parameter ``param`` (``train(..., scaler)`` called with the scaler
+        ``run()`` constructs with ``enabled=False``)."""
+        if depth > 2 or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return False
+        a = fn.args
+        names = [p.arg for p in [*a.posonlyargs, *a.args]]
+        sites = [c for c in self.ctx.of(ast.Call) if isinstance(c.func, ast.Name) and c.func.id == fn.name]
+        if not sites:
+            return False
+        for call in sites:
+            passed = next((k.value for k in call.keywords if k.arg == param), None)
+            if passed is None and param in names and not any(isinstance(x, ast.Starred) for x in call.args):
+                index = names.index(param)
+                passed = call.args[index] if index < len(call.args) else None
+            text = dotted(passed) if passed is not None else None
+            if text is None:
+                return False
+            caller = self.scope(call)
+            if text.split(".", 1)[0] in _parameters(caller):
+                if "." in text or not self._inert_argument(text, caller, depth + 1):
+                    return False
+            elif not self.inert_scaler(text, caller):
+                return False
+        return True
+
+    def live_scaler_used_in(self, scope: ast.AST) -> bool:
+        """:meth:`scaler_used_in` with the file's inert GradScalers (:meth:`inert_scaler`) left out."""
+        if not any(self.inert_scaler(s.target, scope) for s in self.scaler_constructions):
+            return self.scaler_used_in(scope)
+        if any(b.kind == "wrapper" for b in self.backwards_in(scope)):
+            return True
+        if any(b.kind == "scaled" and not self.inert_scaler(b.scaler, scope) for b in self.backwards_in(scope)):
+            return True
+        ctx = self.ctx
+        for call in ctx.method_calls("scale"):
+            name = dotted(receiver(call))
+            if self.scope(call) is scope and self.is_scaler(name) and not self.inert_scaler(name, scope):
+                return True
+        for node in ctx.walk(scope):
+            if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
+                text = dotted(node)
+                if text is None or not is_scaler_name(text) or ctx.qualname(node) in GRAD_SCALERS:
+                    continue
+                if self.scope(node) is scope and not self.inert_scaler(text, scope):
+                    return True
+        return False
 
     def is_scaler(self, text: str | None) -> bool:
         """Whether a dotted name is a GradScaler by construction in the file or by its name."""

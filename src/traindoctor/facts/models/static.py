@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, cast
 
 from traindoctor.static.args import MISSING, UNKNOWN
@@ -684,6 +684,8 @@ def model_of(ctx: FileContext, expr: ast.AST | None, depth: int = 0, _seen: froz
             return ModelInfo(inner.kinds | {"torch.nn.SyncBatchNorm"}, inner.params, inner.label)
         if qn.startswith("torchvision.models."):
             return torchvision_model(qn.rsplit(".", 1)[-1]) or UNKNOWN_MODEL
+        if qn in _TIMM_FACTORIES:
+            return timm_project_model(ctx, expr)
         if isinstance(func, ast.Attribute) and func.attr in _CHAIN_METHODS:
             return model_of(ctx, func.value, depth + 1, _seen)
         if isinstance(func, ast.Name) and func.id not in ctx.imports.names:
@@ -694,9 +696,31 @@ def model_of(ctx: FileContext, expr: ast.AST | None, depth: int = 0, _seen: froz
             if fns and len(fns) == 1:
                 return function_returns(ctx, fns[0], depth)
         if isinstance(func, ast.Subscript):
-            return registry_model(ctx, func)
+            found = registry_model(ctx, func)
+            return found if found is not UNKNOWN_MODEL else dispatch_model(ctx, func, depth)
         return project_model(ctx, func)
     return _model_of_value(ctx, expr, depth, _seen)
+
+
+_TIMM_FACTORIES = frozenset({"timm.create_model", "timm.models.create_model", "timm.models.factory.create_model"})
+
+
+def timm_project_model(ctx: FileContext, call: ast.Call) -> ModelInfo:
+    """What ``timm.create_model(name)`` builds when ``name`` is known and a project module this
+    file imports defines the model function of that name (registered with ``@register_model``)."""
+    arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "model_name"), None)
+    name = ctx.value(arg) if arg is not None else None
+    view = ctx.project
+    if not isinstance(name, str) or not name.isidentifier() or view is None or not view.imports_project:
+        return UNKNOWN_MODEL
+    found = []
+    for path, attr in view.bindings.values():
+        if attr is None and (resolved := view.project.lookup(path, name)) is not None and resolved.function:
+            found.append(resolved)
+    if len({r.path for r in found}) != 1:
+        return UNKNOWN_MODEL
+    view.dependencies.add(found[0].path)
+    return model_built_by(replace(found[0], sink=view.dependencies)) or UNKNOWN_MODEL
 
 
 def registry_entry(ctx: FileContext, func: ast.AST) -> tuple[ast.expr, str] | None:
@@ -728,6 +752,42 @@ def registry_model(ctx: FileContext, func: ast.AST) -> ModelInfo:
         return UNKNOWN_MODEL
     resolved = view.resolve(ast.Attribute(value=base, attr=key, ctx=ast.Load()))
     return model_built_by(resolved) or UNKNOWN_MODEL if resolved is not None else UNKNOWN_MODEL
+
+
+def dispatch_model(ctx: FileContext, func: ast.Subscript, depth: int) -> ModelInfo:
+    """What ``nets[args.arch](...)`` builds when ``nets`` is bound once, to a dict literal of model
+    classes or factories: the entry the key names when its value is known, else what every entry
+    is made of (the layer kinds they all have; unknown if one of them is unknown)."""
+    holder = func.value
+    bound = ctx.bindings_of(holder) if isinstance(holder, ast.Name) else None
+    if not bound or len(bound) != 1 or not isinstance(bound[0], ast.Dict):
+        return UNKNOWN_MODEL
+    table = bound[0]
+    if any(k is None for k in table.keys) or not table.values:
+        return UNKNOWN_MODEL  # ``{**others}``: entries we cannot list
+    entries = {ctx.value(k): v for k, v in zip(table.keys, table.values) if k is not None}
+    key = ctx.value(func.slice)
+    values = [entries[key]] if isinstance(key, str) and key in entries else table.values
+    infos = [_constructor_info(ctx, v, depth) for v in values]
+    if any(not i.kinds for i in infos):
+        return UNKNOWN_MODEL
+    if len(infos) == 1:
+        return infos[0]
+    return ModelInfo(frozenset.intersection(*(i.kinds for i in infos)), None, infos[0].label)
+
+
+def _constructor_info(ctx: FileContext, value: ast.expr, depth: int) -> ModelInfo:
+    """What calling the class or factory ``value`` names builds (a dict entry ``models.ResNet``)."""
+    if isinstance(value, ast.Name) and value.id not in ctx.imports.names:
+        cls = classes(ctx).get(value.id)
+        if cls is not None:
+            return class_info(ctx, cls, depth + 1)
+        fns = functions(ctx).get(value.id)
+        return function_returns(ctx, fns[0], depth) if fns and len(fns) == 1 else UNKNOWN_MODEL
+    qn = ctx.qualname(value) or ""
+    if qn.startswith("torchvision.models."):
+        return torchvision_model(qn.rsplit(".", 1)[-1]) or UNKNOWN_MODEL
+    return project_model(ctx, value)
 
 
 def project_model(ctx: FileContext, func: ast.AST) -> ModelInfo:

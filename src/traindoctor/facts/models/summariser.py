@@ -31,11 +31,28 @@ class ModelQuery:
         tree = ctx.tree
         out: set[str] = set()
         local_classes = {s.name for s in tree.body if isinstance(s, ast.ClassDef)}
+        others: list[ast.FunctionDef] = []
         for stmt in tree.body:
             if isinstance(stmt, ast.ClassDef) and _may_be_module(stmt, local_classes, ctx):
                 out.add(stmt.name)
-            elif isinstance(stmt, ast.FunctionDef) and _may_build_model(stmt, local_classes, ctx):
-                out.add(stmt.name)
+            elif isinstance(stmt, ast.FunctionDef):
+                if _may_build_model(stmt, local_classes, ctx):
+                    out.add(stmt.name)
+                else:
+                    others.append(stmt)
+        # a factory that returns what another factory of the module builds (timm's registered
+        # ``LeViT_256()`` -> ``model_factory(...)`` -> ``LeViT(...)``)
+        changed = bool(others)
+        while changed:
+            changed = False
+            for stmt in list(others):
+                if any(
+                    isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id in out
+                    for sub in ast.walk(stmt)
+                ):
+                    out.add(stmt.name)
+                    others.remove(stmt)
+                    changed = True
         return frozenset(out)
 
     def answer(self, ctx: FileContext, name: str, fresh: bool) -> ModelInfo | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from traindoctor.finding import Finding, Severity
+from traindoctor.finding import Finding, Related, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,7 +35,8 @@ class Fp16WithoutGradScaler(Rule):
         Finds float16 autocast regions (`torch.autocast("cuda")`, whose default dtype on CUDA is
         float16, `torch.cuda.amp.autocast()`, or an explicit `dtype=torch.float16`) whose loss is
         backpropagated with a plain `loss.backward()` in the same function, with no GradScaler
-        in that function. The finding points at the autocast.
+        in that function, or scaled by a GradScaler the file constructs with `enabled=False`
+        (its `scale()` returns the loss unchanged). The finding points at the autocast.
 
         Each function is judged on its own: a GradScaler used correctly in one training step
         does not protect a plain `loss.backward()` in another. An autocast used only for
@@ -220,6 +221,21 @@ class Fp16WithoutGradScaler(Rule):
             """
             import torch
 
+            # a GradScaler made inert: scale() hands the loss back unchanged
+            scaler = torch.cuda.amp.GradScaler(enabled=False)
+            for x, y in loader:
+                optimizer.zero_grad()
+                with torch.cuda.amp.autocast(enabled=True):  # TD301
+                    loss = criterion(model(x), y)
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            """
+        ),
+        Invalid(
+            """
+            import torch
+
             model = Net().cuda()
             for x, y in loader:
                 optimizer.zero_grad()
@@ -310,23 +326,38 @@ class Fp16WithoutGradScaler(Rule):
         for region in facts.with_autocasts():
             if not region.is_fp16:
                 continue
-            if facts.scaler_used_in(region.scope):
+            if facts.live_scaler_used_in(region.scope):
                 continue
             plain = [
                 b
                 for b in facts.backwards_in(region.scope)
-                if b.kind == "direct" and facts.flows_from(region, b.loss, b.call)
+                if (b.kind == "direct" or (b.kind == "scaled" and facts.inert_scaler(b.scaler, region.scope)))
+                and facts.flows_from(region, b.loss, b.call)
             ]
             if not plain:
                 continue
             row = plain[0].call.lineno
+            inert = ""
+            related: tuple[Related, ...] = ()
+            if plain[0].kind == "scaled":
+                inert = (
+                    f" (`{plain[0].scaler}` is a GradScaler constructed with `enabled=False`: its "
+                    "`scale()` returns the loss unchanged)"
+                )
+                disabled = [s for s in facts.scaler_constructions if s.enabled is False and s.target]
+                named = [s for s in disabled if s.target == plain[0].scaler]  # else: passed in
+                related = tuple(
+                    Related(ctx.filename, ctx.location(s.call), "the GradScaler is constructed disabled here")
+                    for s in named or disabled
+                )
             yield ctx.report(
                 self,
                 region.site,
-                f"This float16 autocast's loss is backpropagated without loss scaling (line {row}); "
+                f"This float16 autocast's loss is backpropagated without loss scaling (line {row}){inert}; "
                 "use `scaler.scale(loss).backward()` with a `torch.amp.GradScaler`, "
                 "or autocast to `torch.bfloat16`.",
                 help="Scale the loss with a `GradScaler` before `backward()`",
+                related=related,
             )
 
 

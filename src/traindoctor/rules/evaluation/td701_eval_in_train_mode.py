@@ -295,6 +295,7 @@ class EvalInTrainMode(Rule):
         from traindoctor.facts.models.static import model_of
 
         yield from self._check_guarded(ctx)
+        yield from self._check_helper_calls(ctx)
         for call, model in unguarded_evaluation_forwards(ctx):
             infos = [model_of(ctx, e) for e in forward_models(ctx, call, ctx.function_of(call))]
             if not infos or not all(i.has_batchnorm or i.has_dropout for i in infos):
@@ -307,6 +308,54 @@ class EvalInTrainMode(Rule):
                 f"`{model}.eval()` and wrap the loop in `torch.inference_mode()`.",
                 help="Call `model.eval()` before evaluation",
             )
+
+    def _check_helper_calls(self, ctx: FileContext) -> Iterable[Finding]:
+        """``evaluate(model, loader)`` of another project module that runs ``model`` as an
+        evaluation forward in the mode its caller left it in, called here with a model in
+        training mode: reported at the call, the helper's forward as the related location."""
+        from traindoctor.facts.data.static import is_test_file
+        from traindoctor.facts.evaluation.static import (
+            PARAMETER_MODES,
+            TRAIN,
+            ParameterModes,
+            helpers_set_mode,
+            mode_state,
+        )
+        from traindoctor.facts.models.static import model_of
+        from traindoctor.static.project import Place
+
+        view = ctx.project
+        if view is None or not view.imports_project or is_test_file(ctx.filename):
+            return
+        for call, resolved in view.calls():
+            facts = resolved.function
+            if facts is None:
+                continue
+            modes = resolved.answer(PARAMETER_MODES)
+            if not isinstance(modes, ParameterModes):
+                continue
+            fn = ctx.function_of(call)
+            for param, row, column in modes.evaluates:
+                arg = facts.argument(call, param)
+                model = dotted(arg) if arg is not None else None
+                if arg is None or not model:
+                    continue
+                info = model_of(ctx, arg)
+                if not (info.has_batchnorm or info.has_dropout):
+                    continue
+                if mode_state(ctx, call, model, fn) != TRAIN or helpers_set_mode(ctx, model, fn, call):
+                    continue
+                yield ctx.report(
+                    self,
+                    call,
+                    f"`{model}` is in training mode here and `{facts.name}` evaluates it without "
+                    f"calling `eval()`, so its {_layers([info])} behave as in training; call "
+                    f"`{model}.eval()` before this call (or `{param}.eval()` in `{facts.name}`).",
+                    help="Call `model.eval()` before evaluation",
+                    related=view.related(
+                        Place(resolved.path, row, column), f"`{facts.name}` runs `{param}` here without `eval()`"
+                    ),
+                )
 
     def _check_guarded(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.facts.evaluation.static import TRAIN, forward_models, mode_state, no_grad_calls
