@@ -52,6 +52,18 @@ MIN_STEPS = 3
 REPLAY_BATCHES = 4
 
 
+def warmup_steps(workers: int, prefetch: int) -> int:
+    """Steps kept out of a measurement of ``workers`` workers: :data:`BASE_WARMUP`, plus the
+    batches the workers buffered during start-up (they arrive at once)."""
+    return BASE_WARMUP + min(workers * prefetch, 16)
+
+
+def steps_needed(workers: int, prefetch: int, timed: int) -> int:
+    """Optimizer steps a trial needs for ``timed`` timed steps: the warm-up, the step that starts
+    the clock, the timed ones."""
+    return warmup_steps(workers, prefetch) + 1 + timed
+
+
 class TrialComplete(BaseException):
     """Raised from the step hook once the trial has what it needs."""
 
@@ -168,8 +180,7 @@ class Controller:
             if used:
                 info = max(used, key=lambda i: i.batches)
                 workers, prefetch = info.num_workers, int(info.prefetch_factor or 2)
-        # Batches the workers buffered during start-up arrive at once: keep them out.
-        return BASE_WARMUP + min(workers * prefetch, 16)
+        return warmup_steps(workers, prefetch)
 
     def _open(self, phase: str, config: dict[str, Any] | None, warm: int) -> None:
         self.seg = {
@@ -357,6 +368,8 @@ class Controller:
     def result(self, status: str, error: str | None) -> dict[str, Any]:
         if self.seg is not None:  # the script ended during a measurement: keep what it has
             self._close()
+        if self.mode == "probe" and self.training is None and self.segments:
+            self._identify_training_loader()  # the script ended during the baseline
         training = None
         if self.training is not None:
             site = self.training["site"]

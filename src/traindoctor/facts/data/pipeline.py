@@ -206,6 +206,7 @@ class Bounds:
             "detail": (
                 f"the loader alone delivers at most {load:.1f} samples/s (num_workers={w}); the "
                 f"loop alone consumes at most {comp:.1f} samples/s on cached batches "
-                f"(torch_threads={t}); no setting of these knobs can beat the smaller"
+                f"(torch_threads={t}); no setting of these knobs can beat the smaller under the "
+                "load it was measured at"
             ),
         }
