@@ -227,3 +227,30 @@ def test_progress_is_plain_lines_when_not_a_terminal() -> None:
         "traindoctor tune [1/2] baseline: 12.0 samples/s",
         "traindoctor tune [2/2] search num_workers=2",
     ]
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+def test_tune_and_run_give_the_same_advice_on_a_cifar_shaped_script(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # bearpaw's cifar.py: more train-loader workers than cores, not persistent, and a test loader
+    # with workers re-created every epoch. run says "use at most N workers" (TD104) and "pass
+    # persistent_workers=True" (TD103); tune must not recommend more workers or non-persistent ones.
+    from traindoctor.doctor.cli import main as run_main
+
+    script = tmp_path / "cifar.py"
+    shutil.copy(SCRIPTS / "cifar_shape_train.py", script)
+    monkeypatch.chdir(tmp_path)
+    report = tmp_path / "report.json"
+    assert run_main(["--output-format", "json", "-o", str(report), "--select", "TD1", str(script)]) == 0
+    findings = {f["code"]: f for f in json.loads(report.read_text())["findings"]}
+    ceiling = findings["TD104"]["evidence"]["recommended_total_workers"]  # more workers than cores
+    assert ceiling == max(usable_cores() - 1, 1)
+    tuned = tune_script(str(script), ["--epochs", "10"], settings=FAST)  # trials stop early
+    workers = tuned.recommended["num_workers"]
+    assert workers <= ceiling
+    assert tuned.recommended["persistent_workers"] is (workers > 0)  # TD103's judgement, with workers
+    for code in ("TD102", "TD105"):
+        if code in findings and "recommended_num_workers" in findings[code]["evidence"]:
+            assert findings[code]["evidence"]["recommended_num_workers"] <= ceiling
+    assert any("above the" in note and "TD104's ceiling" in note for note in tuned.notes)

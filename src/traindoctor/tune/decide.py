@@ -12,7 +12,8 @@ tested without running anything:
   the fastest is not *measured* faster than. A difference the runs do not show (undecided,
   tied, or within the tie margin) is no reason for more processes or another thread count, so
   noise on a busy machine falls back to the simpler setting instead of deciding the advice;
-  and workers must also beat the best finalist without them by ``gain``.
+  workers must also beat the best finalist without them by ``gain``, and no more workers than
+  the pipeline model's ceiling are recommended (the one TD104 reports above).
 """
 
 from __future__ import annotations
@@ -74,11 +75,14 @@ def choose(
     script_threads: int,
     tie: float,
     gain: float,
+    ceiling: int | None = None,
 ) -> Choice:
-    """The simplest finalist the fastest is not measured faster than (see the module docstring)."""
+    """The simplest finalist the fastest is not measured faster than (see the module docstring);
+    never one with more workers than ``ceiling`` (:func:`~traindoctor.facts.data.pipeline.worker_ceiling`)."""
     measured = [k for k in runs if runs[k]]
-    if not measured:
-        raise ValueError("no finalist has a measurement")
+    allowed = [k for k in measured if ceiling is None or int(configs[k].get("num_workers", 0)) <= ceiling]
+    if not allowed:
+        raise ValueError("no finalist within the worker ceiling has a measurement")
     leader = max(measured, key=lambda k: median(runs[k]))
     verdicts = {k: compare(runs[leader], runs[k], tie) for k in measured if k != leader}
 
@@ -89,8 +93,10 @@ def choose(
         cfg = configs[key]
         return (int(cfg.get("num_workers", 0)), cfg.get("torch_threads") != script_threads, -median(runs[key]))
 
-    best = min((k for k in measured if not beaten(k)), key=simplicity)
-    plain = [k for k in measured if not configs[k].get("num_workers")]
+    best = min((k for k in allowed if not beaten(k)), key=simplicity, default=None)
+    if best is None:  # the fastest is above the ceiling and beats every allowed one
+        best = max(allowed, key=lambda k: median(runs[k]))
+    plain = [k for k in allowed if not configs[k].get("num_workers")]
     if configs[best].get("num_workers") and plain:
         fastest_plain = max(plain, key=lambda k: median(runs[k]))
         if median(runs[fastest_plain]) * gain >= median(runs[best]):

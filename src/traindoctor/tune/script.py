@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traindoctor.facts.data.pipeline import MEASURED_GAIN, MEASURED_TIE, Bounds
+from traindoctor.facts.data.pipeline import MEASURED_GAIN, MEASURED_TIE, Bounds, keep_workers, worker_ceiling
 from traindoctor.sandbox import SandboxUnavailable
 from traindoctor.tune._trial import BASE_WARMUP, MIN_STEPS, steps_needed
 from traindoctor.tune.conditions import CONTENDED_SHARE, Cores, contended, cores_got, load_average
@@ -373,7 +373,18 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
 
     # 2. search: only what the bounds say can win
     predictions: list[tuple[float, dict[str, Any]]] = []
-    for w in sorted(loader_rates):
+    # The share of a core a loading process uses is CPU time over wall time: on shared cores the
+    # wall time grows and loading looks idle, so a contended probe counts it as unknown (busy
+    # workers), the ceiling TD104 uses.
+    probe_contended = contended(result.trials[0].peak_load, got)
+    ceiling = worker_ceiling(cores, None if probe_contended else bounds.worker_busy)
+    if own["num_workers"] > ceiling:
+        result.notes.append(
+            f"the script's num_workers={own['num_workers']} is above the {ceiling} worker"
+            f"{'s' if ceiling != 1 else ''} {got.describe()} carry beside the training process "
+            "(TD104's ceiling): it is measured, never recommended"
+        )
+    for w in sorted(w for w in loader_rates if w <= ceiling):
         for t in sorted(compute_rates):
             rate = bounds.predict(w, t)
             if rate is None:
@@ -463,7 +474,7 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
 
     # 4. the choice: the simplest finalist the fastest is not measured apart from
     runs = {k: rates_of(measured[k]) for k in finalists}
-    choice = choose(runs, configs, script_threads, MEASURED_TIE, MEASURED_GAIN)
+    choice = choose(runs, configs, script_threads, MEASURED_TIE, MEASURED_GAIN, ceiling)
     if choice.undecided and len(rounds) < MAX_CONFIRM_ROUNDS:
         result.notes.append(
             f"budget: {len(rounds)} confirmation round{'s' if len(rounds) != 1 else ''}, too few to tell "
@@ -508,13 +519,19 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
     versus = compare(runs[best_key], runs[base_key], MEASURED_TIE) if best_key != base_key else TIED
     result.speedup = best_rate / base_rate if base_rate > 0 else None
     result.speedup_verdict = versus
-    if best_key != base_key and runs[best_key] and runs[base_key]:
+    if best_key != base_key and len(runs[best_key]) > 1 and len(runs[base_key]) > 1:
         result.speedup_range = [
             round(min(runs[best_key]) / max(runs[base_key]), 3),
             round(max(runs[best_key]) / min(runs[base_key]), 3),
         ]
     _judge_limit(result, best_rate)
     recommended = loader_kwargs_of(best_cfg)
+    if keep_workers(best_cfg["num_workers"]) and not recommended["persistent_workers"]:
+        recommended["persistent_workers"] = True
+        result.notes.append(
+            "persistent_workers=True: the workers are kept between epochs (TD103's judgement; a "
+            "trial runs inside one epoch and does not see their start-up)"
+        )
     if best_cfg["torch_threads"] != script_threads:
         recommended["torch_threads"] = best_cfg["torch_threads"]
     result.recommended = recommended

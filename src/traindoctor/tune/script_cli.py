@@ -154,7 +154,7 @@ def _speedup_text(data: dict[str, Any]) -> str:
 
 
 def render_text(data: dict[str, Any], output: str | None) -> str:
-    from traindoctor.tune.script import label, loader_kwargs_of
+    from traindoctor.tune.script import label
 
     loader = data.get("training_loader") or {}
     site = loader.get("site")
@@ -214,7 +214,7 @@ def render_text(data: dict[str, Any], output: str | None) -> str:
         lines.append(f"note: {note}")
     lines.append("")
     rec = data["recommended"]
-    kwargs = loader_kwargs_of(best["config"])
+    kwargs = {k: v for k, v in rec.items() if k != "torch_threads"}
     lines.append("recommended:")
     lines.append("  DataLoader(dataset, batch_size=..., " + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")")
     if "torch_threads" in rec:
