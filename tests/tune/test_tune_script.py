@@ -61,6 +61,19 @@ def test_a_trial_stops_after_its_bounded_steps_and_writes_nothing_of_the_users(
     assert "ckpt.pt" in written and "train.log" in written
 
 
+def test_a_whole_run_trains_to_the_end_under_the_configuration(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # benchmarks/tune_quality.py compares configurations as whole processes
+    scratch = tmp_path_factory.mktemp("scratch")
+    runner = Runner(str(SCRIPTS / "short_train.py"), ["--steps", "20"], TuneSettings(budget=5), scratch)
+    try:
+        out = runner.run({"mode": "whole", "config": {"num_workers": 0, "torch_threads": 1}, "site": None})
+    finally:
+        runner.close()
+    assert out["status"] == "ended" and out["segments"] == []
+    assert (out["steps_seen"], out["samples_seen"]) == (20, 20 * 16)
+    assert "finished after 20 steps" in Path(out["log"]).read_text()
+
+
 def test_tune_script_json_is_complete_and_the_tuned_file_feeds_loader_kwargs(
     sleepy: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
