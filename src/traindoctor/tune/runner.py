@@ -37,6 +37,10 @@ class TuneSettings:
     #: Seconds of steady steps per measurement (default: from the budget).
     seconds: float | None = None
     max_steps: int = 200
+    #: Confirmation rounds run even past the budget, for the two finalists that decide the
+    #: advice while their runs are undecided (with the search's run, 3 runs each: enough to
+    #: tell them apart).
+    min_rounds: int = 2
     timeout: float | None = None
     keep: bool = False
     #: The trials' sandbox (:data:`traindoctor.sandbox.KINDS`), and whether to run without one

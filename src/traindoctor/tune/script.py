@@ -452,11 +452,26 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
     # 3. confirm: the finalists again, interleaved, until their runs are told apart (or tied)
     finalists = choose_finalists({k: rates_of(v) for k, v in measured.items()}, configs, config_key(own), MAX_FINALISTS)
     rounds: list[dict[tuple[Any, ...], float]] = []
+    overran = False
     while len(rounds) < MAX_CONFIRM_ROUNDS:
-        need = len(finalists) * runner.typical_s()
-        if time.perf_counter() + need > start + settings.budget:
-            break
         order = finalists[len(rounds) % len(finalists) :] + finalists[: len(rounds) % len(finalists)]
+        if time.perf_counter() + len(order) * runner.typical_s() > start + settings.budget:
+            # Past the budget, up to min_rounds rounds still repeat the one pair that decides the
+            # advice: the fastest and the simpler finalist recommended while they are undecided.
+            if len(rounds) >= settings.min_rounds:
+                break
+            now = choose(
+                {k: rates_of(measured[k]) for k in finalists},
+                configs,
+                script_threads,
+                MEASURED_TIE,
+                MEASURED_GAIN,
+                ceiling,
+            )
+            if not now.undecided:
+                break
+            order = [now.leader, now.best] if len(rounds) % 2 == 0 else [now.best, now.leader]
+            overran = True
         this_round: dict[tuple[Any, ...], float] = {}
         for key in order:
             trial = _run_trial(
@@ -471,6 +486,11 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
         if decided({k: rates_of(measured[k]) for k in finalists}, MEASURED_TIE):
             break
     tick.skip((MAX_CONFIRM_ROUNDS - len(rounds)) * MAX_FINALISTS)
+    if overran:
+        result.notes.append(
+            f"budget: ran past it to repeat the two finalists that decide the advice ({settings.min_rounds} "
+            "confirmation rounds at least)"
+        )
 
     # 4. the choice: the simplest finalist the fastest is not measured apart from
     runs = {k: rates_of(measured[k]) for k in finalists}
