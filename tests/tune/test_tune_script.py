@@ -107,7 +107,9 @@ def test_tune_script_json_is_complete_and_the_tuned_file_feeds_loader_kwargs(
         assert isinstance(trial["config"]["torch_threads"], int)
         assert len(trial["load"]) == 2 and all(isinstance(x, float) for x in trial["load"])  # Linux has a load
     conditions = data["conditions"]
-    assert conditions["cores"]["affinity"] == data["cores"] and conditions["trials"] >= 2
+    # the cores tune counts: its affinity, or fewer under a cgroup CPU quota
+    assert data["cores"] == max(1, int(conditions["cores"]["effective"] + 1e-9)) <= conditions["cores"]["affinity"]
+    assert conditions["trials"] >= 2
     assert conditions["depends_on_contention"] == bool(conditions["contended_trials"] or conditions["flipped"])
     loader_bounds = [t["config"]["num_workers"] for t in data["trials"] if t["phase"] == "bound-loader"]
     assert loader_bounds[:2] == [0, 1]
@@ -149,7 +151,10 @@ def test_a_36_step_script_is_tuned_with_fewer_steps_per_trial(tmp_path: Path) ->
     tuned = tune_script(str(SCRIPTS / "short_train.py"), ["--steps", "36"], settings=FAST)
     assert "the script trains 36 optimizer steps: each trial times fewer steps" in tuned.notes
     assert tuned.baseline["samples_per_s"] > 0 and tuned.limit is not None
-    assert {t.phase for t in tuned.trials} >= {"baseline", "bound-loader", "bound-compute", "search"}
+    # every bound measured (the search may be empty when the script's own settings are predicted best)
+    assert {t.phase for t in tuned.trials} >= {"baseline", "bound-loader", "bound-compute"}
+    assert all(t.samples_per_s for t in tuned.trials if t.phase in ("search", "confirm"))  # none ran out of steps
+    assert "num_workers" in tuned.recommended and tuned.best["samples_per_s"] > 0
 
 
 def test_a_too_short_script_is_told_how_many_more_steps(capsys: pytest.CaptureFixture[str]) -> None:
