@@ -74,3 +74,13 @@ def test_the_cgroup_quota_and_the_load_that_counts_as_contention(tmp_path: Path)
     assert cores.effective == 1.5 and cores.whole == 1 and "quota of 1.5" in cores.describe()
     assert contended(0.8, cores) and not contended(0.7, cores) and not contended(None, cores)
     assert Cores(2).effective == 2.0 and not contended(1.0, Cores(2))
+
+
+def test_the_worker_ceiling_keeps_the_scripts_own_workers_out_of_the_choice() -> None:
+    # the script's 4 workers on 2 cores measured fastest: never recommended above the ceiling of 1
+    configs = {"own": dict(WORKERS, num_workers=4), "plain": PLAIN}
+    runs = {"own": [1500.0, 1490.0, 1510.0], "plain": [1000.0, 990.0, 1005.0]}
+    choice = choose(runs, configs, script_threads=2, tie=0.03, gain=1.1, ceiling=1)
+    assert choice.leader == "own" and choice.best == "plain"
+    with pytest.raises(ValueError):
+        choose({"own": [1500.0], "plain": []}, configs, script_threads=2, tie=0.03, gain=1.1, ceiling=1)

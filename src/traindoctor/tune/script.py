@@ -460,14 +460,17 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
             # advice: the fastest and the simpler finalist recommended while they are undecided.
             if len(rounds) >= settings.min_rounds:
                 break
-            now = choose(
-                {k: rates_of(measured[k]) for k in finalists},
-                configs,
-                script_threads,
-                MEASURED_TIE,
-                MEASURED_GAIN,
-                ceiling,
-            )
+            try:
+                now = choose(
+                    {k: rates_of(measured[k]) for k in finalists},
+                    configs,
+                    script_threads,
+                    MEASURED_TIE,
+                    MEASURED_GAIN,
+                    ceiling,
+                )
+            except ValueError:  # nothing within the ceiling measured: said after the rounds
+                break
             if not now.undecided:
                 break
             order = [now.leader, now.best] if len(rounds) % 2 == 0 else [now.best, now.leader]
@@ -494,7 +497,14 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
 
     # 4. the choice: the simplest finalist the fastest is not measured apart from
     runs = {k: rates_of(measured[k]) for k in finalists}
-    choice = choose(runs, configs, script_threads, MEASURED_TIE, MEASURED_GAIN, ceiling)
+    try:
+        choice = choose(runs, configs, script_threads, MEASURED_TIE, MEASURED_GAIN, ceiling)
+    except ValueError:  # every trial within the worker ceiling failed
+        failures = "; ".join(f"{label(t.config)}: {t.verdict}" for t in result.trials if t.verdict.startswith("failed"))
+        raise TuneScriptError(
+            f"no configuration with at most {ceiling} worker{'s' if ceiling != 1 else ''} could be measured"
+            + (f" ({failures})" if failures else "")
+        ) from None
     if choice.undecided and len(rounds) < MAX_CONFIRM_ROUNDS:
         result.notes.append(
             f"budget: {len(rounds)} confirmation round{'s' if len(rounds) != 1 else ''}, too few to tell "
