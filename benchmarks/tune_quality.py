@@ -9,9 +9,15 @@ decoding and augmentation of images generated at start, a small CNN), all in one
    the usable cores; with workers ``persistent_workers`` False/True and ``prefetch_factor`` 2/4;
    torch threads 1, 2, 4, ... up to the cores), each measured once with the same trial length
    as tune's; its wall time is the grid's cost;
-3. the final comparison: the script's default, the tuned configuration and the grid's best,
-   re-measured in ``--rounds`` interleaved rounds (the order rotating every round, so drift in
-   machine load hits all three alike); each one's number is the median over rounds.
+3. the final comparison, as **whole processes**: the script run to its end (with
+   ``--whole-args``, default ``--epochs 2``, appended to its arguments) under the script's
+   default, the tuned configuration and the grid's best, in ``--rounds`` interleaved rounds (the
+   order rotating every round, so drift in machine load hits all three alike); each one's number
+   is the median over rounds of samples trained / the process's wall time (forked from a
+   process that imported torch, so torch's import is left out of all three alike).
+
+The machine's load average is recorded before and after every whole run and printed with the
+table: numbers measured on shared cores are those of a busy machine.
 
 Targets: tuned >= 0.95 x grid-best samples/s, found in <= 1/4 of the grid's wall time.
 
@@ -75,12 +81,31 @@ def trial(runner: Runner, config: dict, site: list | None) -> tuple[float | None
     return (seg or {}).get("samples_per_s"), time.perf_counter() - start
 
 
+def whole(runner: Runner, config: dict, site: list | None) -> tuple[float | None, list]:
+    """samples/s of one whole run of the script under ``config``, and the load before and after it."""
+    out = runner.run({"mode": "whole", "config": config, "site": site})
+    seconds = runner.durations[-1]
+    samples = out.get("samples_seen") or 0
+    if out.get("status") == "failed" or not samples:
+        return None, out.get("load") or [None, None]
+    return samples / seconds, out.get("load") or [None, None]
+
+
+def _load(value: float | None) -> str:
+    return "?" if value is None else f"{value:.1f}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--script", default=str(DEFAULT_SCRIPT))
     parser.add_argument("--budget", type=float, default=60.0, help="tune's --budget")
     parser.add_argument("--rounds", type=int, default=3, help="final interleaved rounds")
     parser.add_argument("--json", help="write the numbers here")
+    parser.add_argument(
+        "--whole-args",
+        default="--epochs 2",
+        help="appended to the script's arguments for the whole runs of the final comparison",
+    )
     parser.add_argument("script_args", nargs="*")
     args = parser.parse_args()
 
@@ -99,7 +124,8 @@ def main() -> int:
     progress.close()
     tune_s = time.perf_counter() - t0
     site = (tuned.training_loader or {}).get("site")
-    tuned_cfg = tuned.best["config"]
+    # what tune recommends: the best's settings (with the persistent workers it adds to them)
+    tuned_cfg = dict(tuned.best["config"], persistent_workers=tuned.recommended["persistent_workers"])
     default_cfg = tuned.baseline["config"]
 
     with tempfile.TemporaryDirectory(prefix="traindoctor-bench-") as scratch:
@@ -119,20 +145,33 @@ def main() -> int:
         progress.close()
         grid_best = max(grid_rates, key=lambda rc: rc[0])[1]
 
-        # 3. final comparison, interleaved and repeated
+        # 3. final comparison: whole processes, interleaved and repeated
         contenders = {"default": default_cfg, "tuned": tuned_cfg, "grid-best": grid_best}
         names = list(contenders)
         rates: dict[str, list[float]] = {name: [] for name in names}
-        progress = Progress("final", args.rounds * len(names))
+        loads: list[float] = []
+        (Path(scratch) / "whole").mkdir()
+        whole_runner = Runner(
+            args.script,
+            [*args.script_args, *args.whole_args.split()],
+            TuneSettings(budget=args.budget, timeout=3600.0),
+            Path(scratch) / "whole",
+        )
+        progress = Progress("final (whole runs)", args.rounds * len(names))
         for r in range(args.rounds):
             order = names[r % len(names) :] + names[: r % len(names)]
             for name in order:
                 progress.start(f"round {r + 1} {name}")
-                rate, _ = trial(runner, contenders[name], site)
-                progress.done(f"{rate:.1f} samples/s" if rate else "failed")
+                rate, load_pair = whole(whole_runner, contenders[name], site)
+                loads.extend(x for x in load_pair if x is not None)
+                progress.done(
+                    (f"{rate:.1f} samples/s" if rate else "failed") + f" (load {'-'.join(map(_load, load_pair))})"
+                )
                 if rate:
                     rates[name].append(rate)
         progress.close()
+        whole_runner.close()
+        runner.close()
 
     median = {name: statistics.median(v) if v else 0.0 for name, v in rates.items()}
     quality = median["tuned"] / median["grid-best"] if median["grid-best"] else 0.0
@@ -140,11 +179,18 @@ def main() -> int:
     speedup = median["tuned"] / median["default"] if median["default"] else 0.0
     load_end = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
-    print(f"| configuration | settings | samples/s (median of {args.rounds}) | vs default |")
-    print("|---|---|---:|---:|")
+    low, high = (min(loads), max(loads)) if loads else (None, None)
+    print(
+        f"whole runs ({' '.join([os.path.relpath(args.script), *args.script_args, args.whole_args])}), "
+        f"measured at load average {_load(low)} to {_load(high)} on {cores} usable cores"
+        + (" (a busy machine: more than half the cores' load)" if high is not None and high > cores / 2 else "")
+    )
+    print(f"| configuration | settings | samples/s (median of {args.rounds} whole runs) | runs | vs default |")
+    print("|---|---|---:|---|---:|")
     for name in names:
         ratio = median[name] / median["default"] if median["default"] else 0.0
-        print(f"| {name} | `{label(contenders[name])}` | {median[name]:.1f} | {ratio:.2f}x |")
+        runs = ", ".join(f"{x:.1f}" for x in rates[name])
+        print(f"| {name} | `{label(contenders[name])}` | {median[name]:.1f} | {runs} | {ratio:.2f}x |")
     print()
     print(
         f"tune:  {tune_s:.1f} s wall ({len(tuned.trials)} measurements; "
@@ -154,7 +200,13 @@ def main() -> int:
     print(f"tuned / grid-best samples/s = {quality:.3f} (target >= 0.95): {'PASS' if quality >= 0.95 else 'FAIL'}")
     print(f"tune time / grid time = {cost:.3f} (target <= 0.25): {'PASS' if cost <= 0.25 else 'FAIL'}")
     print(f"speed-up of the tuned configuration over the script's default: {speedup:.2f}x")
-    print(f"load average {load:.1f} at start, {load_end:.1f} at the end (the machine is shared: numbers are noisy)")
+    print(
+        f"load average {load:.1f} at start, {load_end:.1f} at the end, {_load(low)} to {_load(high)} "
+        "during the whole runs"
+    )
+    notes = [n for n in tuned.notes if "contention" in n]
+    for note in notes:
+        print(f"tune's note: {note}")
     if args.json:
         Path(args.json).write_text(
             json.dumps(
@@ -171,6 +223,8 @@ def main() -> int:
                     "cost": cost,
                     "speedup": speedup,
                     "load_average": [load, load_end],
+                    "whole_run_load": [low, high],
+                    "whole_args": args.whole_args,
                     "tune": tuned.to_dict(),
                 },
                 indent=2,

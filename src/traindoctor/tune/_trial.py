@@ -14,6 +14,9 @@ Then, depending on ``SPEC["mode"]``:
   process gets ``torch_threads`` intra-op threads (the script's own ``torch.set_num_threads``
   calls are ignored); after warm-up steps, steady steps are timed until ``seconds`` have passed
   (at least 3, at most ``max_steps``), then the script is stopped;
+* ``whole``: the configuration is applied as in ``trial``, and the script runs to its end
+  (nothing is stopped or timed in it; ``samples_seen`` counts what its optimizer steps trained):
+  how ``benchmarks/tune_quality.py`` compares configurations as whole processes;
 * ``probe``: the script's own configuration is timed the same way (the baseline), which also
   identifies the training loader (the one whose batches the steps consumed). Then, without
   leaving the step, the loader is measured *alone* for each worker count of
@@ -50,6 +53,22 @@ BASE_WARMUP = 2
 MIN_STEPS = 3
 #: Batches replayed in the compute bound.
 REPLAY_BATCHES = 4
+
+
+def warmup_steps(workers: int, prefetch: int) -> int:
+    """Steps kept out of a measurement of ``workers`` workers: :data:`BASE_WARMUP`, plus the
+    batches the workers buffered during start-up (they arrive at once)."""
+    return BASE_WARMUP + min(workers * prefetch, 16)
+
+
+def steps_needed(workers: int, prefetch: int, timed: int) -> int:
+    """Optimizer steps a trial needs for ``timed`` timed steps: the warm-up, the step that starts
+    the clock, the timed ones."""
+    return warmup_steps(workers, prefetch) + 1 + timed
+
+
+#: Modes that apply ``SPEC["config"]`` to the training loader and the intra-op threads.
+OVERRIDING = ("trial", "whole")
 
 
 class TrialComplete(BaseException):
@@ -89,6 +108,7 @@ class Controller:
         self.script_threads: int | None = None
         self.training: dict[str, Any] | None = None
         self.steps_seen = 0
+        self.samples_seen = 0
         self.seg: dict[str, Any] | None = None
         self.pending: list[dict[str, Any]] = []
         self.done = False
@@ -107,7 +127,7 @@ class Controller:
                 bound = ctl.signature.bind(loader, *args, **kwargs)
                 arguments = {k: v for k, v in bound.arguments.items() if k != "self"}
                 site = ctl.user_path(user_site(2))
-                if ctl.mode == "trial" and ctl.config is not None and _same_site(site, ctl.site):
+                if ctl.mode in OVERRIDING and ctl.config is not None and _same_site(site, ctl.site):
                     arguments = apply_config(arguments, ctl.config)
                 ctl.loaders[id(loader)] = {"args": arguments, "site": site}
             except Exception:  # fail-open: an exotic call is left alone
@@ -132,7 +152,7 @@ class Controller:
         dl.DataLoader.__init__ = __init__  # type: ignore[method-assign, assignment]  # a wrapper in torch's place
         dl._BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign, assignment]  # a wrapper in torch's place
 
-        if self.mode == "trial" and self.config is not None and self.config.get("torch_threads"):
+        if self.mode in OVERRIDING and self.config is not None and self.config.get("torch_threads"):
             self.real_set_threads(int(self.config["torch_threads"]))
             real = self.real_set_threads
 
@@ -168,8 +188,7 @@ class Controller:
             if used:
                 info = max(used, key=lambda i: i.batches)
                 workers, prefetch = info.num_workers, int(info.prefetch_factor or 2)
-        # Batches the workers buffered during start-up arrive at once: keep them out.
-        return BASE_WARMUP + min(workers * prefetch, 16)
+        return warmup_steps(workers, prefetch)
 
     def _open(self, phase: str, config: dict[str, Any] | None, warm: int) -> None:
         self.seg = {
@@ -186,6 +205,9 @@ class Controller:
 
     def on_step(self, record: StepRecord) -> None:
         self.steps_seen += 1
+        if self.mode == "whole":  # the script runs to its end: only count what it trained
+            self.samples_seen += record.samples
+            return
         if self.script_threads is None:
             self.script_threads = int(self.torch.get_num_threads())
         if self.done:
@@ -357,6 +379,8 @@ class Controller:
     def result(self, status: str, error: str | None) -> dict[str, Any]:
         if self.seg is not None:  # the script ended during a measurement: keep what it has
             self._close()
+        if self.mode == "probe" and self.training is None and self.segments:
+            self._identify_training_loader()  # the script ended during the baseline
         training = None
         if self.training is not None:
             site = self.training["site"]
@@ -377,6 +401,7 @@ class Controller:
             "mode": self.mode,
             "segments": self.segments,
             "steps_seen": self.steps_seen,
+            "samples_seen": self.samples_seen,
             "script_threads": self.script_threads,
             "training_loader": training,
             "cores": usable_cores(),

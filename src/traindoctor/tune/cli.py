@@ -123,10 +123,57 @@ def render_text(result: Any, display: str, output: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+EXAMPLES = """\
+examples:
+  traindoctor tune train.py --epochs 1                   # script mode: the script's own arguments after it
+  traindoctor tune --budget 120 -o tuned.json train.py --data ./data
+  traindoctor tune --output-format json train.py > tune.json
+  traindoctor tune mypkg.data:train_set --batch-size 64 -o tuned.json   # dataset mode
+  traindoctor tune data.py:make_dataset --batch-size 32 --max-workers 4
+then, in the training script:
+  DataLoader(ds, batch_size=64, **loader_kwargs(ds, tuned="tuned.json"))   # traindoctor.recipes
+"""
+
+
+def full_help() -> str:
+    """``traindoctor tune --help``: both modes, their options and examples."""
+    from traindoctor.tune import script_cli
+
+    dataset = build_parser().format_help()
+    return (
+        "traindoctor tune has two modes.\n\nSCRIPT MODE (the whole training loop, with your model in it)\n"
+        + script_cli.USAGE
+        + "\nDATASET MODE (the DataLoader alone, no model)\n"
+        + dataset
+        + "\n"
+        + EXAMPLES
+    )
+
+
+def _wants_help(argv: Sequence[str]) -> bool:
+    """``-h``/``--help`` (or nothing at all) before any SCRIPT, outside the dataset mode's own
+    ``--batch-size ... --help`` (argparse's help of that mode)."""
+    from traindoctor.errors import UsageError
+    from traindoctor.tune import script_cli
+
+    if not argv:
+        return True
+    if any(a == "--batch-size" or a.startswith("--batch-size=") for a in argv):
+        return False
+    try:
+        opts, _, _ = script_cli.split(argv)
+    except UsageError:
+        return False
+    return bool(opts["help"])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from traindoctor.tune import script_cli
 
+    if _wants_help(argv):
+        sys.stdout.write(full_help())
+        return EXIT_OK
     if script_cli.looks_like_script_mode(argv):  # `tune SCRIPT [ARGS]`: the whole training loop
         return script_cli.main(argv)
     args = build_parser().parse_args(argv)

@@ -57,6 +57,10 @@ class Progress:
         tail = f": {result}" if result else ""
         self._write(f"{self.prefix} [{self.count}/{self.total}] {self.label}{tail}\n")
 
+    def skip(self, units: int) -> None:
+        """Planned units that are not needed (the total stays as it was set)."""
+        self.count = min(self.count + max(units, 0), self.total)
+
     def remaining(self, units: int) -> None:
         """Units still to come (the total is re-estimated as the work goes)."""
         self.total = max(self.count + max(units, 0), 1)

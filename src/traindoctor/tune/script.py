@@ -12,42 +12,52 @@ changes the user's files), and stops it after a bounded number of steady steps. 
 2. **search**: the pipeline model (:meth:`~traindoctor.facts.data.pipeline.Bounds.predict`)
    ranks every (workers, threads) pair from the bounds; only the pairs predicted within :data:`SEARCH_SHARE` of the best are run end to end,
    best first, while the budget allows;
-3. **confirm**: the two fastest configurations and the baseline run again, interleaved, in
-   rounds; each configuration's result is the median of its runs.
+3. **confirm**: the finalists (:func:`~traindoctor.tune.decide.choose_finalists`) run again,
+   interleaved, in rounds, until their runs are told apart or tied
+   (:func:`~traindoctor.tune.repeats.compare`), at most :data:`MAX_CONFIRM_ROUNDS`; each
+   configuration's result is the median of its runs, and the simplest finalist the fastest is not
+   measured faster than is recommended (:func:`~traindoctor.tune.decide.choose`);
+4. **conditions**: the load average before and after every trial and the cores tune got
+   (affinity, cgroup quota; :mod:`traindoctor.tune.conditions`); advice measured above half the
+   cores' load, or whose finalists swapped places between rounds, says it depends on contention.
 
-The physical limit is ``min(fastest loader alone, fastest compute alone)``: no configuration of
-these knobs can beat it; the report gives the share of it the best configuration reaches.
+The physical limit is ``min(fastest loader alone, fastest compute alone)``, as the probe measured
+it; the report gives the share of it the best configuration reaches (never above 100%: a best
+measured faster says the bounds were measured under other load).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import traindoctor
-from traindoctor.facts.data.pipeline import MEASURED_GAIN, MEASURED_TIE, Bounds, equally_fast
-from traindoctor.machine import usable_cores
-from traindoctor.sandbox import SandboxUnavailable, build, choose
+from traindoctor.facts.data.pipeline import MEASURED_GAIN, MEASURED_TIE, Bounds, keep_workers, worker_ceiling
+from traindoctor.sandbox import SandboxUnavailable
+from traindoctor.tune._trial import BASE_WARMUP, MIN_STEPS, steps_needed
+from traindoctor.tune.conditions import CONTENDED_SHARE, Cores, contended, cores_got, load_average
+from traindoctor.tune.decide import Choice, choose, choose_finalists, decided
 from traindoctor.tune.measure import LOADER_KEYS, worker_counts
+from traindoctor.tune.repeats import TIED, compare, flipped, interval, median
+from traindoctor.tune.runner import Runner, TuneScriptError, TuneSettings
 
 #: Configurations predicted within this share of the best prediction are measured.
 SEARCH_SHARE = 0.85
 MAX_SEARCH = 6
-MAX_CONFIRM_ROUNDS = 2
+#: The search stops at this share of the budget; the rest is for the confirmation rounds.
+SEARCH_BUDGET_SHARE = 0.5
+#: Confirmation rounds at most: with the search's run, a finalist has up to 1 + this many runs.
+MAX_CONFIRM_ROUNDS = 4
+MAX_FINALISTS = 4
+#: Progress units, fixed when tune starts: the probe (and a second one for a short script), the
+#: search (and one larger prefetch factor), the confirmation rounds.
+PROGRESS_UNITS = 2 + MAX_SEARCH + 1 + MAX_CONFIRM_ROUNDS * MAX_FINALISTS
 DATA_BOUND_SHARE = 0.5
-
-
-class TuneScriptError(Exception):
-    """The script could not be tuned (it failed, never stepped, ...); the message says why."""
 
 
 @dataclass
@@ -57,7 +67,13 @@ class Trial:
     samples_per_s: float | None
     data_wait_share: float | None
     verdict: str
-    seconds: float = 0.0
+    #: The machine's load average before and after the trial's process (None: unknown).
+    load: tuple[float | None, float | None] = (None, None)
+
+    @property
+    def peak_load(self) -> float | None:
+        known = [x for x in self.load if x is not None]
+        return max(known) if known else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -66,30 +82,8 @@ class Trial:
             "samples_per_s": None if self.samples_per_s is None else round(self.samples_per_s, 3),
             "data_wait_share": None if self.data_wait_share is None else round(self.data_wait_share, 4),
             "verdict": self.verdict,
+            "load": [None if x is None else round(x, 2) for x in self.load],
         }
-
-
-@dataclass
-class TuneSettings:
-    """How long ``tune SCRIPT`` may take and what it keeps (``--budget``, ``--keep``); not the
-    ``[tool.traindoctor]`` settings of :class:`traindoctor.config.Settings`."""
-
-    budget: float = 60.0
-    #: Seconds of steady steps per measurement (default: from the budget).
-    seconds: float | None = None
-    max_steps: int = 200
-    timeout: float | None = None
-    keep: bool = False
-    #: The trials' sandbox (:data:`traindoctor.sandbox.KINDS`), and whether to run without one
-    #: where none works (``--allow-writes``).
-    sandbox: str = "auto"
-    allow_writes: bool = False
-
-    def measure_s(self) -> float:
-        """Seconds of steady steps each measurement runs for."""
-        if self.seconds is not None:
-            return self.seconds
-        return min(max(self.budget / 40.0, 0.25), 3.0)
 
 
 def config_key(config: dict[str, Any]) -> tuple[Any, ...]:
@@ -133,173 +127,6 @@ def verdict_of(config: dict[str, Any], share: float | None) -> str:
     return "compute-bound"
 
 
-# ---------------------------------------------------------------- child processes
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    package_root = str(Path(traindoctor.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    env["TRAINDOCTOR_TUNE_TRIAL"] = "1"
-    return env
-
-
-class Runner:
-    """Starts trial children, one at a time, and keeps their logs in the scratch folder.
-
-    Each trial runs in its own view of the current folder (``trial-NN/view``), inside the sandbox
-    of ``settings`` writable beneath ``scratch`` (:class:`SandboxUnavailable` when none works and
-    writes were not allowed). Where ``os.fork`` exists, trials are forked from a zygote that
-    imported torch once (:mod:`traindoctor.tune._zygote`), started inside the sandbox; otherwise
-    each trial is a fresh interpreter.
-    """
-
-    def __init__(
-        self, script: str, args: list[str], settings: TuneSettings, scratch: Path, use_zygote: bool | None = None
-    ) -> None:
-        self.script = os.path.abspath(script)
-        self.args = list(args)
-        self.settings = settings
-        self.scratch = scratch
-        self.sandbox = choose([str(scratch)], settings.sandbox, allow_writes=settings.allow_writes)
-        self.count = 0
-        self.durations: list[float] = []
-        self.use_zygote = hasattr(os, "fork") if use_zygote is None else use_zygote
-        self._zygote: subprocess.Popen[str] | None = None
-
-    def run(self, spec: dict[str, Any]) -> dict[str, Any]:
-        self.count += 1
-        folder = self.scratch / f"trial-{self.count:02d}"
-        folder.mkdir(parents=True, exist_ok=True)
-        cwd = os.getcwd()
-        view = build(cwd, str(folder / "view"), skip=(str(self.scratch),))
-        spec = dict(
-            spec,
-            project=view.project,
-            view=view.root,
-            out=str(folder / "result.json"),
-            seconds=self.settings.measure_s(),
-            max_steps=self.settings.max_steps,
-        )
-        (folder / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
-        log = folder / "output.log"
-        timeout = self.settings.timeout or max(60.0, 2 * self.settings.budget)
-        argv = [str(folder / "spec.json"), view.to_view(self.script), *view.redirect_args(self.args, cwd)]
-        start = time.perf_counter()
-        if self.use_zygote:
-            code = self._run_forked(argv, log, timeout, view.root)
-        else:
-            code = self._run_fresh(argv, log, timeout, view.root)
-        self.durations.append(time.perf_counter() - start)
-        result_path = folder / "result.json"
-        if not result_path.exists():
-            raise TuneScriptError(
-                f"the trial process died (exit status {code}); last lines of its output:\n{_tail(log)}"
-            )
-        result: dict[str, Any] = json.loads(result_path.read_text(encoding="utf-8"))
-        result["log"] = str(log)
-        if result.get("status") == "failed" and not result.get("segments"):
-            raise TuneScriptError(f"the script failed: {result.get('error')}; last lines of its output:\n{_tail(log)}")
-        return result
-
-    def _timed_out(self, timeout: float, log: Path) -> TuneScriptError:
-        return TuneScriptError(
-            f"a trial ran longer than {timeout:g} s; the script must reach its training steps "
-            f"sooner; last lines of its output:\n{_tail(log)}"
-        )
-
-    def _run_fresh(self, argv: list[str], log: Path, timeout: float, cwd: str) -> int | None:
-        cmd = self.sandbox.command([sys.executable, "-m", "traindoctor.tune._trial", *argv], cwd)
-        with open(log, "wb") as fh:
-            proc = subprocess.Popen(
-                cmd,
-                cwd=cwd,
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self.sandbox.env(_env()),
-            )
-            try:
-                return proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                raise self._timed_out(timeout, log) from None
-
-    def _start_zygote(self) -> subprocess.Popen[str]:
-        if self._zygote is None or self._zygote.poll() is not None:
-            self._zygote = subprocess.Popen(
-                self.sandbox.command([sys.executable, "-m", "traindoctor.tune._zygote"], str(self.scratch)),
-                cwd=self.scratch,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                env=self.sandbox.env(_env()),
-                text=True,
-                bufsize=1,
-            )
-            ready = self._read(self._zygote, 120.0)
-            if not ready or not ready.get("ready"):
-                self.close()
-                raise TuneScriptError("could not start the trial process server (is torch installed?)")
-        return self._zygote
-
-    @staticmethod
-    def _read(proc: subprocess.Popen[str], timeout: float) -> dict[str, Any] | None:
-        import select
-
-        assert proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], max(timeout, 0.0))
-        if not ready:
-            return None
-        line = proc.stdout.readline()
-        return json.loads(line) if line.strip() else None
-
-    def _run_forked(self, argv: list[str], log: Path, timeout: float, cwd: str) -> int | None:
-        zygote = self._start_zygote()
-        assert zygote.stdin is not None
-        request = {"argv": argv, "log": str(log), "cwd": cwd}
-        zygote.stdin.write(json.dumps(request) + "\n")
-        zygote.stdin.flush()
-        started = self._read(zygote, 30.0)
-        if not started or "pid" not in started:
-            self.close()
-            raise TuneScriptError("the trial process server stopped answering")
-        ended = self._read(zygote, timeout)
-        if ended is None:
-            try:
-                os.kill(int(started["pid"]), 9)
-            except OSError:
-                pass
-            self._read(zygote, 10.0)
-            raise self._timed_out(timeout, log)
-        return ended.get("status")
-
-    def close(self) -> None:
-        zygote, self._zygote = self._zygote, None
-        if zygote is None:
-            return
-        try:
-            if zygote.stdin is not None:
-                zygote.stdin.close()
-            zygote.wait(timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            zygote.kill()
-            zygote.wait()
-        if zygote.stdout is not None:
-            zygote.stdout.close()
-
-    def typical_s(self) -> float:
-        trials = self.durations[1:] or self.durations
-        return statistics.median(trials) if trials else 0.0
-
-
-def _tail(path: Path, lines: int = 12) -> str:
-    try:
-        text = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return ""
-    return "\n".join(f"    {line}" for line in text[-lines:])
-
-
 # ---------------------------------------------------------------- the search
 @dataclass
 class Tuned:
@@ -322,6 +149,14 @@ class Tuned:
     training_loader: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
+    #: The cores tune got and the machine's load during the trials (``conditions`` in the JSON).
+    conditions: dict[str, Any] = field(default_factory=dict)
+    #: The finalists' runs, their range and how each compared with the fastest.
+    comparisons: list[dict[str, Any]] = field(default_factory=list)
+    #: How the best's runs compare with the baseline's (:mod:`traindoctor.tune.repeats`), and the
+    #: speed-up range the runs allow (lowest best over highest baseline, and the reverse).
+    speedup_verdict: str = TIED
+    speedup_range: list[float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -338,6 +173,10 @@ class Tuned:
             "recommended": dict(self.recommended),
             "best": self.best,
             "speedup": None if self.speedup is None else round(self.speedup, 3),
+            "speedup_verdict": self.speedup_verdict,
+            "speedup_range": self.speedup_range,
+            "conditions": self.conditions,
+            "comparisons": self.comparisons,
             "limit": self.limit,
             "bottleneck_before": self.bottleneck_before,
             "bottleneck_after": self.bottleneck_after,
@@ -402,42 +241,100 @@ def _tune(script: str, args: list[str], settings: TuneSettings, progress: Any, r
         runner.close()
 
 
+def _probe(runner: Runner, tick: Any, cores: int, args: list[str]) -> tuple[dict[str, Any], int | None]:
+    """The probe's result, and the script's total of optimizer steps when it ran to its end in it.
+
+    A short script (it ends before the probe has measured everything) is probed again with as
+    many timed steps per measurement as its steps allow (at least :data:`MIN_STEPS`); one too
+    short even for that is a :class:`TuneScriptError` that says how many more steps it needs.
+    """
+    threads = _thread_counts(cores, None)
+    spec = {"mode": "probe", "loader_workers": worker_counts(min(2 * cores, 16)), "threads": threads}
+    tick.start("baseline and bounds (loader alone, compute alone)")
+    probe = runner.run(spec)
+    if probe.get("status") != "ended":
+        return probe, None
+    total = int(probe.get("steps_seen") or 0)
+    if _probe_complete(probe, len(threads)):
+        return probe, total
+    training = probe.get("training_loader") or {}
+    config = training.get("config") or {}
+    workers, prefetch = int(config.get("num_workers") or 0), int(config.get("prefetch_factor") or 2)
+    # the baseline needs its warm-up, the clock's step and the timed ones; each compute bound
+    # BASE_WARMUP steps and the timed ones
+    fixed = steps_needed(workers, prefetch, 0) + len(threads) * BASE_WARMUP
+    timed = (total - fixed) // (1 + len(threads))
+    if training and total and timed >= MIN_STEPS:
+        tick.done(f"the script trains {total} steps: again with {timed} timed steps per measurement")
+        tick.start(f"baseline and bounds ({timed} timed steps each)")
+        probe = runner.run(dict(spec, max_steps=timed))
+        if _probe_complete(probe, len(threads)):
+            return probe, total
+    if not total or not training:
+        return probe, total  # no steps or no training loader: the caller says which
+    need = fixed + (1 + len(threads)) * MIN_STEPS
+    raise TuneScriptError(
+        f"the script trains only {total} optimizer step{'s' if total != 1 else ''}; tune needs at least "
+        f"{need} (the baseline and {len(threads)} compute bounds, {MIN_STEPS} timed steps each, after "
+        f"their warm-up): give {need - total} more steps, {_steps_hint(args)}"
+    )
+
+
+def _probe_complete(probe: dict[str, Any], threads: int) -> bool:
+    segments = probe.get("segments", [])
+    steps = [s.get("steps", 0) for s in segments if s["phase"] == "baseline"]
+    computes = [s for s in segments if s["phase"] == "bound-compute" and s.get("steps", 0) >= MIN_STEPS]
+    return bool(probe.get("training_loader")) and bool(steps) and steps[0] >= MIN_STEPS and len(computes) == threads
+
+
+def _steps_hint(args: list[str]) -> str:
+    """How to give the script more steps: its own option for epochs or steps when it was passed one."""
+    for arg in args:
+        name = arg.split("=", 1)[0]
+        if name.startswith("-") and any(word in name.lower() for word in ("epoch", "iter", "step")):
+            return f"e.g. with a larger `{name}` (the script's argument, after SCRIPT)"
+    return "e.g. with more epochs or steps (the script's own argument, after SCRIPT)"
+
+
 def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings, progress: Any, start: float) -> Tuned:
-    cores = usable_cores()
+    got = cores_got()
+    cores = got.whole
     tick = progress or _NoProgress()
+    tick.remaining(PROGRESS_UNITS)  # fixed now: units not needed are skipped, never added
     result = Tuned(script=script, args=args, cores=cores, budget=settings.budget, sandbox=runner.sandbox.kind)
+    result.conditions = {"cores": got.to_dict(), "load_start": _round(load_average())}
 
     # 1. the probe: baseline and both bounds
-    tick.remaining(4)
-    tick.start("baseline and bounds (loader alone, compute alone)")
-    probe = runner.run(
-        {
-            "mode": "probe",
-            "loader_workers": worker_counts(min(2 * cores, 16)),
-            "threads": _thread_counts(cores, None),
-        }
-    )
+    probe, script_steps = _probe(runner, tick, cores, args)
     result.notes.extend(probe.get("notes", []))
     segments = probe.get("segments", [])
     base_seg = next((s for s in segments if s["phase"] == "baseline"), None)
     training = probe.get("training_loader")
     if base_seg is None or training is None:
-        why = "; ".join(probe.get("notes", [])) or "no training step was measured"
-        steps = probe.get("steps_seen", 0)
+        steps = int(probe.get("steps_seen", 0))
+        if steps == 0:
+            why = "no optimizer step was seen: tune times the steps of a torch.optim optimizer"
+        else:
+            why = "; ".join(probe.get("notes", [])) or "the optimizer steps consumed no DataLoader batch"
         raise TuneScriptError(
             f"could not measure the script's training loop ({why}; {steps} optimizer step"
-            f"{'s' if steps != 1 else ''} seen). The script must train with a DataLoader and an "
-            "optimizer for a few dozen steps."
+            f"{'s' if steps != 1 else ''} seen). tune runs the script as it is and needs it to train "
+            "with a DataLoader and an optimizer."
         )
     result.training_loader = {
         "site": training.get("site"),
         "batch_size": training.get("batch_size"),
         "config": training.get("config"),
     }
+    if script_steps is not None:
+        result.notes.append(f"the script trains {script_steps} optimizer steps: each trial times fewer steps")
+    load = _load_of(probe)
     script_threads = int(training["config"].get("torch_threads") or probe.get("script_threads") or 1)
     own = dict(training["config"], torch_threads=script_threads)
     base_share = base_seg.get("data_wait_share")
-    result.trials.append(Trial(own, "baseline", base_seg.get("samples_per_s"), base_share, verdict_of(own, base_share)))
+    result.trials.append(
+        Trial(own, "baseline", base_seg.get("samples_per_s"), base_share, verdict_of(own, base_share), load)
+    )
     loader_rates: dict[int, float] = {}
     compute_rates: dict[int, float] = {}
     compute_cpu: dict[int, float] = {}
@@ -448,7 +345,7 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
         if seg["phase"] == "bound-loader":
             w = int(seg["config"]["num_workers"])
             cfg = dict(loader_kwargs_of(seg["config"]), torch_threads=script_threads)
-            result.trials.append(Trial(cfg, "bound-loader", rate, None, "loader alone"))
+            result.trials.append(Trial(cfg, "bound-loader", rate, None, "loader alone", load))
             if rate:
                 loader_rates[w] = rate
                 if w == 0:
@@ -459,13 +356,15 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
             t = int(seg["config"]["torch_threads"])
             cfg = dict(seg["config"])
             result.trials.append(
-                Trial(cfg, "bound-compute", rate, seg.get("data_wait_share"), "compute alone (cached batches)")
+                Trial(cfg, "bound-compute", rate, seg.get("data_wait_share"), "compute alone (cached batches)", load)
             )
             if rate:
                 compute_rates[t] = rate
                 if seg.get("cpu_s_per_sample") is not None:
                     compute_cpu[t] = seg["cpu_s_per_sample"]
     tick.done(f"baseline {_rate(base_seg.get('samples_per_s'))}")
+    if script_steps is None:
+        tick.skip(1)  # the unit of a second probe, for a short script
     bounds = Bounds(loader_rates, compute_rates, loader_cpu, compute_cpu, cores, receive_cpu)
     result.limit = bounds.limit()
     # pin_memory only matters for host-to-GPU copies: tried (with workers) only when the run
@@ -474,7 +373,18 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
 
     # 2. search: only what the bounds say can win
     predictions: list[tuple[float, dict[str, Any]]] = []
-    for w in sorted(loader_rates):
+    # The share of a core a loading process uses is CPU time over wall time: on shared cores the
+    # wall time grows and loading looks idle, so a contended probe counts it as unknown (busy
+    # workers), the ceiling TD104 uses.
+    probe_contended = contended(result.trials[0].peak_load, got)
+    ceiling = worker_ceiling(cores, None if probe_contended else bounds.worker_busy)
+    if own["num_workers"] > ceiling:
+        result.notes.append(
+            f"the script's num_workers={own['num_workers']} is above the {ceiling} worker"
+            f"{'s' if ceiling != 1 else ''} {got.describe()} carry beside the training process "
+            "(TD104's ceiling): it is measured, never recommended"
+        )
+    for w in sorted(w for w in loader_rates if w <= ceiling):
         for t in sorted(compute_rates):
             rate = bounds.predict(w, t)
             if rate is None:
@@ -505,9 +415,10 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
     plain_key = config_key(plain) if plain is not None else None
     measured: dict[tuple[Any, ...], list[Trial]] = {config_key(own): [result.trials[0]]}
     configs: dict[tuple[Any, ...], dict[str, Any]] = {config_key(own): own}
-    search_until = start + settings.budget * 0.7
+    search_until = start + settings.budget * SEARCH_BUDGET_SHARE
+    search_units = MAX_SEARCH + 1  # the queue, and one larger prefetch factor
     tried_prefetch = False
-    while queue:
+    while queue and search_units > 0:
         cfg = queue.pop(0)
         key = config_key(cfg)
         if key in measured:
@@ -517,8 +428,12 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
         if searched >= 1 and not pending_plain and time.perf_counter() + runner.typical_s() > search_until:
             result.notes.append(f"budget: {len(queue) + 1} predicted configuration(s) not measured")
             break
-        tick.remaining(len(queue) + 2)
-        trial = _run_trial(runner, tick, cfg, "search", training)
+        timed = _timed_steps(cfg, script_steps, settings)
+        if timed is None:
+            result.notes.append(f"{label(cfg)} not measured: it needs more steps than the script's {script_steps}")
+            continue
+        search_units -= 1
+        trial = _run_trial(runner, tick, cfg, "search", training, timed)
         measured[key] = [trial]
         configs[key] = cfg
         result.trials.append(trial)
@@ -532,87 +447,233 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
         ):
             tried_prefetch = True
             queue.insert(0, dict(cfg, prefetch_factor=4))
+    tick.skip(search_units)
 
-    # 3. confirm: the two fastest and the baseline, interleaved, repeated
-    def median_rate(key: tuple[Any, ...]) -> float:
-        rates = [t.samples_per_s for t in measured[key] if t.samples_per_s]
-        return statistics.median(rates) if rates else 0.0
-
-    ranked = sorted((k for k in measured if k != config_key(own)), key=median_rate, reverse=True)
-    # the runner-up is confirmed too when one run cannot tell it from the best
-    close = [k for k in ranked[1:2] if median_rate(k) >= median_rate(ranked[0]) * 0.9]
-    finalists = ranked[:1] + close + [config_key(own)]
-    rounds = 0
-    while rounds < MAX_CONFIRM_ROUNDS:
-        need = len(finalists) * runner.typical_s()
-        if time.perf_counter() + need > start + settings.budget:
-            break
-        order = finalists[rounds % len(finalists) :] + finalists[: rounds % len(finalists)]
-        tick.remaining(len(order))
+    # 3. confirm: the finalists again, interleaved, until their runs are told apart (or tied)
+    finalists = choose_finalists({k: rates_of(v) for k, v in measured.items()}, configs, config_key(own), MAX_FINALISTS)
+    rounds: list[dict[tuple[Any, ...], float]] = []
+    overran = False
+    while len(rounds) < MAX_CONFIRM_ROUNDS:
+        order = finalists[len(rounds) % len(finalists) :] + finalists[: len(rounds) % len(finalists)]
+        if time.perf_counter() + len(order) * runner.typical_s() > start + settings.budget:
+            # Past the budget, up to min_rounds rounds still repeat the one pair that decides the
+            # advice: the fastest and the simpler finalist recommended while they are undecided.
+            if len(rounds) >= settings.min_rounds:
+                break
+            try:
+                now = choose(
+                    {k: rates_of(measured[k]) for k in finalists},
+                    configs,
+                    script_threads,
+                    MEASURED_TIE,
+                    MEASURED_GAIN,
+                    ceiling,
+                )
+            except ValueError:  # nothing within the ceiling measured: said after the rounds
+                break
+            if not now.undecided:
+                break
+            order = [now.leader, now.best] if len(rounds) % 2 == 0 else [now.best, now.leader]
+            overran = True
+        this_round: dict[tuple[Any, ...], float] = {}
         for key in order:
-            trial = _run_trial(runner, tick, configs[key], "confirm", training)
+            trial = _run_trial(
+                runner, tick, configs[key], "confirm", training, _timed_steps(configs[key], script_steps, settings)
+            )
             measured[key].append(trial)
             result.trials.append(trial)
-        rounds += 1
-    if rounds == 0:
-        result.notes.append("budget: no confirmation rounds (raise --budget for repeated runs)")
+            if trial.samples_per_s:
+                this_round[key] = trial.samples_per_s
+        tick.skip(MAX_FINALISTS - len(order))
+        rounds.append(this_round)
+        if decided({k: rates_of(measured[k]) for k in finalists}, MEASURED_TIE):
+            break
+    tick.skip((MAX_CONFIRM_ROUNDS - len(rounds)) * MAX_FINALISTS)
+    if overran:
+        result.notes.append(
+            f"budget: ran past it to repeat the two finalists that decide the advice ({settings.min_rounds} "
+            "confirmation rounds at least)"
+        )
 
-    # 4. the choice
-    equal = equally_fast(((k, median_rate(k)) for k in measured), MEASURED_TIE)
-    best_key = min(
-        equal, key=lambda k: (configs[k]["num_workers"], configs[k]["torch_threads"] != script_threads, -median_rate(k))
-    )
-    # Workers cost processes, memory and start-up: they must win by a clear margin.
-    no_workers = [k for k in measured if configs[k]["num_workers"] == 0 and median_rate(k) > 0]
-    if configs[best_key]["num_workers"] > 0 and no_workers:
-        plain_best = max(no_workers, key=median_rate)
-        if median_rate(plain_best) * MEASURED_GAIN >= median_rate(best_key):
-            best_key = plain_best
+    # 4. the choice: the simplest finalist the fastest is not measured apart from
+    runs = {k: rates_of(measured[k]) for k in finalists}
+    try:
+        choice = choose(runs, configs, script_threads, MEASURED_TIE, MEASURED_GAIN, ceiling)
+    except ValueError:  # every trial within the worker ceiling failed
+        failures = "; ".join(f"{label(t.config)}: {t.verdict}" for t in result.trials if t.verdict.startswith("failed"))
+        raise TuneScriptError(
+            f"no configuration with at most {ceiling} worker{'s' if ceiling != 1 else ''} could be measured"
+            + (f" ({failures})" if failures else "")
+        ) from None
+    if choice.undecided and len(rounds) < MAX_CONFIRM_ROUNDS:
+        result.notes.append(
+            f"budget: {len(rounds)} confirmation round{'s' if len(rounds) != 1 else ''}, too few to tell "
+            f"{label(configs[choice.leader])} from the simpler {label(configs[choice.best])}; the simpler is "
+            "recommended (raise --budget for more repeats)"
+        )
+    best_key = choice.best
     best_cfg = configs[best_key]
-    best_rate = median_rate(best_key)
-    base_rate = median_rate(config_key(own))
+    best_rate = median(runs[best_key])
+    base_key = config_key(own)
+    base_rate = median(runs[base_key])
     shares = [t.data_wait_share for t in measured[best_key] if t.data_wait_share is not None]
     best_share = statistics.median(shares) if shares else None
-    base_shares = [t.data_wait_share for t in measured[config_key(own)] if t.data_wait_share is not None]
+    base_shares = [t.data_wait_share for t in measured[base_key] if t.data_wait_share is not None]
     base_share_med = statistics.median(base_shares) if base_shares else None
     result.baseline = {
         "config": own,
         "settings": loader_kwargs_of(own),
         "torch_threads": script_threads,
         "samples_per_s": round(base_rate, 3),
-        "runs": len(measured[config_key(own)]),
+        "runs": len(runs[base_key]),
+        "interval": _interval(runs[base_key]),
         "data_wait_share": _round(base_share_med),
     }
     result.best = {
         "config": best_cfg,
         "samples_per_s": round(best_rate, 3),
-        "runs": len(measured[best_key]),
+        "runs": len(runs[best_key]),
+        "interval": _interval(runs[best_key]),
         "data_wait_share": _round(best_share),
     }
-    if result.limit and result.limit["samples_per_s"]:
-        result.limit["reached"] = round(best_rate / result.limit["samples_per_s"], 3)
+    result.comparisons = [
+        {
+            "config": configs[k],
+            "runs": [round(r, 3) for r in runs[k]],
+            "interval": _interval(runs[k]),
+            "median": round(median(runs[k]), 3),
+            "against_fastest": "fastest" if k == choice.leader else choice.verdicts[k],
+        }
+        for k in finalists
+    ]
+    versus = compare(runs[best_key], runs[base_key], MEASURED_TIE) if best_key != base_key else TIED
     result.speedup = best_rate / base_rate if base_rate > 0 else None
+    result.speedup_verdict = versus
+    if best_key != base_key and len(runs[best_key]) > 1 and len(runs[base_key]) > 1:
+        result.speedup_range = [
+            round(min(runs[best_key]) / max(runs[base_key]), 3),
+            round(max(runs[best_key]) / min(runs[base_key]), 3),
+        ]
+    _judge_limit(result, best_rate)
     recommended = loader_kwargs_of(best_cfg)
+    if keep_workers(best_cfg["num_workers"]) and not recommended["persistent_workers"]:
+        recommended["persistent_workers"] = True
+        result.notes.append(
+            "persistent_workers=True: the workers are kept between epochs (TD103's judgement; a "
+            "trial runs inside one epoch and does not see their start-up)"
+        )
     if best_cfg["torch_threads"] != script_threads:
         recommended["torch_threads"] = best_cfg["torch_threads"]
     result.recommended = recommended
     result.bottleneck_before = verdict_of(own, base_share_med)
     result.bottleneck_after = verdict_of(best_cfg, best_share)
+    _judge_contention(result, got, rounds, choice, configs)
     result.elapsed_s = time.perf_counter() - start
+    tick.skip(PROGRESS_UNITS)
     tick.close()
     return result
 
 
-def _run_trial(runner: Runner, tick: Any, cfg: dict[str, Any], phase: str, training: dict[str, Any]) -> Trial:
+def rates_of(trials: list[Trial]) -> list[float]:
+    """The samples/s of the trials that measured one."""
+    return [t.samples_per_s for t in trials if t.samples_per_s]
+
+
+def _timed_steps(cfg: dict[str, Any], script_steps: int | None, settings: TuneSettings) -> int | None:
+    """Timed steps a trial of ``cfg`` may take: ``max_steps``, or what a short script's steps
+    leave after the warm-up (None: fewer than :data:`MIN_STEPS`)."""
+    if script_steps is None:
+        return settings.max_steps
+    workers = int(cfg.get("num_workers", 0))
+    timed = script_steps - steps_needed(workers, int(cfg.get("prefetch_factor") or 2), 0)
+    return min(timed, settings.max_steps) if timed >= MIN_STEPS else None
+
+
+def _interval(rates: list[float]) -> list[float] | None:
+    span = interval(rates)
+    return None if span is None else [round(span[0], 3), round(span[1], 3)]
+
+
+def _load_of(out: dict[str, Any]) -> tuple[float | None, float | None]:
+    load = out.get("load") or [None, None]
+    return (load[0], load[1])
+
+
+def _judge_limit(result: Tuned, best_rate: float) -> None:
+    """The share of the limit the best reaches, never above 100%: a best measured faster than the
+    limit (beyond the tie margin) means the bounds were measured under other conditions."""
+    limit = result.limit
+    if not limit or not limit["samples_per_s"]:
+        return
+    share = best_rate / limit["samples_per_s"]
+    if share <= 1 + MEASURED_TIE:
+        limit["reached"] = round(min(share, 1.0), 3)
+        return
+    limit["reached"] = None
+    limit["valid"] = False
+    probe_load = result.trials[0].peak_load
+    at = f" (load {probe_load:.1f} then)" if probe_load is not None else ""
+    result.notes.append(
+        f"the best ran at {best_rate:.1f} samples/s, {share:.0%} of the limit the probe measured{at}: "
+        "the bounds were measured under other load and do not bound this machine's speed now"
+    )
+
+
+def _judge_contention(
+    result: Tuned,
+    got: Cores,
+    rounds: list[dict[tuple[Any, ...], float]],
+    choice: Choice,
+    configs: dict[tuple[Any, ...], dict[str, Any]],
+) -> None:
+    """Whether the advice depends on contention: a load above half the cores during a trial, or
+    finalists whose order flipped between rounds."""
+    loads = [t.peak_load for t in result.trials if t.phase in ("baseline", "search", "confirm")]
+    known = [x for x in loads if x is not None]
+    busy = [x for x in known if contended(x, got)]
+    flips = []
+    for key in choice.verdicts:
+        pairs = [(r[choice.leader], r[key]) for r in rounds if choice.leader in r and key in r]
+        if flipped(pairs):
+            flips.append(label(configs[key]))
+    result.conditions.update(
+        load_end=_round(load_average()),
+        peak_load=_round(max(known)) if known else None,
+        contended_trials=len(busy),
+        trials=len(known),
+        flipped=flips,
+        depends_on_contention=bool(busy or flips),
+    )
+    if busy:
+        result.notes.append(
+            f"advice depends on contention: the load average was above {got.effective * CONTENDED_SHARE:g} "
+            f"(half of {got.describe()}) during {len(busy)} of {len(known)} trials, up to {max(busy):.1f}; "
+            "other processes shared the cores, so the numbers are those of a busy machine: tune again "
+            "when it is quiet, or under the load you train with"
+        )
+    if flips:
+        result.notes.append(
+            f"advice depends on contention: {label(configs[choice.leader])} and {', '.join(flips)} "
+            "swapped places between repeated rounds"
+        )
+
+
+def _run_trial(
+    runner: Runner, tick: Any, cfg: dict[str, Any], phase: str, training: dict[str, Any], timed: int | None
+) -> Trial:
     tick.start(f"{phase} {label(cfg)}")
-    out = runner.run({"mode": "trial", "config": cfg, "site": training.get("site")})
+    spec: dict[str, Any] = {"mode": "trial", "config": cfg, "site": training.get("site")}
+    if timed is not None:
+        spec["max_steps"] = timed
+    out = runner.run(spec)
+    load = _load_of(out)
     seg = next((s for s in out.get("segments", []) if s["phase"] == "search"), None)
     if seg is None:
         why = out.get("error") or "; ".join(out.get("notes", [])) or "the script ended too soon"
-        trial = Trial(cfg, phase, None, None, f"failed: {why}")
+        trial = Trial(cfg, phase, None, None, f"failed: {why}", load)
     else:
         share = seg.get("data_wait_share")
-        trial = Trial(cfg, phase, seg.get("samples_per_s"), share, verdict_of(cfg, share))
+        trial = Trial(cfg, phase, seg.get("samples_per_s"), share, verdict_of(cfg, share), load)
     tick.done(_rate(trial.samples_per_s) if trial.samples_per_s else trial.verdict)
     return trial
 
@@ -629,4 +690,20 @@ class _NoProgress:
     def remaining(self, units: int) -> None: ...
     def start(self, label: str) -> None: ...
     def done(self, result: str = "") -> None: ...
+    def skip(self, units: int) -> None: ...
     def close(self) -> None: ...
+
+
+__all__ = [
+    "Runner",
+    "Trial",
+    "TuneScriptError",
+    "TuneSettings",
+    "Tuned",
+    "config_key",
+    "label",
+    "loader_kwargs_of",
+    "rates_of",
+    "tune_script",
+    "verdict_of",
+]

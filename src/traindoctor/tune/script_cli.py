@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from traindoctor.errors import UsageError
+from traindoctor.facts.data.pipeline import MEASURED_TIE
 
 EXIT_OK, EXIT_ERROR = 0, 2
 PROG = "traindoctor tune"
@@ -124,59 +125,96 @@ def _fmt_share(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
+def _fmt_load(value: float | None) -> str:
+    return "?" if value is None else f"{value:.1f}"
+
+
+def _runs(entry: dict[str, Any]) -> str:
+    span = entry.get("interval")
+    text = f"median of {entry['runs']}"
+    if span and entry["runs"] > 1:
+        text += f", runs {_fmt_rate(span[0])}-{_fmt_rate(span[1])}"
+    return text
+
+
+def _speedup_text(data: dict[str, Any]) -> str:
+    """The speed-up over the baseline, as far as the runs show it."""
+    speed, verdict, span = data.get("speedup"), data.get("speedup_verdict"), data.get("speedup_range")
+    if not speed or data["best"]["config"] == data["baseline"]["config"]:
+        return ": the script's own settings"
+    if verdict == "faster":
+        return f", {speed:.2f}x the baseline" + (f" (the runs allow {span[0]:.2f}x-{span[1]:.2f}x)" if span else "")
+    if verdict == "tied":
+        return f", as fast as the baseline (their runs lie within {MEASURED_TIE:.0%} of each other)"
+    return (
+        f", {speed:.2f}x the baseline by the medians, but the runs overlap"
+        + (f" ({span[0]:.2f}x-{span[1]:.2f}x)" if span else "")
+        + ": not measured apart"
+    )
+
+
 def render_text(data: dict[str, Any], output: str | None) -> str:
-    from traindoctor.tune.script import label, loader_kwargs_of
+    from traindoctor.tune.script import label
 
     loader = data.get("training_loader") or {}
     site = loader.get("site")
     where = f"{os.path.relpath(site[0])}:{site[1]}" if site else "?"
+    conditions = data.get("conditions") or {}
+    cores = conditions.get("cores") or {}
+    quota = cores.get("quota")
+    got = f" (cgroup CPU quota {quota:g})" if quota is not None and quota < data["cores"] else ""
     lines = [
         f"traindoctor tune {data['script']}: {data['cores']} usable core"
-        f"{'s' if data['cores'] != 1 else ''}, budget {data['budget_s']:g} s, "
+        f"{'s' if data['cores'] != 1 else ''}{got}, budget {data['budget_s']:g} s, "
         f"{len(data['trials'])} measurements in {data['elapsed_s']:.1f} s",
+        f"load average: {_fmt_load(conditions.get('load_start'))} at start, "
+        f"{_fmt_load(conditions.get('load_end'))} at the end, up to {_fmt_load(conditions.get('peak_load'))} "
+        "during the trials",
         f"training DataLoader: {where} (batch_size={loader.get('batch_size')})",
         "",
     ]
-    rows = [("phase", "configuration", "samples/s", "data wait", "verdict")]
+    rows = [("phase", "configuration", "samples/s", "data wait", "load", "verdict")]
     for t in data["trials"]:
+        load = t.get("load") or [None, None]
         rows.append(
             (
                 t["phase"],
                 label(t["config"]),
                 _fmt_rate(t["samples_per_s"]),
                 _fmt_share(t["data_wait_share"]),
+                "-".join(_fmt_load(x) for x in load),
                 t["verdict"],
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    widths = [max(len(r[i]) for r in rows) for i in range(6)]
     for r in rows:
         lines.append(
-            f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]:>{widths[3]}}  {r[4]}".rstrip()
+            f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]:>{widths[3]}}  "
+            f"{r[4]:>{widths[4]}}  {r[5]}".rstrip()
         )
     lines.append("")
     base, best = data["baseline"], data["best"]
     lines.append(
         f"baseline (the script's own): {label(base['config'])}: "
-        f"{_fmt_rate(base['samples_per_s'])} samples/s (median of {base['runs']})"
+        f"{_fmt_rate(base['samples_per_s'])} samples/s ({_runs(base)})"
     )
-    speed = data.get("speedup")
     lines.append(
-        f"best: {label(best['config'])}: {_fmt_rate(best['samples_per_s'])} samples/s "
-        f"(median of {best['runs']})" + (f", {speed:.2f}x the baseline" if speed else "")
+        f"best: {label(best['config'])}: {_fmt_rate(best['samples_per_s'])} samples/s ({_runs(best)})"
+        + _speedup_text(data)
     )
     limit = data.get("limit")
     if limit:
         reached = limit.get("reached")
         lines.append(
-            f"limit: {_fmt_rate(limit['samples_per_s'])} samples/s ({limit['bound']}-bound): "
-            f"{limit['detail']}" + (f"; the best reaches {reached:.0%} of it" if reached else "")
+            f"limit: {_fmt_rate(limit['samples_per_s'])} samples/s ({limit['bound']}-bound), as the probe "
+            f"measured it: {limit['detail']}" + (f"; the best reaches {reached:.0%} of it" if reached else "")
         )
     lines.append(f"bottleneck: {data['bottleneck_before']} -> {data['bottleneck_after']}")
     for note in data.get("notes", []):
         lines.append(f"note: {note}")
     lines.append("")
     rec = data["recommended"]
-    kwargs = loader_kwargs_of(best["config"])
+    kwargs = {k: v for k, v in rec.items() if k != "torch_threads"}
     lines.append("recommended:")
     lines.append("  DataLoader(dataset, batch_size=..., " + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")")
     if "torch_threads" in rec:

@@ -47,8 +47,37 @@ MIN_GAIN = 1.15
 #: The same for rates measured end to end: the measurement already paid the workers' costs
 #: (their processes, copies and start-up), so a smaller margin is enough.
 MEASURED_GAIN = 1.10
+#: Workers that use less than this share of a core mostly wait (on I/O, a sleep): more of them
+#: than the cores but one fit beside the training process.
+MOSTLY_WAITING = 0.5
 #: A predicted gain below this factor is called small (a measurement should settle it).
 SMALL_GAIN = 1.5
+
+
+def worker_ceiling(cores: int, busy: float | None = None) -> int:
+    """The most loader workers worth running beside the training process on ``cores`` cores.
+
+    The one ceiling of TD102, TD104, TD105 and ``tune SCRIPT``: workers that keep a core busy
+    (``busy``, the share of a core one busy worker uses, at least :data:`MOSTLY_WAITING`, or None
+    when unknown) get the cores but one, the training process's; workers that mostly wait (a
+    dataset that sleeps or reads from slow storage) fit more beside it, never more than the
+    cores (more processes than cores is what TD104 reports). At least 1.
+    """
+    cores = max(int(cores), 1)
+    spare = max(cores - 1, 1)
+    if busy is None or busy >= MOSTLY_WAITING:
+        return spare
+    return max(min(int(spare / max(busy, 1e-3)), cores), 1)
+
+
+def keep_workers(workers: int) -> bool:
+    """The persistent-workers judgement of TD103 and ``tune SCRIPT``: a loader with workers keeps
+    them between passes (``persistent_workers=True``). A training loader is iterated once per
+    epoch and an evaluation loader once per evaluation: starting the workers again for each pass
+    costs their start-up and never makes a batch faster. TD103 reports it where the restarts
+    cost visible time; tune recommends it with every worker count (its short trials run inside
+    one pass and cannot see that cost)."""
+    return workers > 0
 
 
 def loop_rate(
@@ -100,6 +129,11 @@ class Pipeline:
             return 1.0
         return min(max(self.fetch_cpu_s / self.fetch_s, 0.0), 1.0)
 
+    @property
+    def ceiling(self) -> int:
+        """:func:`worker_ceiling` of these cores and workers."""
+        return worker_ceiling(self.cores, self.worker_busy)
+
     def rate(self, workers: int) -> float:
         """Predicted batches per second with ``workers`` loader workers."""
         fetch = max(self.fetch_s, 1e-6)
@@ -137,8 +171,8 @@ class Advice:
 
 def recommend(pipeline: Pipeline, current: int, max_workers: int | None = None) -> Advice:
     """The fewest workers predicted within :data:`TIE` of the fastest, up to ``max_workers``
-    (default: the cores); 0 unless workers beat the main process by :data:`MIN_GAIN`."""
-    limit = max(pipeline.cores if max_workers is None else max_workers, 0)
+    (default: :attr:`Pipeline.ceiling`); 0 unless workers beat the main process by :data:`MIN_GAIN`."""
+    limit = max(pipeline.ceiling if max_workers is None else max_workers, 0)
     rates = {w: pipeline.rate(w) for w in range(0, limit + 1)}
     chosen = min(equally_fast(rates.items(), TIE))
     if chosen > 0 and rates[chosen] < rates[0] * MIN_GAIN:
@@ -171,6 +205,15 @@ class Bounds:
     #: CPU seconds per sample the training process spends *receiving* batches from ``w``
     #: workers (unpickling, shared-memory rebuild), measured with the loader alone.
     receive_cpu: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def worker_busy(self) -> float | None:
+        """Share of a core one loading process uses (CPU seconds per sample x samples per second
+        of the main process loading alone); None when not measured."""
+        rate = self.loader.get(0)
+        if self.loader_cpu is None or not rate:
+            return None
+        return min(max(self.loader_cpu * rate, 0.0), 1.0)
 
     def predict(self, workers: int, threads: int) -> float | None:
         """Predicted samples/s of the whole loop (:func:`loop_rate`: the loader alone delivers
@@ -206,6 +249,7 @@ class Bounds:
             "detail": (
                 f"the loader alone delivers at most {load:.1f} samples/s (num_workers={w}); the "
                 f"loop alone consumes at most {comp:.1f} samples/s on cached batches "
-                f"(torch_threads={t}); no setting of these knobs can beat the smaller"
+                f"(torch_threads={t}); no setting of these knobs can beat the smaller under the "
+                "load it was measured at"
             ),
         }

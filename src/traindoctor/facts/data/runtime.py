@@ -93,9 +93,12 @@ def _epoch_loader(session: Any) -> Any:
 
 
 def worker_budget(session: Any) -> int:
-    """Loader workers one process can keep busy: its cores (shared between the local ranks when
-    they all may run on every core), minus one for the training process itself; at least 1."""
-    return max(cores_per_rank(session) - 1, 1)
+    """Loader workers one process can keep busy: :func:`~traindoctor.facts.data.pipeline.worker_ceiling`
+    of its cores (shared between the local ranks when they all may run on every core) for busy
+    workers (their CPU time is not seen from the training process): the cores minus one."""
+    from traindoctor.facts.data.pipeline import worker_ceiling
+
+    return worker_ceiling(cores_per_rank(session))
 
 
 def cores_per_rank(session: Any) -> int:

@@ -469,11 +469,12 @@ class WorkersRespawnedMonitor(Monitor):
 
     def on_run_end(self) -> None:
         from traindoctor.facts.data import runtime as ev
+        from traindoctor.facts.data.pipeline import keep_workers
 
         min_s = float(self.threshold("min_startup_s", 0.05))
         min_share = float(self.threshold("min_startup_share", 0.05))
         for info in self.session.loaders:
-            if info.num_workers <= 0 or info.persistent_workers or info.spawns < 2:
+            if not keep_workers(info.num_workers) or info.persistent_workers or info.spawns < 2:
                 continue
             # The first start is unavoidable; the later ones are what persistence saves.
             repeated = info.startup_s[1:]
