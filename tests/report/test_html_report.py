@@ -132,6 +132,9 @@ def test_tune_page_shows_trials_against_the_limit_and_the_bottleneck_move() -> N
     assert "1.91x faster with the recommended settings" in body
     assert "<b>data-bound (main process)</b> &rarr; <b>compute-bound</b>" in body
     assert "97% of the limit" in body  # 575 of 590 samples/s
+    beyond = tune_result()
+    beyond["best"]["samples_per_s"] = 650.0  # beyond the limit: measured under other load
+    assert "100% of the limit" in render_tune_html(beyond) and "110% of the limit" not in render_tune_html(beyond)
     assert "torch.set_num_threads(1)" in body
     assert "num_workers=2, prefetch_factor=2, persistent_workers=True" in body
     fig = _figures(page)["chart-trials"]

@@ -574,7 +574,8 @@ def render_tune_html(result: Mapping[str, Any]) -> str:
         why = f"Bottleneck: <b>{esc(before or '?')}</b> &rarr; <b>{esc(after or '?')}</b>"
     body = [_verdict(kind, esc(big), why)]
     lim = limit.get("samples_per_s")
-    reached = f"{best / lim:.0%} of the limit" if best and isinstance(lim, (int, float)) and lim else ""
+    # never above 100%, as tune says it: a best beyond the limit was measured under other load
+    reached = f"{min(best / lim, 1.0):.0%} of the limit" if best and isinstance(lim, (int, float)) and lim else ""
     body.append(
         _tiles(
             [
