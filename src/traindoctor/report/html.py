@@ -454,22 +454,38 @@ def _gpu_table(gpu: Mapping[str, Any]) -> str:
     )
 
 
+def _profile_rows(per: Mapping[str, Any], gpu: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """(per_step_ms key, label) of the rows that were measured, each once: forward, backward and
+    other host work when the forward was timed, else their sum as compute; no copy row on a run
+    that copied nothing to a device (a CPU run)."""
+    keys: list[tuple[str, str]] = []
+    if per.get("data_wait") is not None:
+        keys.append(("data_wait", "data wait"))
+    if per.get("transfer") or gpu:
+        keys.append(("transfer", "host-to-device"))
+    if per.get("forward") is not None:
+        keys += [("forward", "forward"), ("backward", "backward")]
+    else:
+        keys.append(("compute", "compute"))
+    if per.get("optimizer") is not None:
+        keys.append(("optimizer", "optimizer step"))
+    if per.get("other") is not None:
+        keys.append(("other", "other host work"))
+    return keys
+
+
 def _profile_table(per: Mapping[str, Any], shares: Mapping[str, Any], gpu: Mapping[str, Any] | None = None) -> str:
     if not per:
         return ""
     step = per.get("step") or 0
     rows = []
-    for key, label in (
-        ("data_wait", "data wait"),
-        ("transfer", "host-to-device"),
-        ("compute", "compute"),
-        ("optimizer", "optimizer step"),
-    ):
+    for key, label in _profile_rows(per, gpu):
         value = per.get(key)
         share = f"{value / step:.0%}" if isinstance(value, (int, float)) and step else ""
         rows.append(f"<tr><td>{label}</td><td class=num>{_num(value, ' ms')}</td><td class=num>{share}</td></tr>")
-    known = {"data_wait", "transfer", "compute", "optimizer", "step", "median_step", "device"}
-    for key, value in per.items():  # components added later (e.g. other host work)
+    known = {"data_wait", "transfer", "compute", "forward", "backward", "optimizer", "other"}
+    known |= {"step", "median_step", "device"}
+    for key, value in per.items():  # components added later (e.g. a sync wait)
         if key not in known and isinstance(value, (int, float)):
             share = f"{value / step:.0%}" if step else ""
             rows.append(
