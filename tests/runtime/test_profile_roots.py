@@ -168,10 +168,12 @@ def _check_rows(prof: Profile, clock: Clock) -> None:
     for key, value in got.items():
         own = clock.mean(key, skip)
         assert value is not None and value == pytest.approx(own, rel=0.3), (key, value, own)
-    # the loop's own timing of optimizer.step() also holds the doctor's bookkeeping at the step's
-    # end (~0.1 ms quiet, several ms at load 11 on 2 cores), which the profile leaves out
+    # the loop's window around optimizer.step() also holds torch's step wrapper and the doctor's
+    # step hooks (~0.1 ms quiet, a few ms at load 11 on 2 cores): the profile's optimizer row is
+    # what runs between the hooks, and the rest is other host work, not lost
     own = clock.mean("optimizer", skip)
-    assert 0.4 * own <= prof.optimizer_s <= 1.3 * own, (prof.optimizer_s, own)
+    assert prof.other_s is not None
+    assert prof.optimizer_s <= 1.3 * own <= 1.3 * 1.3 * (prof.optimizer_s + prof.other_s), (prof, own)
     assert prof.other_s is not None
     rows = prof.data_s + prof.transfer_s + prof.forward_s + prof.backward_s + prof.optimizer_s + prof.other_s
     assert rows == pytest.approx(prof.step_s, rel=0.01)  # measured once each: they add up
