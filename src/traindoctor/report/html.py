@@ -17,6 +17,7 @@ from __future__ import annotations
 import html
 import linecache
 import os
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -243,7 +244,6 @@ def _location(finding: Mapping[str, Any]) -> tuple[str, str]:
 def statement_text(filename: str, row: int, max_lines: int = 6) -> str:
     """The source statement starting at ``row``: continuation lines are added while brackets
     stay open (``loader = DataLoader(`` alone says little), at most ``max_lines``."""
-    import textwrap
 
     lines: list[str] = []
     depth = 0
@@ -257,6 +257,20 @@ def statement_text(filename: str, row: int, max_lines: int = 6) -> str:
         if depth <= 0:
             break
     return textwrap.dedent("\n".join(lines)).strip("\n")
+
+
+def _rule_fix(code: str) -> str:
+    """The Fix box of a finding that carries no fix of its own (most runtime findings name it in
+    their message): the rule's documented "Use instead" example; empty for an unknown code."""
+    from traindoctor.registry import get_rule
+
+    rule = get_rule(code) if code else None
+    example = textwrap.dedent(getattr(rule, "use_instead", "") or "").strip("\n")
+    if not example.strip():
+        return ""
+    return (
+        f'<div class="fix"><b>Fix.</b> As the rule\'s documentation shows:<pre><code>{esc(example)}</code></pre></div>'
+    )
 
 
 def _finding_html(finding: Mapping[str, Any]) -> str:
@@ -290,6 +304,8 @@ def _finding_html(finding: Mapping[str, Any]) -> str:
             if shown.strip():
                 fix_html += f"<pre><code>{esc(shown)}</code></pre>"
         parts.append(f'<div class="fix">{fix_html}</div>')
+    else:
+        parts.append(_rule_fix(str(finding.get("code") or "")))
     if finding.get("url"):
         parts.append(
             f'<div class="note"><a href="{esc(finding["url"])}">rule {esc(finding.get("code"))} documentation</a></div>'
@@ -493,22 +509,38 @@ def _gpu_table(gpu: Mapping[str, Any]) -> str:
     )
 
 
+def _profile_rows(per: Mapping[str, Any], gpu: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """(per_step_ms key, label) of the rows that were measured, each once: forward, backward and
+    other host work when the forward was timed, else their sum as compute; no copy row on a run
+    that copied nothing to a device (a CPU run)."""
+    keys: list[tuple[str, str]] = []
+    if per.get("data_wait") is not None:
+        keys.append(("data_wait", "data wait"))
+    if per.get("transfer") or gpu:
+        keys.append(("transfer", "host-to-device"))
+    if per.get("forward") is not None:
+        keys += [("forward", "forward"), ("backward", "backward")]
+    else:
+        keys.append(("compute", "compute"))
+    if per.get("optimizer") is not None:
+        keys.append(("optimizer", "optimizer step"))
+    if per.get("other") is not None:
+        keys.append(("other", "other host work"))
+    return keys
+
+
 def _profile_table(per: Mapping[str, Any], shares: Mapping[str, Any], gpu: Mapping[str, Any] | None = None) -> str:
     if not per:
         return ""
     step = per.get("step") or 0
     rows = []
-    for key, label in (
-        ("data_wait", "data wait"),
-        ("transfer", "host-to-device"),
-        ("compute", "compute"),
-        ("optimizer", "optimizer step"),
-    ):
+    for key, label in _profile_rows(per, gpu):
         value = per.get(key)
         share = f"{value / step:.0%}" if isinstance(value, (int, float)) and step else ""
         rows.append(f"<tr><td>{label}</td><td class=num>{_num(value, ' ms')}</td><td class=num>{share}</td></tr>")
-    known = {"data_wait", "transfer", "compute", "optimizer", "step", "median_step", "device"}
-    for key, value in per.items():  # components added later (e.g. other host work)
+    known = {"data_wait", "transfer", "compute", "forward", "backward", "optimizer", "other"}
+    known |= {"step", "median_step", "p90_step", "device"}
+    for key, value in per.items():  # components added later (e.g. a sync wait)
         if key not in known and isinstance(value, (int, float)):
             share = f"{value / step:.0%}" if step else ""
             rows.append(
@@ -516,6 +548,7 @@ def _profile_table(per: Mapping[str, Any], shares: Mapping[str, Any], gpu: Mappi
             )
     rows.append(f"<tr><th>step (mean)</th><th class=num>{_num(step, ' ms')}</th><th></th></tr>")
     title = "Steady-state step (means)"
+    spread = _step_spread(per)
     if gpu:
         title += ", host time: on a GPU forward, backward and optimizer are kernel launches"
     return (
@@ -523,7 +556,29 @@ def _profile_table(per: Mapping[str, Any], shares: Mapping[str, Any], gpu: Mappi
         "<tr><th>component</th><th>per step</th><th>share</th></tr>"
         + "".join(rows)
         + "</table>"
+        + spread
         + (_gpu_table(gpu) if gpu else "")
+    )
+
+
+#: Step times whose 90th percentile exceeds the median by this factor get a word in the report.
+STEP_SPREAD = 2.0
+
+
+def _step_spread(per: Mapping[str, Any]) -> str:
+    """A word when the steady steps' times varied more than :data:`STEP_SPREAD` x (p90/median):
+    the means above then hide slow steps (contention for cores, periodic evaluation, I/O)."""
+    p90, median = per.get("p90_step"), per.get("median_step")
+    if not isinstance(p90, (int, float)) or not isinstance(median, (int, float)) or median <= 0:
+        return ""
+    ratio = p90 / median
+    if ratio <= STEP_SPREAD:
+        return ""
+    return (
+        f'<p class="note" id="step-spread">Step times varied {ratio:.1f}x: the slowest tenth of the steady '
+        f"steps took {_num(p90, ' ms')} or more against a median of {_num(median, ' ms')}, so the means "
+        "above hide slow steps (other processes competing for the cores, periodic work in the loop, "
+        "I/O); the step-time chart shows where.</p>"
     )
 
 

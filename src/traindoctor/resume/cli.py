@@ -31,7 +31,7 @@ _VALUED = {
     "--html",
     "--nproc-per-node",
 }
-_FLAGS = {"--keep", "--allow-writes", "-h", "--help"}
+_FLAGS = {"--keep", "--allow-writes", "--bitwise", "--noise-floor", "-h", "--help"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +55,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--tolerance",
         type=float,
         help=f"relative tolerance; default 0 (bitwise) on CPU, {DEFAULT_GPU_TOLERANCE:g} when the run used CUDA",
+    )
+    parser.add_argument(
+        "--bitwise",
+        action="store_true",
+        help="compare bitwise also on a GPU (for runs with deterministic kernels); same as --tolerance 0",
+    )
+    parser.add_argument(
+        "--noise-floor",
+        action="store_true",
+        help="run the script uninterrupted a second time and compare within twice the difference between "
+        "the two (nondeterministic kernels); one more run",
     )
     parser.add_argument("--output-format", choices=["text", "json"], default="text")
     parser.add_argument("--workdir", help="keep the runs' files here (default: a temp folder)")
@@ -210,6 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             nproc=opts.nproc_per_node,
             sandbox=sandbox,
             allow_writes=opts.allow_writes,
+            second_reference=opts.noise_floor and opts.nproc_per_node == 1,
         )
     finally:
         progress.close()
@@ -233,12 +245,59 @@ def _compare(ref: Any, intr: Any, res: Any, steps: int, tol: float) -> Verdict:
         from traindoctor.resume.compare import compare_states
 
         final_diff = compare_states(
-            torch.load(ref.final, weights_only=True), torch.load(res.final, weights_only=True), tol
+            torch.load(ref.final, map_location="cpu", weights_only=True),
+            torch.load(res.final, map_location="cpu", weights_only=True),
+            tol,
         )
     verdict = compare_runs(ref.record, intr.record, res.record, final_diff, steps, tol)
     if res.record.get("status") == "crashed" and not verdict.exact:
         verdict.cause = "the resumed run crashed"
     return verdict
+
+
+#: With ``--noise-floor``: the resumed run may differ from the reference by this many times what
+#: two uninterrupted runs differ by.
+NOISE_MARGIN = 2.0
+
+
+def _tolerance(opts: Any, ref: Any, res: Any, second: Any) -> tuple[float, str]:
+    """The relative tolerance of the comparison, and a note on where it came from: 0 (bitwise)
+    with ``--bitwise`` or on a CPU run, ``--tolerance``, the CUDA default, and with
+    ``--noise-floor`` at least :data:`NOISE_MARGIN` times the two uninterrupted runs' largest
+    relative difference (per-step losses and final state)."""
+    if opts.bitwise:
+        return 0.0, ""
+    tol = opts.tolerance
+    if tol is None:
+        cuda = any(r.record and r.record.get("cuda_used") for r in (ref, res))
+        tol = DEFAULT_GPU_TOLERANCE if cuda else 0.0
+    if second is None or second.record is None:
+        return tol, "" if second is None else "noise floor not measured: the second uninterrupted run left no record"
+    from traindoctor.resume.compare import loss_noise, noise_floor
+
+    floor = loss_noise(ref.record, second.record)
+    if ref.final is not None and second.final is not None:
+        import torch
+
+        floor = max(
+            floor,
+            noise_floor(
+                torch.load(ref.final, map_location="cpu", weights_only=True),
+                torch.load(second.final, map_location="cpu", weights_only=True),
+            ),
+        )
+    if floor == 0:
+        return tol, "noise floor: two uninterrupted runs are bitwise identical"
+    if floor == float("inf"):
+        return (
+            tol,
+            "noise floor: the two uninterrupted runs differ in shape or in NaNs; compared at the tolerance alone",
+        )
+    chosen = max(tol, NOISE_MARGIN * floor)
+    return chosen, (
+        f"noise floor: two uninterrupted runs differ by up to {floor:.3g} (relative); "
+        f"compared within {chosen:.3g} ({NOISE_MARGIN:g}x that, or the tolerance when larger)"
+    )
 
 
 def _judge(runs: Any, script: str, steps: int, interrupt_at: int, opts: Any) -> int:
@@ -267,11 +326,13 @@ def _judge(runs: Any, script: str, steps: int, interrupt_at: int, opts: Any) -> 
     k = int(intr.record["checkpoint_step"])
     if res.record is None or res.timed_out:
         return _fail("the resumed run " + ("timed out" if res.timed_out else "left no record"), fmt, res.log_tail())
-    tol = opts.tolerance
-    if tol is None:
-        cuda = any(r.record and r.record.get("cuda_used") for r in (ref, res))
-        tol = DEFAULT_GPU_TOLERANCE if cuda else 0.0
+    tol, floor_note = _tolerance(opts, ref, res, runs.reference2)
     verdict = _compare(ref, intr, res, steps, tol)
+    if floor_note:
+        verdict.notes.append(floor_note)
+    from traindoctor.resume.runner import stale_notes
+
+    verdict.notes += stale_notes(runs)
     if res.record.get("status") == "crashed" and not verdict.exact:
         verdict.explanation = "its last output lines:\n" + "\n".join(
             f"    {line}" for line in res.log_tail(8).splitlines()
@@ -319,7 +380,7 @@ def _judge_ranks(runs: Any, script: str, steps: int, interrupt_at: int, opts: An
             intr.log_tail(),
         )
     k = int(intr.record["checkpoint_step"])
-    tol = opts.tolerance
+    tol = 0.0 if opts.bitwise else opts.tolerance
     if tol is None:
         cuda = any(r.record and r.record.get("cuda_used") for r in (ref.ranks or []))
         tol = DEFAULT_GPU_TOLERANCE if cuda else 0.0

@@ -4,8 +4,11 @@ Inputs are the recorders' JSON records and final-state files. The verdict is dec
 per-step losses and the final model/optimizer state only; everything else (learning rates, loss
 scales, batch and RNG digests, epoch values, the detail snapshot of model and optimizer state at
 the first resumed step) serves to explain *why* they differ. Causes are tried in the order in
-which one explains the others: model, optimizer state, scheduler, loss scale, epoch counter,
-data order, RNG.
+which one explains the others: model, optimizer state, scheduler, loss scale, epoch counter
+(``set_epoch``), RNG streams that restarted (seeded again at start-up: they replay an earlier
+step's state), a batch one epoch away, data order, RNG; only a hypothesis whose evidence lies at
+or before the first divergent step can explain it, and "cannot tell" is the answer when none
+does.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ CAUSE_EPOCH = "epoch counter off by one"
 CAUSE_DATA = "data order differs"
 CAUSE_RNG = "RNG not restored"
 CAUSE_NONDETERMINISM = "run is not deterministic"
-CAUSE_UNKNOWN = "cause not identified"
+CAUSE_UNKNOWN = "cannot tell"
 
 
 @dataclass
@@ -81,22 +84,50 @@ def _loss(record: dict[str, Any], s: int) -> list[str] | None:
     return losses
 
 
+def tensors_close(a: Any, b: Any, tol: float) -> bool:
+    """Two tensors of one shape and dtype equal: bitwise when ``tol <= 0`` (NaN equal to NaN),
+    else within a relative tolerance of the tensor's own scale:
+    ``max|a - b| <= tol * max(max|a|, max|b|)``, so a near-zero element (an Adam moment) is
+    judged against the tensor's magnitude, not against an absolute floor. Both tensors are
+    moved to the CPU first (one at a time: no whole state is copied to float64 on a device)."""
+    import torch
+
+    a, b = a.detach().cpu(), b.detach().cpu()
+    if not a.is_floating_point() and not a.is_complex():
+        return bool(torch.equal(a, b))
+    if tol <= 0:
+        return bool(
+            torch.equal(a, b)
+            or (torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)))
+        )
+    return relative_difference(a, b) <= tol
+
+
+def relative_difference(a: Any, b: Any) -> float:
+    """``max|a - b| / max(max|a|, max|b|)`` of two same-shaped tensors, computed in float64 on
+    the CPU (0 for equal tensors, NaN positions equal to NaN; ``inf`` when NaNs differ)."""
+    import torch
+
+    a, b = a.detach().cpu().double(), b.detach().cpu().double()
+    if not torch.equal(a.isnan(), b.isnan()):
+        return math.inf
+    a, b = a.nan_to_num(0.0), b.nan_to_num(0.0)
+    if a.numel() == 0 or torch.equal(a, b):
+        return 0.0
+    scale = float(torch.maximum(a.abs().max(), b.abs().max()))
+    diff = float((a - b).abs().max())
+    return diff / scale if scale > 0 else math.inf
+
+
 def compare_states(a: Any, b: Any, tol: float, path: str = "") -> list[str]:
-    """Key paths where two loaded final states differ (bitwise, or within ``tol``)."""
+    """Key paths where two loaded final states differ (bitwise, or within the relative ``tol``
+    of :func:`tensors_close`). Load the states with ``map_location="cpu"``."""
     import torch
 
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         if a.shape != b.shape or a.dtype != b.dtype:
             return [path]
-        if not a.is_floating_point():
-            same = torch.equal(a, b)
-        elif tol <= 0:
-            same = torch.equal(a, b) or (
-                torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
-            )
-        else:
-            same = torch.allclose(a.double(), b.double(), rtol=tol, atol=tol * 1e-3, equal_nan=True)
-        return [] if same else [path]
+        return [] if tensors_close(a, b, tol) else [path]
     if isinstance(a, dict) and isinstance(b, dict):
         out = []
         for key in sorted(set(a) | set(b), key=str):
@@ -116,6 +147,46 @@ def compare_states(a: Any, b: Any, tol: float, path: str = "") -> list[str]:
     if isinstance(a, float) and isinstance(b, float) and tol > 0:
         return [] if abs(a - b) <= tol * max(abs(a), abs(b), 1e-12) else [path]
     return [] if a == b else [path]
+
+
+def noise_floor(a: Any, b: Any) -> float:
+    """The largest relative difference (:func:`relative_difference`) between two final states
+    of the same structure (two uninterrupted runs): how far nondeterministic kernels move
+    them. ``inf`` when the structures differ."""
+    import torch
+
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return math.inf
+        if not a.is_floating_point():
+            return 0.0 if torch.equal(a.cpu(), b.cpu()) else math.inf
+        return relative_difference(a, b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        if set(a) != set(b):
+            return math.inf
+        return max((noise_floor(a[k], b[k]) for k in a), default=0.0)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            return math.inf
+        return max((noise_floor(x, y) for x, y in zip(a, b)), default=0.0)
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) / max(abs(a), abs(b), 1e-12)
+    return 0.0 if a == b else math.inf
+
+
+def loss_noise(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """The largest relative difference between two runs' per-step losses."""
+    worst = 0.0
+    for step, values in (a.get("losses") or {}).items():
+        other = (b.get("losses") or {}).get(step)
+        fa, fb = _floats(values), _floats(other)
+        if len(fa) != len(fb):
+            return math.inf
+        for x, y in zip(fa, fb):
+            if math.isnan(x) and math.isnan(y):
+                continue
+            worst = max(worst, abs(x - y) / max(abs(x), abs(y), 1e-12))
+    return worst
 
 
 def _model_cause(ref: dict[str, Any], res: dict[str, Any]) -> str | None:
@@ -191,10 +262,57 @@ def seeded_generators(ref: dict[str, Any], intr: dict[str, Any]) -> set[str]:
     return {name for name in a if a.get(name) == b.get(name)}
 
 
+def _rng_replay(
+    ref: dict[str, Any], res: dict[str, Any], s: int, first: int, seeded: set[str] | None
+) -> tuple[int, list[str]] | None:
+    """(t, generators) when the resumed run's seeded generators at step ``s`` are in the state
+    the uninterrupted run's had at an earlier step ``t``: they were seeded again at start-up and
+    not restored, so their draws (a shuffle, dropout) repeat from step ``t``."""
+    rng_b = {n: d for n, d in (_step(res, s).get("rng") or {}).items() if seeded is None or n in seeded}
+    rng_now = {n: d for n, d in (_step(ref, s).get("rng") or {}).items() if seeded is None or n in seeded}
+    differing = [n for n in rng_b if rng_b[n] != rng_now.get(n)]
+    if not differing:
+        return None
+    for t in range(1, first):
+        earlier = _step(ref, t).get("rng") or {}
+        if all(earlier.get(n) == rng_b[n] for n in differing):
+            return t, _rng_names({n: rng_b[n] for n in differing}, None)
+    return None
+
+
+#: Hypotheses in the order in which one explains the others: a restored-state difference
+#: explains everything after it; a generator that restarts explains the batches it shuffles.
+_ORDER = [
+    CAUSE_MODEL,
+    CAUSE_OPTIMIZER,
+    CAUSE_OPTIMIZER_DIFF,
+    CAUSE_SCHEDULER,
+    CAUSE_SCALER,
+    "epoch:set_epoch",
+    "rng:replay",
+    "epoch:shift",
+    CAUSE_DATA,
+    CAUSE_RNG,
+]
+
+
 def diagnose(
-    ref: dict[str, Any], res: dict[str, Any], k: int, last: int, ref_last: int, seeded: set[str] | None = None
+    ref: dict[str, Any],
+    res: dict[str, Any],
+    k: int,
+    last: int,
+    ref_last: int,
+    seeded: set[str] | None = None,
+    divergent: int | None = None,
 ) -> tuple[str, str, int, list[str]]:
-    """(cause, explanation, step of the evidence, other differences) at the resume point."""
+    """(cause, explanation, step of the evidence, other differences) at the resume point.
+
+    Each hypothesis (model, optimizer, scheduler, loss scale, epoch counter, RNG streams, data
+    order) is tested against what both runs recorded from the first resumed step on; the cause
+    is the first one, in :data:`_ORDER`, whose evidence lies at or before ``divergent`` (the
+    first divergent step, when known). :data:`CAUSE_UNKNOWN` ("cannot tell") when none does,
+    or when two explain the same batch equally well (a batch one epoch away while the
+    generators differ too)."""
     first = k + 1
     found: list[tuple[str, str, int]] = []
     detail_ref, detail_res = _step(ref, first), _step(res, first)
@@ -235,49 +353,74 @@ def diagnose(
             off = isinstance(ea, int) and isinstance(eb, int) and abs(ea - eb) == 1
             found.append(
                 (
-                    CAUSE_EPOCH if off else CAUSE_DATA,
+                    "epoch:set_epoch" if off else CAUSE_DATA,
                     f"at step {s} set_epoch({eb}) was called; the uninterrupted run was in epoch {ea}",
                     s,
                 )
             )
-        if "inputs" not in seen and a.get("inputs") != b.get("inputs"):
-            seen.add("inputs")
-            shift = _epoch_shift(ref, res, s, ref_last, lengths)
-            cause = CAUSE_EPOCH if shift and "one epoch" in shift else CAUSE_DATA
-            found.append((cause, shift or f"the batch at step {s} differs from the uninterrupted run's", s))
         rng_a = {n: d for n, d in (a.get("rng") or {}).items() if seeded is None or n in seeded}
         rng_b = {n: d for n, d in (b.get("rng") or {}).items() if seeded is None or n in seeded}
+        if "inputs" not in seen and a.get("inputs") != b.get("inputs"):
+            seen.add("inputs")
+            replay = _rng_replay(ref, res, s, first, seeded)
+            shift = _epoch_shift(ref, res, s, ref_last, lengths)
+            if replay is not None:
+                seen.add("rng")  # the same difference, explained
+                t, names = replay
+                same = _step(ref, t).get("inputs") == b.get("inputs")
+                found.append(
+                    (
+                        "rng:replay",
+                        f"at step {s} the resumed run's {', '.join(names)} generator is in the state the "
+                        f"uninterrupted run's had at step {t}: it was seeded again at start-up and its "
+                        "state is not in the checkpoint, so "
+                        + (f"it draws step {t}'s batch again" if same else f"its draws repeat from step {t}")
+                        + " (save the generator's state with the checkpoint and restore it)",
+                        s,
+                    )
+                )
+            elif shift and "one epoch" in shift:
+                found.append(("epoch:shift", shift, s))
+            else:
+                found.append((CAUSE_DATA, shift or f"the batch at step {s} differs from the uninterrupted run's", s))
         if "rng" not in seen and rng_a != rng_b and "rng" in b:
             seen.add("rng")
             names = _rng_names(rng_a, rng_b)
             found.append(
                 (CAUSE_RNG, f"at step {s} the state of {', '.join(names)} differs from the uninterrupted run's", s)
             )
-    if not found:
+    return _pick(found, first, divergent)
+
+
+def _pick(found: list[tuple[str, str, int]], first: int, divergent: int | None) -> tuple[str, str, int, list[str]]:
+    """The hypothesis that explains the first divergent step (see :func:`diagnose`)."""
+    public = {"epoch:set_epoch": CAUSE_EPOCH, "epoch:shift": CAUSE_EPOCH, "rng:replay": CAUSE_RNG}
+    found.sort(key=lambda item: (_ORDER.index(item[0]), item[2]))
+    explaining = [f for f in found if divergent is None or f[2] <= divergent]
+    later = [f for f in found if f not in explaining]
+    if not explaining:
+        shown = "; ".join(f"{public.get(c, c)}: {e}" for c, e, _ in later)
         return (
             CAUSE_UNKNOWN,
-            (
-                "weights, optimizer state, learning rate, loss scale, data and "
-                "RNG all match at the resume point; state kept outside the model "
-                "and optimizer, or non-deterministic kernels, may differ"
-            ),
+            "cannot tell: weights, optimizer state, learning rate, loss scale, epoch counter, data "
+            "and RNG all match up to the first divergent step; state kept outside the model and "
+            "optimizer, or non-deterministic kernels, may differ" + (f" (later: {shown})" if shown else ""),
             first,
             [],
         )
-    order = [
-        CAUSE_MODEL,
-        CAUSE_OPTIMIZER,
-        CAUSE_OPTIMIZER_DIFF,
-        CAUSE_SCHEDULER,
-        CAUSE_SCALER,
-        CAUSE_EPOCH,
-        CAUSE_DATA,
-        CAUSE_RNG,
-    ]
-    found.sort(key=lambda item: (order.index(item[0]), item[2]))
-    cause, explanation, step = found[0]
-    also = [f"{c}: {e}" for c, e, _ in found[1:]]
-    return cause, explanation, step, also
+    cause, explanation, step = explaining[0]
+    if cause == "epoch:shift":
+        rng = next((f for f in explaining if f[0] == CAUSE_RNG and f[2] <= step), None)
+        if rng is not None:  # an epoch counter off by one, or a shuffle from a generator not restored
+            return (
+                CAUSE_UNKNOWN,
+                f"cannot tell: {explanation} (an epoch counter off by one), and {rng[1]} (RNG not restored): "
+                "either explains this batch",
+                step,
+                [f"{public.get(c, c)}: {e}" for c, e, _ in explaining[1:] + later if (c, e) != rng[:2]],
+            )
+    also = [f"{public.get(c, c)}: {e}" for c, e, _ in explaining[1:] + later]
+    return public.get(cause, cause), explanation, step, also
 
 
 def _epoch_at(record: dict[str, Any], s: int, since: int) -> int | None:
@@ -337,7 +480,9 @@ def compare_runs(
         if cause != CAUSE_UNKNOWN:
             verdict.notes.append(f"{cause}: {explanation} (without effect on this run)")
         return verdict
-    cause, explanation, _, also = diagnose(ref, res, k, res_last, ref_last, seeded_generators(ref, intr))
+    cause, explanation, _, also = diagnose(
+        ref, res, k, res_last, ref_last, seeded_generators(ref, intr), divergent=first_loss
+    )
     if first_loss is not None:
         where = (
             f"first divergent step {first_loss}: loss {_fmt_loss(_loss(res, first_loss))}"

@@ -7,7 +7,10 @@
    arguments, stopped when the global step count reaches N.
 3. *reference*: uninterrupted, N steps, in its own working directory.
 
-Runs 2 and 3 are independent and run at the same time. They run where the user runs the script,
+Runs 2 and 3 are independent and run at the same time. A file or folder that a resume argument
+names and that exists before the runs (a ``ckpt/last.pt`` left by an earlier training) is left
+out of both views: the resumed run can read only what the interrupted run wrote there, never a
+stale checkpoint, and the verdict says so (:func:`stale_notes`). They run where the user runs the script,
 yet cannot change the user's files: each scenario's working directory is a view of the caller's
 (:mod:`traindoctor.sandbox.view`: the user's files are readable at the same relative paths, so
 ``configurator.py`` and ``data/`` are found; runs 1 and 2 share one view, run 3 has its own), and
@@ -27,7 +30,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +164,48 @@ class Runs:
     workdir: Path
     #: The runs' sandbox (:data:`traindoctor.sandbox.LANDLOCK`, ``BUBBLEWRAP`` or ``NONE``).
     sandbox: str = ""
+    #: Resume arguments that named an existing path before the runs: (argument, whether the
+    #: interrupted run wrote it; None for a path outside the folder, which the runs read as is).
+    stale: list[tuple[str, bool | None]] = field(default_factory=list)
+    #: ``--noise-floor``: a second uninterrupted run, in a view of its own.
+    reference2: RunResult | None = None
+
+
+def existing_paths(args: list[str], caller: str) -> list[tuple[str, str | None]]:
+    """(argument, its path inside ``caller`` or None outside it) for each argument, or the
+    value of an ``--opt=VALUE``, that names a file or folder existing now."""
+    out: list[tuple[str, str | None]] = []
+    for arg in args:
+        value = arg.partition("=")[2] if arg.startswith("-") else arg
+        if not value or value.startswith("-") or not os.path.lexists(os.path.join(caller, value)):
+            continue
+        full = os.path.realpath(os.path.join(caller, value))
+        root = os.path.realpath(caller)
+        out.append((value, full if full.startswith(root + os.sep) else None))
+    return out
+
+
+def stale_notes(runs: Runs) -> list[str]:
+    """What the verdict says about resume arguments that named a path existing before the runs."""
+    notes = []
+    for arg, written in runs.stale:
+        if written is None:
+            notes.append(
+                f"{arg} (in --resume-args) existed before the runs and lies outside this folder: the resumed "
+                "run read that file as it was, not what the interrupted run wrote"
+            )
+        elif written:
+            notes.append(
+                f"{arg} (in --resume-args) existed before the runs; they did not see it: the resumed run "
+                "read the checkpoint the interrupted run wrote there"
+            )
+        else:
+            notes.append(
+                f"{arg} (in --resume-args) existed before the runs, but the interrupted run did not write it: "
+                "it is a file left by an earlier run, and the resumed run did not see it; point "
+                "--resume-args at the path the script saves to"
+            )
+    return notes
 
 
 def run_all(
@@ -176,12 +221,15 @@ def run_all(
     nproc: int = 1,
     sandbox: str = "auto",
     allow_writes: bool = False,
+    second_reference: bool = False,
 ) -> Runs:
     """Run the three scenarios; ``resumed`` is None when no checkpoint was written.
 
     ``progress`` (a :class:`traindoctor.tune.progress.Progress`) gets one tick per run. The runs'
     sandbox is ``sandbox`` (:func:`traindoctor.sandbox.detect`; raises
-    :class:`~traindoctor.sandbox.SandboxUnavailable` when none works and writes were not allowed)."""
+    :class:`~traindoctor.sandbox.SandboxUnavailable` when none works and writes were not allowed).
+    ``second_reference``: also run the script uninterrupted a second time (beside the resumed and
+    reference runs), whose differences from the first are the noise floor of its kernels."""
     tick = progress if progress is not None else _Quiet()
     caller = os.getcwd()
     extra = shlex.split(resume_args)
@@ -189,8 +237,11 @@ def run_all(
     root = Path(workdir or tempfile.mkdtemp(prefix="traindoctor-resume-"))
     root.mkdir(parents=True, exist_ok=True)
     box = Sandbox(kind, (os.path.realpath(root),))
-    resume_view = build(caller, str(root / "resume-cwd"), skip=(str(root),))
-    reference_view = build(caller, str(root / "reference-cwd"), skip=(str(root),))
+    named = existing_paths(extra, caller)
+    left_out = (str(root), *(path for _, path in named if path is not None))
+    resume_view = build(caller, str(root / "resume-cwd"), skip=left_out)
+    reference_view = build(caller, str(root / "reference-cwd"), skip=left_out)
+    second_view = build(caller, str(root / "reference2-cwd"), skip=left_out) if second_reference else None
     tick.start(f"interrupted run (checkpoint at or after step {interrupt_at})")
     interrupted = (
         Scenario(
@@ -209,6 +260,7 @@ def run_all(
     )
     k = (interrupted.record or {}).get("checkpoint_step")
     tick.done("no checkpoint" if k is None else f"checkpoint at step {k}")
+    stale = [(arg, None if path is None else os.path.lexists(resume_view.to_view(path))) for arg, path in named]
     if k is None:
         tick.remaining(1)
         tick.start("reference run")
@@ -218,7 +270,7 @@ def run_all(
             .wait(timeout)
         )
         tick.done()
-        return Runs(reference, interrupted, None, root, box.kind)
+        return Runs(reference, interrupted, None, root, box.kind, stale)
     tick.start("resumed and reference runs")
     resumed = Scenario(
         "resumed",
@@ -243,12 +295,26 @@ def run_all(
         detail_step=int(k) + 1,
         nproc=nproc,
     ).start()
+    second = None
+    if second_view is not None:
+        second = Scenario(
+            "reference2",
+            "reference",
+            script,
+            args,
+            second_view,
+            steps,
+            sandbox=box,
+            detail_step=int(k) + 1,
+            nproc=nproc,
+        ).start()
     resumed_result = resumed.wait(timeout)
     tick.done("resumed run")
     tick.label = "reference run"
     reference_result = reference_run.wait(timeout)
+    second_result = second.wait(timeout) if second is not None else None
     tick.done()
-    return Runs(reference_result, interrupted, resumed_result, root, box.kind)
+    return Runs(reference_result, interrupted, resumed_result, root, box.kind, stale, second_result)
 
 
 class _Quiet:

@@ -379,6 +379,7 @@ class Profile:
         "optimizer_s",
         "optimizer_seen",
         "other_s",
+        "p90_step_s",
         "partial",
         "reason",
         "run_s",
@@ -418,6 +419,8 @@ class Profile:
     #: loop's own parameter update is part of ``other``.
     optimizer_seen: bool
     median_step_s: float
+    #: The 90th percentile of the steady steps' wall time (a word in the report when > 2x median).
+    p90_step_s: float
     device_step_s: float | None
     samples_per_s: float | None
     #: Tokens/s of batches of token ids fed to an embedding (None otherwise).
@@ -454,7 +457,7 @@ class Profile:
         self.throughput = Throughput()
         self.forward_s = self.backward_s = self.other_s = None
         self.loader_seen = False
-        self.median_step_s = 0.0
+        self.median_step_s = self.p90_step_s = 0.0
         self.device_step_s = self.samples_per_s = self.backward_per_step = None
         self.host_work = []
         self.host_work_samples = 0
@@ -516,6 +519,7 @@ class Profile:
             "per_step_ms": {
                 "step": _ms(self.step_s),
                 "median_step": _ms(self.median_step_s),
+                "p90_step": _ms(self.p90_step_s),
                 "data_wait": _ms(self.data_s) if self.loader_seen else None,
                 "transfer": _ms(self.transfer_s),
                 "forward": ms(self.forward_s),
@@ -640,6 +644,8 @@ def build_profile(
             prof.compute_s = sum(r.remainder_s for r in steady) / n
         prof.loader_seen = any(r.batches for r in steady)
         prof.median_step_s = _median([r.wall_s for r in steady])
+        walls = sorted(r.wall_s for r in steady)
+        prof.p90_step_s = walls[min(int(len(walls) * 0.9), len(walls) - 1)]
         devs = [r.device_s for r in steady if r.device_s is not None]
         prof.device_step_s = sum(devs) / len(devs) if devs else None
         samples = sum(r.samples for r in steady)

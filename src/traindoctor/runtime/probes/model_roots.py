@@ -1,9 +1,15 @@
 """Model-roots probe: which top-level ``nn.Module``\\ s the run trains or evaluates.
 
 Installs global forward pre/post hooks only during warm-up (until a few optimizer steps have
-completed) and records each module whose forward starts while no other module's forward is
-running: the root (``model``, a DDP wrapper, ...). Global module hooks put every module call on
-torch's slow path, so they are removed as soon as the roots are known.
+completed) and looks at each module whose forward runs while no other module's forward is
+running (``model``, a DDP wrapper, a loss, a transform). Such a call is a *root* by its training
+use: the module has parameters, and its output feeds ``backward()`` (a tensor that requires
+grad) or an optimizer holds its parameters (checked again at each optimizer step, for a model
+first called under ``no_grad``). Calls made while a ``DataLoader``'s ``next()`` runs are data
+loading (torchvision's ``Normalize``/``RandomCrop`` per sample in a main-process loader), never
+forward, and do not use up the ``MAX_ROOT_CALLS`` budget; parameter-free modules (a loss, an
+activation) are the loop's own work. Global module hooks put every module call on torch's slow
+path, so they are removed as soon as the roots are known.
 
 Each root's *class* also gets a timing ``__call__`` (the class attribute, restored on uninstall;
 nothing is set on the user's module objects): the outermost model call is the profile's
@@ -16,9 +22,11 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from traindoctor.runtime.phases import PHASE_DATA
 from traindoctor.runtime.probes.base import Probe
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -27,6 +35,30 @@ if TYPE_CHECKING:  # pragma: no cover
 #: Remove the global hooks after this many optimizer steps (or this many root forwards).
 WATCH_STEPS = 2
 MAX_ROOT_CALLS = 64
+#: Top-level calls under ``no_grad`` kept until an optimizer step says whether they are models.
+MAX_PENDING = 16
+
+
+def feeds_backward(output: Any, depth: int = 2) -> bool:
+    """Whether a forward's output holds a tensor that requires grad (a tensor, or one inside a
+    tuple, list or mapping, ``depth`` levels down; the first 8 items of each)."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return bool(output.requires_grad)
+    if depth <= 0:
+        return False
+    if isinstance(output, Mapping):
+        items = list(output.values())[:8]
+    elif isinstance(output, (tuple, list)):
+        items = list(output[:8])
+    else:
+        return False
+    return any(feeds_backward(item, depth - 1) for item in items)
+
+
+def _has_parameters(module: Any) -> bool:
+    return next(iter(module.parameters()), None) is not None
 
 
 class ModelRootsProbe(Probe):
@@ -42,6 +74,10 @@ class ModelRootsProbe(Probe):
         self._done = False
         self._timed: set[type] = set()
         self._forward_depth = 0
+        #: The outermost module call in progress, when it is a candidate root.
+        self._outer: Any = None
+        #: Candidates first called under ``no_grad``, by ``id()``: decided at an optimizer step.
+        self._pending: dict[int, weakref.ReferenceType[Any]] = {}
         #: (train mode, grad mode) of each root's last call, by ``id()``.
         self._root_modes: dict[int, tuple[bool, bool]] = {}
 
@@ -63,20 +99,50 @@ class ModelRootsProbe(Probe):
 
     def _enter(self, module: Any, args: Any) -> None:
         try:
-            if self._depth == 0 and not self._done:
-                self._root_calls += 1
-                self.watched.record_model(module)
-                cls = type(module)
-                if cls not in self._timed:
-                    self._timed.add(cls)
-                    self.patch(cls, "__call__", self._wrap_call)
-                    self.watched.timer.forward_seen = True
-                if self._root_calls >= MAX_ROOT_CALLS:
-                    self._done = True
+            if self._depth == 0 and not self._done and self.watched.timer.phase != PHASE_DATA:
+                self._outer = module
             self._depth += 1
         except Exception as exc:
             self.fail("forward pre-hook", exc)
         return None
+
+    def _exit(self, module: Any, args: Any, output: Any) -> None:
+        self._depth = max(self._depth - 1, 0)
+        if self._depth or self._outer is not module:
+            return None
+        self._outer = None
+        try:
+            self._consider(module, output)
+        except Exception as exc:
+            self.fail("forward hook", exc)
+        return None
+
+    def _consider(self, module: Any, output: Any) -> None:
+        """One top-level call outside data loading: a root when it trains (see the module doc)."""
+        self._root_calls += 1
+        if self._root_calls >= MAX_ROOT_CALLS:
+            self._done = True
+        session = self.watched
+        if module in session.models or not _has_parameters(module):
+            return
+        if feeds_backward(output) or self._held_by_optimizer(module):
+            self._adopt(module)
+        elif len(self._pending) < MAX_PENDING:
+            self._pending[id(module)] = weakref.ref(module)
+
+    def _held_by_optimizer(self, module: Any) -> bool:
+        held = {id(p) for opt in self.watched.optimizers for g in opt.param_groups for p in g["params"]}
+        return bool(held) and any(id(p) in held for p in module.parameters())
+
+    def _adopt(self, module: Any) -> None:
+        """Record ``module`` as a root and time its class's calls as the forward row."""
+        self._pending.pop(id(module), None)
+        self.watched.record_model(module)
+        cls = type(module)
+        if cls not in self._timed:
+            self._timed.add(cls)
+            self.patch(cls, "__call__", self._wrap_call)
+            self.watched.timer.forward_seen = True
 
     def _wrap_call(self, orig: Callable[..., Any]) -> Callable[..., Any]:
         from traindoctor.runtime.phases import PHASE_FORWARD
@@ -91,8 +157,8 @@ class ModelRootsProbe(Probe):
 
         @functools.wraps(orig)
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
-            if probe._forward_depth or compiling():
-                return orig(module, *args, **kwargs)
+            if probe._forward_depth or timer.phase == PHASE_DATA or compiling():
+                return orig(module, *args, **kwargs)  # nested, data loading, or traced
             try:
                 mode = (module.training, grad_enabled())
                 last = modes.get(id(module))
@@ -121,16 +187,19 @@ class ModelRootsProbe(Probe):
 
         return __call__
 
-    def _exit(self, module: Any, args: Any, output: Any) -> None:
-        self._depth = max(self._depth - 1, 0)
-        return None
-
     def _on_batch(self, info: Any, batch: Any) -> None:
         # Outside any forward: a safe moment to drop the hooks once enough roots were seen.
         if self._done and self._depth == 0 and self._handles:
             self._release()
 
     def _on_step(self, record: Any) -> None:
+        try:
+            for ref in list(self._pending.values()):
+                module = ref()
+                if module is not None and self._held_by_optimizer(module):
+                    self._adopt(module)
+        except Exception as exc:  # fail-open
+            self.fail("pending roots", exc)
         if record.index >= WATCH_STEPS:
             self._done = True
             if self._depth == 0:
