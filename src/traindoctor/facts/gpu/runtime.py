@@ -21,10 +21,28 @@ import math
 import re
 from typing import TYPE_CHECKING, Any
 
+from traindoctor.runtime.events import Monitor
 from traindoctor.runtime.live import fields_repr
 
 if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
     from traindoctor.runtime.gpu_profile import GpuProfile
+
+
+class CudaAutocastMonitor(Monitor):
+    """A monitor that counts the CUDA fp16/bf16 autocast regions the run entered (TD309 stays
+    silent under them, TD804 judges only under them)."""
+
+    def __init__(self, session: Any) -> None:
+        super().__init__(session)
+        self.autocast_regions = 0
+
+    def on_autocast_enter(self, device_type: str, dtype: torch.dtype) -> None:
+        import torch
+
+        if device_type == "cuda" and dtype in (torch.float16, torch.bfloat16):
+            self.autocast_regions += 1
 
 
 class SyncSiteUse:

@@ -8,7 +8,7 @@ from traindoctor.finding import Severity
 from traindoctor.rules.base import Rule
 
 if TYPE_CHECKING:  # pragma: no cover
-    import torch
+    pass
 
 
 class ChannelsLastOff(Rule):
@@ -62,23 +62,13 @@ class ChannelsLastOff(Rule):
 
 
 # ---------------------------------------------------------------- runtime half
-from traindoctor.runtime.events import Monitor, SessionView  # noqa: E402
+from traindoctor.facts.gpu.runtime import CudaAutocastMonitor  # noqa: E402
 
 
-class ChannelsLastOffMonitor(Monitor):
+class ChannelsLastOffMonitor(CudaAutocastMonitor):
     """NCHW convolutions dominating GPU time under CUDA autocast on Tensor Cores (GPU-only)."""
 
     rule = ChannelsLastOff
-
-    def __init__(self, session: SessionView) -> None:
-        super().__init__(session)
-        self.autocast_regions = 0
-
-    def on_autocast_enter(self, device_type: str, dtype: torch.dtype) -> None:
-        import torch
-
-        if device_type == "cuda" and dtype in (torch.float16, torch.bfloat16):
-            self.autocast_regions += 1
 
     def on_run_end(self) -> None:
         device = self.session.device
