@@ -3,7 +3,7 @@
 A measurement of speed is only as good as the machine was quiet: on shared cores, two intra-op
 threads may spin-wait for each other, and a worker that gains 2x on an idle machine loses on a
 busy one. tune therefore records, for every trial, the load average before and after it
-(:func:`load_average`) and the cores this process may use: its affinity mask and, inside a
+(:func:`traindoctor.machine.load_average`) and the cores this process may use: its affinity mask and, inside a
 container, the cgroup's CPU quota (:func:`cores_got`). A trial ran *contended* when the load was
 above half the cores it got (:func:`contended`); advice measured so depends on that load.
 """
@@ -11,7 +11,6 @@ above half the cores it got (:func:`contended`); advice measured so depends on t
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,14 +19,6 @@ from traindoctor.machine import usable_cores
 #: A trial is contended when the load average exceeds this share of the cores tune got.
 CONTENDED_SHARE = 0.5
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-
-
-def load_average() -> float | None:
-    """The machine's one-minute load average (None where the platform has none)."""
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return None
 
 
 def _v2_quota(text: str) -> float | None:

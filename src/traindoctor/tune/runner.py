@@ -3,7 +3,7 @@
 :class:`Runner` starts :mod:`traindoctor.tune._trial` children (forked from a zygote that imported
 torch once, :mod:`traindoctor.tune._zygote`, where ``os.fork`` exists), keeps their logs in the
 scratch folder and records the machine's load average before and after each one
-(:func:`traindoctor.tune.conditions.load_average`).
+(:func:`traindoctor.machine.load_average`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import traindoctor
+from traindoctor.machine import load_average
 from traindoctor.sandbox import build
 from traindoctor.sandbox import choose as choose_sandbox
-from traindoctor.tune.conditions import load_average
 
 
 class TuneScriptError(Exception):

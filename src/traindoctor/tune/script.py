@@ -38,9 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from traindoctor.facts.data.pipeline import MEASURED_GAIN, MEASURED_TIE, Bounds, keep_workers, worker_ceiling
+from traindoctor.machine import load_average
 from traindoctor.sandbox import SandboxUnavailable
 from traindoctor.tune._trial import BASE_WARMUP, MIN_STEPS, steps_needed
-from traindoctor.tune.conditions import CONTENDED_SHARE, Cores, contended, cores_got, load_average
+from traindoctor.tune.conditions import CONTENDED_SHARE, Cores, contended, cores_got
 from traindoctor.tune.decide import Choice, choose, choose_finalists, decided
 from traindoctor.tune.measure import LOADER_KEYS, worker_counts
 from traindoctor.tune.repeats import TIED, compare, flipped, interval, median

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from traindoctor.machine import load_average
 from traindoctor.runtime.live import fields_repr
 
 
@@ -116,9 +117,8 @@ def load_elsewhere(session: Any, own: int) -> float | None:
     """The machine's 1-minute load average beyond ``own`` (the runnable threads and processes
     this run itself accounts for), or None where the load is unknown. Uneven steps on a machine
     that other programs keep busy tell nothing about this run's own split of the cores."""
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):  # Windows; a kernel without /proc/loadavg
+    load = load_average()
+    if load is None:
         return None
     return max(0.0, load - own * max(int(session.local_world_size), 1))
 
@@ -200,8 +200,6 @@ def worker_advice(timing: LoaderTiming, info: Any, session: Any) -> Any:
 
 def script_name() -> str | None:
     """The running script as the user typed it (``sys.argv[0]`` while the script runs)."""
-    import os
-
     script = sys.argv[0] if sys.argv else ""
     if not script.endswith(".py"):
         return None
