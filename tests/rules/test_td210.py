@@ -122,5 +122,46 @@ for step in range(3):
 def test_td210_through_traindoctor_run(tmp_path: Path) -> None:
     (found,) = [f for f in run_findings(tmp_path, SCRIPT.format(bias=True), "TD210") if f["origin"] == "runtime"]
     assert found["code"] == "TD210" and found["evidence"]["pairs"] == ["0 -> 1"]
+    # the line (and column) check reports: the Conv2d call inside the script's nn.Sequential
+    assert found["location"]["row"] == 5 and found["location"]["column"] == 23
     healthy = run_findings(tmp_path, SCRIPT.format(bias=False), "TD210")
     assert [f for f in healthy if f["origin"] == "runtime"] == []
+
+
+MODULE = """
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 4, 3),
+            nn.BatchNorm2d(4),
+        )
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(144, 2))
+
+    def forward(self, x):
+        return self.head(self.features(x))
+"""
+
+USES_MODULE = """
+import torch
+from torch import nn
+from nets import Net
+
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    loss = nn.functional.cross_entropy(model(torch.randn(4, 3, 8, 8)), torch.tensor([0, 1, 0, 1]))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_td210_run_places_a_user_class_layer_on_its_line_in_the_model_module(tmp_path: Path) -> None:
+    (tmp_path / "nets.py").write_text(MODULE)
+    (found,) = [f for f in run_findings(tmp_path, USES_MODULE, "TD210") if f["origin"] == "runtime"]
+    assert found["evidence"]["pairs"] == ["features.0 -> features.1"]
+    assert (found["filename"], found["location"]["row"]) == ("nets.py", 9)

@@ -250,9 +250,6 @@ def test_dcgan_mistakes_are_placed_on_the_same_lines_in_both(tmp_path, monkeypat
     assert checked == ran == {("TD204", "train.py", _row(source, "OPTD")), ("TD501", "train.py", _row(source, "SAVE"))}
 
 
-@pytest.mark.xfail(
-    strict=True, reason="TD210 at run time reports no line (the model's construction site is not recorded)"
-)
 def test_dcgan_biased_linear_before_batchnorm_is_on_the_models_line_in_both(tmp_path, monkeypatch):
     source = textwrap.dedent(DCGAN)
     monkeypatch.chdir(tmp_path)

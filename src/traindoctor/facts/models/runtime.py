@@ -25,8 +25,8 @@ def _trained_layers(session: SessionView) -> set[int]:
     return out
 
 
-def biased_layers_before_batchnorm(session: SessionView, roots: list[Any]) -> list[tuple[str, str, int]]:
-    """(layer name, BatchNorm name, bias elements) for each ``Conv*d``/``Linear`` of ``roots``
+def biased_layers_before_batchnorm(session: SessionView, roots: list[Any]) -> list[tuple[Any, str, str, int]]:
+    """(root, layer name, BatchNorm name, bias elements) for each ``Conv*d``/``Linear`` of ``roots``
     with a trainable bias whose next sibling in an ``nn.Sequential`` is the matching BatchNorm,
     among the layers that trained so far. Names are qualified from the root (``features.0``)."""
     import torch.nn as nn
@@ -34,7 +34,7 @@ def biased_layers_before_batchnorm(session: SessionView, roots: list[Any]) -> li
     trained = _trained_layers(session)
     if not trained:
         return []
-    out: list[tuple[str, str, int]] = []
+    out: list[tuple[Any, str, str, int]] = []
     seen: set[int] = set()
     for root in roots:
         for prefix, module in root.named_modules():
@@ -50,5 +50,5 @@ def biased_layers_before_batchnorm(session: SessionView, roots: list[Any]) -> li
                 if bias is None or not getattr(bias, "requires_grad", False):
                     continue
                 at = f"{prefix}." if prefix else ""
-                out.append((at + name_a, at + name_b, int(bias.numel())))
+                out.append((root, at + name_a, at + name_b, int(bias.numel())))
     return out

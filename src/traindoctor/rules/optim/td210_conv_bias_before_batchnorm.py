@@ -48,7 +48,10 @@ class ConvBiasBeforeBatchnorm(Rule):
     own profiler pattern `Conv2dBiasFollowedByBatchNorm2d`.
 
     At run time the pairs are read from the model's `nn.Sequential` containers, and reported for
-    the convolutions that ran training forwards.
+    the convolutions that ran training forwards, on the line that built the first of them (read
+    back from the source: the `self.<name> = ...` of the nearest class of yours, down through
+    `nn.Sequential(...)` arguments, or a script's `nn.Sequential(...)` whose children match the
+    model's). When the source does not show it unambiguously the finding has no line.
     """
     why_bad = """
     BatchNorm subtracts the per-channel mean of its input, so a constant per-channel bias added
@@ -327,11 +330,20 @@ class ConvBiasBeforeBatchnormMonitor(Monitor):
         super().__init__(session)
         self._pending: list[Any] = []
         self._pairs: list[tuple[str, str, int]] = []
+        self._site: Any = None
+        #: user files where a root model ran its first forward: where a bare ``nn.Sequential``
+        #: model was probably built (read to give the finding a line)
+        self._hint_files: list[str] = []
 
     def on_model_found(self, module: Any) -> None:
         import weakref
 
+        from traindoctor.runtime.live import user_site
+
         self._pending.append(weakref.ref(module))
+        site = user_site()
+        if site is not None and site[0] not in self._hint_files:
+            self._hint_files.append(site[0])
 
     def on_step_end(self, step_record: Any) -> None:
         if not self._pending:
@@ -340,12 +352,31 @@ class ConvBiasBeforeBatchnormMonitor(Monitor):
 
         roots = [m for m in (ref() for ref in self._pending) if m is not None]
         self._pending = []
-        self._pairs += biased_layers_before_batchnorm(self.session, roots)
+        found = biased_layers_before_batchnorm(self.session, roots)
+        if found and not self._pairs:
+            # the root may be gone by the end of the run: read its first layer's line now (once)
+            root, name = found[0][0], found[0][1]
+            try:
+                self._site = self._source_site(root, name)
+            except Exception:  # fail-open: a finding without a line rather than none
+                self._site = None
+        self._pairs += [(a, b, n) for _r, a, b, n in found]
+
+    def _source_site(self, root: Any, name: str) -> Any:
+        """Where ``root``'s layer ``name`` was built, when the source says so unambiguously."""
+        import sys
+
+        from traindoctor.facts.models.source_sites import module_source_site
+
+        main = getattr(sys.modules.get("__main__"), "__file__", None)
+        return module_source_site(root, name, [*self._hint_files, *([main] if isinstance(main, str) else [])])
 
     def on_run_end(self) -> None:
         pairs = self._pairs
         if not pairs:
             return
+        from traindoctor.runtime.live import site_kwargs
+
         names = [f"{a} -> {b}" for a, b, _n in pairs]
         self.report(
             f"{len(pairs)} layer(s) with a bias feed a BatchNorm directly ({names[0]}"
@@ -356,4 +387,5 @@ class ConvBiasBeforeBatchnormMonitor(Monitor):
                 "dead_bias_parameters": sum(n for _a, _b, n in pairs),
             },
             step=self.session.step,
+            **site_kwargs(self._site),
         )
