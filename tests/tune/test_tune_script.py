@@ -276,3 +276,13 @@ def test_tune_and_run_give_the_same_advice_on_a_cifar_shaped_script(
         if code in findings and "recommended_num_workers" in findings[code]["evidence"]:
             assert findings[code]["evidence"]["recommended_num_workers"] <= ceiling
     assert any("above the" in note and "TD104's ceiling" in note for note in tuned.notes)
+
+
+def test_our_options_after_script_are_named_in_the_failure() -> None:
+    from traindoctor.tune.script_cli import misplaced_options_hint
+
+    hint = misplaced_options_hint(["--epochs", "2", "--budget", "30", "--output-format=json"])
+    assert "--budget, --output-format came after SCRIPT" in hint
+    assert "traindoctor tune [OPTIONS] SCRIPT [ARGS]" in hint
+    # the script's own -h / -o / unknown options are the script's business
+    assert misplaced_options_hint(["--epochs", "2", "-o", "out", "--help"]) == ""

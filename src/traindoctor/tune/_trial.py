@@ -443,8 +443,11 @@ def _stop_workers() -> None:
 
     from torch.utils.data import dataloader as dl
 
+    iterator = dl._MultiProcessingDataLoaderIter
     for obj in gc.get_objects():
-        if isinstance(obj, dl._MultiProcessingDataLoaderIter):
+        # type(), not isinstance(): isinstance reads ``obj.__class__``, and some objects (torch's
+        # deprecated ``torch.distributed.reduce_op``) warn when their attributes are read
+        if issubclass(type(obj), iterator):
             try:
                 obj._shutdown_workers()
             except Exception:

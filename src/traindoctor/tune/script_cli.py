@@ -47,6 +47,18 @@ _VALUED = {"--budget", "--output-format", "--html", "-o", "--output"}
 _FLAGS = {"--keep", "--allow-writes", "-h", "--help"}
 
 
+def misplaced_options_hint(script_args: Sequence[str]) -> str:
+    """A note when the script's arguments hold ``traindoctor tune``'s own options: everything after
+    SCRIPT goes to the script, so ``tune train.py --budget 30`` hands ``--budget`` to it."""
+    ours = sorted({a.partition("=")[0] for a in script_args} & (_VALUED | _FLAGS) - {"-h", "--help", "-o"})
+    if not ours:
+        return ""
+    return (
+        f"\n(note: {', '.join(ours)} came after SCRIPT, so the script received {'them' if len(ours) > 1 else 'it'}; "
+        f"{PROG}'s own options go before it: {PROG} [OPTIONS] SCRIPT [ARGS])"
+    )
+
+
 def split(argv: Sequence[str]) -> tuple[dict[str, Any], str | None, list[str]]:
     """Our options (before SCRIPT), SCRIPT, and the script's arguments."""
     opts: dict[str, Any] = {
@@ -276,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tuned = tune_script(script, rest, settings=settings, progress=progress)
     except TuneScriptError as exc:
         progress.close()
-        return _error(str(exc))
+        return _error(str(exc) + misplaced_options_hint(rest))
     finally:
         progress.close()
     data = tuned.to_dict()
