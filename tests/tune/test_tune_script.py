@@ -286,3 +286,20 @@ def test_our_options_after_script_are_named_in_the_failure() -> None:
     assert "traindoctor tune [OPTIONS] SCRIPT [ARGS]" in hint
     # the script's own -h / -o / unknown options are the script's business
     assert misplaced_options_hint(["--epochs", "2", "-o", "out", "--help"]) == ""
+
+
+def test_a_timed_window_waits_for_the_device_only_where_the_script_initialised_cuda() -> None:
+    from types import SimpleNamespace
+
+    from traindoctor.tune._trial import Controller
+
+    calls: list[str] = []
+
+    def cuda(initialised: bool) -> SimpleNamespace:
+        return SimpleNamespace(is_initialized=lambda: initialised, synchronize=lambda: calls.append("sync"))
+
+    cpu_run = SimpleNamespace(torch=SimpleNamespace(cuda=cuda(False)))
+    assert Controller._drained(cpu_run, 12.5) == 12.5 and calls == []  # type: ignore[arg-type]
+    gpu_run = SimpleNamespace(torch=SimpleNamespace(cuda=cuda(True)))
+    # the device is drained first, then the clock is read: the window ends when its kernels ran
+    assert Controller._drained(gpu_run, 0.0) > 0.0 and calls == ["sync"]  # type: ignore[arg-type]

@@ -58,6 +58,11 @@ MEMORY_BOUND_SHARE = 0.9
 _SYNC_ROWS = (PHASE_OTHER, PHASE_FORWARD, PHASE_BACKWARD, PHASE_OPTIMIZER)
 
 
+#: A CUDA run's rates follow the device's step time when it is longer than the host's by more than
+#: this share (the host queued steps faster than the device ran them).
+DEVICE_BEHIND_SHARE = 0.02
+
+
 class StepRecord:
     """Timings of one training step (seconds, wall clock).
 
@@ -547,17 +552,37 @@ class Profile:
         self.gpu = gpu
         if gpu is not None and gpu.span > 0:
             self.device_step_s = gpu.span
+            self._rates_follow_device(gpu.span)
         if _memory_bound(self, thresholds):
             return
         if gpu is not None and gpu.verdict != "unknown":
             self.verdict, self.reason = gpu.verdict, gpu.reason
 
+    def _rates_follow_device(self, device_step_s: float) -> None:
+        """Samples/s and tokens/s over the device's step time where the device took longer per
+        step than the host: CUDA runs asynchronously, and a loop that never waits for the device
+        (no ``.item()``, non-blocking copies) queues steps faster than they run, so its host step
+        times are launch times and the host's rates would count steps the device had not run yet.
+        Once the launch queue is full the host keeps the device's pace, so over a long run the two
+        agree; over a short one only the device's time is the truth."""
+        host = self.step_s
+        if host <= 0 or device_step_s <= host * (1 + DEVICE_BEHIND_SHARE):
+            return
+        factor = host / device_step_s
+        for holder in (self, self.throughput):
+            if holder.samples_per_s is not None:
+                holder.samples_per_s *= factor
+            if holder.tokens_per_s is not None:
+                holder.tokens_per_s *= factor
+
     def add_flops(
         self, step: int, by_precision: Mapping[str, int], samples: int, device_name: str | None, gpu: bool
     ) -> None:
         """The FLOPs of the counted step (``samples`` in it), and MFU where the device's peak is
-        known (:meth:`traindoctor.runtime.throughput.Throughput.add_flops`)."""
-        self.throughput.add_flops(step, by_precision, samples, self.step_s, device_name, gpu)
+        known (:meth:`traindoctor.runtime.throughput.Throughput.add_flops`), over the longer of the
+        host's and the device's step times (see :meth:`_rates_follow_device`)."""
+        step_s = max(self.step_s, self.device_step_s or 0.0)
+        self.throughput.add_flops(step, by_precision, samples, step_s, device_name, gpu)
 
 
 def _memory_share(memory: Mapping[str, Any]) -> tuple[float | None, str]:

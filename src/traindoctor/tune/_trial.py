@@ -221,7 +221,7 @@ class Controller:
             seg["warm_left"] -= 1
             return
         if seg["t0"] is None:
-            seg["t0"] = record.end
+            seg["t0"] = self._drained(record.end)
             seg["cpu0"] = time.process_time()
             return
         seg["steps"] += 1
@@ -231,8 +231,23 @@ class Controller:
         seg["last"] = record.end
         elapsed = record.end - seg["t0"]
         if seg["steps"] >= self.max_steps or (elapsed >= self.seconds and seg["steps"] >= MIN_STEPS):
-            self._close(record.end)
+            self._close(self._drained(record.end))
             self._next_stage()
+
+    def _drained(self, host_time: float) -> float:
+        """The time the device had run everything queued so far: ``host_time`` on a CPU run. CUDA
+        runs asynchronously, so a loop that never waits for the device ends its steps when their
+        kernels are queued, not run; a window timed from the host alone would count steps the
+        device had not run. Both ends of a timed window wait for the device (a script that has not
+        initialised CUDA is never made to)."""
+        cuda = getattr(self.torch, "cuda", None)
+        try:
+            if cuda is None or not cuda.is_initialized():
+                return host_time
+            cuda.synchronize()
+        except Exception:  # fail-open: the host's clock
+            return host_time
+        return time.perf_counter()
 
     def _close(self, t_end: float | None = None) -> None:
         seg = self.seg
