@@ -967,8 +967,82 @@ def check_frameworks(ctx: Context) -> list[Result]:
     return results
 
 
+def _plain_step_seconds(ctx: Context, width: int, layers: int, batch: int, steps: int = 20) -> float:
+    """Mean step time of profile_loop's compute-bound loop, unwatched, timed by CUDA events
+    around ``steps`` steps after 5 warm-up steps (the truth the doctor's MFU is checked against)."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)]).to(ctx.device, torch.bfloat16)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x = torch.randn(batch, width, device=ctx.device, dtype=torch.bfloat16)
+
+    def step() -> None:
+        loss = model(x).float().square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    for _ in range(5):
+        step()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(steps):
+        step()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3 / steps
+
+
+def check_mfu(ctx: Context) -> list[Result]:
+    """The doctor's FLOPs and MFU against known ones: a bf16 Linear stack does 6 x batch x width^2
+    x layers FLOPs a step (forward 2, backward 4), and the step time comes from an unwatched run
+    timed by events. The loop never waits for the device, so the host runs ahead of it: the
+    doctor's MFU must use the device's step time, not the host's launch times."""
+    width, layers, batch = (64, 2, 32) if ctx.small else (4096, 4, 4096)
+
+    def body() -> tuple[list[str], dict[str, Any]]:
+        from traindoctor.runtime.peak_flops import device_peaks
+
+        doctor = profile_loop(ctx, width=width, layers=layers, batch=batch)
+        tp = doctor.profile.throughput
+        expected = 6 * batch * width * width * layers
+        numbers: dict[str, Any] = {
+            "flops_counted": tp.flops_per_step,
+            "flops_expected": expected,
+            "mfu": None if tp.mfu is None else round(tp.mfu, 4),
+        }
+        if ctx.gpu:
+            import torch
+
+            step_s = _plain_step_seconds(ctx, width, layers, batch)
+            found = device_peaks(torch.cuda.get_device_name())
+            numbers["plain_step_ms"] = round(step_s * 1e3, 3)
+            numbers["mfu_truth"] = round(expected / step_s / found[1]["bf16"], 4) if found else None
+        else:
+            numbers["mfu_note"] = tp.mfu_note
+        return (["mfu"] if tp.mfu is not None else []), numbers
+
+    def passed(observed: list[str], n: dict[str, Any]) -> bool:
+        if not ctx.gpu:  # rehearsal: no FLOPs probe on a CPU run, and no MFU invented
+            return n["mfu"] is None
+        counted, truth = n["flops_counted"], n.get("mfu_truth")
+        return (
+            observed == ["mfu"]
+            and counted is not None
+            and abs(counted / n["flops_expected"] - 1) < 0.02
+            and truth is not None
+            and abs(n["mfu"] / truth - 1) < 0.15
+        )
+
+    variant = f"bf16 Linear {width} x {layers}, batch {batch}, no sync in the step"
+    return [_timed("MFU vs a known one", variant, ["mfu"] if ctx.gpu else [], body, passed)]
+
+
 CHECKS: list[Callable[[Context], list[Result]]] = [
     check_profile,
+    check_mfu,
     check_td801_td309,
     check_gemm_premise,
     check_overhead,

@@ -44,7 +44,7 @@ def test_without_cuda_it_says_it_needs_a_gpu_and_exits_2(tmp_path: Path, gpu_che
 
 
 def test_workloads_rehearsed_on_cpu_report_no_gpu_only_finding(tmp_path: Path, gpu_check, capsys) -> None:
-    checks = "check_profile,check_td801_td309,check_gemm_premise,check_td101,check_td201_td306,check_td301_td302,check_td401_td402,check_tune"
+    checks = "check_profile,check_mfu,check_td801_td309,check_gemm_premise,check_td101,check_td201_td306,check_td301_td302,check_td401_td402,check_tune"
     code = gpu_check.main(
         [
             "--allow-cpu",
@@ -76,6 +76,9 @@ def test_workloads_rehearsed_on_cpu_report_no_gpu_only_finding(tmp_path: Path, g
     ]
     assert len(profile_rows) == 6 and all("gpu_step_ms" not in r["numbers"] for r in profile_rows)
     assert "b30_over_b32" in rows[("TD201 premise: bf16 GEMM", "batch 30 vs 32 vs 64")]["numbers"]
+    (mfu,) = [r for r in report["results"] if r["check"] == "MFU vs a known one"]
+    # the FLOPs probe runs on CUDA only: the rehearsal invents no MFU
+    assert mfu["numbers"]["mfu"] is None and mfu["numbers"]["flops_expected"] == 6 * 32 * 64 * 64 * 2
     tune = rows[("tune pin_memory candidates", "4 candidates")]
     assert tune["observed"] == ["no pinned"]  # pinning is only measured when batches go to CUDA
     table = (tmp_path / "r.md").read_text()
