@@ -996,8 +996,9 @@ def _plain_step_seconds(ctx: Context, width: int, layers: int, batch: int, steps
 
 
 def check_mfu(ctx: Context) -> list[Result]:
-    """The doctor's FLOPs and MFU against known ones: a bf16 Linear stack does 6 x batch x width^2
-    x layers FLOPs a step (forward 2, backward 4), and the step time comes from an unwatched run
+    """The doctor's FLOPs and MFU against known ones: a bf16 Linear stack does (6 x layers - 2) x
+    batch x width^2 FLOPs a step (forward 2 per layer, backward 4, less the first layer's input
+    gradient, which nothing needs), and the step time comes from an unwatched run
     timed by events. The loop never waits for the device, so the host runs ahead of it: the
     doctor's MFU must use the device's step time, not the host's launch times."""
     width, layers, batch = (64, 2, 32) if ctx.small else (4096, 4, 4096)
@@ -1007,7 +1008,7 @@ def check_mfu(ctx: Context) -> list[Result]:
 
         doctor = profile_loop(ctx, width=width, layers=layers, batch=batch)
         tp = doctor.profile.throughput
-        expected = 6 * batch * width * width * layers
+        expected = (6 * layers - 2) * batch * width * width
         numbers: dict[str, Any] = {
             "flops_counted": tp.flops_per_step,
             "flops_expected": expected,
