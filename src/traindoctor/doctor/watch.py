@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal, TypeVar, cast
 
 from traindoctor.runtime.events import Monitor
-from traindoctor.runtime.session import Installable, Session, training_reference
+from traindoctor.runtime.options import training_reference
+from traindoctor.runtime.session import Installable, Session
 
 F = TypeVar("F", bound=Callable[..., Any])
 

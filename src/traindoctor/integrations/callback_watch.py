@@ -57,7 +57,7 @@ class CallbackWatch:
         adapt: Callable[[Finding], Finding] | None = None,
         **options: Any,
     ) -> None:
-        from traindoctor.runtime.session import training_reference
+        from traindoctor.runtime.options import training_reference
 
         training_reference(  # a bad declared reference fails when the callback is built
             reference_batch=options.get("reference_batch"),

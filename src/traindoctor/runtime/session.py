@@ -28,6 +28,7 @@ from traindoctor.machine import machine_cores as _machine_cores
 from traindoctor.machine import usable_cores
 from traindoctor.runtime.device import DeviceInfo
 from traindoctor.runtime.events import Monitor
+from traindoctor.runtime.options import training_reference
 from traindoctor.runtime.phases import PHASE_OPTIMIZER, PHASE_OTHER
 from traindoctor.runtime.profile import (
     Profile,
@@ -37,6 +38,7 @@ from traindoctor.runtime.profile import (
     default_warmup,
     measure_memory,
 )
+from traindoctor.runtime.steps import MAX_BACKWARD_MARKS, BackwardMark, backward_records, batch_samples
 from traindoctor.runtime.throughput import batch_tokens, has_embedding
 from traindoctor.runtime.timeline import session_timeline
 
@@ -52,45 +54,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.runtime.live import Site
     from traindoctor.runtime.records import LoaderInfo
 
-#: ``backward()`` ends remembered for a loop without an optimizer (enough for a profile).
-MAX_BACKWARD_MARKS = 100_000
-
-#: Where one ``backward()`` ended: (time, the timer's running data, transfer, batches, samples,
-#: forward (None while forward is not timed) and backward totals).
-BackwardMark = tuple[float, float, float, int, int, float | None, float]
-
-
-def backward_records(marks: list[BackwardMark], started_at: float) -> list[StepRecord]:
-    """Step records of a loop that never stepped a ``torch.optim`` optimizer: one step per
-    ``backward()``, from the end of the previous one (the first from the first batch, or the
-    watch's start). The loop's own parameter update falls in the next step's remainder."""
-    records: list[StepRecord] = []
-    prev: BackwardMark | None = None
-    for mark in marks:
-        t, data, transfer, batches, samples, fwd, bwd = mark
-        if prev is None:
-            start, p_data, p_transfer, p_batches, p_samples, p_fwd, p_bwd = (started_at, 0.0, 0.0, 0, 0, None, 0.0)
-        else:
-            start, p_data, p_transfer, p_batches, p_samples, p_fwd, p_bwd = prev
-        records.append(
-            StepRecord(
-                index=len(records) + 1,
-                start=start,
-                end=t,
-                data_s=data - p_data,
-                transfer_s=transfer - p_transfer,
-                optimizer_s=0.0,
-                batches=batches - p_batches,
-                samples=samples - p_samples,
-                backward_calls=1,
-                forward_s=None if fwd is None or p_fwd is None else fwd - p_fwd,
-                backward_s=None if fwd is None or p_fwd is None else bwd - p_bwd,
-            )
-        )
-        prev = mark
-    return records
-
-
 _ACTIVE_LOCK = threading.Lock()
 _ACTIVE: Session | None = None
 
@@ -105,68 +68,6 @@ def _env_int(name: str, default: int) -> int:
         return int(os.environ.get(name, default))
     except ValueError:
         return default
-
-
-def batch_samples(batch: Any, _depth: int = 0) -> int:
-    """Samples in a batch: the leading dimension of its first tensor/array (0 when unknown)."""
-    if type(batch) in (list, tuple) and batch and _depth == 0:  # the common (x, y) batch
-        first = batch[0]
-        shape = getattr(first, "shape", None)
-        if shape is not None and type(shape) is not tuple:
-            try:
-                return int(shape[0]) if len(shape) else 1
-            except Exception:
-                return 0
-    shape = getattr(batch, "shape", None)
-    if shape is not None:
-        try:
-            return int(shape[0]) if len(shape) else 1
-        except Exception:
-            return 0
-    if _depth < 3:
-        if isinstance(batch, (list, tuple)) and batch:
-            return batch_samples(batch[0], _depth + 1)
-        if isinstance(batch, dict) and batch:
-            return batch_samples(next(iter(batch.values())), _depth + 1)
-    return 0
-
-
-def training_reference(
-    *,
-    reference_batch: int | None = None,
-    reference_lr: float | None = None,
-    no_decay: Iterable[str] | str | None = None,
-) -> dict[str, Any]:
-    """The thresholds ``watch(reference_batch=..., reference_lr=..., no_decay=...)`` stands for.
-
-    They are the same keys as ``thresholds={"reference_batch": ...}`` and the CLI's
-    ``--reference-batch`` / ``--reference-lr`` / ``--no-decay`` (read by TD203, TD205, TD206).
-    A value of the wrong kind is the caller's mistake: say so before the run starts.
-    """
-    out: dict[str, Any] = {}
-    if reference_batch is not None:
-        if isinstance(reference_batch, bool) or not isinstance(reference_batch, int) or reference_batch <= 0:
-            raise ValueError(f"watch(reference_batch=...) must be a positive int, got {reference_batch!r}")
-        out["reference_batch"] = reference_batch
-    if reference_lr is not None:
-        if (
-            isinstance(reference_lr, bool)
-            or not isinstance(reference_lr, (int, float))
-            or not reference_lr > 0
-            or reference_lr == float("inf")
-        ):
-            raise ValueError(f"watch(reference_lr=...) must be a positive number, got {reference_lr!r}")
-        out["reference_lr"] = float(reference_lr)
-    if no_decay is not None:
-        items = [no_decay] if isinstance(no_decay, str) else no_decay
-        try:
-            patterns = list(items)
-        except TypeError:
-            raise ValueError(f"watch(no_decay=...) must be a list of name patterns, got {no_decay!r}") from None
-        if not all(isinstance(p, str) for p in patterns):
-            raise ValueError(f"watch(no_decay=...) must hold strings, got {no_decay!r}")
-        out["no_decay"] = no_decay if isinstance(no_decay, str) else patterns
-    return out
 
 
 class Installable(Protocol):

@@ -1,7 +1,7 @@
 """Throughput in the units users track: samples/s, tokens/s, and model FLOP utilisation (MFU).
 
 * **Samples/s** are the samples the DataLoader delivered in the steady steps over their wall time
-  (the batch size the loader probe sees; :func:`traindoctor.runtime.session.batch_samples`).
+  (the batch size the loader probe sees; :func:`traindoctor.runtime.steps.batch_samples`).
 * **Tokens/s** are counted when a batch holds token ids: an integer tensor of rank 2 (``input_ids``
   in a dict batch, else the first such tensor) and the model has an ``nn.Embedding`` to feed them
   to. A batch's tokens are the ids' ``numel()``; padding is left out only when the batch carries

@@ -349,7 +349,7 @@ class Controller:
     def _measure_loader(self, config: dict[str, Any]) -> tuple[float | None, float | None]:
         from torch.utils.data import DataLoader
 
-        from traindoctor.runtime.session import batch_samples
+        from traindoctor.runtime.steps import batch_samples
 
         assert self.training is not None
         args = apply_config(dict(self.training["args"]), config)
