@@ -98,3 +98,67 @@ def test_mirror_links_files_and_copies_folders(tmp_path: Path) -> None:
     assert (dst / "data" / "sub" / "a.bin").is_symlink()
     assert (dst / ".git").is_symlink()  # hidden folders are linked whole
     assert (dst / "data" / "sub" / "a.bin").read_bytes() == b"x"
+
+
+GAN_SHAPED = textwrap.dedent(
+    """
+    # PyTorch-GAN's shape: run from implementations/NAME, data at ../../data/DATASET,
+    # per-epoch weights saved as saved_models/G_%d.pth, resumed with --epoch N.
+    import argparse, os
+    import numpy as np
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epoch", type=int, default=0)
+    parser.add_argument("--n_epochs", type=int, default=4)
+    opt = parser.parse_args()
+
+    class Folder(Dataset):
+        def __init__(self, root):
+            self.files = sorted(os.path.join(root, f) for f in os.listdir(root))
+        def __len__(self):
+            return len(self.files)
+        def __getitem__(self, i):
+            return torch.from_numpy(np.fromfile(self.files[i], dtype=np.float32))
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    os.makedirs("saved_models", exist_ok=True)
+    if opt.epoch != 0:
+        ckpt = torch.load("saved_models/G_%d.pth" % opt.epoch)
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+    loader = DataLoader(Folder("../../data/fake"), batch_size=2, shuffle=False)
+    for epoch in range(opt.epoch, opt.n_epochs):
+        for x in loader:
+            loss = model(x).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()},
+                   "saved_models/G_%d.pth" % (epoch + 1))
+    """
+)
+
+
+def test_data_read_above_the_folder_through_dot_dot_is_found(tmp_path: Path, monkeypatch, capsys) -> None:
+    repo = tmp_path / "PyTorch-GAN"
+    user = repo / "implementations" / "gan"
+    user.mkdir(parents=True)
+    (user / "gan.py").write_text(GAN_SHAPED)
+    data = repo / "data" / "fake"
+    data.mkdir(parents=True)
+    for i in range(8):
+        (np.arange(4, dtype=np.float32) * 0.1 * (i + 1)).tofile(data / f"{i}.bin")
+    before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    monkeypatch.chdir(user)
+    code = main(
+        ["gan.py", "--resume-args", "--epoch 2", "--steps", "16", "--interrupt-at", "8", "--output-format", "json"]
+    )
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0, result  # before: the runs saw an empty ../../data and stopped at 0 steps
+    assert result["exact"] is True and result["checkpoint_step"] == 8
+    after = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    assert after == before

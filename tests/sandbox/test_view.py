@@ -59,3 +59,39 @@ def test_file_arguments_name_the_view_and_never_the_users_file(tmp_path: Path) -
         "missing.pt",
         "--lr=0.1",
     ]
+
+
+def test_ancestors_are_mirrored_so_paths_above_the_folder_read_the_users_files(tmp_path: Path) -> None:
+    # PyTorch-GAN's shape: implementations/cyclegan/cyclegan.py reads ../../data/NAME;
+    # pytorch/examples' vae/main.py reads ../data.
+    repo = tmp_path / "repo"
+    user = repo / "implementations" / "cyclegan"
+    user.mkdir(parents=True)
+    (user / "cyclegan.py").write_text("print('train')\n")
+    (repo / "implementations" / "models.py").write_text("X = 1\n")
+    (repo / "data" / "fake" / "train").mkdir(parents=True)
+    (repo / "data" / "fake" / "train" / "0.jpg").write_bytes(b"jpg")
+    scratch = tmp_path / "scratch"
+    view = build(str(user), str(scratch / "reference-cwd"), skip=(str(scratch),), parents=3)
+    root = Path(view.root)
+    assert root.name == "cyclegan" and (root / "cyclegan.py").is_file()
+    image = root / ".." / ".." / "data" / "fake" / "train" / "0.jpg"
+    assert image.read_bytes() == b"jpg"
+    assert os.path.realpath(root / ".." / ".." / "data") == str((repo / "data").resolve())
+    assert (root / ".." / "models.py").read_text() == "X = 1\n"
+    # the folder itself is the view, never a link to the user's folder
+    assert not (root.parent / "cyclegan").is_symlink()
+    # the scratch folder (a sibling of an ancestor here) is never linked into itself
+    assert not any(p.name == "scratch" for p in (scratch / "reference-cwd").rglob("scratch"))
+    # a location reported from a mirrored ancestor names the user's file
+    assert view.to_user(str(root.parent / "models.py")) == str((repo / "implementations" / "models.py").resolve())
+    assert view.to_user(str(root / "cyclegan.py")) == str(user.resolve() / "cyclegan.py")
+
+
+def test_without_parents_the_view_is_the_given_folder_and_nothing_above_is_linked(tmp_path: Path) -> None:
+    user = tmp_path / "a" / "b"
+    user.mkdir(parents=True)
+    (tmp_path / "a" / "data").mkdir()
+    view = build(str(user), str(tmp_path / "v" / "view"))
+    assert view.root == str((tmp_path / "v" / "view").resolve()) and view.outer is None
+    assert not (tmp_path / "v" / "data").exists()

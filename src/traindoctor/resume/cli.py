@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run SCRIPT uninterrupted, then interrupted after a checkpoint and resumed, "
         "and compare per-step losses and final model/optimizer state. The runs start "
         "in a mirror of the current folder, inside a sandbox (Landlock, else bubblewrap): "
-        "relative paths the script reads (configurator.py, data/) work as when you run it; "
+        "relative paths the script reads (configurator.py, data/, ../data up to three folders up) work as when you run it; "
         "what the runs write lands in the mirror or fails (your files are never changed).",
     )
     parser.add_argument(

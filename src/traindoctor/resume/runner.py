@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import traindoctor
-from traindoctor.sandbox import Sandbox, View, build, detect
+from traindoctor.sandbox import PARENT_LEVELS, Sandbox, View, build, detect
 
 
 @dataclass
@@ -239,9 +239,11 @@ def run_all(
     box = Sandbox(kind, (os.path.realpath(root),))
     named = existing_paths(extra, caller)
     left_out = (str(root), *(path for _, path in named if path is not None))
-    resume_view = build(caller, str(root / "resume-cwd"), skip=left_out)
-    reference_view = build(caller, str(root / "reference-cwd"), skip=left_out)
-    second_view = build(caller, str(root / "reference2-cwd"), skip=left_out) if second_reference else None
+    resume_view = build(caller, str(root / "resume-cwd"), skip=left_out, parents=PARENT_LEVELS)
+    reference_view = build(caller, str(root / "reference-cwd"), skip=left_out, parents=PARENT_LEVELS)
+    second_view = (
+        build(caller, str(root / "reference2-cwd"), skip=left_out, parents=PARENT_LEVELS) if second_reference else None
+    )
     tick.start(f"interrupted run (checkpoint at or after step {interrupt_at})")
     interrupted = (
         Scenario(

@@ -20,13 +20,14 @@ from traindoctor.sandbox.policy import (
     choose,
     detect,
 )
-from traindoctor.sandbox.view import View, build
+from traindoctor.sandbox.view import PARENT_LEVELS, View, build
 
 __all__ = [
     "BUBBLEWRAP",
     "KINDS",
     "LANDLOCK",
     "NONE",
+    "PARENT_LEVELS",
     "UNSANDBOXED",
     "Sandbox",
     "SandboxUnavailable",

@@ -12,6 +12,12 @@ private copy when the script writes from Python. Hidden folders (``.git``) and f
 :data:`MAX_ENTRIES` entries are linked whole, and replaced by a folder of links when the script
 writes inside them.
 
+Scripts also read above the folder they run from (``../data``, ``../../data/%s`` in
+pytorch/examples and PyTorch-GAN). With ``parents=N`` the view sits at the same depth below N
+mirrored ancestors: each ancestor is a real folder holding links to its other entries, so
+``../../data`` in the view reads the user's ``../../data`` (read-only: the links lead out of the
+scratch folder, where the sandbox refuses writes).
+
 :class:`View` also maps paths between the two trees: a file argument inside the user's folder
 names the same place in the view (never the user's file), and a location reported from the view
 (a DataLoader's line) names the user's file again.
@@ -29,6 +35,10 @@ from dataclasses import dataclass
 MAX_ENTRIES = 20000
 #: Python sources up to this size are copied rather than linked.
 COPY_LIMIT = 1 << 20
+#: Ancestors mirrored above the view (``../``, ``../../``, ``../../../``) for trials and resume runs.
+PARENT_LEVELS = 3
+#: Entries of one ancestor linked at most (the rest are left out).
+MAX_PARENT_ENTRIES = 2000
 #: The key of a ``key=value`` argument (Hydra's ``+a.b=``, ``~a``, ``a/b=``).
 _KEY = re.compile(r"[+~]{0,2}[A-Za-z_][\w.\-/]*")
 
@@ -39,6 +49,8 @@ class View:
 
     project: str
     root: str
+    #: The mirrored ancestors' top: (its place in the scratch folder, the user's folder), or None.
+    outer: tuple[str, str] | None = None
 
     def to_view(self, path: str) -> str:
         """``path`` (absolute) inside the user's folder -> the same place in the view; else unchanged."""
@@ -50,6 +62,10 @@ class View:
     def to_user(self, path: str) -> str:
         """``path`` inside the view -> the same place in the user's folder; else unchanged."""
         inside = _below(os.path.abspath(path), self.root)
+        if inside is None and self.outer is not None:
+            above = _below(os.path.abspath(path), self.outer[0])
+            if above is not None:
+                return os.path.join(self.outer[1], above) if above else self.outer[1]
         return path if inside is None else os.path.join(self.project, inside) if inside else self.project
 
     def redirect_args(self, args: Sequence[str], cwd: str) -> list[str]:
@@ -94,13 +110,27 @@ def _below(path: str, folder: str) -> str | None:
     return None
 
 
-def build(project: str, root: str, *, skip: Iterable[str] = (), max_entries: int = MAX_ENTRIES) -> View:
+def build(
+    project: str, root: str, *, skip: Iterable[str] = (), max_entries: int = MAX_ENTRIES, parents: int = 0
+) -> View:
     """Build the view of ``project`` at ``root`` (created). Paths in ``skip`` are left out (the
-    scratch folder itself when it lives inside the project)."""
+    scratch folder itself when it lives inside the project). With ``parents``, ``root`` holds up to
+    that many mirrored ancestors of ``project`` and the view is at their bottom (``View.root``
+    is then below ``root``)."""
     source = os.path.realpath(project)
     os.makedirs(root, exist_ok=True)
-    target = os.path.realpath(root)
-    skipped = {os.path.realpath(s) for s in skip} | {target}
+    base = os.path.realpath(root)
+    skipped = {os.path.realpath(s) for s in skip} | {base}
+    ancestors = _ancestors(source, parents)
+    target = os.path.join(base, *(os.path.basename(a) for a in reversed(ancestors)), os.path.basename(source))
+    target = target if ancestors else base
+    os.makedirs(target, exist_ok=True)
+    skipped.add(target)
+    outer = None
+    if ancestors:
+        _link_ancestors(source, ancestors, target, skipped)
+        top = os.path.join(base, os.path.basename(ancestors[-1]))
+        outer = (top, ancestors[-1])
     count = 0
     pending: list[tuple[str, str]] = [(source, target)]
     while pending:
@@ -126,7 +156,45 @@ def build(project: str, root: str, *, skip: Iterable[str] = (), max_entries: int
                     os.symlink(real, out, target_is_directory=os.path.isdir(real))
             except OSError:
                 continue
-    return View(source, target)
+    return View(source, target, outer)
+
+
+def _ancestors(source: str, levels: int) -> list[str]:
+    """Up to ``levels`` ancestors of ``source``, nearest first, never the file system's root."""
+    out: list[str] = []
+    here = source
+    while len(out) < levels:
+        up = os.path.dirname(here)
+        if up == here or up == os.path.dirname(up):  # here is "/" or a top-level folder
+            break
+        out.append(up)
+        here = up
+    return out
+
+
+def _link_ancestors(source: str, ancestors: list[str], target: str, skipped: set[str]) -> None:
+    """In each mirrored ancestor of ``target``, link the user's ancestor's other entries."""
+    child, mirror = source, target
+    for ancestor in ancestors:
+        mirror = os.path.dirname(mirror)
+        try:
+            entries = list(os.scandir(ancestor))[:MAX_PARENT_ENTRIES]
+        except OSError:
+            entries = []
+        for entry in entries:
+            real = os.path.realpath(entry.path)
+            if entry.path == child or real == child or real in skipped or _holds(real, skipped):
+                continue
+            try:
+                os.symlink(real, os.path.join(mirror, entry.name), target_is_directory=os.path.isdir(real))
+            except OSError:
+                continue
+        child = ancestor
+
+
+def _holds(folder: str, paths: set[str]) -> bool:
+    """Whether ``folder`` contains one of ``paths`` (a scratch folder below a linked ancestor)."""
+    return any(_below(p, folder) is not None for p in paths)
 
 
 def _copied(entry: os.DirEntry[str]) -> bool:

@@ -20,7 +20,7 @@ from typing import Any
 
 import traindoctor
 from traindoctor.machine import load_average
-from traindoctor.sandbox import build
+from traindoctor.sandbox import PARENT_LEVELS, build
 from traindoctor.sandbox import choose as choose_sandbox
 
 
@@ -92,7 +92,7 @@ class Runner:
         folder = self.scratch / f"trial-{self.count:02d}"
         folder.mkdir(parents=True, exist_ok=True)
         cwd = os.getcwd()
-        view = build(cwd, str(folder / "view"), skip=(str(self.scratch),))
+        view = build(cwd, str(folder / "view"), skip=(str(self.scratch),), parents=PARENT_LEVELS)
         spec = dict(
             {"max_steps": self.settings.max_steps},
             **spec,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from traindoctor.finding import Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
 
@@ -105,5 +107,16 @@ class TooManyWorkersMonitor(Monitor):
                 ],
             },
             step=session.step or None,
-            **ev.site(peak_info),
+            **ev.site(_culprit(concurrent, peak_info)),
         )
+
+
+def _culprit(concurrent: list[Any], peak_info: Any) -> Any:
+    """The loader to report: the one with the most workers among those that ran at once (the
+    training loader on a tie). The peak is counted when the last loader's ``iter()`` starts, so
+    a short evaluation loader started while the training loader's workers run would otherwise
+    carry the finding (PyTorch-GAN's cyclegan: ``val_dataloader`` with 1 worker beside
+    ``dataloader`` with ``--n_cpu``)."""
+    if not concurrent:
+        return peak_info
+    return max(concurrent, key=lambda i: (i.num_workers, bool(i.feeds_training), i is peak_info, -i.id))
