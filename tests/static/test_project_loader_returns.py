@@ -127,3 +127,67 @@ def test_a_returned_name_also_bound_to_something_else_is_not_a_factory(tmp_path:
     )
     files = {"datasets/__init__.py": "", "datasets/loader.py": helper, "train.py": BRANCH_SCRIPT}
     assert rows(check(tmp_path, files, "train.py", ["TD102"])) == []
+
+
+SAMPLER_HELPER = """
+import torch
+
+
+def init_data(dataset, batch_size, world_size=1, rank=0, num_workers=8):
+    dist_sampler = torch.utils.data.distributed.DistributedSampler(
+        dataset=dataset, num_replicas=world_size, rank=rank)
+    data_loader = torch.utils.data.DataLoader(
+        dataset, sampler=dist_sampler, batch_size=batch_size, num_workers=num_workers,
+        pin_memory=True, persistent_workers=True)
+    return (data_loader, dist_sampler)
+
+
+def shuffle_dataset(loader, epoch):
+    loader.sampler.set_epoch(epoch)
+"""
+
+SAMPLER_SCRIPT = """
+from src.data_manager import init_data
+
+
+def main(dataset, model, optimizer, epochs):
+    (loader,
+     sampler) = init_data(dataset, batch_size=64)
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            model(x).sum().backward()
+            optimizer.step()
+"""
+
+
+def _sampler_files(script: str) -> dict[str, str]:
+    return {"src/__init__.py": "", "src/data_manager.py": SAMPLER_HELPER, "train.py": script}
+
+
+def test_a_helper_built_distributed_sampler_whose_epoch_is_never_set_is_reported_at_the_call(tmp_path: Path) -> None:
+    script = SAMPLER_SCRIPT.replace("        sampler.set_epoch(epoch)\n", "")
+    result = check(tmp_path, _sampler_files(script), "train.py", ["TD601"])
+    assert rows(result) == [("TD601", 6)]
+    (finding,) = result.findings
+    assert "`init_data`" in finding.message and "loop at line 7" in finding.message
+    assert [(Path(r.filename).name, r.location.row) for r in finding.related] == [("data_manager.py", 5)]
+
+
+def test_set_epoch_in_the_script_or_in_a_project_helper_it_calls_is_silent(tmp_path: Path) -> None:
+    assert rows(check(tmp_path, _sampler_files(SAMPLER_SCRIPT), "train.py", ["TD601"])) == []
+    helper_sets = SAMPLER_SCRIPT.replace(
+        "from src.data_manager import init_data", "from src.data_manager import init_data, shuffle_dataset"
+    ).replace("sampler.set_epoch(epoch)", "shuffle_dataset(loader, epoch)")
+    assert rows(check(tmp_path, _sampler_files(helper_sets), "train.py", ["TD601"])) == []
+
+
+def test_a_helper_sampler_iterated_once_or_not_shuffling_is_silent(tmp_path: Path) -> None:
+    once = SAMPLER_SCRIPT.replace("        sampler.set_epoch(epoch)\n", "").replace(
+        "for epoch in range(epochs):", "if epochs:"
+    )
+    assert rows(check(tmp_path, _sampler_files(once), "train.py", ["TD601"])) == []
+    script = SAMPLER_SCRIPT.replace("        sampler.set_epoch(epoch)\n", "")
+    files = _sampler_files(script)
+    files["src/data_manager.py"] = SAMPLER_HELPER.replace("rank=rank)", "rank=rank, shuffle=False)")
+    assert rows(check(tmp_path, files, "train.py", ["TD601"])) == []

@@ -40,6 +40,9 @@ class LoaderFacts:
     in_memory: bool
     iterable: bool
     on_device: bool
+    #: The shuffling ``DistributedSampler`` the loader draws its indices from, when the function
+    #: builds it (``sampler=dist_sampler``, or the sampler of a ``BatchSampler``).
+    distributed_sampler: Place | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ class FunctionData:
     #: value itself (one per branch that binds the returned name), ``(i, facts)`` for element
     #: ``i`` of a returned tuple (``return train_loader, val_loader``).
     returns: tuple[tuple[int | None, LoaderFacts], ...] = ()
+    #: The body calls ``.set_epoch(...)`` on something (``shuffle_dataset(loader, epoch)``).
+    sets_epoch: bool = False
 
 
 def function_data(fn: FunctionFacts | None) -> FunctionData | None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 from traindoctor.facts.data.project import DATA, FunctionData, LoaderFacts
 from traindoctor.facts.data.static import (
     DATALOADER,
+    DISTRIBUTED_SAMPLER,
     indexes_own_data,
     is_evaluation_name,
     loader_index,
@@ -24,7 +25,7 @@ from traindoctor.static.project import place_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
-    from traindoctor.static.project import FuncDef, FunctionFacts
+    from traindoctor.static.project import FuncDef, FunctionFacts, Place
 
 #: DataLoader keywords whose value a loader factory's summary records.
 LOADER_KEYWORDS = ("batch_size", "num_workers", "pin_memory", "persistent_workers", "shuffle", "sampler", "drop_last")
@@ -42,7 +43,8 @@ class DataSummariser:
         params = set(facts.positional) | set(facts.keyword_only)
         returns = returned_loaders(ctx, node, params)
         single = returns[0][1] if len(returns) == 1 and returns[0][0] is None else None
-        return FunctionData(evaluation=evaluation, loader=single, returns=returns)
+        sets_epoch = any(ctx.within(c, node) for c in ctx.method_calls("set_epoch"))
+        return FunctionData(evaluation=evaluation, loader=single, returns=returns, sets_epoch=sets_epoch)
 
     def cls(self, ctx: FileContext, node: ast.ClassDef) -> bool:
         """Whether the class is a Dataset that only indexes data it already holds."""
@@ -124,4 +126,28 @@ def _facts(ctx: FileContext, call: ast.Call, params: set[str]) -> LoaderFacts:
         in_memory=loader is not None and loader.in_memory,
         iterable=loader is not None and loader.iterable,
         on_device=loader is not None and loader.on_device,
+        distributed_sampler=_distributed_sampler(ctx, call),
     )
+
+
+def _distributed_sampler(ctx: FileContext, call: ast.Call) -> Place | None:
+    """Where the shuffling ``DistributedSampler`` that the loader ``call`` draws from is built in
+    this file (``sampler=s``, ``sampler=s if dist else None``, ``batch_sampler=BatchSampler(s, ...)``)."""
+    samplers = {id(c): c for c in ctx.calls_to(DISTRIBUTED_SAMPLER)}
+    if not samplers:
+        return None
+    given = ctx.arg(call, "sampler")
+    node: ast.expr | None = given if isinstance(given, ast.expr) else None
+    if node is None:
+        found = ctx.arg(call, "batch_sampler")
+        batch = ctx.binding(found) if isinstance(found, ast.Name) else found
+        node = batch.args[0] if isinstance(batch, ast.Call) and batch.args else None
+    if isinstance(node, ast.Name):
+        node = ctx.binding(node)
+    choices = [node.body, node.orelse] if isinstance(node, ast.IfExp) else [node]
+    for choice in choices:
+        bound = ctx.binding(choice) if isinstance(choice, ast.Name) else choice
+        sampler = samplers.get(id(bound))
+        if sampler is not None and ctx.arg_value(sampler, "shuffle", default=True) is True:
+            return place_of(ctx, sampler)
+    return None
