@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers.project_tree import check, rows
+from helpers.project_tree import check, rows, write
+
+from traindoctor.check.engine import file_context
+from traindoctor.config import Settings
+from traindoctor.facts.data.static import LoaderIndex, loader_index
+from traindoctor.static.source import parse
 
 TUPLE_HELPER = """
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
@@ -191,3 +196,51 @@ def test_a_helper_sampler_iterated_once_or_not_shuffling_is_silent(tmp_path: Pat
     files = _sampler_files(script)
     files["src/data_manager.py"] = SAMPLER_HELPER.replace("rank=rank)", "rank=rank, shuffle=False)")
     assert rows(check(tmp_path, files, "train.py", ["TD601"])) == []
+
+
+GENERATOR_SCRIPT = """
+import torch
+
+
+def infinite(loader):
+    while True:
+        yield from loader
+
+
+def main(ds, model, optimizer, steps):
+    loader = torch.utils.data.DataLoader(ds, batch_size=32, shuffle=True, num_workers=4, pin_memory=True)
+    batches = infinite(loader)
+    for step in range(steps):
+        x, y = next(batches)
+        model(x.cuda()).sum().backward()
+        optimizer.step()
+"""
+
+
+def test_a_generator_that_yields_from_the_loader_in_a_loop_repeats_it(tmp_path: Path) -> None:
+    result = check(tmp_path, {"train.py": GENERATOR_SCRIPT}, "train.py", ["TD101", "TD102", "TD103"])
+    assert rows(result) == [("TD103", 10)]
+    once = GENERATOR_SCRIPT.replace("    while True:\n        yield from loader", "    yield from loader")
+    assert rows(check(tmp_path, {"train.py": once}, "train.py", ["TD103"])) == []
+
+
+def test_a_project_generator_that_yields_from_its_parameter_iterates_it(tmp_path: Path) -> None:
+    helper = "def infinite(loader):\n    while True:\n        yield from loader\n"
+    script = GENERATOR_SCRIPT.replace(helper, "from data import infinite\n").replace(
+        "def main(ds, model, optimizer, steps):",
+        "def evaluate(ds, model):\n    pass\n\n\ndef main(ds, model, optimizer, steps):",
+    )
+    files = {"data.py": helper, "train.py": script}
+    index = _loader_index(tmp_path, files, "train.py")
+    (loader,) = index.loaders
+    assert [s.kind for s in loader.sites] == ["for"]
+    assert loader.sites[0].related  # cites the ``yield from`` in data.py
+
+
+def _loader_index(root: Path, files: dict[str, str], target: str) -> LoaderIndex:
+    write(root, files)
+    path = root / target
+    parsed = parse(str(path), path.read_bytes())
+    assert not isinstance(parsed, Exception) and isinstance(parsed, tuple)
+    source, lines, tree = parsed
+    return loader_index(file_context(str(path), source, tree, Settings(), lines))

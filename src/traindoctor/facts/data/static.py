@@ -594,6 +594,8 @@ class LoaderIndex:
         elif isinstance(parent, ast.comprehension) and parent.iter is node:
             comp = ctx.parent(parent)
             site = Site(comp if comp is not None else parent, "for", via)
+        elif isinstance(parent, ast.YieldFrom) and parent.value is node:
+            site = Site(parent, "for", via)  # ``while True: yield from loader``: a generator's pass
         else:
             call, _ = self._call_of_arg(node)
             if (
