@@ -868,6 +868,8 @@ def _function_facts(ctx: FileContext, fn: FuncDef, summarisers: tuple[Summariser
                 calls[qn] = place_of(ctx, sub)
         elif kind in (ast.For, ast.AsyncFor, ast.comprehension):
             it = cast("ast.For | ast.AsyncFor | ast.comprehension", sub).iter
+        elif kind is ast.YieldFrom:
+            it = cast(ast.YieldFrom, sub).value  # a generator helper: ``yield from loader``
         elif kind is ast.Name and cast(ast.Name, sub).ctx.__class__ is ast.Store:
             stored.add(cast(ast.Name, sub).id)
         if it is not None:

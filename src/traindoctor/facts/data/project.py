@@ -40,6 +40,9 @@ class LoaderFacts:
     in_memory: bool
     iterable: bool
     on_device: bool
+    #: The shuffling ``DistributedSampler`` the loader draws its indices from, when the function
+    #: builds it (``sampler=dist_sampler``, or the sampler of a ``BatchSampler``).
+    distributed_sampler: Place | None = None
 
 
 @dataclass(frozen=True)
@@ -48,8 +51,14 @@ class FunctionData:
 
     #: Runs without gradients or is an evaluation function without ``backward()``.
     evaluation: bool
-    #: The DataLoader it returns, if it builds one.
+    #: The DataLoader it returns, if it builds one (and only one).
     loader: LoaderFacts | None
+    #: Every DataLoader construction the function may return: ``(None, facts)`` for the return
+    #: value itself (one per branch that binds the returned name), ``(i, facts)`` for element
+    #: ``i`` of a returned tuple (``return train_loader, val_loader``).
+    returns: tuple[tuple[int | None, LoaderFacts], ...] = ()
+    #: The body calls ``.set_epoch(...)`` on something (``shuffle_dataset(loader, epoch)``).
+    sets_epoch: bool = False
 
 
 def function_data(fn: FunctionFacts | None) -> FunctionData | None:
@@ -63,17 +72,22 @@ def holds_its_data(cls: ClassFacts | None) -> bool:
     return cls is not None and bool(cls.topics.get(DATA))
 
 
-def loader_keyword(resolved: Resolved, call: ast.Call, ctx: FileContext, name: str) -> Any:
-    """The value a project loader factory passes for DataLoader keyword ``name`` at ``call``.
+def loader_keyword(
+    resolved: Resolved, call: ast.Call, ctx: FileContext, name: str, facts: LoaderFacts | None = None
+) -> Any:
+    """The value a project loader factory passes for DataLoader keyword ``name`` at ``call``
+    (for the construction ``facts`` when given, else the one loader it returns).
 
     MISSING when the factory does not pass it (the DataLoader default applies), UNKNOWN when the
     summary or the call site cannot tell, else the value.
     """
     fn = resolved.function
     data = function_data(fn)
-    if fn is None or data is None or data.loader is None:
+    if facts is None and data is not None:
+        facts = data.loader
+    if fn is None or facts is None:
         return UNKNOWN
-    fact = data.loader.keywords.get(name)
+    fact = facts.keywords.get(name)
     if fact is None:
         return MISSING
     kind, value = fact

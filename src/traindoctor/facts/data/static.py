@@ -17,233 +17,51 @@ created outside it (a loader rebuilt every epoch gains nothing from ``persistent
 from __future__ import annotations
 
 import ast
-import re
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, cast
 
-from traindoctor.facts.data.project import function_data, holds_its_data, loader_keyword
-from traindoctor.static.args import MISSING, UNKNOWN, ArgResult
-from traindoctor.static.names import OPTIMIZERS, dotted, receiver
+from traindoctor.facts.data.datasets import (
+    binding_chain,
+    element_kind,
+    is_in_memory,
+    is_iterable_dataset_call,
+    mapped_elements,
+    moves_to_device,
+    says_evaluation,
+)
+from traindoctor.facts.data.datasets import indexes_own_data as indexes_own_data
+from traindoctor.facts.data.loaders import Loader as Loader
+from traindoctor.facts.data.loaders import Site as Site
+from traindoctor.facts.data.loaders import Use as Use
+from traindoctor.facts.data.names import is_evaluation_name as is_evaluation_name
+from traindoctor.facts.data.names import is_test_file as is_test_file
+from traindoctor.facts.data.names import is_test_module as is_test_module
+from traindoctor.facts.data.names import name_tokens as name_tokens
+from traindoctor.facts.data.project import function_data
+from traindoctor.facts.data.training import (
+    callee_name,
+    decorator_name,
+    is_lightning_train_hook,
+)
+from traindoctor.facts.data.training import drives_training as drives_training
+from traindoctor.facts.data.training import exclusive_branches as exclusive_branches
+from traindoctor.facts.data.training import file_trains as file_trains
+from traindoctor.facts.data.training import known as known
+from traindoctor.facts.data.training import literal_false as literal_false
+from traindoctor.facts.data.training import under_no_grad as under_no_grad
+from traindoctor.static.args import UNKNOWN
+from traindoctor.static.names import dotted, receiver
 
 if TYPE_CHECKING:  # pragma: no cover
-    from traindoctor.finding import Related
     from traindoctor.static.context import FileContext
     from traindoctor.static.project import FuncDef, FunctionFacts, Resolved
 
 DATALOADER = "torch.utils.data.DataLoader"
 DISTRIBUTED_SAMPLER = "torch.utils.data.DistributedSampler"
-_TENSOR_DATASETS = frozenset(
-    {
-        "torch.utils.data.TensorDataset",
-        "torch.utils.data.dataset.TensorDataset",
-        # Lightning's demo datasets (used by its examples and docs): the corpus or random tensors are
-        # built once in ``__init__`` and ``__getitem__`` slices them.
-        *(
-            f"{package}.{name}"
-            for package in ("lightning.pytorch", "pytorch_lightning")
-            for name in (
-                "demos.WikiText2",
-                "demos.RandomDataset",
-                "demos.RandomDictDataset",
-                "demos.transformer.WikiText2",
-                "demos.boring_classes.RandomDataset",
-                "demos.boring_classes.RandomDictDataset",
-            )
-        ),
-    }
-)
 
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _MAX_DEPTH = 8
-
-# ---------------------------------------------------------------------------------------- names
-
-#: Words that mark a loader, dataset or function as evaluation-only.
-_EVAL_WORDS = frozenset(
-    {
-        "val",
-        "valid",
-        "validation",
-        "validate",
-        "validating",
-        "test",
-        "tests",
-        "testing",
-        "tst",
-        "eval",
-        "evaluate",
-        "evaluation",
-        "evaluating",
-        "dev",
-        "holdout",
-        "inference",
-        "predict",
-        "prediction",
-        "predictions",
-    }
-)
-#: ``valloader``, ``testset``: an evaluation word glued to one of these.
-_EVAL_PREFIXES = ("validation", "valid", "val", "testing", "test", "eval", "dev")
-_GLUED = frozenset(
-    {
-        "loader",
-        "loaders",
-        "dl",
-        "dataloader",
-        "dataloaders",
-        "data",
-        "set",
-        "sets",
-        "ds",
-        "dataset",
-        "datasets",
-        "iter",
-        "batches",
-        "sampler",
-        "split",
-    }
-)
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-
-
-def name_tokens(name: str) -> list[str]:
-    """``valLoader2`` -> ``["val", "loader"]``: lower-case words of an identifier."""
-    return [t for t in re.split(r"[^a-z]+", _CAMEL.sub("_", name).lower()) if t]
-
-
-def is_evaluation_name(name: str) -> bool:
-    """Whether an identifier says evaluation (``val_loader``, ``testloader``, ``evaluate``).
-
-    Whole words only, so ``interval_loader`` and ``latest_loader`` are not evaluation names.
-    """
-    for token in name_tokens(name):
-        if token in _EVAL_WORDS:
-            return True
-        for prefix in _EVAL_PREFIXES:
-            if token.startswith(prefix) and token[len(prefix) :] in _GLUED:
-                return True
-    return False
-
-
-# ---------------------------------------------------------------------------------------- results
-
-
-@dataclass
-class Site:
-    """One place that starts a pass over the loader: a ``for`` loop, a comprehension, ``iter()``."""
-
-    node: ast.AST
-    #: "for" (loop or comprehension), "iter" (``iter()``/``cycle()``), "hook" (a framework hook
-    #: such as Lightning's ``train_dataloader``, iterated by the trainer every epoch).
-    kind: str
-    #: Calls through which the loader was passed (as an argument) to reach this site.
-    via: tuple[ast.Call, ...] = ()
-    #: The loop (or hook function) that makes this site run more than once, if any.
-    repeated_by: ast.AST | None = None
-    #: Under ``no_grad``/``inference_mode`` (or in an evaluation function) with no backward.
-    evaluation: bool = False
-    #: Where in another project module the pass happens (``engine.train_one_epoch``'s loop).
-    related: tuple[Related, ...] = ()
-    #: ``next(iter(loader))`` run once (no loop repeats it): one batch taken to look at (plot a
-    #: sample, size a layer), not a pass that trains.
-    peek: bool = False
-
-
-@dataclass
-class Use:
-    """One path the loader's value takes: the names it travels under and where it ends up."""
-
-    names: tuple[str, ...]
-    sites: list[Site] = field(default_factory=list)
-    #: Expressions that evaluate to the loader along this path (its construction included).
-    refs: list[ast.expr] = field(default_factory=list)
-    #: The value went somewhere we cannot follow (an unknown function, a container).
-    escapes: bool = False
-
-    @property
-    def evaluation(self) -> bool:
-        if any(is_evaluation_name(n) for n in self.names):
-            return True
-        return bool(self.sites) and all(s.evaluation for s in self.sites)
-
-
-@dataclass
-class Loader:
-    """One ``DataLoader(...)`` construction and everything known about how it is used."""
-
-    call: ast.Call
-    uses: list[Use]
-    #: The dataset argument itself says evaluation (``val_ds``, ``MNIST(train=False)``).
-    evaluation_dataset: bool = False
-    #: Dataset made of in-memory tensors (``TensorDataset``): workers rarely pay off.
-    in_memory: bool = False
-    #: Dataset is an ``IterableDataset`` defined in this file (workers need sharding).
-    iterable: bool = False
-    #: Dataset tensors are already on a device (``.cuda()``/``.to(...)``): pinning cannot apply.
-    on_device: bool = False
-    #: Built inside a function whose name says evaluation (``def val_dataloader(self)``).
-    built_for_evaluation: bool = False
-    #: Built by a project function in another module (``utils.get_training_dataloader(...)``):
-    #: ``call`` is then the factory call in this file and the keywords come from its summary.
-    factory: Resolved | None = None
-    #: Where the DataLoader is really constructed, when that is another file.
-    related: tuple[Related, ...] = ()
-
-    def arg(self, ctx: FileContext, name: str) -> ArgResult:
-        """The DataLoader's ``name`` argument: a node (for a factory, a constant node holding the
-        value it passes), MISSING when not passed, UNKNOWN when it cannot be told."""
-        if self.factory is None:
-            return ctx.arg(self.call, name)
-        value = loader_keyword(self.factory, self.call, ctx, name)
-        if value is MISSING or value is UNKNOWN:
-            return value
-        node = ast.Constant(value)  # stands at the factory call: that is where the value enters
-        node.lineno, node.col_offset = self.call.lineno, self.call.col_offset
-        node.end_lineno, node.end_col_offset = self.call.lineno, self.call.col_offset
-        return node
-
-    @property
-    def evaluation_only(self) -> bool:
-        """Evaluation loader by the catalog's definition: skipped by TD101-TD103."""
-        if self.evaluation_dataset or self.built_for_evaluation:
-            return True
-        return bool(self.uses) and all(u.evaluation for u in self.uses)
-
-    @property
-    def peek_only(self) -> bool:
-        """Only ever used for ``next(iter(loader))`` once: a batch to look at, not a training loader."""
-        if not self.uses or any(u.escapes for u in self.uses):
-            return False
-        sites = self.sites
-        return bool(sites) and all(s.peek for s in sites)
-
-    @property
-    def sites(self) -> list[Site]:
-        return [s for u in self.uses for s in u.sites]
-
-    @property
-    def repeated_site(self) -> Site | None:
-        """The first site that runs more than once (an epoch loop around it), if any."""
-        for site in self.sites:
-            if site.repeated_by is not None:
-                return site
-        return None
-
-    @property
-    def refs(self) -> list[ast.expr]:
-        return [r for u in self.uses for r in u.refs]
-
-    @property
-    def names(self) -> list[str]:
-        seen: list[str] = []
-        for u in self.uses:
-            for n in u.names:
-                if n not in seen:
-                    seen.append(n)
-        return seen
-
 
 # ---------------------------------------------------------------------------------------- index
 
@@ -462,10 +280,10 @@ class LoaderIndex:
             call = stmt.value
         if not isinstance(call, ast.Call):
             return False
-        if _callee(call) == "random_split" and call.args:  # ``train_ds, val_ds = random_split(ds, ...)``
-            chain = list(_binding_chain(ctx, call.args[0]))
+        if callee_name(call) == "random_split" and call.args:  # ``train_ds, val_ds = random_split(ds, ...)``
+            chain = list(binding_chain(ctx, call.args[0]))
             return (
-                any(_is_in_memory(ctx, e) for e in chain)
+                any(is_in_memory(ctx, e) for e in chain)
                 or self._passed_in_memory(chain[-1], depth + 1)
                 or self._returned_in_memory(chain[-1], depth + 1)
             )
@@ -487,8 +305,8 @@ class LoaderIndex:
                 value = value.elts[index]
             if value is None:
                 return False
-            chain = list(_binding_chain(ctx, value))
-            if not (any(_is_in_memory(ctx, e) for e in chain) or self._returned_in_memory(chain[-1], depth + 1)):
+            chain = list(binding_chain(ctx, value))
+            if not (any(is_in_memory(ctx, e) for e in chain) or self._returned_in_memory(chain[-1], depth + 1)):
                 return False
         return True
 
@@ -509,7 +327,7 @@ class LoaderIndex:
             stmt = ctx.statement_of(store)
             if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and stmt.targets[0] is store):
                 return False
-            if not any(_is_in_memory(ctx, e) for e in _binding_chain(ctx, stmt.value)):
+            if not any(is_in_memory(ctx, e) for e in binding_chain(ctx, stmt.value)):
                 return False
         return True
 
@@ -540,9 +358,9 @@ class LoaderIndex:
         if not passed:
             return False
         for value in passed:
-            chain = list(_binding_chain(ctx, value))
+            chain = list(binding_chain(ctx, value))
             if not (
-                any(_is_in_memory(ctx, e) for e in chain)
+                any(is_in_memory(ctx, e) for e in chain)
                 or self._passed_in_memory(chain[-1], depth + 1)
                 or self._returned_in_memory(chain[-1])
             ):
@@ -591,7 +409,7 @@ class LoaderIndex:
                 refs.append(node)
                 continue
             call, _ = self._call_of_arg(node)
-            if call is not None and _callee(call) in _WRAPPERS:
+            if call is not None and callee_name(call) in _WRAPPERS:
                 node = call
                 continue
             break
@@ -735,10 +553,10 @@ class LoaderIndex:
             return [Use(names, refs=refs, escapes=True)]
         seen = seen | {id(fn)}
         names = (*names, fn.name)
-        if index is None and _is_lightning_train_hook(ctx, fn):
+        if index is None and is_lightning_train_hook(ctx, fn):
             return [Use(names, [Site(fn, "hook", via, repeated_by=fn)], refs)]
         uses: list[Use] = []
-        if index is None and any(_decorator_name(d) in ("property", "cached_property") for d in fn.decorator_list):
+        if index is None and any(decorator_name(d) in ("property", "cached_property") for d in fn.decorator_list):
             cls = ctx.parent(fn)
             for ref in self._attr_loads.get(fn.name, ()):
                 if (
@@ -776,11 +594,13 @@ class LoaderIndex:
         elif isinstance(parent, ast.comprehension) and parent.iter is node:
             comp = ctx.parent(parent)
             site = Site(comp if comp is not None else parent, "for", via)
+        elif isinstance(parent, ast.YieldFrom) and parent.value is node:
+            site = Site(parent, "for", via)  # ``while True: yield from loader``: a generator's pass
         else:
             call, _ = self._call_of_arg(node)
             if (
                 call is not None
-                and _callee(call) in ("iter", "cycle", "aiter")
+                and callee_name(call) in ("iter", "cycle", "aiter")
                 and call.args
                 and call.args[0] is node
                 and not self._defs_called_by(call)[0]  # a local ``def cycle(dl)`` is followed instead
@@ -792,7 +612,7 @@ class LoaderIndex:
         site.evaluation = self._evaluation_site(site)
         if site.kind == "iter" and site.repeated_by is None:
             outer, _ = self._call_of_arg(site.node)
-            site.peek = outer is not None and _callee(outer) == "next" and not outer.keywords
+            site.peek = outer is not None and callee_name(outer) == "next" and not outer.keywords
         return site
 
     def _project_site(self, call: ast.Call, arg: ast.AST, via: tuple[ast.Call, ...], origin: ast.AST) -> Site | None:
@@ -877,28 +697,57 @@ class LoaderIndex:
         return resolved, resolved.function
 
     def _factory_loaders(self) -> list[Loader]:
-        """Calls of project functions in other modules that build and return a DataLoader."""
+        """Calls of project functions in other modules that build and return a DataLoader: the
+        return value itself (one loader per construction it may be, built in different branches)
+        or an element of a returned tuple that the call unpacks (``train_dl, val_dl = build(cfg)``)."""
         view = self.ctx.project
         if view is None or not view.imports_project or not drives_training(self.ctx):
             return []
         out = []
         for call, resolved in view.calls():
             data = function_data(resolved.function)
-            if data is None or data.loader is None:
+            if data is None or not (data.returns or data.loader):
                 continue
-            facts = data.loader
-            loader = Loader(
-                call,
-                self.trace(call),
-                evaluation_dataset=facts.evaluation,
-                in_memory=facts.in_memory,
-                iterable=facts.iterable,
-                on_device=facts.on_device,
-                factory=resolved,
-            )
-            loader.related = view.related(facts.place, f"the DataLoader is built here, in `{resolved.name}`")
-            out.append(loader)
+            returns = data.returns or ((None, data.loader),)
+            seen: list[tuple[int | None, object]] = []
+            for index, facts in returns:
+                if facts is None:
+                    continue
+                key = (index, sorted(facts.keywords.items()))
+                if key in seen:
+                    continue  # the same keywords in two branches: one loader to judge
+                seen.append(key)
+                uses = self._factory_uses(call, index)
+                if uses is None:
+                    continue
+                loader = Loader(
+                    call,
+                    uses,
+                    evaluation_dataset=facts.evaluation,
+                    in_memory=facts.in_memory,
+                    iterable=facts.iterable,
+                    on_device=facts.on_device,
+                    factory=resolved,
+                    facts=facts if facts is not data.loader else None,
+                )
+                loader.related = view.related(facts.place, f"the DataLoader is built here, in `{resolved.name}`")
+                out.append(loader)
         return out
+
+    def _factory_uses(self, call: ast.Call, index: int | None) -> list[Use] | None:
+        """Where the loader a factory call returns goes: the call's value, or element ``index``
+        of the tuple it returns when the call is unpacked into as many names (None: not followed)."""
+        if index is None:
+            return self.trace(call)
+        parent = self.ctx.parent(call)
+        if not (isinstance(parent, ast.Assign) and parent.value is call and len(parent.targets) == 1):
+            return None
+        target = parent.targets[0]
+        if not isinstance(target, (ast.Tuple, ast.List)) or index >= len(target.elts):
+            return None
+        if any(isinstance(e, ast.Starred) for e in target.elts):
+            return None
+        return self._trace_target(target.elts[index], (), (), call, 0, set(), [call])
 
     def _loader(self, call: ast.Call) -> Loader:
         ctx = self.ctx
@@ -909,24 +758,24 @@ class LoaderIndex:
         loader.built_for_evaluation = isinstance(fn, _FUNCS) and is_evaluation_name(fn.name)
         dataset = ctx.arg(call, "dataset")
         if isinstance(dataset, ast.AST):
-            chain = list(_binding_chain(ctx, dataset))
-            loader.evaluation_dataset = any(_says_evaluation(ctx, e) for e in chain)
+            chain = list(binding_chain(ctx, dataset))
+            loader.evaluation_dataset = any(says_evaluation(ctx, e) for e in chain)
             loader.in_memory = (
-                any(_is_in_memory(ctx, e) for e in chain)
+                any(is_in_memory(ctx, e) for e in chain)
                 or self._passed_in_memory(chain[-1])
                 or self._rebound_in_memory(chain[-1])
                 or self._returned_in_memory(chain[-1])
             )
-            loader.iterable = any(_is_iterable_dataset_call(ctx, e) for e in chain)
-            mapped = _mapped_elements(ctx, chain[-1])
+            loader.iterable = any(is_iterable_dataset_call(ctx, e) for e in chain)
+            mapped = mapped_elements(ctx, chain[-1])
             if mapped and not (loader.in_memory or loader.iterable):
-                kinds = [_element_kind(ctx, e) for e in mapped]
+                kinds = [element_kind(ctx, e) for e in mapped]
                 loader.in_memory = all(k == "memory" for k in kinds)
                 loader.iterable = all(k == "iterable" for k in kinds)
                 if not (loader.in_memory or loader.iterable) and all(kinds):
                     # every dataset the factory is mapped over is in memory or iterable
                     loader.in_memory = True
-            loader.on_device = any(_moves_to_device(ctx, e) for e in chain)
+            loader.on_device = any(moves_to_device(ctx, e) for e in chain)
         return loader
 
 
@@ -936,339 +785,9 @@ class LoaderIndex:
 _WRAPPERS = frozenset({"enumerate", "zip", "tqdm", "islice", "track", "trange", "chain", "log_every"})
 
 
-def _callee(call: ast.Call) -> str:
-    text = dotted(call.func)
-    return text.rsplit(".", 1)[-1] if text else ""
-
-
-def _decorator_name(node: ast.AST) -> str:
-    if isinstance(node, ast.Call):
-        node = node.func
-    text = dotted(node)
-    return text.rsplit(".", 1)[-1] if text else ""
-
-
-def file_trains(ctx: FileContext) -> bool:
-    """Whether the file trains: a ``backward()``, an optimizer, or a Lightning ``training_step``."""
-    if ctx.method_calls("backward"):
-        return True
-    if any(ctx.calls_to(o) for o in sorted(OPTIMIZERS)):
-        return True
-    return any(fn.name == "training_step" for fn in ctx.of(*_FUNCS))
-
-
-def exclusive_branches(ctx: FileContext, a: ast.AST, b: ast.AST) -> bool:
-    """Whether ``a`` and ``b`` sit in different branches of one if/try/match statement.
-
-    Two assignments in ``if x: ... else: ...`` never both run, so neither overrides the other.
-    """
-    above_a = {id(n) for n in ctx.ancestors(a)}
-    for anc in ctx.ancestors(b):
-        if id(anc) not in above_a:
-            continue
-        if isinstance(anc, (ast.If, ast.Try)):
-            in_body = [any(ctx.within(x, s) for s in anc.body) for x in (a, b)]
-            return in_body[0] != in_body[1]
-        if type(anc).__name__ == "Match":
-            return True
-        return False
-    return False
-
-
-def under_no_grad(ctx: FileContext, node: ast.AST) -> bool:
-    """Whether ``node`` runs inside ``torch.no_grad()``/``inference_mode()`` (block or decorator)."""
-    for anc in ctx.ancestors(node):
-        if isinstance(anc, (ast.With, ast.AsyncWith)):
-            for item in anc.items:
-                if _disables_grad(ctx, item.context_expr):
-                    return True
-        elif isinstance(anc, _FUNCS):
-            if any(_disables_grad(ctx, d) for d in anc.decorator_list):
-                return True
-    return False
-
-
-def _disables_grad(ctx: FileContext, expr: ast.AST) -> bool:
-    func = expr.func if isinstance(expr, ast.Call) else expr
-    qn = ctx.qualname(func) or ""
-    if not qn.startswith("torch."):
-        return False
-    leaf = qn.rsplit(".", 1)[-1]
-    if leaf in ("no_grad", "inference_mode"):
-        return True
-    if leaf == "set_grad_enabled" and isinstance(expr, ast.Call) and expr.args:
-        return ctx.value(expr.args[0]) is False
-    return False
-
-
-def _binding_chain(ctx: FileContext, expr: ast.AST) -> Iterator[ast.AST]:
-    """``expr`` and the expressions it stands for, a few hops deep: names bound once,
-    ``self.x`` assigned once in the class, and the dataset wrapped by ``Subset(ds, ...)``."""
-    for _ in range(6):
-        yield expr
-        nxt: ast.AST | None = None
-        if isinstance(expr, ast.Name):
-            nxt = ctx.binding(expr)
-        elif isinstance(expr, ast.Attribute):
-            nxt = _self_attribute_value(ctx, expr)
-        elif isinstance(expr, ast.Call) and expr.args and _callee(expr) == "Subset":
-            nxt = expr.args[0]
-        if nxt is None:
-            return
-        expr = nxt
-
-
-def _mapped_elements(ctx: FileContext, expr: ast.AST) -> list[ast.expr] | None:
-    """The datasets a one-argument lambda is mapped over, when ``expr`` is its parameter.
-
-    ``apply_to_collection(self.datasets, Dataset, lambda x: DataLoader(x))`` or
-    ``map(lambda d: DataLoader(d), [ds_a, ds_b])``: the lambda is a generic loader factory and
-    its parameter ranges over the elements of the collection passed in the same call. Only a
-    collection the file spells out (a list/tuple literal, through names and ``self.x`` bound
-    once) counts; anything else stays unknown.
-    """
-    if not isinstance(expr, ast.Name):
-        return None
-    fn = ctx.function_of(expr)
-    if not isinstance(fn, ast.Lambda) or [a.arg for a in fn.args.args] != [expr.id]:
-        return None
-    call = ctx.parent(fn)
-    if not isinstance(call, ast.Call) or fn not in call.args:
-        return None
-    for arg in call.args:
-        if arg is fn:
-            continue
-        for value in _binding_chain(ctx, arg):
-            if isinstance(value, (ast.List, ast.Tuple)) and value.elts:
-                if any(isinstance(e, ast.Starred) for e in value.elts):
-                    return None
-                return list(value.elts)
-    return None
-
-
-def _element_kind(ctx: FileContext, expr: ast.AST) -> str | None:
-    """ "memory" or "iterable" when a dataset expression is known to be one of those, else None."""
-    chain = list(_binding_chain(ctx, expr))
-    if any(_is_in_memory(ctx, e) for e in chain):
-        return "memory"
-    if any(_is_iterable_dataset_call(ctx, e) for e in chain):
-        return "iterable"
-    return None
-
-
-def _self_attribute_value(ctx: FileContext, attr: ast.Attribute) -> ast.expr | None:
-    """The value of ``self.x`` when the enclosing class assigns ``self.x`` exactly once."""
-    if not (isinstance(attr.value, ast.Name) and attr.value.id == "self"):
-        return None
-    cls = ctx.enclosing(attr, ast.ClassDef)
-    if cls is None:
-        return None
-    found: list[ast.expr] = []
-    for node in ctx.walk(cls):
-        if isinstance(node, ast.Assign):
-            for t in node.targets:
-                if isinstance(t, ast.Attribute) and dotted(t) == dotted(attr):
-                    found.append(node.value)
-    return found[0] if len(found) == 1 else None
-
-
-_CONTAINERS = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.SetComp, ast.DictComp)
-
-
-def _is_in_memory(ctx: FileContext, expr: ast.AST) -> bool:
-    """A dataset of values already in memory: tensors (``TensorDataset``), Python containers,
-    ``range``, or a class of this file whose ``__getitem__`` only indexes its own attributes."""
-    if isinstance(expr, _CONTAINERS):
-        return True
-    if not isinstance(expr, ast.Call):
-        return False
-    if ctx.qualname(expr.func) in _TENSOR_DATASETS:
-        return True
-    if (
-        isinstance(expr.func, ast.Name)
-        and expr.func.id in ("range", "list", "tuple")
-        and expr.func.id not in ctx.imports.names
-    ):
-        return True
-    if isinstance(expr.func, ast.Name):  # ``dataset = partial(ReverseDataset, 10, 16)``; ``dataset(n)``
-        bound = ctx.binding(expr.func)
-        if isinstance(bound, ast.Call) and ctx.qualname(bound.func) == "functools.partial" and bound.args:
-            return _is_in_memory(ctx, ast.Call(func=bound.args[0], args=[], keywords=[]))
-    if isinstance(expr.func, ast.Name):
-        local = [c for c in ctx.of(ast.ClassDef) if c.name == expr.func.id]
-        if local:  # a Dataset class of this file
-            return any(indexes_own_data(c) for c in local)
-    view = ctx.project
-    if view is not None and view.imports_project:
-        resolved = view.resolve(expr.func)  # a Dataset class of another project module
-        return resolved is not None and holds_its_data(resolved.cls)
-    return False
-
-
-#: Calls that only reshape or convert data already in memory.
-_CHEAP_FUNCS = frozenset({"len", "int", "float", "min", "max", "range", "slice", "tuple", "list", "abs"})
-_CHEAP_METHODS = frozenset(
-    {
-        "clone",
-        "long",
-        "float",
-        "int",
-        "view",
-        "reshape",
-        "unsqueeze",
-        "squeeze",
-        "item",
-        "size",
-        "numel",
-        "contiguous",
-        "detach",
-        # wrapping or flipping a slice that is already in memory (``torch.tensor(ts[a:b])``,
-        # ``torch.flip(x, dims=(0,))``, ``arr.astype(np.float32)``): microseconds per sample
-        "tensor",
-        "as_tensor",
-        "from_numpy",
-        "flip",
-        "astype",
-    }
-)
-
-
-def indexes_own_data(cls: ast.ClassDef) -> bool:
-    """``__getitem__`` only slices the instance's own attributes (``return self.data[i]``,
-    possibly through locals and cheap conversions) and calls nothing that reads files or
-    transforms samples: an in-memory dataset."""
-    for item in cls.body:
-        if isinstance(item, ast.FunctionDef) and item.name == "__getitem__":
-            indexes_self = False
-            for node in ast.walk(item):
-                if isinstance(node, ast.Call):
-                    func = node.func
-                    if isinstance(func, ast.Name) and func.id in _CHEAP_FUNCS:
-                        continue
-                    if isinstance(func, ast.Attribute) and func.attr in _CHEAP_METHODS:
-                        continue
-                    return False
-                if (
-                    isinstance(node, ast.Subscript)
-                    and isinstance(node.value, ast.Attribute)
-                    and isinstance(node.value.value, ast.Name)
-                    and node.value.value.id == "self"
-                ):
-                    indexes_self = True
-            return indexes_self
-    return False
-
-
-def is_test_module(filename: str) -> bool:
-    """A test module by its own name (``test_*.py``, ``*_test.py``), wherever it lives."""
-    leaf = filename.replace("\\", "/").rsplit("/", 1)[-1]
-    return leaf.startswith("test_") or leaf.endswith("_test.py")
-
-
-def is_test_file(filename: str) -> bool:
-    """Test code (:func:`is_test_module`, ``conftest.py``, files under ``tests/``):
-    performance advice about its loaders is noise."""
-    if is_test_module(filename):
-        return True
-    parts = filename.replace("\\", "/").split("/")
-    if parts[-1] == "conftest.py":
-        return True
-    return any(p in ("tests", "testing") for p in parts[:-1])
-
-
-def _says_evaluation(ctx: FileContext, expr: ast.AST) -> bool:
-    """A dataset expression that names an evaluation split (``val_ds``, ``MNIST(train=False)``)."""
-    if isinstance(expr, ast.Name):
-        return is_evaluation_name(expr.id)
-    if isinstance(expr, ast.Attribute):
-        return is_evaluation_name(expr.attr)
-    if isinstance(expr, ast.Subscript):
-        key = expr.slice
-        return isinstance(key, ast.Constant) and isinstance(key.value, str) and is_evaluation_name(key.value)
-    if isinstance(expr, ast.Call):
-        for kw in expr.keywords:
-            if kw.arg == "train" and ctx.value(kw.value) is False:
-                return True
-            if kw.arg in ("split", "subset", "mode"):
-                v = ctx.value(kw.value)
-                if isinstance(v, str) and is_evaluation_name(v):
-                    return True
-    return False
-
-
-def _moves_to_device(ctx: FileContext, expr: ast.AST) -> bool:
-    """Whether a dataset expression builds its tensors on a device (``TensorDataset(x.cuda())``)."""
-    if not isinstance(expr, ast.Call):
-        return False
-    nodes: list[ast.AST] = list(ctx.walk(expr))
-    for arg in [*expr.args, *(k.value for k in expr.keywords)]:
-        if isinstance(arg, ast.Name):
-            bound = ctx.binding(arg)
-            if bound is not None:
-                nodes.extend(ctx.walk(bound))
-    for n in nodes:
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("cuda", "to"):
-            return True
-        if isinstance(n, ast.keyword) and n.arg == "device":
-            return True
-    return False
-
-
-def _is_iterable_dataset_call(ctx: FileContext, expr: ast.AST) -> bool:
-    """A call of an ``IterableDataset`` subclass defined in this file."""
-    if not isinstance(expr, ast.Call) or not isinstance(expr.func, ast.Name):
-        return False
-    for cls in ctx.of(ast.ClassDef):
-        if cls.name == expr.func.id:
-            for base in cls.bases:
-                text = dotted(base) or ""
-                if text.endswith("IterableDataset"):
-                    return True
-    return False
-
-
-def _is_lightning_train_hook(ctx: FileContext, fn: ast.AST) -> bool:
-    """``def train_dataloader(self)`` of a LightningModule/DataModule: the trainer iterates it
-    once per epoch (it is built once unless ``reload_dataloaders_every_n_epochs`` is set)."""
-    if getattr(fn, "name", "") != "train_dataloader":
-        return False
-    cls = ctx.parent(fn)
-    if not isinstance(cls, ast.ClassDef):
-        return False
-    for base in cls.bases:
-        text = dotted(base) or ""
-        if text.endswith(("LightningModule", "LightningDataModule")):
-            return True
-    return False
-
-
 def loader_index(ctx: FileContext) -> LoaderIndex:
     """The (cached) loader analysis of one file."""
     return ctx.shared("loaders", LoaderIndex)
-
-
-def literal_false(node: object) -> bool:
-    """Whether an argument node is the literal ``False`` (a fix may flip it in place)."""
-    return isinstance(node, ast.Constant) and node.value is False
-
-
-def known(value: object) -> bool:
-    return value is not UNKNOWN and value is not MISSING
-
-
-def drives_training(ctx: FileContext) -> bool:
-    """Whether the file trains (:func:`file_trains`) or drives training done elsewhere: an epoch
-    loop (``for epoch in range(...)``) around calls such as ``engine.train_one_epoch(...)``.
-
-    Questions about other project modules are only asked in such files, so library code that
-    merely imports its siblings never pays for reading them."""
-    if file_trains(ctx):
-        return True
-    for loop in ctx.of(ast.For):
-        target = loop.target
-        if isinstance(target, ast.Name) and "epoch" in target.id.lower():
-            return True
-    return False
 
 
 def may_build_loaders(ctx: FileContext) -> bool:

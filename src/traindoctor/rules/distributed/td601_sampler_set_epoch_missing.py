@@ -32,6 +32,7 @@ class SamplerSetEpochMissing(Rule):
     static = True
     runtime = True
     triggers = ("DistributedSampler",)
+    project_aware = True
     fixable = "never"
 
     what_it_does = """
@@ -41,6 +42,12 @@ class SamplerSetEpochMissing(Rule):
     The finding is placed at the sampler's construction. Samplers with `shuffle=False` (the order
     does not depend on the epoch), samplers of evaluation loaders, and files that call `set_epoch`
     on something the checker cannot tell apart from the sampler are not reported.
+
+    When a project helper in another module builds the sampler and its loader and returns the
+    loader (alone or in a tuple, `loader, sampler = init_data(...)`), the finding is placed at the
+    helper's call in the training script, citing the sampler's construction; it needs a script
+    with no `set_epoch` call at all and no project function it calls that calls one
+    (`shuffle_dataset(loader, epoch)`).
 
     Frameworks that set the epoch themselves are left alone: a loader returned by a Lightning
     module's `train_dataloader()` (the fit loop sets it every epoch), and a loader handed to
@@ -215,11 +222,12 @@ class SamplerSetEpochMissing(Rule):
         from traindoctor.facts.data.static import DISTRIBUTED_SAMPLER, loader_index
         from traindoctor.facts.frameworks.static import framework_sets_epoch
 
+        if any(isinstance(c.value, str) and "set_epoch" in c.value for c in ctx.of(ast.Constant)):
+            return  # getattr(x, "set_epoch") / hasattr checks: the call is there, just indirect
+        yield from self._helper_samplers(ctx)
         samplers = ctx.calls_to(DISTRIBUTED_SAMPLER)
         if not samplers:
             return
-        if any(isinstance(c.value, str) and "set_epoch" in c.value for c in ctx.of(ast.Constant)):
-            return  # getattr(x, "set_epoch") / hasattr checks: the call is there, just indirect
         index = loader_index(ctx)
         refs = {id(s): _ref_ids(index, s) for s in samplers}
         users = {id(s): [l for l in index.loaders if _uses_sampler(ctx, l, refs[id(s)])] for s in samplers}
@@ -243,6 +251,46 @@ class SamplerSetEpochMissing(Rule):
                 "is never called, so every epoch replays the same order; call "
                 "`sampler.set_epoch(epoch)` at the start of each epoch.",
                 help="Call `sampler.set_epoch(epoch)` at the start of each epoch",
+            )
+
+    def _helper_samplers(self, ctx: FileContext) -> Iterable[Finding]:
+        """A project helper builds the DistributedSampler and its loader (``loader, sampler =
+        init_data(...)``); this file iterates the loader every epoch and nothing sets the epoch:
+        no ``set_epoch`` call here, none in a project function the file calls."""
+        from traindoctor.facts.data.project import function_data
+        from traindoctor.facts.data.static import iter_training_loaders
+        from traindoctor.facts.frameworks.static import framework_sets_epoch
+
+        view = ctx.project
+        if view is None or not view.imports_project or ctx.method_calls("set_epoch"):
+            return
+        found = []
+        for loader in iter_training_loaders(ctx):
+            data = function_data(loader.factory.function) if loader.factory is not None else None
+            facts = loader.facts or (data.loader if data is not None else None)
+            if facts is None or facts.distributed_sampler is None or loader.repeated_site is None:
+                continue
+            if not framework_sets_epoch(ctx, loader):
+                found.append((loader, facts.distributed_sampler))
+        if not found:
+            return
+        for _, resolved in view.calls():
+            data = function_data(resolved.function)
+            if data is not None and data.sets_epoch:
+                return  # ``shuffle_dataset(loader, epoch)``: a helper sets it
+        for loader, place in found:
+            site = loader.repeated_site
+            loop = site.repeated_by if site is not None else None
+            where = f" (loop at line {loop.lineno})" if isinstance(loop, ast.stmt) else ""
+            name = loader.factory.name if loader.factory is not None else "a helper"
+            yield ctx.report(
+                self,
+                loader.call,
+                f"This training loader draws from a DistributedSampler built in `{name}` and is "
+                f"iterated every epoch{where}, but `set_epoch()` is never called, so every epoch "
+                "replays the same order; call `sampler.set_epoch(epoch)` at the start of each epoch.",
+                help="Call `sampler.set_epoch(epoch)` at the start of each epoch",
+                related=view.related(place, f"the DistributedSampler is built here, in `{name}`"),
             )
 
 
