@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 
 from traindoctor.facts.checkpoint.static.base import IndexPart, TrainingObjects, arg_of
-from traindoctor.facts.checkpoint.static.saves import Saves, after_training_loop
+from traindoctor.facts.checkpoint.static.saves import Saves, SaveSite, after_training_loop
 from traindoctor.facts.checkpoint.static.vocabulary import (
     COMPLETE_LOADS,
     DCP_SAVES,
@@ -146,11 +146,51 @@ class ResumeAnalysis(IndexPart):
                     continue  # reading the result back for evaluation, not resuming
                 for kind in (OPTIMIZER, SCHEDULER, SCALER):
                     if kind in restored:
+                        gaps.update((kind, k) for k in self._named_left(site, kind, loads) if k not in read_keys)
                         continue
                     gaps.update((kind, k) for k in site.saved.keys_of(kind) if k not in read_keys)
             if gaps:
                 out.append((call, sorted(gaps)))
         return out + dcp_gaps
+
+    def owner_of(self, kind: str, key: str) -> str | None:
+        """The object whose ``state_dict()`` a save of the file writes under ``key`` (for advice)."""
+        for site in self.saves.sites:
+            for piece in site.saved.pieces:
+                node = piece.node
+                if (
+                    piece.kind == kind
+                    and piece.key == key
+                    and isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "state_dict"
+                ):
+                    return dotted(node.func.value)
+        return None
+
+    def _named_left(self, site: SaveSite, kind: str, loads: list[ast.Call]) -> list[str]:
+        """Keys of a save holding the states of two or more objects of ``kind`` by name (a GAN's
+        ``"G_scaler": self.G_scaler.state_dict()`` and ``"D_scaler": ...``) whose object is never
+        restored (no ``self.G_scaler.load_state_dict``) while another of them is."""
+        named: dict[str, str] = {}
+        for piece in site.saved.pieces:
+            node = piece.node
+            if piece.kind != kind or piece.key is None:
+                continue
+            if not (
+                isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "state_dict"
+            ):
+                return []
+            name = dotted(node.func.value)
+            if name is None:
+                return []
+            named[piece.key] = name
+        if len(set(named.values())) < 2:
+            return []
+        loaded = {dotted(receiver(c)) for c in loads}
+        if not loaded & set(named.values()):
+            return []
+        return [k for k, n in named.items() if n not in loaded]
 
     def _frozen_after(self, call: ast.Call) -> bool:
         """``teacher.load_state_dict(ckpt["model"])`` followed, within the next few statements of
