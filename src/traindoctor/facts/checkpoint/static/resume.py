@@ -136,11 +136,12 @@ class ResumeAnalysis(IndexPart):
                 continue
             arg = arg_of(ctx, call, "state_dict", 0)
             key = self._loaded_key(arg) if arg is not None else None
-            if key is None or self._inference_only(call) or self._frozen_after(call):
+            keys = {key} if key is not None else self._keys_read_beside(call)
+            if not keys or self._inference_only(call) or self._frozen_after(call):
                 continue
             gaps: set[tuple[str, str]] = set()
             for site in self.saves.sites:
-                if key not in site.saved.keys_of(MODEL) or site.saved.is_opaque:
+                if not keys & set(site.saved.keys_of(MODEL)) or site.saved.is_opaque:
                     continue
                 if after_training_loop(ctx, call, site):
                     continue  # reading the result back for evaluation, not resuming
@@ -149,6 +150,11 @@ class ResumeAnalysis(IndexPart):
                         gaps.update((kind, k) for k in self._named_left(site, kind, loads) if k not in read_keys)
                         continue
                     gaps.update((kind, k) for k in site.saved.keys_of(kind) if k not in read_keys)
+            if gaps and key is None:
+                # (a model restored in two branches, ``model.module.load_state_dict`` or not: once)
+                fn = ctx.function_of(call)
+                if any(ctx.function_of(c) is fn and g == sorted(gaps) for c, g in out):
+                    continue
             if gaps:
                 out.append((call, sorted(gaps)))
         return out + dcp_gaps
@@ -232,6 +238,10 @@ class ResumeAnalysis(IndexPart):
 
         if here(ctx.method_calls("backward")) or here(ctx.method_calls("step")):
             return False
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+            kind_from_name(p.arg) == OPTIMIZER for p in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)
+        ):
+            return False  # a load helper handed the optimizer (``load_checkpoint(path, model, opt)``)
         if here(ctx.method_calls("eval")):
             return True
         return any(
@@ -289,6 +299,61 @@ class ResumeAnalysis(IndexPart):
             return None
         keys = {k.value for k in expr.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
         return keys if len(keys) == len(expr.keys) else None
+
+    def _keys_read_beside(self, call: ast.Call) -> set[str]:
+        """The keys read, in the function of the model restore ``call``, from a checkpoint that
+        function loads (``ckpt = torch.load(path)``), when the restored dict is built from them
+        in ways not followed (``saved = ckpt["model"]`` copied key by key into ``new_state_dict``,
+        one name bound to two entries): a load helper such as ``load_checkpoint(path, model,
+        optimizer)`` that restores the model from the file. Empty when the loaded dict is handed
+        to an unknown call (it may be restored there)."""
+        ctx = self.ctx
+        fn = ctx.function_of(call)
+        if fn is None:
+            return set()
+        keys: set[str] = set()
+        for node in ast.walk(fn):
+            base: ast.AST | None = None
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+                if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+                    base, key = node.value, node.slice.value
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                base, key = node.func.value, node.args[0].value
+            if isinstance(base, ast.Name) and self._is_loaded_checkpoint(base):
+                keys.add(key)
+        return keys
+
+    def _is_loaded_checkpoint(self, name: ast.Name) -> bool:
+        """Every binding of ``name`` is a ``torch.load`` (or hub read) and the loaded dict is
+        never handed to an unknown call of its scope."""
+        ctx = self.ctx
+        bound = ctx.bindings_of(name)
+        if not bound or not all(isinstance(b, ast.Call) and ctx.qualname(b.func) in _CHECKPOINT_READS for b in bound):
+            return False
+        if not any(isinstance(b, ast.Call) and ctx.qualname(b.func) in LOAD_FUNCS for b in bound):
+            return False
+        scope = ctx.scope_of(name)
+        for use in self.objects.name_uses.get(name.id, ()):
+            if ctx.scope_of(use) is not scope:
+                continue
+            parent = ctx.parent(use)
+            call = (
+                parent
+                if isinstance(parent, ast.Call)
+                else ctx.parent(parent)
+                if isinstance(parent, ast.keyword)
+                else None
+            )
+            if isinstance(call, ast.Call) and call.func is not use and not self.objects.benign_consumer(call):
+                return False
+        return True
 
     def _loaded_key(self, arg: ast.AST) -> str | None:
         """``"model"`` for ``ckpt["model"]`` / ``ckpt.get("model")`` where ``ckpt = torch.load(...)``."""
