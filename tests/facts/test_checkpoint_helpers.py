@@ -284,3 +284,27 @@ def test_a_load_helper_that_hands_the_loaded_dict_on_is_silent() -> None:
         'optimizer.load_state_dict(checkpoint_dict["optimizer"])', "restore_optimizer(optimizer, checkpoint_dict)"
     )
     assert [c for c, _ in checkpoint_found(edited) if c == "TD505"] == []
+
+
+def test_a_restore_in_the_other_branch_than_the_load_is_not_the_resume() -> None:
+    """A Caffe2 import beside the torch checkpoint's restore: only the restore after the
+    ``torch.load`` on its own path is the resume, reported once."""
+    src = """
+    import torch
+
+    def load_checkpoint(path, model, optimizer=None, convert_from_caffe2=False):
+        if convert_from_caffe2:
+            blobs = read_caffe2(path)
+            model.load_state_dict(convert(blobs), strict=False)
+        else:
+            checkpoint = torch.load(path, map_location="cpu")
+            weights = checkpoint["model_state"]
+            weights = rename(weights)
+            model.load_state_dict(weights)
+            epoch = checkpoint["epoch"]
+        return epoch
+
+    def save_checkpoint(path, model, optimizer, epoch):
+        torch.save({"epoch": epoch, "model_state": model.state_dict(), "optimizer_state": optimizer.state_dict()}, path)
+    """
+    assert [(c, r) for c, r in checkpoint_found(src) if c == "TD505"] == [("TD505", 11)]

@@ -19,9 +19,9 @@ from traindoctor.facts.checkpoint.static.contents import SaveContents
 from traindoctor.facts.checkpoint.static.loops import TrainingLoops
 from traindoctor.facts.checkpoint.static.paths import CheckpointPaths
 from traindoctor.facts.checkpoint.static.saves import Saves, SaveSite
-from traindoctor.facts.checkpoint.static.vocabulary import RX_MODELISH, kind_from_name
+from traindoctor.facts.checkpoint.static.vocabulary import kind_from_name
 from traindoctor.static.names import dotted
-from traindoctor.static.vocab import DATA, MODEL, OPAQUE, OPTIMIZER, RNG_ANY, RNG_KINDS, SCALER, SCHEDULER
+from traindoctor.static.vocab import DATA, MODEL, OPTIMIZER, RNG_ANY, RNG_KINDS, SCALER, SCHEDULER
 
 #: Keys of a step/epoch counter saved beside the weights: the save is meant to be resumed from.
 _RX_COUNTER_KEY = re.compile(r"^(epochs?|steps?|global_steps?|iters?|iterations?|iter_num|it)$")
@@ -201,15 +201,8 @@ class TrainingCheckpoints(IndexPart):
         return self._pairs_first_of_repeats(out)
 
     def _holds_weights(self, site: SaveSite) -> bool:
-        """Model weights, or a value saved under a key that names them (``"model_state":
-        sub_to_normal_bn(sd)``)."""
-        return site.saved.has(MODEL) or any(
-            p.kind == OPAQUE
-            and p.key is not None
-            and kind_from_name(p.key) is None
-            and RX_MODELISH.search(p.key.lower())
-            for p in site.saved.pieces
-        )
+        """Model weights, or a value saved under a key that names them."""
+        return bool(site.saved.weight_keys())
 
     def _passes_through(self, site: SaveSite) -> bool:
         """A save wrapper's own ``torch.save(*args, **kwargs)`` (or of its parameter): what it

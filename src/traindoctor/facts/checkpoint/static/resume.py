@@ -141,7 +141,7 @@ class ResumeAnalysis(IndexPart):
                 continue
             gaps: set[tuple[str, str]] = set()
             for site in self.saves.sites:
-                if not keys & set(site.saved.keys_of(MODEL)) or site.saved.is_opaque:
+                if not keys & site.saved.weight_keys() or site.saved.is_opaque:
                     continue
                 if after_training_loop(ctx, call, site):
                     continue  # reading the result back for evaluation, not resuming
@@ -326,9 +326,27 @@ class ResumeAnalysis(IndexPart):
                 and isinstance(node.args[0].value, str)
             ):
                 base, key = node.func.value, node.args[0].value
-            if isinstance(base, ast.Name) and self._is_loaded_checkpoint(base):
+            if isinstance(base, ast.Name) and self._is_loaded_checkpoint(base) and self._loaded_before(base, call):
                 keys.add(key)
         return keys
+
+    def _loaded_before(self, name: ast.Name, call: ast.Call) -> bool:
+        """Some ``torch.load`` bound to ``name`` runs before ``call`` on the same path (not in the
+        other branch of an ``if``: a Caffe2 import beside the torch checkpoint's restore)."""
+        ctx = self.ctx
+        for bound in ctx.bindings_of(name) or ():
+            if bound is None or (bound.lineno, bound.col_offset) >= (call.lineno, call.col_offset):
+                continue
+            exclusive = False
+            for anc in ctx.ancestors(bound):
+                if isinstance(anc, ast.If) and ctx.within(call, anc):
+                    in_body = any(ctx.within(bound, b) for b in anc.body)
+                    call_in_body = any(ctx.within(call, b) for b in anc.body)
+                    exclusive = in_body != call_in_body
+                    break
+            if not exclusive:
+                return True
+        return False
 
     def _is_loaded_checkpoint(self, name: ast.Name) -> bool:
         """Every binding of ``name`` is a ``torch.load`` (or hub read) and the loaded dict is
