@@ -365,8 +365,14 @@ class TrainingCheckpoints(IndexPart):
         """
         ordered = sorted(sites, key=lambda s: (s.report.lineno, s.report.col_offset))
         seen: set[_ObjectKey] = set()
+        reports: set[int] = set()
         out: list[SaveSite] = []
         for site in ordered:
+            if site.report is site.call and site.contexts != [site.call]:
+                # (one helper save read at each of its callers: one finding, at the save)
+                if id(site.call) in reports:
+                    continue
+                reports.add(id(site.call))
             key = self._saved_object_key(site)
             if key is not None and key in seen:
                 continue
