@@ -308,3 +308,28 @@ def test_a_restore_in_the_other_branch_than_the_load_is_not_the_resume() -> None
         torch.save({"epoch": epoch, "model_state": model.state_dict(), "optimizer_state": optimizer.state_dict()}, path)
     """
     assert [(c, r) for c, r in checkpoint_found(src) if c == "TD505"] == [("TD505", 11)]
+
+
+def test_a_save_of_the_parsed_arguments_holds_no_training_state() -> None:
+    """``torch.save(args, "args.pyT")`` (DeiT-style scripts) writes the run's config: it no longer
+    stands for a save that may hold the optimizer, so the weights-only checkpoint is reported."""
+    src = """
+    import argparse
+    import torch
+
+    def main(args):
+        torch.save(args, args.output_dir + "/args.pyT")
+        optimizer = torch.optim.AdamW(model.parameters())
+        for epoch in range(args.epochs):
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss_fn(model(x), y).backward()
+                optimizer.step()
+            torch.save({"model": model.state_dict(), "epoch": epoch}, args.output_dir + "/checkpoint.pth")
+
+    if __name__ == "__main__":
+        parser = argparse.ArgumentParser()
+        args = parser.parse_args()
+        main(args)
+    """
+    assert [(c, r) for c, r in checkpoint_found(src) if c == "TD501"] == [("TD501", 12)]

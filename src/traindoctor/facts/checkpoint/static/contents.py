@@ -239,6 +239,9 @@ class SaveContents(IndexPart):
             self._call(node, key, out, subst, depth, top)
             return
         if isinstance(node, ast.Name):
+            if top and key is None and node.id in self.ctx.parsed_args_names:
+                add(Piece(META, key, node))  # ``torch.save(args, "args.pyT")``: the run's config
+                return
             self._name(node, key, out, subst, depth, top)
             return
         if isinstance(node, ast.Attribute):
