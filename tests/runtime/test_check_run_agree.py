@@ -24,6 +24,8 @@ EXPECTED = {
     "best_model_resumed.py": {("TD501", 24)},  # the resume path reads it back
     "periodic_weights.py": {("TD501", 20)},  # weights saved every epoch
     "full_without_rng.py": {("TD504", 18)},  # optimizer and epoch, but no RNG state
+    # the periodic checkpoint lacks the optimizer state that only the best-so-far save holds
+    "periodic_beside_best.py": {("TD501", 19)},
     "complete_checkpoint.py": set(),  # traindoctor.checkpoint.save holds everything
     # Shaped like real scripts (issue 9's rerun): a best-so-far guard recognised by its shape
     # (`if score > top: top = score`), whatever the names say.

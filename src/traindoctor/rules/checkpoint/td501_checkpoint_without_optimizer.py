@@ -317,6 +317,30 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
                 f"run restarts momentum/Adam moments; save `{save}` with them.",
                 help=f"Save `{save}` in the checkpoint",
             )
+        reported = {id(site.report) for site in idx.checkpoints.model_only_in_loop()}
+        for site in idx.checkpoints.missing_beside_best(OPTIMIZER):
+            if id(site.report) in reported:
+                continue
+            reported.add(id(site.report))
+            yield ctx.report(
+                self,
+                site.report,
+                f"This checkpoint saves model weights without the optimizer state (only the "
+                f"best-so-far save holds it), so a run resumed from it restarts momentum/Adam "
+                f"moments; save `{opt}.state_dict()` with them.",
+                help=f"Save `{opt}.state_dict()` in the checkpoint",
+            )
+        for site, param in idx.checkpoints.left_out_by_helper(OPTIMIZER):
+            if id(site.report) in reported:
+                continue
+            yield ctx.report(
+                self,
+                site.report,
+                f"This checkpoint helper is handed `{param}` but saves the weights and the training "
+                f"position without its state, so a resumed run restarts momentum/Adam moments; save "
+                f"`{param}.state_dict()` with them.",
+                help=f"Save `{param}.state_dict()` in the checkpoint",
+            )
         for site, missing in idx.checkpoints.optimizers_left_out():
             names = ", ".join(f"`{n}.state_dict()`" for n in missing)
             yield ctx.report(

@@ -216,6 +216,35 @@ torch.save(
         from traindoctor.static.vocab import SCHEDULER
 
         idx = checkpoint_index(ctx)
+        for site, missing in idx.checkpoints.left_out(SCHEDULER):
+            names = ", ".join(f"`{n}.state_dict()`" for n in missing)
+            yield ctx.report(
+                self,
+                site.report,
+                f"This checkpoint saves the state of some LR schedulers but not of "
+                f"{', '.join(f'`{n}`' for n in missing)}, so a resumed run restarts the schedule of each; "
+                f"save {names} too.",
+                help=f"Save {names} in the checkpoint",
+            )
+        for site in idx.checkpoints.missing_beside_best(SCHEDULER):
+            owner = idx.objects.first_name(SCHEDULER, "scheduler")
+            yield ctx.report(
+                self,
+                site.report,
+                f"This checkpoint does not save the LR scheduler's state (only the best-so-far save "
+                f"holds it), so a run resumed from it restarts the schedule; save "
+                f"`{owner}.state_dict()` with it.",
+                help=f"Save `{owner}.state_dict()` in the checkpoint",
+            )
+        for site, param in idx.checkpoints.left_out_by_helper(SCHEDULER):
+            yield ctx.report(
+                self,
+                site.report,
+                f"This checkpoint helper is handed `{param}` but saves the weights and the training "
+                f"position without its state, so a resumed run restarts the schedule; save "
+                f"`{param}.state_dict()` with them.",
+                help=f"Save `{param}.state_dict()` in the checkpoint",
+            )
         schedulers = idx.objects.exists(SCHEDULER)
         if not schedulers or idx.saves.may_hold_anywhere(SCHEDULER):
             return

@@ -195,7 +195,7 @@ start_epoch = ckpt["epoch"] + 1
         for call, gaps in idx.resume.resume_gaps():
             what = ", ".join(f'{_WHAT[kind]} (saved as "{key}")' for kind, key in gaps)
             kind, _key = gaps[0]
-            owner = idx.objects.first_name(kind, _DEFAULT[kind])
+            owner = idx.resume.owner_of(kind, _key) or idx.objects.first_name(kind, _DEFAULT[kind])
             if ctx.qualname(call.func) in DCP_LOADS:
                 yield ctx.report(
                     self,

@@ -60,6 +60,11 @@ class TrainingObjects:
                 target = _assigned_name(ctx, call, first_of_tuple=True)
             self.built[kind].setdefault(target or f"<{kind}@{call.lineno}>", call)
 
+    @property
+    def has_optimizer(self) -> bool:
+        """The file builds an optimizer (or assigns one from a call named like one)."""
+        return bool(self.built[OPTIMIZER]) or bool(self.named_optimizers)
+
     def exists(self, kind: str) -> list[tuple[str, ast.Call]]:
         """(name, constructor) of each object of ``kind`` the file builds, in source order."""
         items = sorted(self.built.get(kind, {}).items(), key=lambda kv: (kv[1].lineno, kv[1].col_offset))

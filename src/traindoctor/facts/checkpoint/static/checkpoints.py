@@ -19,6 +19,7 @@ from traindoctor.facts.checkpoint.static.contents import SaveContents
 from traindoctor.facts.checkpoint.static.loops import TrainingLoops
 from traindoctor.facts.checkpoint.static.paths import CheckpointPaths
 from traindoctor.facts.checkpoint.static.saves import Saves, SaveSite
+from traindoctor.facts.checkpoint.static.vocabulary import kind_from_name
 from traindoctor.static.names import dotted
 from traindoctor.static.vocab import DATA, MODEL, OPTIMIZER, RNG_ANY, RNG_KINDS, SCALER, SCHEDULER
 
@@ -84,17 +85,22 @@ class TrainingCheckpoints(IndexPart):
 
     def optimizers_left_out(self) -> list[tuple[SaveSite, list[str]]]:
         """Training checkpoints that save the state of some of the file's optimizers but not of
-        another it builds (a GAN's ``optim_G`` saved, ``optim_D`` not): (save, missing names).
-        Judged by name only where every optimizer state the save holds is ``<name>.state_dict()``
-        of an optimizer the file builds under that name; plain SGD without momentum keeps no
-        state and is never missing."""
-        built = [(n, c) for n, c in self.objects.exists(OPTIMIZER) if not n.startswith("<")]
+        another it builds (a GAN's ``optim_G`` saved, ``optim_D`` not): see :meth:`left_out`."""
+        return self.left_out(OPTIMIZER)
+
+    def left_out(self, kind: str) -> list[tuple[SaveSite, list[str]]]:
+        """Training checkpoints that save the state of some of the file's objects of ``kind``
+        (optimizers, schedulers, scalers) but not of another it builds (a GAN's ``sched_G``
+        saved, ``sched_D`` not): (save, missing names). Judged by name only where every state of
+        ``kind`` the save holds is ``<name>.state_dict()`` of an object the file builds under
+        that name; plain SGD without momentum keeps no state and is never missing."""
+        built = [(n, c) for n, c in self.objects.exists(kind) if not n.startswith("<")]
         if len(built) < 2 or self.saves.complete_saves or self.in_test_code:
             return []
-        stateful = {n for n, c in built if not self.objects.stateless(c)}
+        stateful = {n for n, c in built if kind != OPTIMIZER or not self.objects.stateless(c)}
         out: list[tuple[SaveSite, list[str]]] = []
-        for site in self.training_checkpoints():
-            pieces = [p for p in site.saved.pieces if p.kind == OPTIMIZER]
+        for site in self._holding_checkpoints(kind):
+            pieces = [p for p in site.saved.pieces if p.kind == kind]
             saved: set[str] = set()
             for piece in pieces:
                 node = piece.node
@@ -112,6 +118,115 @@ class TrainingCheckpoints(IndexPart):
             if missing:
                 out.append((site, missing))
         return out
+
+    def missing_beside_best(self, kind: str) -> list[SaveSite]:
+        """Periodic checkpoints in the training loop (weights and resume state, no best-so-far
+        guard, no export name) without a state of ``kind`` that only the file's best-so-far or
+        export saves hold (``checkpoint.pth`` without the optimizer, ``best_model.pth`` with it):
+        the file-level view would take the export's state for the checkpoint's."""
+        if self.saves.complete_saves or self.saves.opaque_saves or self.in_test_code:
+            return []
+        if kind == SCHEDULER and self.saves._schedule_position_set_by_hand:
+            return []
+        holders = [s for s in self.saves.sites if s.saved.may_hold(kind) and not self._passes_through(s)]
+        if not holders or any(not self._export_like(s) for s in holders):
+            return []
+        sites = [
+            s
+            for s in self.saves.sites
+            if s.in_training_loop
+            and not s.saved.is_opaque
+            and not s.saved.may_hold(kind)
+            and not self._passes_through(s)
+            and self._holds_weights(s)
+            and self.holds_resume_state(s)
+            and not self._export_like(s)
+        ]
+        return self._first_of_repeats(sites)
+
+    def _export_like(self, site: SaveSite) -> bool:
+        """A best-so-far save or one whose path says export (``best``, ``final``, ...)."""
+        facts = self.save_facts(site)
+        return facts.quality_guarded or facts.export_name
+
+    def _holding_checkpoints(self, kind: str) -> list[SaveSite]:
+        """The training checkpoints, and the saves that hold weights beside a state of ``kind``
+        and are no export (a GAN's ``{"GAN": ..., "G_scaler": ...}`` written by a ``save()``
+        method): a save that carries a scheduler or scaler is meant to be resumed from."""
+        sites = self.training_checkpoints()
+        if kind == OPTIMIZER:
+            return sites
+        seen = {id(s) for s in sites}
+        for site in self.saves.sites:
+            if id(site) in seen or not site.saved.has(kind) or not self._holds_weights(site):
+                continue
+            facts = self.save_facts(site)
+            if not (facts.quality_guarded or facts.export_name):
+                sites.append(site)
+        return self._first_of_repeats(sites)
+
+    def left_out_by_helper(self, kind: str) -> list[tuple[SaveSite, str]]:
+        """Saves in a checkpoint helper that is handed an optimizer (scheduler, scaler) as a
+        parameter but writes the weights and the training position without its state
+        (``def save_checkpoint(model, optimizer, epoch, path): torch.save({"model": ...,
+        "epoch": epoch}, path)``): (save, parameter name).
+
+        The helper may sit in a module that builds nothing (``utils.py``); what it is handed says
+        what it should save. Silent where any save of the file may hold ``kind``, for a save whose
+        object is unknown, for exports (a path that says ``best``/``final``, a best-so-far guard)
+        and for a save read at the callers of a local helper (those callers are judged instead)."""
+        if self.saves.complete_saves or self.saves.opaque_saves or self.in_test_code:
+            return []
+        if any(s.saved.may_hold(kind) for s in self.saves.sites if not self._passes_through(s)):
+            return []
+        if kind == SCHEDULER and self.saves.may_hold_anywhere(SCHEDULER):
+            return []  # (the schedule's position set by hand)
+        config = self.ctx.parsed_args_names
+        out: list[tuple[SaveSite, str]] = []
+        for site in self.saves.sites:
+            fn = self.ctx.function_of(site.call)
+            if site.report is not site.call or not isinstance(fn, FUNCTION_DEFS):
+                continue
+            saved = site.saved
+            if saved.is_opaque or not self._holds_weights(site) or saved.may_hold(kind):
+                continue
+            names = [p.arg for p in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]
+            handed = [n for n in names if n not in ("self", "cls") and n not in config and kind_from_name(n) == kind]
+            if not handed or not self._holds_position(site):
+                continue
+            facts = self.save_facts(site)
+            if facts.quality_guarded or facts.export_name:
+                continue
+            out.append((site, handed[0]))
+        return self._pairs_first_of_repeats(out)
+
+    def _holds_weights(self, site: SaveSite) -> bool:
+        """Model weights, or a value saved under a key that names them."""
+        return bool(site.saved.weight_keys())
+
+    def _passes_through(self, site: SaveSite) -> bool:
+        """A save wrapper's own ``torch.save(*args, **kwargs)`` (or of its parameter): what it
+        writes is judged at the wrapper's calls."""
+        obj = site.obj
+        if not isinstance(self.ctx.function_of(site.call), FUNCTION_DEFS):
+            return False
+        if obj is None:
+            return any(isinstance(a, ast.Starred) for a in site.call.args) or any(
+                k.arg is None for k in site.call.keywords
+            )
+        return isinstance(obj, ast.Name) and self.objects.is_param_only(obj)
+
+    def _holds_position(self, site: SaveSite) -> bool:
+        """A step/epoch counter (any spelling) saved beside the weights."""
+        return any(
+            p.key is not None and (_RX_COUNTER_KEY.match(p.key.lower()) or _RX_POSITION_WORD.search(p.key.lower()))
+            for p in site.saved.pieces
+        )
+
+    def _pairs_first_of_repeats(self, pairs: list[tuple[SaveSite, str]]) -> list[tuple[SaveSite, str]]:
+        """``pairs`` keeping the sites :meth:`_first_of_repeats` keeps."""
+        kept = {id(s) for s in self._first_of_repeats([s for s, _ in pairs])}
+        return [(s, n) for s, n in pairs if id(s) in kept]
 
     def model_only_in_loop(self) -> list[SaveSite]:
         """Model-weight saves in the training loop of a training file with no optimizer state
@@ -250,8 +365,14 @@ class TrainingCheckpoints(IndexPart):
         """
         ordered = sorted(sites, key=lambda s: (s.report.lineno, s.report.col_offset))
         seen: set[_ObjectKey] = set()
+        reports: set[int] = set()
         out: list[SaveSite] = []
         for site in ordered:
+            if site.report is site.call and site.contexts != [site.call]:
+                # (one helper save read at each of its callers: one finding, at the save)
+                if id(site.call) in reports:
+                    continue
+                reports.add(id(site.call))
             key = self._saved_object_key(site)
             if key is not None and key in seen:
                 continue

@@ -177,6 +177,16 @@ class Saved:
         """The whole object is unknown (not a dict or value we could read)."""
         return any(p.kind == OPAQUE and p.key is None for p in self.pieces)
 
+    def weight_keys(self) -> set[str]:
+        """The keys the model weights are saved under, including a value of unknown kind whose key
+        names weights (``"model_state": sub_to_normal_bn(sd)``)."""
+        keys = set(self.keys_of(MODEL))
+        for p in self.pieces:
+            if p.kind == OPAQUE and p.key is not None and kind_from_name(p.key) is None:
+                if RX_MODELISH.search(p.key.lower()):
+                    keys.add(p.key)
+        return keys
+
     def keys_of(self, kind: str) -> list[str]:
         """The top-level dict keys the pieces of ``kind`` are saved under, sorted."""
         return sorted({p.key for p in self.pieces if p.kind == kind and p.key is not None})
@@ -229,6 +239,9 @@ class SaveContents(IndexPart):
             self._call(node, key, out, subst, depth, top)
             return
         if isinstance(node, ast.Name):
+            if top and key is None and node.id in self.ctx.parsed_args_names:
+                add(Piece(META, key, node))  # ``torch.save(args, "args.pyT")``: the run's config
+                return
             self._name(node, key, out, subst, depth, top)
             return
         if isinstance(node, ast.Attribute):

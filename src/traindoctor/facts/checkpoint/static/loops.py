@@ -9,6 +9,7 @@ step, so a save inside it runs mid-epoch. A framework hook called every epoch or
 from __future__ import annotations
 
 import ast
+import re
 from functools import cached_property
 
 from traindoctor.facts.checkpoint.static.base import FUNCTION_DEFS, IndexPart
@@ -32,6 +33,11 @@ _PERIODIC_HOOKS = frozenset(
         "on_save",  # TrainerCallback
     }
 )
+
+
+#: Names of functions that train (``train_one_epoch``, ``train_epoch``, ``fit``): handed the
+#: optimizer, they step it, through ``loss.backward()`` or a scaler's ``__call__`` alike.
+_RX_TRAIN_FUNCTION = re.compile(r"^_?(train|fit)(_|$)|_train_(one_)?(epoch|step)$")
 
 
 class TrainingLoops(IndexPart):
@@ -70,6 +76,12 @@ class TrainingLoops(IndexPart):
                     level[fn.name] = "step"
                 else:
                     level.setdefault(fn.name, "epoch")
+        for call in self.project_training_calls:
+            loops = ctx.enclosing_loops(call)
+            training.update(id(l) for l in loops)
+            fn = ctx.function_of(call)
+            if loops and isinstance(fn, FUNCTION_DEFS):
+                level.setdefault(fn.name, "epoch")
         changed = True
         seen: set[int] = set()
         while changed:
@@ -89,6 +101,25 @@ class TrainingLoops(IndexPart):
                     level[fn.name] = "step" if (not loops and level[name] == "step") else "epoch"
         return training, batch
 
+    @cached_property
+    def project_training_calls(self) -> list[ast.Call]:
+        """Calls of a function of another project module that runs ``backward()`` (or is named
+        like one that trains) and is handed an optimizer of this file (``train_one_epoch(model, loader, optimizer, ...)`` imported
+        from ``engine.py``): the file trains through it, one epoch (or more) per call."""
+        ctx = self.ctx
+        view = ctx.project
+        if view is None or not self.objects.has_optimizer:
+            return []
+        out = []
+        for call, resolved in view.calls():
+            facts = resolved.function
+            if facts is None or not (facts.backward or _RX_TRAIN_FUNCTION.search(facts.name)):
+                continue
+            args = [*call.args, *(k.value for k in call.keywords)]
+            if any(self.objects.classify(a) == OPTIMIZER for a in args if isinstance(a, (ast.Name, ast.Attribute))):
+                out.append(call)
+        return out
+
     @property
     def batch_loops(self) -> set[int]:
         """Ids of the loops that run one training step per iteration (a save inside is mid-epoch)."""
@@ -97,8 +128,7 @@ class TrainingLoops(IndexPart):
     @property
     def trains(self) -> bool:
         """The file builds an optimizer and runs backward / optimizer steps."""
-        has_opt = bool(self.objects.built[OPTIMIZER]) or bool(self.objects.named_optimizers)
-        return has_opt and bool(self.train_markers)
+        return self.objects.has_optimizer and bool(self.train_markers or self.project_training_calls)
 
     def in_training_loop(self, node: ast.AST) -> bool:
         """Whether ``node`` runs inside a training loop."""

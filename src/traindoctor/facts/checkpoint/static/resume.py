@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 
 from traindoctor.facts.checkpoint.static.base import IndexPart, TrainingObjects, arg_of
-from traindoctor.facts.checkpoint.static.saves import Saves, after_training_loop
+from traindoctor.facts.checkpoint.static.saves import Saves, SaveSite, after_training_loop
 from traindoctor.facts.checkpoint.static.vocabulary import (
     COMPLETE_LOADS,
     DCP_SAVES,
@@ -136,21 +136,67 @@ class ResumeAnalysis(IndexPart):
                 continue
             arg = arg_of(ctx, call, "state_dict", 0)
             key = self._loaded_key(arg) if arg is not None else None
-            if key is None or self._inference_only(call) or self._frozen_after(call):
+            keys = {key} if key is not None else self._keys_read_beside(call)
+            if not keys or self._inference_only(call) or self._frozen_after(call):
                 continue
             gaps: set[tuple[str, str]] = set()
             for site in self.saves.sites:
-                if key not in site.saved.keys_of(MODEL) or site.saved.is_opaque:
+                if not keys & site.saved.weight_keys() or site.saved.is_opaque:
                     continue
                 if after_training_loop(ctx, call, site):
                     continue  # reading the result back for evaluation, not resuming
                 for kind in (OPTIMIZER, SCHEDULER, SCALER):
                     if kind in restored:
+                        gaps.update((kind, k) for k in self._named_left(site, kind, loads) if k not in read_keys)
                         continue
                     gaps.update((kind, k) for k in site.saved.keys_of(kind) if k not in read_keys)
+            if gaps and key is None:
+                # (a model restored in two branches, ``model.module.load_state_dict`` or not: once)
+                fn = ctx.function_of(call)
+                if any(ctx.function_of(c) is fn and g == sorted(gaps) for c, g in out):
+                    continue
             if gaps:
                 out.append((call, sorted(gaps)))
         return out + dcp_gaps
+
+    def owner_of(self, kind: str, key: str) -> str | None:
+        """The object whose ``state_dict()`` a save of the file writes under ``key`` (for advice)."""
+        for site in self.saves.sites:
+            for piece in site.saved.pieces:
+                node = piece.node
+                if (
+                    piece.kind == kind
+                    and piece.key == key
+                    and isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "state_dict"
+                ):
+                    return dotted(node.func.value)
+        return None
+
+    def _named_left(self, site: SaveSite, kind: str, loads: list[ast.Call]) -> list[str]:
+        """Keys of a save holding the states of two or more objects of ``kind`` by name (a GAN's
+        ``"G_scaler": self.G_scaler.state_dict()`` and ``"D_scaler": ...``) whose object is never
+        restored (no ``self.G_scaler.load_state_dict``) while another of them is."""
+        named: dict[str, str] = {}
+        for piece in site.saved.pieces:
+            node = piece.node
+            if piece.kind != kind or piece.key is None:
+                continue
+            if not (
+                isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "state_dict"
+            ):
+                return []
+            name = dotted(node.func.value)
+            if name is None:
+                return []
+            named[piece.key] = name
+        if len(set(named.values())) < 2:
+            return []
+        loaded = {dotted(receiver(c)) for c in loads}
+        if not loaded & set(named.values()):
+            return []
+        return [k for k, n in named.items() if n not in loaded]
 
     def _frozen_after(self, call: ast.Call) -> bool:
         """``teacher.load_state_dict(ckpt["model"])`` followed, within the next few statements of
@@ -192,6 +238,10 @@ class ResumeAnalysis(IndexPart):
 
         if here(ctx.method_calls("backward")) or here(ctx.method_calls("step")):
             return False
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+            kind_from_name(p.arg) == OPTIMIZER for p in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)
+        ):
+            return False  # a load helper handed the optimizer (``load_checkpoint(path, model, opt)``)
         if here(ctx.method_calls("eval")):
             return True
         return any(
@@ -249,6 +299,79 @@ class ResumeAnalysis(IndexPart):
             return None
         keys = {k.value for k in expr.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
         return keys if len(keys) == len(expr.keys) else None
+
+    def _keys_read_beside(self, call: ast.Call) -> set[str]:
+        """The keys read, in the function of the model restore ``call``, from a checkpoint that
+        function loads (``ckpt = torch.load(path)``), when the restored dict is built from them
+        in ways not followed (``saved = ckpt["model"]`` copied key by key into ``new_state_dict``,
+        one name bound to two entries): a load helper such as ``load_checkpoint(path, model,
+        optimizer)`` that restores the model from the file. Empty when the loaded dict is handed
+        to an unknown call (it may be restored there)."""
+        ctx = self.ctx
+        fn = ctx.function_of(call)
+        if fn is None:
+            return set()
+        keys: set[str] = set()
+        for node in ast.walk(fn):
+            base: ast.AST | None = None
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+                if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+                    base, key = node.value, node.slice.value
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                base, key = node.func.value, node.args[0].value
+            if isinstance(base, ast.Name) and self._is_loaded_checkpoint(base) and self._loaded_before(base, call):
+                keys.add(key)
+        return keys
+
+    def _loaded_before(self, name: ast.Name, call: ast.Call) -> bool:
+        """Some ``torch.load`` bound to ``name`` runs before ``call`` on the same path (not in the
+        other branch of an ``if``: a Caffe2 import beside the torch checkpoint's restore)."""
+        ctx = self.ctx
+        for bound in ctx.bindings_of(name) or ():
+            if bound is None or (bound.lineno, bound.col_offset) >= (call.lineno, call.col_offset):
+                continue
+            exclusive = False
+            for anc in ctx.ancestors(bound):
+                if isinstance(anc, ast.If) and ctx.within(call, anc):
+                    in_body = any(ctx.within(bound, b) for b in anc.body)
+                    call_in_body = any(ctx.within(call, b) for b in anc.body)
+                    exclusive = in_body != call_in_body
+                    break
+            if not exclusive:
+                return True
+        return False
+
+    def _is_loaded_checkpoint(self, name: ast.Name) -> bool:
+        """Every binding of ``name`` is a ``torch.load`` (or hub read) and the loaded dict is
+        never handed to an unknown call of its scope."""
+        ctx = self.ctx
+        bound = ctx.bindings_of(name)
+        if not bound or not all(isinstance(b, ast.Call) and ctx.qualname(b.func) in _CHECKPOINT_READS for b in bound):
+            return False
+        if not any(isinstance(b, ast.Call) and ctx.qualname(b.func) in LOAD_FUNCS for b in bound):
+            return False
+        scope = ctx.scope_of(name)
+        for use in self.objects.name_uses.get(name.id, ()):
+            if ctx.scope_of(use) is not scope:
+                continue
+            parent = ctx.parent(use)
+            call = (
+                parent
+                if isinstance(parent, ast.Call)
+                else ctx.parent(parent)
+                if isinstance(parent, ast.keyword)
+                else None
+            )
+            if isinstance(call, ast.Call) and call.func is not use and not self.objects.benign_consumer(call):
+                return False
+        return True
 
     def _loaded_key(self, arg: ast.AST) -> str | None:
         """``"model"`` for ``ckpt["model"]`` / ``ckpt.get("model")`` where ``ckpt = torch.load(...)``."""

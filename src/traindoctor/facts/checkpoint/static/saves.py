@@ -160,6 +160,9 @@ class Saves(IndexPart):
         substituted = callers and any(
             isinstance(e, ast.Name) and e.id in params and self.objects.is_param_only(e) for e in (obj, path)
         )
+        # The helper builds what it saves (only its path comes from the caller): the helper decides
+        # what is saved, so findings go to its own save, as the doctor reports the save it sees.
+        builds_own = not (isinstance(obj, ast.Name) and obj.id in params and self.objects.is_param_only(obj))
         if substituted and isinstance(fn, FUNCTION_DEFS):  # (callers are only looked for in a def)
             for caller in callers:
                 subst = {name: _call_arg(caller, name, pos, params_is_method(fn)) for name, pos in params.items()}
@@ -167,7 +170,7 @@ class Saves(IndexPart):
                 path_expr = path
                 if isinstance(path, ast.Name) and path.id in subst and self.objects.is_param_only(path):
                     path_expr = subst[path.id]
-                self._append(SaveSite(call, caller, [caller], obj, path_expr, saved))
+                self._append(SaveSite(call, call if builds_own else caller, [caller], obj, path_expr, saved))
         else:
             contexts = list(callers) if callers else [call]
             self._append(SaveSite(call, call, contexts, obj, path, self.contents.analyze(obj)))

@@ -70,7 +70,7 @@ RX_MODELISH = re.compile(
 #: Dict keys that name plain metadata: an opaque value under them holds no training state.
 _RX_META_KEY = re.compile(
     r"^(epochs?|steps?|global_steps?|iters?|iterations?|it|batch(_idx)?|best\w*|\w*loss\w*|\w*acc\w*|"
-    r"\w*metric\w*|\w*score\w*|lr|args|config|cfg|hparams|hyper_parameters|hyperparameters|arch|"
+    r"\w*metric\w*|\w*score\w*|lr|learning_rates?|\w+_lr|args|config|cfg|hparams|hyper_parameters|hyperparameters|arch|"
     r"name|model_name|version|\w*time\w*|date|seed|opts?_args|num_\w+|\w*perplexity\w*|\w*bleu\w*|"
     r"\w*f1\w*|\w*auc\w*|\w*map\w*|tokenizer\w*|vocab\w*|classes|class_names|labels?|git\w*|"
     r"commit|\w*info|notes?|host\w*|user|desc\w*|tags?|\w*_id|id|env\w*|platform|torch_version|"
