@@ -558,14 +558,18 @@ def _model_of_value(ctx: FileContext, expr: ast.AST, depth: int, _seen: frozense
             return UNKNOWN_MODEL
         infos: list[ModelInfo] = []
         seen = _seen | {id(b) for b in bound if b is not None}
-        unpacked = None
+        unpacked: list[ModelInfo | None] | None = None
         for value in bound:
             if value is None:
-                # ``model, optimizer = amp.initialize(model, optimizer)``: handed back, not new
-                unpacked = _pass_through_unpackings(ctx, expr) if unpacked is None else unpacked
-                if unpacked <= 0:
+                # ``args, model = setup(args)``, ``model, opt = amp.initialize(model, opt)``, a
+                # parameter: what the call returns there, or what the file's callers pass
+                if unpacked is None:
+                    unpacked = _unevaluated(ctx, expr, bound, depth, seen)
+                if not unpacked:
                     return UNKNOWN_MODEL
-                unpacked -= 1
+                got = unpacked.pop()
+                if got is not None:
+                    infos.append(got)
                 continue
             if id(value) in _seen:
                 continue
@@ -584,11 +588,16 @@ def _model_of_value(ctx: FileContext, expr: ast.AST, depth: int, _seen: frozense
     return UNKNOWN_MODEL
 
 
-def _pass_through_unpackings(ctx: FileContext, name: ast.Name) -> int:
-    """How many tuple assignments in ``name``'s scope bind it to a model the call hands back
-    (:func:`_handed_back`); -1 when ``name`` has a binding of another kind we cannot evaluate."""
+#: APIs that hand back the modules and optimizers they are given, in order (their parameters).
+_HANDING_BACK = {"apex.amp.initialize": ("models", "optimizers")}
+
+
+def _unpacked(ctx: FileContext, name: ast.Name, depth: int, seen: frozenset[int]) -> list[ModelInfo | None] | None:
+    """What the tuple assignments in ``name``'s scope bind it to, one entry each: None for a model
+    the call hands back (:func:`_handed_back`), else what the file's function returns in that slot
+    (``args, model = setup(args)``). None when one of them cannot be told."""
     scope = ctx.scope_of(name)
-    count = 0
+    out: list[ModelInfo | None] = []
     for assign in ctx.of(ast.Assign):
         if ctx.scope_of(assign) is not scope or not isinstance(assign.value, ast.Call):
             continue
@@ -596,13 +605,91 @@ def _pass_through_unpackings(ctx: FileContext, name: ast.Name) -> int:
             if not isinstance(target, (ast.Tuple, ast.List)):
                 continue
             if any(isinstance(e, ast.Starred) for e in target.elts):
-                return -1
+                return None
             for i, element in enumerate(target.elts):
-                if isinstance(element, ast.Name) and element.id == name.id:
-                    if not _handed_back(ctx, assign.value, (i, len(target.elts)), name.id):
-                        return -1
-                    count += 1
-    return count
+                if not (isinstance(element, ast.Name) and element.id == name.id):
+                    continue
+                slot = (i, len(target.elts))
+                if _handed_back(ctx, assign.value, slot, name.id):
+                    out.append(None)
+                    continue
+                returned = _returned_in_slot(ctx, assign.value, slot, depth, seen)
+                if returned is None:
+                    return None
+                out.append(returned)
+    return out
+
+
+def _unevaluated(
+    ctx: FileContext, name: ast.Name, bound: list[ast.expr | None], depth: int, seen: frozenset[int]
+) -> list[ModelInfo | None]:
+    """One entry per binding of ``name`` that is no plain assignment (:func:`_unpacked`, and
+    :func:`_passed_by_callers` for a parameter); empty when one of them cannot be told."""
+    out = _unpacked(ctx, name, depth, seen)
+    if out is None:
+        return []
+    missing = sum(1 for b in bound if b is None) - len(out)
+    if missing == 1:
+        passed = _passed_by_callers(ctx, name, depth, seen)
+        if passed is None:
+            return []
+        out.append(passed)
+    elif missing:
+        return []
+    return out
+
+
+def _returned_in_slot(
+    ctx: FileContext, call: ast.Call, slot: tuple[int, int], depth: int, seen: frozenset[int]
+) -> ModelInfo | None:
+    """The model a top-level function of the file returns in ``slot`` of its tuple result (every
+    ``return`` a tuple of that length); None when it cannot be told."""
+    fn = _local_function(ctx, call)
+    if fn is None or id(fn) in seen:
+        return None
+    infos = []
+    for ret in ast.walk(fn):
+        if isinstance(ret, ast.Return) and ctx.function_of(ret) is fn:
+            if not (isinstance(ret.value, ast.Tuple) and len(ret.value.elts) == slot[1]):
+                return None
+            infos.append(model_of(ctx, ret.value.elts[slot[0]], depth + 1, seen | {id(fn)}))
+    if not infos or any(not i.kinds for i in infos):
+        return None
+    return _merge(infos)
+
+
+def _passed_by_callers(ctx: FileContext, name: ast.Name, depth: int, seen: frozenset[int]) -> ModelInfo | None:
+    """For ``name`` a parameter of a top-level function of the file: what every call of the
+    function in the file passes for it (``valid(args, model)`` called from ``train(args, model)``);
+    None when there is no call or a caller's model cannot be told."""
+    fn = ctx.function_of(name)
+    if not isinstance(fn, ast.FunctionDef) or ctx.function_of(fn) is not None or id(fn) in seen:
+        return None
+    params = [p.arg for p in [*fn.args.posonlyargs, *fn.args.args]]
+    if name.id not in params:
+        return None
+    index = params.index(name.id)
+    sites = [c for c in ctx.of(ast.Call) if isinstance(c.func, ast.Name) and c.func.id == fn.name]
+    infos = []
+    for site in sites:
+        arg = next((k.value for k in site.keywords if k.arg == name.id), None)
+        if arg is None and index < len(site.args) and not any(isinstance(a, ast.Starred) for a in site.args):
+            arg = site.args[index]
+        info = model_of(ctx, arg, depth + 1, seen | {id(fn)}) if arg is not None else UNKNOWN_MODEL
+        if not info.kinds:
+            return None
+        infos.append(info)
+    return _merge(infos) if infos else None
+
+
+def _local_function(ctx: FileContext, call: ast.Call) -> ast.FunctionDef | None:
+    """The top-level function of the file ``call`` calls by name, if there is exactly one."""
+    if not isinstance(call.func, ast.Name) or call.func.id in ctx.imports.names:
+        return None
+    fns = functions(ctx).get(call.func.id)
+    if not fns or len(fns) != 1 or ctx.function_of(fns[0]) is not None:
+        return None
+    return fns[0]
 
 
 def _handed_back(ctx: FileContext, call: ast.expr, slot: tuple[int, int] | None, name: str) -> bool:
@@ -618,12 +705,16 @@ def _handed_back(ctx: FileContext, call: ast.expr, slot: tuple[int, int] | None,
         arg = args[index] if len(args) == length else None
         if isinstance(arg, ast.Name) and arg.id == name:
             return True
-    if not isinstance(call.func, ast.Name) or call.func.id in ctx.imports.names:
+        keywords = _HANDING_BACK.get(ctx.qualname(call.func) or "")
+        if keywords is not None and length == len(keywords):
+            arg = next((k.value for k in call.keywords if k.arg == keywords[index]), None)
+            if arg is None and index < len(args):
+                arg = args[index]
+            if isinstance(arg, ast.Name) and arg.id == name:
+                return True
+    fn = _local_function(ctx, call)
+    if fn is None:
         return False
-    fns = functions(ctx).get(call.func.id)
-    if not fns or len(fns) != 1 or ctx.function_of(fns[0]) is not None:
-        return False
-    fn = fns[0]
     params = [p.arg for p in [*fn.args.posonlyargs, *fn.args.args]]
     passed = {params[i]: a for i, a in enumerate(call.args[: len(params)]) if not isinstance(a, ast.Starred)}
     passed.update({k.arg: k.value for k in call.keywords if k.arg is not None})
