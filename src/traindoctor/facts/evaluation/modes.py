@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from traindoctor.facts.evaluation.static import (
     EVAL,
+    PARAMETER_MODES,
     TRAIN,
     argument_for,
     backward_calls,
@@ -32,7 +33,6 @@ if TYPE_CHECKING:  # pragma: no cover
 # ---------------------------------------------------------------- helpers' parameters
 #: The project model's question "what does this function do with its parameters' train/eval
 #: mode" (see :class:`ParameterModesQuery`).
-PARAMETER_MODES = "evaluation.parameter_modes"
 
 
 @dataclass(frozen=True)

@@ -371,6 +371,19 @@ def attached_loss(ctx: FileContext, name: str, at: ast.stmt | ast.expr, fn: ast.
 
 # ---------------------------------------------------------------- train/eval mode flow
 TRAIN, EVAL = "train", "eval"
+#: The project model's question "what does this function do with its parameters' train/eval
+#: mode" (see :class:`~traindoctor.facts.evaluation.modes.ParameterModesQuery`).
+PARAMETER_MODES = "evaluation.parameter_modes"
+#: Calls that wrap a module and leave its mode alone.
+_MODULE_WRAPPERS = frozenset(
+    (
+        "torch.nn.DataParallel",
+        "torch.nn.parallel.DataParallel",
+        "torch.nn.parallel.DistributedDataParallel",
+        "torch.nn.SyncBatchNorm.convert_sync_batchnorm",
+        "torch.compile",
+    )
+)
 
 
 def _bound_in(ctx: FileContext, name: str, at: ast.stmt | ast.expr, fn: ast.AST | None) -> bool:
@@ -445,7 +458,52 @@ def mode_state(ctx: FileContext, at: ast.stmt | ast.expr, model: str, fn: ast.AS
             states.append(mode_state(ctx, site, text, ctx.function_of(site), depth + 1))
         if states and all(s == TRAIN for s in states):
             return TRAIN
+    if not later and model.startswith("self.") and model.count(".") == 1 and never_left_in_eval(ctx, model):
+        return TRAIN
     return None
+
+
+def never_left_in_eval(ctx: FileContext, model: str) -> bool:
+    """Whether nothing can have put ``self.<attr>`` out of training mode: the file calls no
+    ``.eval()`` nor ``.train(<not True>)`` anywhere, and hands the module only to wrappers
+    (``nn.DataParallel``) and to project functions that leave its mode alone (``Trainer.validation``
+    of a trainer whose ``training`` calls ``self.model.train()``)."""
+    if any(m.training is not True for m in mode_calls_in_file(ctx)):
+        return False
+    view = ctx.project
+    for call in ctx.of(ast.Call):
+        passed = [a for a in [*call.args, *(k.value for k in call.keywords)] if related(dotted(a) or "", model)]
+        if not passed:
+            continue
+        if (ctx.qualname(call.func) or "") in _MODULE_WRAPPERS:
+            continue
+        resolved = view.resolve(call.func) if view is not None and view.imports_project else None
+        facts = resolved.function if resolved is not None else None
+        if resolved is None or facts is None:
+            return False
+        modes = resolved.answer(PARAMETER_MODES)
+        left_in = getattr(modes, "left_in", None)
+        if left_in is None:
+            return False
+        for arg in passed:
+            param = facts.param_for(call, arg)
+            if param is None or left_in(param)[0]:
+                return False
+    return True
+
+
+def mode_calls_in_file(ctx: FileContext) -> list[ModeCall]:
+    """Every mode call of the file (:func:`mode_calls` of all its functions)."""
+    return ctx.shared("evaluation.file_mode_calls", _file_mode_calls)
+
+
+def _file_mode_calls(ctx: FileContext) -> list[ModeCall]:
+    out = [ModeCall(c, dotted(receiver(c)) or "", False) for c in ctx.method_calls("eval") if not c.args]
+    for call in ctx.method_calls("train"):
+        arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "mode"), None)
+        value = ctx.value(arg) if arg is not None else True
+        out.append(ModeCall(call, dotted(receiver(call)) or "", value if isinstance(value, bool) else None))
+    return out
 
 
 def share_loop(ctx: FileContext, a: ast.AST, b: ast.AST) -> bool:

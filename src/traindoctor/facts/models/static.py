@@ -323,6 +323,18 @@ def _scan_self_assignments(cls: ast.ClassDef) -> Iterable[SelfAssignment]:
                 for t in targets:
                     if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == me:
                         yield node, t.attr, node.value
+                    elif (  # ``self.model, self.optimizer = model, optimizer``
+                        isinstance(t, ast.Tuple)
+                        and isinstance(node.value, ast.Tuple)
+                        and len(t.elts) == len(node.value.elts)
+                    ):
+                        for element, value in zip(t.elts, node.value.elts):
+                            if (
+                                isinstance(element, ast.Attribute)
+                                and isinstance(element.value, ast.Name)
+                                and element.value.id == me
+                            ):
+                                yield node, element.attr, value
 
 
 def class_info(ctx: FileContext, cls: ast.ClassDef, depth: int = 0) -> ModelInfo:
@@ -469,10 +481,10 @@ def model_of(ctx: FileContext, expr: ast.AST | None, depth: int = 0, _seen: froz
         return UNKNOWN_MODEL
     if isinstance(expr, ast.Call):
         func = expr.func
-        name = torch_nn_name(ctx, func)
+        qn = ctx.qualname(func) or ""
+        name = torch_nn_name(ctx, func) if qn not in _WRAPPERS else None  # ``nn.DataParallel(m)``: m
         if name is not None and name[:1].isupper():
             return _layer_info(ctx, expr, name, depth)
-        qn = ctx.qualname(func) or ""
         if qn in _WRAPPERS and expr.args:
             inner = model_of(ctx, expr.args[0], depth + 1, _seen)
             if inner.params is None:
