@@ -458,9 +458,22 @@ def mode_state(ctx: FileContext, at: ast.stmt | ast.expr, model: str, fn: ast.AS
             states.append(mode_state(ctx, site, text, ctx.function_of(site), depth + 1))
         if states and all(s == TRAIN for s in states):
             return TRAIN
-    if not later and model.startswith("self.") and model.count(".") == 1 and never_left_in_eval(ctx, model):
+    if (
+        not later
+        and model.startswith("self.")
+        and model.count(".") == 1
+        and _plain_class_method(ctx, fn)
+        and never_left_in_eval(ctx, model)
+    ):
         return TRAIN
     return None
+
+
+def _plain_class_method(ctx: FileContext, fn: ast.AST | None) -> bool:
+    """``fn`` is a method of a class with no base but ``object`` (a trainer holding its model, not
+    a module whose submodules follow the mode its own caller sets)."""
+    cls = ctx.parent(fn) if fn is not None else None
+    return isinstance(cls, ast.ClassDef) and all(dotted(b) == "object" for b in cls.bases) and not cls.keywords
 
 
 def never_left_in_eval(ctx: FileContext, model: str) -> bool:
