@@ -18,142 +18,41 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, TypeGuard
 
+from traindoctor.facts.evaluation.grad import (
+    _BACKWARD_METHODS as _BACKWARD_METHODS,
+)
+from traindoctor.facts.evaluation.grad import (
+    _FUNCS as _FUNCS,
+)
+from traindoctor.facts.evaluation.grad import (
+    _grad_switch as _grad_switch,
+)
+from traindoctor.facts.evaluation.grad import (
+    backward_calls as backward_calls,
+)
+from traindoctor.facts.evaluation.grad import (
+    call_sites as call_sites,
+)
+from traindoctor.facts.evaluation.grad import (
+    callers_disable_grad as callers_disable_grad,
+)
+from traindoctor.facts.evaluation.grad import (
+    grad_disabled_globally as grad_disabled_globally,
+)
+from traindoctor.facts.evaluation.grad import (
+    grad_enabled_at as grad_enabled_at,
+)
+from traindoctor.facts.evaluation.grad import (
+    same_function as same_function,
+)
+from traindoctor.facts.evaluation.grad import (
+    self_test as self_test,
+)
 from traindoctor.static.names import dotted, receiver
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
     from traindoctor.static.project import FuncDef
-
-_NO_GRAD = frozenset(
-    (
-        "torch.no_grad",
-        "torch.inference_mode",
-        "torch.autograd.no_grad",
-        "torch.autograd.inference_mode",
-        "torch.autograd.grad_mode.inference_mode",
-    )
-)
-_ENABLE_GRAD = frozenset(("torch.enable_grad", "torch.autograd.enable_grad"))
-_SET_GRAD = frozenset(
-    (
-        "torch.set_grad_enabled",
-        "torch.autograd.set_grad_enabled",
-        "torch.autograd.grad_mode.set_grad_enabled",
-    )
-)
-_BACKWARD_FUNCS = ("torch.autograd.grad", "torch.autograd.backward")
-_BACKWARD_METHODS = ("backward", "manual_backward")
-_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
-
-
-def _grad_switch(ctx: FileContext, expr: ast.AST) -> bool | None:
-    """False for an expression that turns autograd off, True for one that turns it on, else None."""
-    target = expr.func if isinstance(expr, ast.Call) else expr
-    qn = ctx.qualname(target)
-    if qn in _NO_GRAD:
-        if isinstance(expr, ast.Call) and qn.endswith("inference_mode") and expr.args:
-            return None if ctx.value(expr.args[0]) is not True else False
-        return False
-    if qn in _ENABLE_GRAD:
-        return True
-    if qn in _SET_GRAD and isinstance(expr, ast.Call) and expr.args:
-        value = ctx.value(expr.args[0])
-        if value is True or value is False:
-            return value
-    return None
-
-
-def grad_enabled_at(ctx: FileContext, node: ast.AST) -> bool | None:
-    """Whether autograd is on at ``node`` as far as its own function tells; None when silent.
-
-    Looks at enclosing ``with`` blocks and, at the function boundary, at its decorators; it does
-    not look past the function (callers are :func:`callers_disable_grad`'s business).
-    """
-    for anc in ctx.ancestors(node):
-        if isinstance(anc, (ast.With, ast.AsyncWith)):
-            for item in anc.items:
-                state = _grad_switch(ctx, item.context_expr)
-                if state is not None:
-                    return state
-        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for deco in anc.decorator_list:
-                state = _grad_switch(ctx, deco)
-                if state is not None:
-                    return state
-            return None
-        if isinstance(anc, ast.Lambda):
-            return None
-    return None
-
-
-def grad_disabled_globally(ctx: FileContext) -> bool:
-    """A bare ``torch.set_grad_enabled(False)`` statement anywhere in the file."""
-    for qn in _SET_GRAD:
-        for call in ctx.calls_to(qn):
-            if isinstance(ctx.parent(call), ast.Expr) and call.args and ctx.value(call.args[0]) is False:
-                return True
-    return False
-
-
-def call_sites(ctx: FileContext, fn: ast.AST) -> list[ast.Call]:
-    """Calls in the file of the function ``fn`` by its name (``evaluate(...)``, ``self.evaluate(...)``)."""
-    name = getattr(fn, "name", None)
-    if not name:
-        return []
-    out = [c for c in ctx.method_calls(name) if isinstance(r := receiver(c), ast.Name) and r.id == "self"]
-    out += [c for c in ctx.of(ast.Call) if isinstance(c.func, ast.Name) and c.func.id == name]
-    out.sort(key=lambda c: (c.lineno, c.col_offset))
-    return out
-
-
-def callers_disable_grad(ctx: FileContext, fn: ast.AST | None) -> bool:
-    """Whether any call site of ``fn`` in the file runs under no_grad (one level up)."""
-    if fn is None:
-        return False
-    return any(grad_enabled_at(ctx, c) is False for c in call_sites(ctx, fn))
-
-
-def same_function(ctx: FileContext, node: ast.AST, fn: ast.AST | None) -> bool:
-    return ctx.function_of(node) is fn
-
-
-def backward_calls(ctx: FileContext, fn: ast.AST | None) -> list[ast.Call]:
-    """Backward passes in the body of ``fn`` (None: module level), nested functions excluded."""
-    return list(ctx.shared("evaluation.backward_calls", _backward_calls_by_function).get(fn, ()))
-
-
-def self_test(ctx: FileContext, node: ast.AST) -> bool:
-    """Whether ``node`` runs in the ``if __name__ == "__main__":`` block of a file that never
-    calls ``backward()``: a model module's smoke test (one forward on a random tensor to print
-    shapes or FLOPs), not an evaluation whose autograd recording costs anything."""
-    if any(ctx.shared("evaluation.backward_calls", _backward_calls_by_function).values()):
-        return False
-    for anc in ctx.ancestors(node):
-        if isinstance(anc, ast.If) and _is_main_guard(anc.test):
-            return True
-    return False
-
-
-def _is_main_guard(test: ast.expr) -> bool:
-    """``__name__ == "__main__"`` (either side)."""
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
-        return False
-    sides = [test.left, test.comparators[0]]
-    return any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides) and any(
-        isinstance(x, ast.Constant) and x.value == "__main__" for x in sides
-    )
-
-
-def _backward_calls_by_function(ctx: FileContext) -> dict[ast.AST | None, list[ast.Call]]:
-    """The file's backward passes filed by the function whose own body makes them, in source order
-    (a call both methods and functions name, ``torch.autograd.backward(...)``, is listed twice)."""
-    table: dict[ast.AST | None, list[ast.Call]] = {}
-    calls = [c for attr in _BACKWARD_METHODS for c in ctx.method_calls(attr)]
-    for call in [*calls, *ctx.calls_to(*_BACKWARD_FUNCS)]:
-        table.setdefault(ctx.function_of(call), []).append(call)
-    for found in table.values():
-        found.sort(key=lambda c: (c.lineno, c.col_offset))
-    return table
 
 
 @dataclass(frozen=True)
@@ -351,7 +250,9 @@ def attached_loss(ctx: FileContext, name: str, at: ast.stmt | ast.expr, fn: ast.
     value = last_binding_before(ctx, name, at, fn)
     backward_names = backward_receivers(ctx, fn)
     if value is None:
-        return False
+        # ``loss, n_correct = cal_performance(pred, gold)`` then ``loss.backward()``: the loss a
+        # helper returns in a tuple, backpropagated here
+        return name in backward_names and _unpacked_from_call(ctx, name, at, fn)
     if (
         isinstance(value, ast.Call)
         and isinstance(value.func, ast.Attribute)
@@ -367,6 +268,39 @@ def attached_loss(ctx: FileContext, name: str, at: ast.stmt | ast.expr, fn: ast.
     if name in backward_names:
         return _plain_loss_expr(ctx, value) or isinstance(value, (ast.Call, ast.BinOp))
     return _plain_loss_expr(ctx, value) and bool(backward_calls(ctx, fn))
+
+
+def _unpacked_from_call(ctx: FileContext, name: str, at: ast.stmt | ast.expr, fn: ast.AST | None) -> bool:
+    """Whether the last statement of ``fn`` before ``at`` that binds ``name`` unpacks a call's
+    tuple result (``loss, n = helper(...)``) and no plain assignment of ``name`` precedes ``at``."""
+    last: ast.Assign | None = None
+    for assign in ctx.of(ast.Assign):
+        if ctx.function_of(assign) is not fn or not is_before(assign, at):
+            continue
+        for target in assign.targets:
+            if isinstance(target, (ast.Tuple, ast.List)) and any(
+                isinstance(e, ast.Name) and e.id == name for e in target.elts
+            ):
+                if last is None or is_before(last, assign):
+                    last = assign
+    return last is not None and isinstance(last.value, ast.Call) and not _other_binding_between(ctx, name, last, at, fn)
+
+
+def _other_binding_between(
+    ctx: FileContext, name: str, after: ast.stmt, at: ast.stmt | ast.expr, fn: ast.AST | None
+) -> bool:
+    """A store of ``name`` in ``fn`` after ``after`` and before ``at`` (a loop target, ``with ... as``)."""
+    for node in ctx.of(ast.Name):
+        if (
+            node.id == name
+            and isinstance(node.ctx, ast.Store)
+            and ctx.function_of(node) is fn
+            and is_before(after, node)
+            and is_before(node, at)
+            and ctx.statement_of(node) is not after
+        ):
+            return True
+    return False
 
 
 # ---------------------------------------------------------------- train/eval mode flow
