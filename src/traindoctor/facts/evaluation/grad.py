@@ -29,11 +29,11 @@ _SET_GRAD = frozenset(
     )
 )
 _BACKWARD_FUNCS = ("torch.autograd.grad", "torch.autograd.backward")
-_BACKWARD_METHODS = ("backward", "manual_backward")
-_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+BACKWARD_METHODS = ("backward", "manual_backward")
+FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
 
-def _grad_switch(ctx: FileContext, expr: ast.AST) -> bool | None:
+def grad_switch(ctx: FileContext, expr: ast.AST) -> bool | None:
     """False for an expression that turns autograd off, True for one that turns it on, else None."""
     target = expr.func if isinstance(expr, ast.Call) else expr
     qn = ctx.qualname(target)
@@ -59,12 +59,12 @@ def grad_enabled_at(ctx: FileContext, node: ast.AST) -> bool | None:
     for anc in ctx.ancestors(node):
         if isinstance(anc, (ast.With, ast.AsyncWith)):
             for item in anc.items:
-                state = _grad_switch(ctx, item.context_expr)
+                state = grad_switch(ctx, item.context_expr)
                 if state is not None:
                     return state
         if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for deco in anc.decorator_list:
-                state = _grad_switch(ctx, deco)
+                state = grad_switch(ctx, deco)
                 if state is not None:
                     return state
             return None
@@ -135,7 +135,7 @@ def _backward_calls_by_function(ctx: FileContext) -> dict[ast.AST | None, list[a
     """The file's backward passes filed by the function whose own body makes them, in source order
     (a call both methods and functions name, ``torch.autograd.backward(...)``, is listed twice)."""
     table: dict[ast.AST | None, list[ast.Call]] = {}
-    calls = [c for attr in _BACKWARD_METHODS for c in ctx.method_calls(attr)]
+    calls = [c for attr in BACKWARD_METHODS for c in ctx.method_calls(attr)]
     for call in [*calls, *ctx.calls_to(*_BACKWARD_FUNCS)]:
         table.setdefault(ctx.function_of(call), []).append(call)
     for found in table.values():

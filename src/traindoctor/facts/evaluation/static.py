@@ -19,13 +19,10 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, TypeGuard
 
 from traindoctor.facts.evaluation.grad import (
-    _BACKWARD_METHODS as _BACKWARD_METHODS,
+    BACKWARD_METHODS as _BACKWARD_METHODS,
 )
 from traindoctor.facts.evaluation.grad import (
-    _FUNCS as _FUNCS,
-)
-from traindoctor.facts.evaluation.grad import (
-    _grad_switch as _grad_switch,
+    FUNCS as _FUNCS,
 )
 from traindoctor.facts.evaluation.grad import (
     backward_calls as backward_calls,
@@ -41,6 +38,9 @@ from traindoctor.facts.evaluation.grad import (
 )
 from traindoctor.facts.evaluation.grad import (
     grad_enabled_at as grad_enabled_at,
+)
+from traindoctor.facts.evaluation.grad import (
+    grad_switch as _grad_switch,
 )
 from traindoctor.facts.evaluation.grad import (
     same_function as same_function,
