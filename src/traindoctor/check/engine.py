@@ -16,7 +16,7 @@ from traindoctor.check.fix import apply_edits, select_fixes
 from traindoctor.config import Settings
 from traindoctor.facts.data.static import drives_training
 from traindoctor.facts.data.summariser import DATA_SUMMARISER
-from traindoctor.facts.evaluation.static import PARAMETER_MODES_QUERY
+from traindoctor.facts.evaluation.modes import PARAMETER_MODES_QUERY
 from traindoctor.facts.frameworks.static import HOOKS
 from traindoctor.facts.models.summariser import MODEL_QUERY
 from traindoctor.finding import Finding, Location, sort_findings

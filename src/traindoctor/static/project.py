@@ -643,9 +643,12 @@ class ProjectView:
 
     def config_value(self, node: ast.AST) -> Any:
         """What ``node`` reads from a config file the script loads (see :mod:`.config_files`)."""
+        from traindoctor.static.args import UNKNOWN
         from traindoctor.static.config_files import config_value
+        from traindoctor.static.yacs_defaults import yacs_value
 
-        return config_value(self.ctx, node)
+        value = config_value(self.ctx, node)
+        return yacs_value(self.ctx, node) if value is UNKNOWN else value
 
     def related(self, place: Place | None, message: str) -> tuple[Related, ...]:
         from traindoctor.finding import Location, Related

@@ -358,8 +358,9 @@ def _scaled_value(ctx: FileContext, value: ast.AST) -> bool:
     return False
 
 
-def plain_lr(ctx: FileContext, node: ast.AST | None, _depth: int = 0) -> bool:
-    """An LR passed unchanged: a literal, or a name/argparse option that leads to one."""
+def plain_lr(ctx: FileContext, node: ast.AST | None, _depth: int = 0, _options: frozenset[str] = frozenset()) -> bool:
+    """An LR passed unchanged: a literal, or a name/argparse option that leads to one (through
+    the file's reassignments of the option: ``if args.lr is None: args.lr = args.blr``)."""
     if _depth > 6:
         return False
     if isinstance(node, ast.Constant):
@@ -368,11 +369,36 @@ def plain_lr(ctx: FileContext, node: ast.AST | None, _depth: int = 0) -> bool:
         bound = ctx.bindings_of(node)
         if not bound or any(b is None for b in bound):
             return False
-        return all(plain_lr(ctx, b, _depth + 1) for b in bound)
-    if isinstance(node, ast.Attribute):
-        v = ctx.argparse_default(node) if isinstance(node.value, ast.Name) else UNKNOWN
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
+        return all(plain_lr(ctx, b, _depth + 1, _options) for b in bound)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        text = f"{node.value.id}.{node.attr}"
+        values = _option_assignments(ctx, text)
+        if values is None:
+            return False
+        v = ctx.argparse_default(node, declared=bool(values))
+        plain = isinstance(v, (int, float)) and not isinstance(v, bool)
+        if text in _options:
+            return plain or v is None  # the option's own value, read again
+        if not values:
+            return plain
+        # the option as set on the command line (or its default), and each value assigned to it
+        return (plain or v is None) and all(plain_lr(ctx, b, _depth + 1, _options | {text}) for b in values)
     return False
+
+
+def _option_assignments(ctx: FileContext, text: str) -> list[ast.expr] | None:
+    """The values the file assigns to ``args.lr`` (dotted ``text``); None when it changes it
+    otherwise (``args.lr *= 2``, ``setattr``)."""
+    out: list[ast.expr] = []
+    for stmt in ctx.of(ast.Assign, ast.AugAssign, ast.AnnAssign):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        for target in targets:
+            if dotted(target) != text:
+                continue
+            if not isinstance(stmt, ast.Assign) or stmt.value is None:
+                return None
+            out.append(stmt.value)
+    return out
 
 
 # ---------------------------------------------------------------- warmup
@@ -437,6 +463,16 @@ def data_parallel_names(ctx: FileContext) -> set[str]:
             if isinstance(stmt, ast.Assign):
                 for t in stmt.targets:
                     out |= {e.id for e in ast.walk(t) if isinstance(e, ast.Name)}
+    if out:  # ``model_without_ddp = model.module``: the wrapped model's own parameters
+        for stmt in ctx.of(ast.Assign):
+            value = stmt.value
+            if (
+                isinstance(value, ast.Attribute)
+                and value.attr == "module"
+                and isinstance(value.value, ast.Name)
+                and value.value.id in out
+            ):
+                out |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
     return out
 
 
@@ -448,4 +484,12 @@ def optimizer_is_data_parallel(ctx: FileContext, call: ast.Call, names: set[str]
     params = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "params"), None)
     if params is None:
         return False
-    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(params))
+    if any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(params)):
+        return True
+    # ``param_groups = param_groups_weight_decay(model_without_ddp, wd)``: one binding back
+    for n in ast.walk(params):
+        if isinstance(n, ast.Name):
+            for value in ctx.bindings_of(n) or ():
+                if value is not None and any(isinstance(m, ast.Name) and m.id in names for m in ast.walk(value)):
+                    return True
+    return False

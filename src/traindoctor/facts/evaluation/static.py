@@ -18,142 +18,41 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, TypeGuard
 
+from traindoctor.facts.evaluation.grad import (
+    BACKWARD_METHODS as _BACKWARD_METHODS,
+)
+from traindoctor.facts.evaluation.grad import (
+    FUNCS as _FUNCS,
+)
+from traindoctor.facts.evaluation.grad import (
+    backward_calls as backward_calls,
+)
+from traindoctor.facts.evaluation.grad import (
+    call_sites as call_sites,
+)
+from traindoctor.facts.evaluation.grad import (
+    callers_disable_grad as callers_disable_grad,
+)
+from traindoctor.facts.evaluation.grad import (
+    grad_disabled_globally as grad_disabled_globally,
+)
+from traindoctor.facts.evaluation.grad import (
+    grad_enabled_at as grad_enabled_at,
+)
+from traindoctor.facts.evaluation.grad import (
+    grad_switch as _grad_switch,
+)
+from traindoctor.facts.evaluation.grad import (
+    same_function as same_function,
+)
+from traindoctor.facts.evaluation.grad import (
+    self_test as self_test,
+)
 from traindoctor.static.names import dotted, receiver
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
     from traindoctor.static.project import FuncDef
-
-_NO_GRAD = frozenset(
-    (
-        "torch.no_grad",
-        "torch.inference_mode",
-        "torch.autograd.no_grad",
-        "torch.autograd.inference_mode",
-        "torch.autograd.grad_mode.inference_mode",
-    )
-)
-_ENABLE_GRAD = frozenset(("torch.enable_grad", "torch.autograd.enable_grad"))
-_SET_GRAD = frozenset(
-    (
-        "torch.set_grad_enabled",
-        "torch.autograd.set_grad_enabled",
-        "torch.autograd.grad_mode.set_grad_enabled",
-    )
-)
-_BACKWARD_FUNCS = ("torch.autograd.grad", "torch.autograd.backward")
-_BACKWARD_METHODS = ("backward", "manual_backward")
-_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
-
-
-def _grad_switch(ctx: FileContext, expr: ast.AST) -> bool | None:
-    """False for an expression that turns autograd off, True for one that turns it on, else None."""
-    target = expr.func if isinstance(expr, ast.Call) else expr
-    qn = ctx.qualname(target)
-    if qn in _NO_GRAD:
-        if isinstance(expr, ast.Call) and qn.endswith("inference_mode") and expr.args:
-            return None if ctx.value(expr.args[0]) is not True else False
-        return False
-    if qn in _ENABLE_GRAD:
-        return True
-    if qn in _SET_GRAD and isinstance(expr, ast.Call) and expr.args:
-        value = ctx.value(expr.args[0])
-        if value is True or value is False:
-            return value
-    return None
-
-
-def grad_enabled_at(ctx: FileContext, node: ast.AST) -> bool | None:
-    """Whether autograd is on at ``node`` as far as its own function tells; None when silent.
-
-    Looks at enclosing ``with`` blocks and, at the function boundary, at its decorators; it does
-    not look past the function (callers are :func:`callers_disable_grad`'s business).
-    """
-    for anc in ctx.ancestors(node):
-        if isinstance(anc, (ast.With, ast.AsyncWith)):
-            for item in anc.items:
-                state = _grad_switch(ctx, item.context_expr)
-                if state is not None:
-                    return state
-        if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for deco in anc.decorator_list:
-                state = _grad_switch(ctx, deco)
-                if state is not None:
-                    return state
-            return None
-        if isinstance(anc, ast.Lambda):
-            return None
-    return None
-
-
-def grad_disabled_globally(ctx: FileContext) -> bool:
-    """A bare ``torch.set_grad_enabled(False)`` statement anywhere in the file."""
-    for qn in _SET_GRAD:
-        for call in ctx.calls_to(qn):
-            if isinstance(ctx.parent(call), ast.Expr) and call.args and ctx.value(call.args[0]) is False:
-                return True
-    return False
-
-
-def call_sites(ctx: FileContext, fn: ast.AST) -> list[ast.Call]:
-    """Calls in the file of the function ``fn`` by its name (``evaluate(...)``, ``self.evaluate(...)``)."""
-    name = getattr(fn, "name", None)
-    if not name:
-        return []
-    out = [c for c in ctx.method_calls(name) if isinstance(r := receiver(c), ast.Name) and r.id == "self"]
-    out += [c for c in ctx.of(ast.Call) if isinstance(c.func, ast.Name) and c.func.id == name]
-    out.sort(key=lambda c: (c.lineno, c.col_offset))
-    return out
-
-
-def callers_disable_grad(ctx: FileContext, fn: ast.AST | None) -> bool:
-    """Whether any call site of ``fn`` in the file runs under no_grad (one level up)."""
-    if fn is None:
-        return False
-    return any(grad_enabled_at(ctx, c) is False for c in call_sites(ctx, fn))
-
-
-def same_function(ctx: FileContext, node: ast.AST, fn: ast.AST | None) -> bool:
-    return ctx.function_of(node) is fn
-
-
-def backward_calls(ctx: FileContext, fn: ast.AST | None) -> list[ast.Call]:
-    """Backward passes in the body of ``fn`` (None: module level), nested functions excluded."""
-    return list(ctx.shared("evaluation.backward_calls", _backward_calls_by_function).get(fn, ()))
-
-
-def self_test(ctx: FileContext, node: ast.AST) -> bool:
-    """Whether ``node`` runs in the ``if __name__ == "__main__":`` block of a file that never
-    calls ``backward()``: a model module's smoke test (one forward on a random tensor to print
-    shapes or FLOPs), not an evaluation whose autograd recording costs anything."""
-    if any(ctx.shared("evaluation.backward_calls", _backward_calls_by_function).values()):
-        return False
-    for anc in ctx.ancestors(node):
-        if isinstance(anc, ast.If) and _is_main_guard(anc.test):
-            return True
-    return False
-
-
-def _is_main_guard(test: ast.expr) -> bool:
-    """``__name__ == "__main__"`` (either side)."""
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
-        return False
-    sides = [test.left, test.comparators[0]]
-    return any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides) and any(
-        isinstance(x, ast.Constant) and x.value == "__main__" for x in sides
-    )
-
-
-def _backward_calls_by_function(ctx: FileContext) -> dict[ast.AST | None, list[ast.Call]]:
-    """The file's backward passes filed by the function whose own body makes them, in source order
-    (a call both methods and functions name, ``torch.autograd.backward(...)``, is listed twice)."""
-    table: dict[ast.AST | None, list[ast.Call]] = {}
-    calls = [c for attr in _BACKWARD_METHODS for c in ctx.method_calls(attr)]
-    for call in [*calls, *ctx.calls_to(*_BACKWARD_FUNCS)]:
-        table.setdefault(ctx.function_of(call), []).append(call)
-    for found in table.values():
-        found.sort(key=lambda c: (c.lineno, c.col_offset))
-    return table
 
 
 @dataclass(frozen=True)
@@ -351,7 +250,9 @@ def attached_loss(ctx: FileContext, name: str, at: ast.stmt | ast.expr, fn: ast.
     value = last_binding_before(ctx, name, at, fn)
     backward_names = backward_receivers(ctx, fn)
     if value is None:
-        return False
+        # ``loss, n_correct = cal_performance(pred, gold)`` then ``loss.backward()``: the loss a
+        # helper returns in a tuple, backpropagated here
+        return name in backward_names and _unpacked_from_call(ctx, name, at, fn)
     if (
         isinstance(value, ast.Call)
         and isinstance(value.func, ast.Attribute)
@@ -369,12 +270,88 @@ def attached_loss(ctx: FileContext, name: str, at: ast.stmt | ast.expr, fn: ast.
     return _plain_loss_expr(ctx, value) and bool(backward_calls(ctx, fn))
 
 
+def _unpacked_from_call(ctx: FileContext, name: str, at: ast.stmt | ast.expr, fn: ast.AST | None) -> bool:
+    """Whether the last statement of ``fn`` before ``at`` that binds ``name`` unpacks a call's
+    tuple result (``loss, n = helper(...)``) and no plain assignment of ``name`` precedes ``at``."""
+    last: ast.Assign | None = None
+    for assign in ctx.of(ast.Assign):
+        if ctx.function_of(assign) is not fn or not is_before(assign, at):
+            continue
+        for target in assign.targets:
+            if isinstance(target, (ast.Tuple, ast.List)) and any(
+                isinstance(e, ast.Name) and e.id == name for e in target.elts
+            ):
+                if last is None or is_before(last, assign):
+                    last = assign
+    return last is not None and isinstance(last.value, ast.Call) and not _other_binding_between(ctx, name, last, at, fn)
+
+
+def _other_binding_between(
+    ctx: FileContext, name: str, after: ast.stmt, at: ast.stmt | ast.expr, fn: ast.AST | None
+) -> bool:
+    """A store of ``name`` in ``fn`` after ``after`` and before ``at`` (a loop target, ``with ... as``)."""
+    for node in ctx.of(ast.Name):
+        if (
+            node.id == name
+            and isinstance(node.ctx, ast.Store)
+            and ctx.function_of(node) is fn
+            and is_before(after, node)
+            and is_before(node, at)
+            and ctx.statement_of(node) is not after
+        ):
+            return True
+    return False
+
+
 # ---------------------------------------------------------------- train/eval mode flow
 TRAIN, EVAL = "train", "eval"
+#: The project model's question "what does this function do with its parameters' train/eval
+#: mode" (see :class:`~traindoctor.facts.evaluation.modes.ParameterModesQuery`).
+PARAMETER_MODES = "evaluation.parameter_modes"
+#: Calls that wrap a module and leave its mode alone.
+_MODULE_WRAPPERS = frozenset(
+    (
+        "torch.nn.DataParallel",
+        "torch.nn.parallel.DataParallel",
+        "torch.nn.parallel.DistributedDataParallel",
+        "torch.nn.SyncBatchNorm.convert_sync_batchnorm",
+        "torch.compile",
+    )
+)
 
 
 def _bound_in(ctx: FileContext, name: str, at: ast.stmt | ast.expr, fn: ast.AST | None) -> bool:
     return last_binding_before(ctx, name, at, fn) is not None
+
+
+def separate_module(ctx: FileContext, other: str, model: str, fn: ast.AST | None) -> bool:
+    """Whether the plain name ``other`` certainly holds another object than ``model``: ``fn`` binds
+    it only by plain assignments of ``None`` or of calls that do not mention ``model``
+    (``teacher = create_model(...)``),
+    it is no parameter, and ``model`` is never assigned from it."""
+    root = model.split(".", 1)[0]
+    if not other or "." in other or other == root or is_parameter(fn, other):
+        return False
+    table = ctx.shared("evaluation.assignments", _assignments)
+    entry = table.get((fn, other))
+    if entry is None:
+        return False
+
+    def names(expr: ast.AST) -> set[str]:
+        return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+
+    if not all(
+        (isinstance(v, ast.Call) and root not in names(v)) or (isinstance(v, ast.Constant) and v.value is None)
+        for v in entry[1]
+    ):
+        return False
+    own = table.get((fn, root))
+    if own is not None and any(other in names(v) for v in own[1]):
+        return False
+    stores = sum(
+        1 for n in ctx.of(ast.Name) if n.id == other and isinstance(n.ctx, ast.Store) and ctx.function_of(n) is fn
+    )
+    return stores == len(entry[1])  # no loop target, tuple unpacking or ``with ... as`` binds it
 
 
 def mode_state(ctx: FileContext, at: ast.stmt | ast.expr, model: str, fn: ast.AST | None, depth: int = 0) -> str | None:
@@ -393,10 +370,13 @@ def mode_state(ctx: FileContext, at: ast.stmt | ast.expr, model: str, fn: ast.AS
             return None
         return TRAIN if last.training else EVAL
     calls = mode_calls(ctx, fn)
-    if any(m.training is not True and is_before(m.call, at) for m in calls):
+    if any(
+        m.training is not True and is_before(m.call, at) and not separate_module(ctx, m.receiver, model, fn)
+        for m in calls
+    ):
         return None
     later = [m.call for m in calls if related(m.receiver, model)]
-    if later and not (is_parameter(fn, model) and not any(_share_loop(ctx, c, at) for c in later)):
+    if later and not (is_parameter(fn, model) and not any(share_loop(ctx, c, at) for c in later)):
         return None  # set later in the function (a loop may run it first)
     # (a parameter whose mode is set only after ``at``, in no loop around it: its caller's mode)
     if not later and "." not in model and _bound_in(ctx, model, at, fn):
@@ -412,10 +392,68 @@ def mode_state(ctx: FileContext, at: ast.stmt | ast.expr, model: str, fn: ast.AS
             states.append(mode_state(ctx, site, text, ctx.function_of(site), depth + 1))
         if states and all(s == TRAIN for s in states):
             return TRAIN
+    if (
+        not later
+        and model.startswith("self.")
+        and model.count(".") == 1
+        and _plain_class_method(ctx, fn)
+        and never_left_in_eval(ctx, model)
+    ):
+        return TRAIN
     return None
 
 
-def _share_loop(ctx: FileContext, a: ast.AST, b: ast.AST) -> bool:
+def _plain_class_method(ctx: FileContext, fn: ast.AST | None) -> bool:
+    """``fn`` is a method of a class with no base but ``object`` (a trainer holding its model, not
+    a module whose submodules follow the mode its own caller sets)."""
+    cls = ctx.parent(fn) if fn is not None else None
+    return isinstance(cls, ast.ClassDef) and all(dotted(b) == "object" for b in cls.bases) and not cls.keywords
+
+
+def never_left_in_eval(ctx: FileContext, model: str) -> bool:
+    """Whether nothing can have put ``self.<attr>`` out of training mode: the file calls no
+    ``.eval()`` nor ``.train(<not True>)`` anywhere, and hands the module only to wrappers
+    (``nn.DataParallel``) and to project functions that leave its mode alone (``Trainer.validation``
+    of a trainer whose ``training`` calls ``self.model.train()``)."""
+    if any(m.training is not True for m in mode_calls_in_file(ctx)):
+        return False
+    view = ctx.project
+    for call in ctx.of(ast.Call):
+        passed = [a for a in [*call.args, *(k.value for k in call.keywords)] if related(dotted(a) or "", model)]
+        if not passed:
+            continue
+        if (ctx.qualname(call.func) or "") in _MODULE_WRAPPERS:
+            continue
+        resolved = view.resolve(call.func) if view is not None and view.imports_project else None
+        facts = resolved.function if resolved is not None else None
+        if resolved is None or facts is None:
+            return False
+        modes = resolved.answer(PARAMETER_MODES)
+        left_in = getattr(modes, "left_in", None)
+        if left_in is None:
+            return False
+        for arg in passed:
+            param = facts.param_for(call, arg)
+            if param is None or left_in(param)[0]:
+                return False
+    return True
+
+
+def mode_calls_in_file(ctx: FileContext) -> list[ModeCall]:
+    """Every mode call of the file (:func:`mode_calls` of all its functions)."""
+    return ctx.shared("evaluation.file_mode_calls", _file_mode_calls)
+
+
+def _file_mode_calls(ctx: FileContext) -> list[ModeCall]:
+    out = [ModeCall(c, dotted(receiver(c)) or "", False) for c in ctx.method_calls("eval") if not c.args]
+    for call in ctx.method_calls("train"):
+        arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "mode"), None)
+        value = ctx.value(arg) if arg is not None else True
+        out.append(ModeCall(call, dotted(receiver(call)) or "", value if isinstance(value, bool) else None))
+    return out
+
+
+def share_loop(ctx: FileContext, a: ast.AST, b: ast.AST) -> bool:
     """Whether ``a`` and ``b`` sit in one loop of their function (one may then run before the other)."""
     around = {id(loop) for loop in ctx.enclosing_loops(b)}
     return any(id(loop) in around for loop in ctx.enclosing_loops(a))
@@ -680,148 +718,3 @@ def _unguarded_evaluation_forwards(ctx: FileContext) -> list[tuple[ast.Call, str
                     out.append((sub, model))
     out.sort(key=lambda cm: (cm[0].lineno, cm[0].col_offset))
     return out
-
-
-# ---------------------------------------------------------------- helpers' parameters
-#: The project model's question "what does this function do with its parameters' train/eval
-#: mode" (see :class:`ParameterModesQuery`).
-PARAMETER_MODES = "evaluation.parameter_modes"
-
-
-@dataclass(frozen=True)
-class ParameterModes:
-    """What a function does with the train/eval mode of the modules its parameters hold.
-
-    ``evaluates``: (parameter, line, column) where the function runs the parameter as an evaluation
-    forward (autograd off or a loop over evaluation data, no backward in the function) without
-    setting its mode first, so the mode is the caller's. ``leaves``: (parameter, TRAIN / EVAL /
-    None) for each parameter whose mode the function sets (None: it cannot be told which)."""
-
-    evaluates: tuple[tuple[str, int, int], ...]
-    leaves: tuple[tuple[str, str | None], ...]
-
-    def left_in(self, param: str) -> tuple[bool, str | None]:
-        """(whether the function sets the mode of ``param``, the mode it leaves it in)."""
-        for name, mode in self.leaves:
-            if name == param:
-                return True, mode
-        return False, None
-
-
-def parameter_modes(ctx: FileContext, fn: FuncDef) -> ParameterModes:
-    """The :class:`ParameterModes` of the function ``fn`` of ``ctx``'s file."""
-    a = fn.args
-    params = [p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs] if p.arg not in ("self", "cls")]
-    calls = mode_calls(ctx, fn)
-    leaves: list[tuple[str, str | None]] = []
-    for param in params:
-        mine = [m for m in calls if related(m.receiver, param)]
-        if not mine:
-            continue
-        modes = {m.training for m in mine}
-        last = mine[-1]
-        if len(modes) == 1 or ctx.statement_of(last.call) in fn.body:
-            leaves.append((param, None if last.training is None else TRAIN if last.training else EVAL))
-        else:
-            leaves.append((param, None))
-    evaluates: list[tuple[str, int, int]] = []
-    if not backward_calls(ctx, fn):
-        found: dict[str, tuple[int, int]] = {}
-        for sub in ctx.walk(fn):
-            if not (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name)):
-                continue
-            name = sub.func.id
-            if name not in params or name in found or ctx.function_of(sub) is not fn:
-                continue
-            if any(
-                (is_before(m.call, sub) and (m.training is not True or related(m.receiver, name)))
-                or (related(m.receiver, name) and _share_loop(ctx, m.call, sub))
-                for m in calls
-            ):
-                continue  # its mode is set before the forward (or may be: an eval() of another name)
-            if grad_enabled_at(ctx, sub) is False or evaluation_loop(ctx, sub) is not None:
-                loc = ctx.location(sub)
-                found[name] = (loc.row, loc.column)
-        evaluates = [(name, row, col) for name, (row, col) in found.items() if not _rebound(ctx, fn, name)]
-    return ParameterModes(tuple(evaluates), tuple(leaves))
-
-
-def _rebound(ctx: FileContext, fn: FuncDef, name: str) -> bool:
-    """Whether ``fn`` assigns to its parameter ``name`` (it may then run another module)."""
-    return any(isinstance(sub, ast.Name) and sub.id == name and isinstance(sub.ctx, ast.Store) for sub in ctx.walk(fn))
-
-
-class ParameterModesQuery:
-    """The project model's :data:`PARAMETER_MODES` question about a top-level function of a
-    project module, answered on first use (``evaluate(model, loader)`` in ``engine.py``)."""
-
-    name = PARAMETER_MODES
-
-    def candidates(self, ctx: FileContext) -> frozenset[str]:
-        """Top-level functions with parameters (test files have none: they are not training)."""
-        from traindoctor.facts.data.static import is_test_file
-
-        if is_test_file(ctx.filename):
-            return frozenset()
-        return frozenset(
-            s.name
-            for s in ctx.tree.body
-            if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and (s.args.args or s.args.kwonlyargs)
-        )
-
-    def answer(self, ctx: FileContext, name: str, fresh: bool) -> ParameterModes | None:
-        """The :class:`ParameterModes` of the top-level function ``name``."""
-        for stmt in ctx.tree.body:
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
-                return parameter_modes(ctx, stmt)
-        return None
-
-
-PARAMETER_MODES_QUERY = ParameterModesQuery()
-
-
-def helper_modes(ctx: FileContext, call: ast.Call) -> tuple[ParameterModes, Callable[[str], ast.expr | None]] | None:
-    """The :class:`ParameterModes` of the function ``call`` calls (a top-level function of this
-    file or of another project module) and how to read what the call passes for a parameter;
-    None when the callee is neither."""
-    func = call.func
-    if isinstance(func, ast.Name) and func.id not in ctx.imports.names:
-        local = [
-            s for s in ctx.tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == func.id
-        ]
-        if len(local) == 1:
-            fn = local[0]
-            modes = ctx.shared(f"evaluation.modes.{fn.name}", lambda c: parameter_modes(c, fn))
-            return modes, lambda param: argument_for(call, fn, param)
-    view = ctx.project
-    if view is None or not view.imports_project:
-        return None
-    resolved = view.resolve(func)
-    facts = resolved.function if resolved is not None else None
-    if resolved is None or facts is None:
-        return None
-    answer = resolved.answer(PARAMETER_MODES)
-    if not isinstance(answer, ParameterModes):
-        return None
-    return answer, lambda param: facts.argument(call, param)
-
-
-def helpers_set_mode(ctx: FileContext, model: str, fn: ast.AST | None, skip: ast.Call) -> bool:
-    """Whether a helper called in ``fn`` (other than ``skip``) with ``model`` may leave it in
-    another mode than training (``evaluate(model)`` that calls ``model.eval()``)."""
-    for call in ctx.of(ast.Call):
-        if (
-            call is skip
-            or ctx.function_of(call) is not fn
-            or not any(related(dotted(a) or "", model) for a in [*call.args, *(k.value for k in call.keywords)])
-        ):
-            continue
-        found = helper_modes(ctx, call)
-        if found is None:
-            continue
-        modes, argument = found
-        for param, mode in modes.leaves:
-            passed = argument(param)
-            if mode != TRAIN and passed is not None and related(dotted(passed) or "", model):
-                return True
-    return False

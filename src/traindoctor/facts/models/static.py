@@ -20,308 +20,61 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
+from traindoctor.facts.models.info import MODEL as MODEL
+
+# re-exported: the rules import these from here
+from traindoctor.facts.models.info import UNKNOWN_MODEL as UNKNOWN_MODEL
+from traindoctor.facts.models.info import ModelInfo as ModelInfo
+from traindoctor.facts.models.info import Params as Params
+from traindoctor.facts.models.info import model_built_by as model_built_by
+from traindoctor.facts.models.registries import TIMM_FACTORIES
+from traindoctor.facts.models.registries import registry_entry as registry_entry
+from traindoctor.facts.models.registries import registry_model as registry_model
+from traindoctor.facts.models.registries import timm_project_model as timm_project_model
+from traindoctor.facts.models.torchvision import torchvision_model as torchvision_model
+from traindoctor.facts.models.vocab import (
+    AFFINE_ARG as _AFFINE_ARG,
+)
+from traindoctor.facts.models.vocab import (
+    CHAIN_METHODS as _CHAIN_METHODS,
+)
+from traindoctor.facts.models.vocab import (
+    COMPOSITE_KINDS as _COMPOSITE_KINDS,
+)
+from traindoctor.facts.models.vocab import (
+    CONTAINERS as _CONTAINERS,
+)
+from traindoctor.facts.models.vocab import (
+    LAYER_PARAMS as _LAYER_PARAMS,
+)
+from traindoctor.facts.models.vocab import (
+    MODULE_BASES as _MODULE_BASES,
+)
+from traindoctor.facts.models.vocab import (
+    PARAMLESS as _PARAMLESS,
+)
+from traindoctor.facts.models.vocab import (
+    TENSOR_FACTORIES as _TENSOR_FACTORIES,
+)
+from traindoctor.facts.models.vocab import (
+    WEIGHT_BIAS as _WEIGHT_BIAS,
+)
+from traindoctor.facts.models.vocab import (
+    WRAPPER_PREFIX as _WRAPPER_PREFIX,
+)
+from traindoctor.facts.models.vocab import (
+    WRAPPERS as _WRAPPERS,
+)
 from traindoctor.static.args import MISSING, UNKNOWN
-from traindoctor.static.names import BATCHNORMS, NORM_LAYERS, dotted
+from traindoctor.static.names import BATCHNORMS, dotted
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
-    from traindoctor.static.project import Resolved
 
-Params = tuple[tuple[str, str], ...]
-#: The project model's query "what model does this definition build" (see :mod:`.summariser`).
-MODEL = "model"
 #: The key of the per-file cache in ``ctx.shared``.
 _CACHE = "models"
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What the file tells about one model (see the module docstring)."""
-
-    kinds: frozenset[str]
-    params: Params | None
-    label: str = ""
-
-    @property
-    def known(self) -> bool:
-        return self.params is not None
-
-    @property
-    def has_batchnorm(self) -> bool:
-        return any(k in BATCHNORMS or k == "torch.nn.SyncBatchNorm" for k in self.kinds)
-
-    @property
-    def has_dropout(self) -> bool:
-        return any(k.rsplit(".", 1)[-1].endswith("Dropout") or "Dropout" in k for k in self.kinds)
-
-    @property
-    def param_names(self) -> list[str] | None:
-        return None if self.params is None else [n for n, _ in self.params]
-
-    def norm_params(self) -> list[str]:
-        """Names of parameters owned by normalisation layers (empty when unknown)."""
-        return [n for n, k in self.params or () if k in NORM_LAYERS]
-
-    def bias_or_norm_params(self) -> list[str]:
-        return [n for n, k in self.params or () if k in NORM_LAYERS or n.rsplit(".", 1)[-1].endswith("bias")]
-
-
-UNKNOWN_MODEL = ModelInfo(frozenset(), None, "")
-
-_WEIGHT_BIAS = ("weight", "bias")
-#: torch.nn layer -> parameter names it registers with default arguments.
-_LAYER_PARAMS: dict[str, tuple[str, ...]] = {
-    **{
-        n: _WEIGHT_BIAS
-        for n in (
-            "Linear",
-            "LazyLinear",
-            "Bilinear",
-            "Conv1d",
-            "Conv2d",
-            "Conv3d",
-            "ConvTranspose1d",
-            "ConvTranspose2d",
-            "ConvTranspose3d",
-            "LazyConv1d",
-            "LazyConv2d",
-            "LazyConv3d",
-            "BatchNorm1d",
-            "BatchNorm2d",
-            "BatchNorm3d",
-            "LazyBatchNorm1d",
-            "LazyBatchNorm2d",
-            "LazyBatchNorm3d",
-            "SyncBatchNorm",
-            "GroupNorm",
-            "LayerNorm",
-        )
-    },
-    "RMSNorm": ("weight",),
-    "Embedding": ("weight",),
-    "EmbeddingBag": ("weight",),
-    "PReLU": ("weight",),
-    "InstanceNorm1d": (),
-    "InstanceNorm2d": (),
-    "InstanceNorm3d": (),
-    "MultiheadAttention": ("in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"),
-}
-_PARAMLESS = frozenset(
-    (
-        "ReLU",
-        "ReLU6",
-        "GELU",
-        "SiLU",
-        "Mish",
-        "Tanh",
-        "Sigmoid",
-        "Softmax",
-        "LogSoftmax",
-        "ELU",
-        "SELU",
-        "CELU",
-        "LeakyReLU",
-        "Hardswish",
-        "Hardsigmoid",
-        "Hardtanh",
-        "Softplus",
-        "Softsign",
-        "Tanhshrink",
-        "Threshold",
-        "GLU",
-        "Identity",
-        "Flatten",
-        "Unflatten",
-        "Dropout",
-        "Dropout1d",
-        "Dropout2d",
-        "Dropout3d",
-        "AlphaDropout",
-        "FeatureAlphaDropout",
-        "MaxPool1d",
-        "MaxPool2d",
-        "MaxPool3d",
-        "AvgPool1d",
-        "AvgPool2d",
-        "AvgPool3d",
-        "AdaptiveAvgPool1d",
-        "AdaptiveAvgPool2d",
-        "AdaptiveAvgPool3d",
-        "AdaptiveMaxPool1d",
-        "AdaptiveMaxPool2d",
-        "AdaptiveMaxPool3d",
-        "Upsample",
-        "UpsamplingNearest2d",
-        "UpsamplingBilinear2d",
-        "PixelShuffle",
-        "PixelUnshuffle",
-        "ZeroPad1d",
-        "ZeroPad2d",
-        "ZeroPad3d",
-        "ConstantPad1d",
-        "ConstantPad2d",
-        "ReflectionPad2d",
-        "ReplicationPad2d",
-        "LocalResponseNorm",
-        "ChannelShuffle",
-        "Softmax2d",
-    )
-)
-#: Composite torch.nn layers whose inner kinds matter (names left unknown).
-_COMPOSITE_KINDS: dict[str, tuple[str, ...]] = {
-    n: ("Linear", "LayerNorm", "Dropout", "MultiheadAttention")
-    for n in (
-        "Transformer",
-        "TransformerEncoderLayer",
-        "TransformerDecoderLayer",
-        "TransformerEncoder",
-        "TransformerDecoder",
-    )
-}
-_AFFINE_ARG = {
-    "LayerNorm": "elementwise_affine",
-    "RMSNorm": "elementwise_affine",
-    "GroupNorm": "affine",
-    "InstanceNorm1d": "affine",
-    "InstanceNorm2d": "affine",
-    "InstanceNorm3d": "affine",
-}
-_CONTAINERS = ("Sequential", "ModuleList", "ModuleDict")
-_MODULE_BASES = frozenset(
-    (
-        "torch.nn.Module",
-        "torch.nn.modules.module.Module",
-        "lightning.LightningModule",
-        "lightning.pytorch.LightningModule",
-        "pytorch_lightning.LightningModule",
-        "lightning.pytorch.core.LightningModule",
-        "pytorch_lightning.core.LightningModule",
-    )
-)
-_WRAPPERS = frozenset(
-    (
-        "torch.nn.parallel.DistributedDataParallel",
-        "torch.nn.DataParallel",
-        "torch.nn.parallel.DataParallel",
-        "torch.compile",
-    )
-)
-_WRAPPER_PREFIX = {
-    "torch.nn.parallel.DistributedDataParallel": "module.",
-    "torch.nn.DataParallel": "module.",
-    "torch.nn.parallel.DataParallel": "module.",
-    "torch.compile": "_orig_mod.",
-}
-_CHAIN_METHODS = frozenset(
-    (
-        "to",
-        "cuda",
-        "cpu",
-        "float",
-        "double",
-        "half",
-        "bfloat16",
-        "train",
-        "eval",
-        "requires_grad_",
-        "share_memory",
-        "type",
-        "to_empty",
-    )
-)
-_TENSOR_FACTORIES = frozenset(
-    (
-        "zeros",
-        "ones",
-        "empty",
-        "randn",
-        "rand",
-        "full",
-        "arange",
-        "tensor",
-        "eye",
-        "linspace",
-        "zeros_like",
-        "ones_like",
-    )
-)
-
-# ---------------------------------------------------------------- torchvision classifiers
-_TV_BN = (
-    "resnet",
-    "resnext",
-    "wide_resnet",
-    "densenet",
-    "mobilenet_v2",
-    "mobilenet_v3",
-    "efficientnet",
-    "regnet",
-    "inception_v3",
-    "googlenet",
-    "shufflenet",
-    "mnasnet",
-)
-_TV_DROPOUT = (
-    "alexnet",
-    "vgg",
-    "squeezenet",
-    "mobilenet_v2",
-    "mobilenet_v3",
-    "efficientnet",
-    "inception_v3",
-    "googlenet",
-    "mnasnet",
-)
-#: ResNet-family block counts and whether they use bottleneck blocks (exact parameter names).
-_RESNETS = {
-    "resnet18": ((2, 2, 2, 2), False),
-    "resnet34": ((3, 4, 6, 3), False),
-    "resnet50": ((3, 4, 6, 3), True),
-    "resnet101": ((3, 4, 23, 3), True),
-    "resnet152": ((3, 8, 36, 3), True),
-    "resnext50_32x4d": ((3, 4, 6, 3), True),
-    "resnext101_32x8d": ((3, 4, 23, 3), True),
-    "resnext101_64x4d": ((3, 4, 23, 3), True),
-    "wide_resnet50_2": ((3, 4, 6, 3), True),
-    "wide_resnet101_2": ((3, 4, 23, 3), True),
-}
-
-
-def _resnet_params(blocks: tuple[int, ...], bottleneck: bool) -> Params:
-    bn, conv, linear = "torch.nn.BatchNorm2d", "torch.nn.Conv2d", "torch.nn.Linear"
-    out: list[tuple[str, str]] = [("conv1.weight", conv), ("bn1.weight", bn), ("bn1.bias", bn)]
-    convs = (1, 2, 3) if bottleneck else (1, 2)
-    for layer, count in enumerate(blocks, 1):
-        for i in range(count):
-            p = f"layer{layer}.{i}."
-            for c in convs:
-                out += [(f"{p}conv{c}.weight", conv), (f"{p}bn{c}.weight", bn), (f"{p}bn{c}.bias", bn)]
-            if i == 0 and (layer > 1 or bottleneck):
-                out += [
-                    (f"{p}downsample.0.weight", conv),
-                    (f"{p}downsample.1.weight", bn),
-                    (f"{p}downsample.1.bias", bn),
-                ]
-    out += [("fc.weight", linear), ("fc.bias", linear)]
-    return tuple(out)
-
-
-def torchvision_model(fn: str) -> ModelInfo | None:
-    """What we know about ``torchvision.models.<fn>()`` (classification constructors only)."""
-    if fn in _RESNETS:
-        params = _resnet_params(*_RESNETS[fn])
-        return ModelInfo(frozenset(k for _, k in params), params, f"torchvision {fn}")
-    kinds: set[str] = set()
-    if fn.startswith(_TV_BN) or (fn.startswith("vgg") and fn.endswith("_bn")):
-        kinds.add("torch.nn.BatchNorm2d")
-    if fn.startswith(_TV_DROPOUT):
-        kinds.add("torch.nn.Dropout")
-    if not kinds:
-        return None
-    return ModelInfo(frozenset(kinds), None, f"torchvision {fn}")
-
 
 # ---------------------------------------------------------------- per-file cache
 #: ``self.attr = value`` in a class's methods: (the assignment, attr, value).
@@ -350,12 +103,6 @@ def _cache(ctx: FileContext) -> _FileModels:
 def forget_models(ctx: FileContext) -> None:
     """Drop what the file's models were found to build (computed against another project state)."""
     ctx.forget(_CACHE)
-
-
-def model_built_by(resolved: Resolved) -> ModelInfo | None:
-    """What a definition of another project module builds when it is a model class or factory
-    (computed on first use, see :class:`~traindoctor.facts.models.summariser.ModelQuery`)."""
-    return cast("ModelInfo | None", resolved.answer(MODEL))  # what the MODEL query answers
 
 
 def torch_nn_name(ctx: FileContext, func: ast.AST) -> str | None:
@@ -576,6 +323,18 @@ def _scan_self_assignments(cls: ast.ClassDef) -> Iterable[SelfAssignment]:
                 for t in targets:
                     if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == me:
                         yield node, t.attr, node.value
+                    elif (  # ``self.model, self.optimizer = model, optimizer``
+                        isinstance(t, ast.Tuple)
+                        and isinstance(node.value, ast.Tuple)
+                        and len(t.elts) == len(node.value.elts)
+                    ):
+                        for element, value in zip(t.elts, node.value.elts):
+                            if (
+                                isinstance(element, ast.Attribute)
+                                and isinstance(element.value, ast.Name)
+                                and element.value.id == me
+                            ):
+                                yield node, element.attr, value
 
 
 def class_info(ctx: FileContext, cls: ast.ClassDef, depth: int = 0) -> ModelInfo:
@@ -605,6 +364,7 @@ def class_info(ctx: FileContext, cls: ast.ClassDef, depth: int = 0) -> ModelInfo
         result = UNKNOWN_MODEL
         cache[key] = result
         return result
+    kinds |= _local_constructions(ctx, cls, depth)
     for node in ctx.walk(cls):
         if (
             isinstance(node, ast.Call)
@@ -655,6 +415,57 @@ def class_info(ctx: FileContext, cls: ast.ClassDef, depth: int = 0) -> ModelInfo
     return result
 
 
+def _local_constructions(ctx: FileContext, cls: ast.ClassDef, depth: int) -> set[str]:
+    """Layer kinds of the file's own module classes and model-building functions that ``cls``
+    constructs anywhere in its body (``self.blocks.append(Residual(Attention(...)))``,
+    ``self.add_module("bn", Conv2d_BN(...))``): a lower bound, as :func:`_kinds_in` is."""
+    out: set[str] = set()
+    if depth > 6:
+        return out
+    local, fns = classes(ctx), functions(ctx)
+    for node in ctx.walk(cls):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        name = node.func.id
+        if name in ctx.imports.names:
+            continue
+        other = local.get(name)
+        if other is not None and other is not cls:
+            out |= class_info(ctx, other, depth + 1).kinds
+        elif other is None and len(fns.get(name, ())) == 1 and ctx.function_of(fns[name][0]) is None:
+            out |= function_returns(ctx, fns[name][0], depth + 1).kinds
+    return out
+
+
+def _stored_argument_kinds(ctx: FileContext, cls: ast.ClassDef, call: ast.Call, depth: int) -> set[str]:
+    """Layer kinds of the models ``call`` (a construction of ``cls``) passes for constructor
+    parameters the class keeps as submodules (``self.patch_embed = hybrid_backbone`` with
+    ``LeViT(..., hybrid_backbone=b16(...))``)."""
+    init = next((s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == "__init__" and s.args.args), None)
+    if init is None:
+        return set()
+    stored = {
+        value.id
+        for stmt, _attr, value in _self_assignments(ctx, cls)
+        if isinstance(value, ast.Name) and ctx.function_of(stmt) is init
+    }
+    if not stored:
+        return set()
+    positional = [p.arg for p in [*init.args.posonlyargs, *init.args.args][1:]]
+    bound: list[tuple[str, ast.expr]] = []
+    for i, arg in enumerate(call.args):
+        if isinstance(arg, ast.Starred):
+            break
+        if i < len(positional):
+            bound.append((positional[i], arg))
+    bound += [(kw.arg, kw.value) for kw in call.keywords if kw.arg is not None]
+    out: set[str] = set()
+    for param, arg in bound:
+        if param in stored and isinstance(arg, ast.Call):
+            out |= model_of(ctx, arg, depth + 1).kinds
+    return out
+
+
 def function_returns(ctx: FileContext, fn: ast.FunctionDef, depth: int) -> ModelInfo:
     """What the models a function of the file returns are made of."""
     infos = []
@@ -670,10 +481,10 @@ def model_of(ctx: FileContext, expr: ast.AST | None, depth: int = 0, _seen: froz
         return UNKNOWN_MODEL
     if isinstance(expr, ast.Call):
         func = expr.func
-        name = torch_nn_name(ctx, func)
+        qn = ctx.qualname(func) or ""
+        name = torch_nn_name(ctx, func) if qn not in _WRAPPERS else None  # ``nn.DataParallel(m)``: m
         if name is not None and name[:1].isupper():
             return _layer_info(ctx, expr, name, depth)
-        qn = ctx.qualname(func) or ""
         if qn in _WRAPPERS and expr.args:
             inner = model_of(ctx, expr.args[0], depth + 1, _seen)
             if inner.params is None:
@@ -684,14 +495,16 @@ def model_of(ctx: FileContext, expr: ast.AST | None, depth: int = 0, _seen: froz
             return ModelInfo(inner.kinds | {"torch.nn.SyncBatchNorm"}, inner.params, inner.label)
         if qn.startswith("torchvision.models."):
             return torchvision_model(qn.rsplit(".", 1)[-1]) or UNKNOWN_MODEL
-        if qn in _TIMM_FACTORIES:
+        if qn in TIMM_FACTORIES:
             return timm_project_model(ctx, expr)
         if isinstance(func, ast.Attribute) and func.attr in _CHAIN_METHODS:
             return model_of(ctx, func.value, depth + 1, _seen)
         if isinstance(func, ast.Name) and func.id not in ctx.imports.names:
             cls = classes(ctx).get(func.id)
             if cls is not None:
-                return class_info(ctx, cls, depth + 1)
+                info = class_info(ctx, cls, depth + 1)
+                passed = _stored_argument_kinds(ctx, cls, expr, depth)
+                return replace(info, kinds=info.kinds | passed) if passed - info.kinds else info
             fns = functions(ctx).get(func.id)
             if fns and len(fns) == 1:
                 return function_returns(ctx, fns[0], depth)
@@ -700,58 +513,6 @@ def model_of(ctx: FileContext, expr: ast.AST | None, depth: int = 0, _seen: froz
             return found if found is not UNKNOWN_MODEL else dispatch_model(ctx, func, depth)
         return project_model(ctx, func)
     return _model_of_value(ctx, expr, depth, _seen)
-
-
-_TIMM_FACTORIES = frozenset({"timm.create_model", "timm.models.create_model", "timm.models.factory.create_model"})
-
-
-def timm_project_model(ctx: FileContext, call: ast.Call) -> ModelInfo:
-    """What ``timm.create_model(name)`` builds when ``name`` is known and a project module this
-    file imports defines the model function of that name (registered with ``@register_model``)."""
-    arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "model_name"), None)
-    name = ctx.value(arg) if arg is not None else None
-    view = ctx.project
-    if not isinstance(name, str) or not name.isidentifier() or view is None or not view.imports_project:
-        return UNKNOWN_MODEL
-    found = []
-    for path, attr in view.bindings.values():
-        if attr is None and (resolved := view.project.lookup(path, name)) is not None and resolved.function:
-            found.append(resolved)
-    if len({r.path for r in found}) != 1:
-        return UNKNOWN_MODEL
-    view.dependencies.add(found[0].path)
-    return model_built_by(replace(found[0], sink=view.dependencies)) or UNKNOWN_MODEL
-
-
-def registry_entry(ctx: FileContext, func: ast.AST) -> tuple[ast.expr, str] | None:
-    """``models.__dict__[args.arch]`` -> (the ``models`` node, ``"resnet18"``) when the key's value
-    is known (a literal or an argparse default); the registry idiom of ImageNet-style scripts."""
-    if not isinstance(func, ast.Subscript):
-        return None
-    holder = func.value
-    if not (isinstance(holder, ast.Attribute) and holder.attr == "__dict__"):
-        return None
-    key = ctx.value(func.slice)
-    if not isinstance(key, str) or not key.isidentifier():
-        return None
-    return holder.value, key
-
-
-def registry_model(ctx: FileContext, func: ast.AST) -> ModelInfo:
-    """What ``models.__dict__[args.arch](...)`` builds: a torchvision constructor or a model of
-    the project's own ``models`` package, named by the key's known value."""
-    entry = registry_entry(ctx, func)
-    if entry is None:
-        return UNKNOWN_MODEL
-    base, key = entry
-    qn = ctx.qualname(base) or ""
-    if qn == "torchvision.models":
-        return torchvision_model(key) or UNKNOWN_MODEL
-    view = ctx.project
-    if view is None or not view.imports_project:
-        return UNKNOWN_MODEL
-    resolved = view.resolve(ast.Attribute(value=base, attr=key, ctx=ast.Load()))
-    return model_built_by(resolved) or UNKNOWN_MODEL if resolved is not None else UNKNOWN_MODEL
 
 
 def dispatch_model(ctx: FileContext, func: ast.Subscript, depth: int) -> ModelInfo:
@@ -809,12 +570,22 @@ def _model_of_value(ctx: FileContext, expr: ast.AST, depth: int, _seen: frozense
             return UNKNOWN_MODEL
         infos: list[ModelInfo] = []
         seen = _seen | {id(b) for b in bound if b is not None}
+        unpacked: list[ModelInfo | None] | None = None
         for value in bound:
             if value is None:
-                return UNKNOWN_MODEL
+                # ``args, model = setup(args)``, ``model, opt = amp.initialize(model, opt)``, a
+                # parameter: what the call returns there, or what the file's callers pass
+                if unpacked is None:
+                    unpacked = _unevaluated(ctx, expr, bound, depth, seen)
+                if not unpacked:
+                    return UNKNOWN_MODEL
+                got = unpacked.pop()
+                if got is not None:
+                    infos.append(got)
+                continue
             if id(value) in _seen:
                 continue
-            if _self_reference(value, expr.id):
+            if _self_reference(value, expr.id) or _handed_back(ctx, value, None, expr.id):
                 continue
             infos.append(model_of(ctx, value, depth + 1, seen))
         return _merge(infos)
@@ -827,6 +598,153 @@ def _model_of_value(ctx: FileContext, expr: ast.AST, depth: int, _seen: frozense
             return UNKNOWN_MODEL
         return _merge([model_of(ctx, v, depth + 1, _seen) for v in values])
     return UNKNOWN_MODEL
+
+
+#: APIs that hand back the modules and optimizers they are given, in order (their parameters).
+_HANDING_BACK = {"apex.amp.initialize": ("models", "optimizers")}
+
+
+def _unpacked(ctx: FileContext, name: ast.Name, depth: int, seen: frozenset[int]) -> list[ModelInfo | None] | None:
+    """What the tuple assignments in ``name``'s scope bind it to, one entry each: None for a model
+    the call hands back (:func:`_handed_back`), else what the file's function returns in that slot
+    (``args, model = setup(args)``). None when one of them cannot be told."""
+    scope = ctx.scope_of(name)
+    out: list[ModelInfo | None] = []
+    for assign in ctx.of(ast.Assign):
+        if ctx.scope_of(assign) is not scope or not isinstance(assign.value, ast.Call):
+            continue
+        for target in assign.targets:
+            if not isinstance(target, (ast.Tuple, ast.List)):
+                continue
+            if any(isinstance(e, ast.Starred) for e in target.elts):
+                return None
+            for i, element in enumerate(target.elts):
+                if not (isinstance(element, ast.Name) and element.id == name.id):
+                    continue
+                slot = (i, len(target.elts))
+                if _handed_back(ctx, assign.value, slot, name.id):
+                    out.append(None)
+                    continue
+                returned = _returned_in_slot(ctx, assign.value, slot, depth, seen)
+                if returned is None:
+                    return None
+                out.append(returned)
+    return out
+
+
+def _unevaluated(
+    ctx: FileContext, name: ast.Name, bound: list[ast.expr | None], depth: int, seen: frozenset[int]
+) -> list[ModelInfo | None]:
+    """One entry per binding of ``name`` that is no plain assignment (:func:`_unpacked`, and
+    :func:`_passed_by_callers` for a parameter); empty when one of them cannot be told."""
+    out = _unpacked(ctx, name, depth, seen)
+    if out is None:
+        return []
+    missing = sum(1 for b in bound if b is None) - len(out)
+    if missing == 1:
+        passed = _passed_by_callers(ctx, name, depth, seen)
+        if passed is None:
+            return []
+        out.append(passed)
+    elif missing:
+        return []
+    return out
+
+
+def _returned_in_slot(
+    ctx: FileContext, call: ast.Call, slot: tuple[int, int], depth: int, seen: frozenset[int]
+) -> ModelInfo | None:
+    """The model a top-level function of the file returns in ``slot`` of its tuple result (every
+    ``return`` a tuple of that length); None when it cannot be told."""
+    fn = _local_function(ctx, call)
+    if fn is None or id(fn) in seen:
+        return None
+    infos = []
+    for ret in ast.walk(fn):
+        if isinstance(ret, ast.Return) and ctx.function_of(ret) is fn:
+            if not (isinstance(ret.value, ast.Tuple) and len(ret.value.elts) == slot[1]):
+                return None
+            infos.append(model_of(ctx, ret.value.elts[slot[0]], depth + 1, seen | {id(fn)}))
+    if not infos or any(not i.kinds for i in infos):
+        return None
+    return _merge(infos)
+
+
+def _passed_by_callers(ctx: FileContext, name: ast.Name, depth: int, seen: frozenset[int]) -> ModelInfo | None:
+    """For ``name`` a parameter of a top-level function of the file: what every call of the
+    function in the file passes for it (``valid(args, model)`` called from ``train(args, model)``);
+    None when there is no call or a caller's model cannot be told."""
+    fn = ctx.function_of(name)
+    if not isinstance(fn, ast.FunctionDef) or ctx.function_of(fn) is not None or id(fn) in seen:
+        return None
+    params = [p.arg for p in [*fn.args.posonlyargs, *fn.args.args]]
+    if name.id not in params:
+        return None
+    index = params.index(name.id)
+    sites = [c for c in ctx.of(ast.Call) if isinstance(c.func, ast.Name) and c.func.id == fn.name]
+    infos = []
+    for site in sites:
+        arg = next((k.value for k in site.keywords if k.arg == name.id), None)
+        if arg is None and index < len(site.args) and not any(isinstance(a, ast.Starred) for a in site.args):
+            arg = site.args[index]
+        info = model_of(ctx, arg, depth + 1, seen | {id(fn)}) if arg is not None else UNKNOWN_MODEL
+        if not info.kinds:
+            return None
+        infos.append(info)
+    return _merge(infos) if infos else None
+
+
+def _local_function(ctx: FileContext, call: ast.Call) -> ast.FunctionDef | None:
+    """The top-level function of the file ``call`` calls by name, if there is exactly one."""
+    if not isinstance(call.func, ast.Name) or call.func.id in ctx.imports.names:
+        return None
+    fns = functions(ctx).get(call.func.id)
+    if not fns or len(fns) != 1 or ctx.function_of(fns[0]) is not None:
+        return None
+    return fns[0]
+
+
+def _handed_back(ctx: FileContext, call: ast.expr, slot: tuple[int, int] | None, name: str) -> bool:
+    """Whether ``call`` returns the very ``name`` it is passed (at ``slot``: (index, length) of a
+    tuple result): ``a, b = f(a, b)`` (``amp.initialize``, ``accelerator.prepare``), or a function
+    of the file whose every ``return`` hands back the parameter ``name`` is passed for
+    (``model, opt, lr, it = load_checkpoint(path, model, opt)``)."""
+    if not isinstance(call, ast.Call):
+        return False
+    if slot is not None:
+        index, length = slot
+        args = call.args
+        arg = args[index] if len(args) == length else None
+        if isinstance(arg, ast.Name) and arg.id == name:
+            return True
+        keywords = _HANDING_BACK.get(ctx.qualname(call.func) or "")
+        if keywords is not None and length == len(keywords):
+            arg = next((k.value for k in call.keywords if k.arg == keywords[index]), None)
+            if arg is None and index < len(args):
+                arg = args[index]
+            if isinstance(arg, ast.Name) and arg.id == name:
+                return True
+    fn = _local_function(ctx, call)
+    if fn is None:
+        return False
+    params = [p.arg for p in [*fn.args.posonlyargs, *fn.args.args]]
+    passed = {params[i]: a for i, a in enumerate(call.args[: len(params)]) if not isinstance(a, ast.Starred)}
+    passed.update({k.arg: k.value for k in call.keywords if k.arg is not None})
+    returns = [r for r in ast.walk(fn) if isinstance(r, ast.Return) and ctx.function_of(r) is fn]
+    if not returns:
+        return False
+    for ret in returns:
+        value = ret.value
+        if slot is not None:
+            if not (isinstance(value, ast.Tuple) and len(value.elts) == slot[1]):
+                return False
+            value = value.elts[slot[0]]
+        if not isinstance(value, ast.Name):
+            return False
+        arg = passed.get(value.id)
+        if not (isinstance(arg, ast.Name) and arg.id == name):
+            return False
+    return True
 
 
 def _self_reference(value: ast.expr, name: str) -> bool:

@@ -6,7 +6,7 @@ import ast
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from traindoctor.finding import Finding, Severity
+from traindoctor.finding import Finding, Related, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.names import dotted, receiver
 
@@ -102,6 +102,23 @@ class ScalerNeverUpdated(Rule):
         ),
         Valid(
             """
+            import torch
+
+            def train_epoch(model, optimizer, grad_scaler):
+                for x in loader:
+                    grad_scaler.scale(model(x).mean()).backward()
+                    finish(optimizer, grad_scaler)
+
+            def finish(optimizer, s):
+                s.step(optimizer)
+                s.update()
+
+            scaler = torch.amp.GradScaler("cuda")
+            train_epoch(model, optimizer, scaler)
+            """
+        ),
+        Valid(
+            """
             # An LR scheduler's step is not a GradScaler's.
             scheduler.step()
             optimizer.step()
@@ -155,8 +172,23 @@ class ScalerNeverUpdated(Rule):
 
                 def step(self, loss):
                     self.scaler.scale(loss).backward()
-                    self.scaler.step(self.opt_g)  # TD303
+                    self.scaler.step(self.opt_g)
                     self.scaler.step(self.opt_d)  # TD303
+            """
+        ),
+        Invalid(
+            """
+            import torch
+
+            def train_and_evaluate(nets, optims, scaler):
+                for x in loader:
+                    scaler.scale(nets[1](x).mean()).backward()
+                    scaler.step(optims[1])
+                    scaler.scale(nets[0](x).mean()).backward()
+                    scaler.step(optims[0])  # TD303
+
+            scaler = torch.amp.GradScaler("cuda")
+            train_and_evaluate([net_g, net_d], [optim_g, optim_d], scaler)
             """
         ),
     )
@@ -180,6 +212,7 @@ class ScalerNeverUpdated(Rule):
                 scaled_in.setdefault(name, set()).add(id(facts.scope(call)))
         updated = {_last(name) for call in ctx.method_calls("update") if (name := dotted(receiver(call))) is not None}
         handed_on: set[str] | None = None
+        missing: dict[tuple[str, int], list[ast.Call]] = {}
         for call in steps:
             name = dotted(receiver(call))
             if name is None or _last(name) in updated:
@@ -192,26 +225,114 @@ class ScalerNeverUpdated(Rule):
                 handed_on = self._passed_as_argument(ctx)
             if _last(name) in handed_on:
                 continue
+            missing.setdefault((name, id(facts.scope(call))), []).append(call)
+        for (name, _), calls in missing.items():
+            # one finding per scaler and function: one ``update()`` after its last step fixes all
+            *others, last = sorted(calls, key=lambda c: (c.lineno, c.col_offset))
             yield ctx.report(
                 self,
-                call,
+                last,
                 f"`{name}.step()` is never followed by `{name}.update()`; call `{name}.update()` "
                 "once per iteration after the optimizer steps.",
                 help=f"Call `{name}.update()` after `{name}.step(...)`",
+                related=tuple(
+                    Related(ctx.filename, ctx.location(c), f"`{name}` also steps an optimizer here") for c in others
+                ),
             )
 
     @staticmethod
     def _passed_as_argument(ctx: FileContext) -> set[str]:
-        """Last components of names handed to other calls (``helper(scaler)``, ``return scaler``)."""
+        """Last components of names handed to other calls (``helper(scaler)``, ``return scaler``),
+        except to a function of the project that neither updates the parameter it receives nor
+        hands it on (``train_and_evaluate(..., scaler, ...)`` of this file, which only steps it)."""
         out: set[str] = set()
         for call in ctx.of(ast.Call):
             for arg in [*call.args, *(kw.value for kw in call.keywords)]:
                 if isinstance(arg, ast.Starred):
                     arg = arg.value
                 name = dotted(arg)
-                if name is not None:
+                if name is not None and not _kept_by_callee(ctx, call, arg):
                     out.add(_last(name))
         for ret in ctx.of(ast.Return):
             if ret.value is not None and (name := dotted(ret.value)) is not None:
                 out.add(_last(name))
         return out
+
+
+def _kept_by_callee(ctx: FileContext, call: ast.Call, arg: ast.expr, depth: int = 0) -> bool:
+    """Whether ``call`` is to a function of this file or of another project module whose parameter
+    receiving ``arg`` it never updates (``p.update()``) nor hands on other than to such functions
+    (as an argument elsewhere, a ``return``, an assignment): the update is then missing."""
+    found = _callee(ctx, call) if depth < 3 else None
+    if found is None:
+        return False
+    where, fn = found
+    a = fn.args
+    if a.vararg is not None or a.kwarg is not None:
+        return False
+    params = [p.arg for p in [*a.posonlyargs, *a.args]]
+    param = None
+    for i, value in enumerate(call.args):
+        if isinstance(value, ast.Starred):
+            return False
+        if value is arg and i < len(params):
+            param = params[i]
+    for kw in call.keywords:
+        if kw.value is arg:
+            param = kw.arg
+    if param is None:
+        return False
+    methods = [
+        n
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == param
+    ]
+    if any(m.attr == "update" for m in methods):
+        return False
+    receivers = {id(m.value) for m in methods}
+    passed = {
+        id(value): sub
+        for sub in ast.walk(fn)
+        if isinstance(sub, ast.Call)
+        for value in [*sub.args, *(k.value for k in sub.keywords)]
+    }
+    for use in ast.walk(fn):
+        if not (isinstance(use, ast.Name) and use.id == param) or id(use) in receivers:
+            continue
+        inner = passed.get(id(use))
+        if inner is None or not _kept_by_callee(where, inner, use, depth + 1):
+            return False  # handed on to code that may update it
+    return True
+
+
+def _callee(ctx: FileContext, call: ast.Call) -> tuple[FileContext, ast.FunctionDef] | None:
+    """The definition ``call`` calls and its file: a top-level function of this file, or one of
+    another project module (through the project model); None when it cannot be told."""
+    func = call.func
+    if isinstance(func, ast.Name) and func.id not in ctx.imports.names:
+        defs = [s for s in ctx.tree.body if isinstance(s, ast.FunctionDef) and s.name == func.id]
+        if len(defs) == 1 and not any(
+            isinstance(s, (ast.Assign, ast.ClassDef)) and func.id in {getattr(t, "id", "") for t in _bound(s)}
+            for s in ctx.tree.body
+        ):
+            return ctx, defs[0]
+        return None
+    view = ctx.project
+    if view is None or not isinstance(func, (ast.Name, ast.Attribute)) or not view.imports_project:
+        return None
+    resolved = view.resolve(func)
+    if resolved is None or resolved.function is None or resolved.summary is None:
+        return None
+    module = resolved.project.module_context(resolved.summary) if resolved.project is not None else None
+    if module is None:
+        return None
+    defs = [s for s in module.tree.body if isinstance(s, ast.FunctionDef) and s.name == resolved.name]
+    return (module, defs[0]) if len(defs) == 1 else None
+
+
+def _bound(stmt: ast.stmt) -> list[ast.AST]:
+    if isinstance(stmt, ast.Assign):
+        return list(stmt.targets)
+    if isinstance(stmt, ast.ClassDef):
+        return [ast.Name(id=stmt.name)]
+    return []

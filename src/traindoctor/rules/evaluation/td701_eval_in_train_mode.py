@@ -314,13 +314,8 @@ class EvalInTrainMode(Rule):
         evaluation forward in the mode its caller left it in, called here with a model in
         training mode: reported at the call, the helper's forward as the related location."""
         from traindoctor.facts.data.static import is_test_file
-        from traindoctor.facts.evaluation.static import (
-            PARAMETER_MODES,
-            TRAIN,
-            ParameterModes,
-            helpers_set_mode,
-            mode_state,
-        )
+        from traindoctor.facts.evaluation.modes import ParameterModes, helpers_set_mode
+        from traindoctor.facts.evaluation.static import PARAMETER_MODES, TRAIN, mode_state
         from traindoctor.facts.models.static import model_of
         from traindoctor.static.project import Place
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
@@ -211,7 +211,7 @@ class LrNotScaled(Rule):
             trains,
         )
 
-        if not trains(ctx):  # the cheapest question first: library files stop here
+        if not trains(ctx) and not _drives_project_training(ctx):  # library files stop here
             return
         dist = distributed(ctx)
         acc = accumulation(ctx)
@@ -235,11 +235,18 @@ class LrNotScaled(Rule):
                 grows += f" by {acc.factor}"
         parallel = data_parallel_names(ctx) if dist is not None else set()
         for qn, call in ctx.calls_to_prefix(""):
-            if qn not in OPTIMIZERS:
+            lr: object
+            if qn in OPTIMIZERS:
+                steps_parallel = optimizer_is_data_parallel(ctx, call, parallel)
+                lr = ctx.arg(call, "lr")
+            elif qn in _TIMM_FROM_ARGS and len(call.args) >= 2 and isinstance(call.args[0], ast.Name):
+                # timm's ``create_optimizer(args, model)`` builds the optimizer with ``args.lr``
+                steps_parallel = any(isinstance(n, ast.Name) and n.id in parallel for n in ast.walk(call.args[1]))
+                lr = _option_read(ctx, call.args[0].id, "lr", call)
+            else:
                 continue
-            if dist is not None and not optimizer_is_data_parallel(ctx, call, parallel) and acc is None:
+            if dist is not None and not steps_parallel and acc is None:
                 continue
-            lr = ctx.arg(call, "lr")
             if not isinstance(lr, ast.expr) or not plain_lr(ctx, lr):
                 continue
             yield ctx.report(
@@ -250,6 +257,52 @@ class LrNotScaled(Rule):
                 "`traindoctor.recipes.scale_lr`) and warm it up.",
                 help="Scale the learning rate with the effective batch",
             )
+
+
+def _drives_project_training(ctx: FileContext) -> bool:
+    """An epoch loop around a project function that runs backward or is handed the file's
+    optimizer (``train_one_epoch(model, criterion, loader, optimizer, ...)`` of ``engine.py``):
+    the file trains through it."""
+    from traindoctor.facts.data.static import drives_training, is_test_file
+
+    view = ctx.project
+    if is_test_file(ctx.filename) or view is None or not drives_training(ctx) or not view.imports_project:
+        return False
+    optimizers = set()
+    for qn, call in ctx.calls_to_prefix(""):
+        stmt = ctx.statement_of(call)
+        if (qn in OPTIMIZERS or qn in _TIMM_FROM_ARGS) and isinstance(stmt, ast.Assign):
+            optimizers |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+    for call, resolved in view.calls():
+        if resolved.function is None:
+            continue
+        if resolved.function.backward:
+            return True
+        arguments = [*call.args, *(k.value for k in call.keywords)]
+        if any(isinstance(a, ast.Name) and a.id in optimizers for a in arguments):
+            return True
+    return False
+
+
+#: timm's factories that build an optimizer from an argparse namespace (``opt``, ``lr``, ``weight_decay``).
+_TIMM_FROM_ARGS = frozenset({"timm.optim.create_optimizer", "timm.optim.optim_factory.create_optimizer"})
+
+
+def _option_read(ctx: FileContext, namespace: str, option: str, call: ast.Call) -> ast.Attribute | None:
+    """A read of ``namespace.option`` in the function of ``call`` (the value look-ups need a node
+    of the file); None when the function reads none."""
+    fn = ctx.function_of(call)
+    for found in ctx.of(ast.Attribute):
+        node = cast(ast.Attribute, found)
+        if (
+            node.attr == option
+            and isinstance(node.value, ast.Name)
+            and node.value.id == namespace
+            and isinstance(node.ctx, ast.Load)
+            and ctx.function_of(node) is fn
+        ):
+            return node
+    return None
 
 
 # ---------------------------------------------------------------- runtime half (R2)
