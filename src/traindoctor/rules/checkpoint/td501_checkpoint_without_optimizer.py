@@ -295,6 +295,7 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
+        from traindoctor.facts.checkpoint.static.advice import left_out_by_helper, left_out_of_several
         from traindoctor.facts.checkpoint.static.index import checkpoint_index
         from traindoctor.static.vocab import OPTIMIZER
 
@@ -330,27 +331,13 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
                 f"moments; save `{opt}.state_dict()` with them.",
                 help=f"Save `{opt}.state_dict()` in the checkpoint",
             )
-        for site, param in idx.checkpoints.left_out_by_helper(OPTIMIZER):
-            if id(site.report) in reported:
-                continue
-            yield ctx.report(
-                self,
-                site.report,
-                f"This checkpoint helper is handed `{param}` but saves the weights and the training "
-                f"position without its state, so a resumed run restarts momentum/Adam moments; save "
-                f"`{param}.state_dict()` with them.",
-                help=f"Save `{param}.state_dict()` in the checkpoint",
-            )
-        for site, missing in idx.checkpoints.optimizers_left_out():
-            names = ", ".join(f"`{n}.state_dict()`" for n in missing)
-            yield ctx.report(
-                self,
-                site.report,
-                f"This checkpoint saves the state of some optimizers but not of "
-                f"{', '.join(f'`{n}`' for n in missing)}, so a resumed run restarts its momentum/Adam "
-                f"moments; save {names} too.",
-                help=f"Save {names} in the checkpoint",
-            )
+        for site, message, help in left_out_by_helper(idx.checkpoints, OPTIMIZER, "momentum/Adam moments"):
+            if id(site.report) not in reported:
+                yield ctx.report(self, site.report, message, help=help)
+        for site, message, help in left_out_of_several(
+            idx.checkpoints, OPTIMIZER, "optimizers", "its momentum/Adam moments"
+        ):
+            yield ctx.report(self, site.report, message, help=help)
 
 
 def _hf_save_only_model(rule: Rule, ctx: FileContext) -> Iterable[Finding]:

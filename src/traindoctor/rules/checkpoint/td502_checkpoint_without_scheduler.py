@@ -212,20 +212,15 @@ torch.save(
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
+        from traindoctor.facts.checkpoint.static.advice import left_out_by_helper, left_out_of_several
         from traindoctor.facts.checkpoint.static.index import checkpoint_index
         from traindoctor.static.vocab import SCHEDULER
 
         idx = checkpoint_index(ctx)
-        for site, missing in idx.checkpoints.left_out(SCHEDULER):
-            names = ", ".join(f"`{n}.state_dict()`" for n in missing)
-            yield ctx.report(
-                self,
-                site.report,
-                f"This checkpoint saves the state of some LR schedulers but not of "
-                f"{', '.join(f'`{n}`' for n in missing)}, so a resumed run restarts the schedule of each; "
-                f"save {names} too.",
-                help=f"Save {names} in the checkpoint",
-            )
+        for site, message, help in left_out_of_several(
+            idx.checkpoints, SCHEDULER, "LR schedulers", "the schedule of each"
+        ):
+            yield ctx.report(self, site.report, message, help=help)
         for site in idx.checkpoints.missing_beside_best(SCHEDULER):
             owner = idx.objects.first_name(SCHEDULER, "scheduler")
             yield ctx.report(
@@ -236,15 +231,8 @@ torch.save(
                 f"`{owner}.state_dict()` with it.",
                 help=f"Save `{owner}.state_dict()` in the checkpoint",
             )
-        for site, param in idx.checkpoints.left_out_by_helper(SCHEDULER):
-            yield ctx.report(
-                self,
-                site.report,
-                f"This checkpoint helper is handed `{param}` but saves the weights and the training "
-                f"position without its state, so a resumed run restarts the schedule; save "
-                f"`{param}.state_dict()` with them.",
-                help=f"Save `{param}.state_dict()` in the checkpoint",
-            )
+        for site, message, help in left_out_by_helper(idx.checkpoints, SCHEDULER, "the schedule"):
+            yield ctx.report(self, site.report, message, help=help)
         schedulers = idx.objects.exists(SCHEDULER)
         if not schedulers or idx.saves.may_hold_anywhere(SCHEDULER):
             return

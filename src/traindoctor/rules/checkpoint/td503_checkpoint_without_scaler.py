@@ -188,20 +188,15 @@ torch.save(
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
+        from traindoctor.facts.checkpoint.static.advice import left_out_by_helper, left_out_of_several
         from traindoctor.facts.checkpoint.static.index import checkpoint_index
         from traindoctor.static.vocab import SCALER
 
         idx = checkpoint_index(ctx)
-        for site, missing in idx.checkpoints.left_out(SCALER):
-            names = ", ".join(f"`{n}.state_dict()`" for n in missing)
-            yield ctx.report(
-                self,
-                site.report,
-                f"This checkpoint saves the state of some GradScalers but not of "
-                f"{', '.join(f'`{n}`' for n in missing)}, so a resumed run restarts the loss scale of each; "
-                f"save {names} too.",
-                help=f"Save {names} in the checkpoint",
-            )
+        for site, message, help in left_out_of_several(
+            idx.checkpoints, SCALER, "GradScalers", "the loss scale of each"
+        ):
+            yield ctx.report(self, site.report, message, help=help)
         for site in idx.checkpoints.missing_beside_best(SCALER):
             owner = idx.objects.first_name(SCALER, "scaler")
             yield ctx.report(
@@ -212,15 +207,8 @@ torch.save(
                 f"`{owner}.state_dict()` with it.",
                 help=f"Save `{owner}.state_dict()` in the checkpoint",
             )
-        for site, param in idx.checkpoints.left_out_by_helper(SCALER):
-            yield ctx.report(
-                self,
-                site.report,
-                f"This checkpoint helper is handed `{param}` but saves the weights and the training "
-                f"position without its state, so a resumed run restarts the loss scale at its "
-                f"initial value; save `{param}.state_dict()` with them.",
-                help=f"Save `{param}.state_dict()` in the checkpoint",
-            )
+        for site, message, help in left_out_by_helper(idx.checkpoints, SCALER, "the loss scale at its initial value"):
+            yield ctx.report(self, site.report, message, help=help)
         if not idx.objects.exists(SCALER) or idx.resume.kept_on_resume(SCALER):
             return
         name = idx.objects.first_name(SCALER, "scaler")

@@ -83,11 +83,6 @@ class TrainingCheckpoints(IndexPart):
             p.key is not None and _RX_COUNTER_KEY.match(p.key.lower()) for p in saved.pieces
         )
 
-    def optimizers_left_out(self) -> list[tuple[SaveSite, list[str]]]:
-        """Training checkpoints that save the state of some of the file's optimizers but not of
-        another it builds (a GAN's ``optim_G`` saved, ``optim_D`` not): see :meth:`left_out`."""
-        return self.left_out(OPTIMIZER)
-
     def left_out(self, kind: str) -> list[tuple[SaveSite, list[str]]]:
         """Training checkpoints that save the state of some of the file's objects of ``kind``
         (optimizers, schedulers, scalers) but not of another it builds (a GAN's ``sched_G``

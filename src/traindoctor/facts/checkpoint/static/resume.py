@@ -349,8 +349,10 @@ class ResumeAnalysis(IndexPart):
         return False
 
     def _is_loaded_checkpoint(self, name: ast.Name) -> bool:
-        """Every binding of ``name`` is a ``torch.load`` (or hub read) and the loaded dict is
-        never handed to an unknown call of its scope."""
+        """Every binding of ``name`` is a ``torch.load`` (or hub read), one load or one per branch
+        (``torch.hub.load_state_dict_from_url`` for an https ``--resume``, ``torch.load``
+        otherwise: DeiT-style scripts), and the loaded dict is never handed to an unknown call of
+        its scope (where it may be restored: stay silent)."""
         ctx = self.ctx
         bound = ctx.bindings_of(name)
         if not bound or not all(isinstance(b, ast.Call) and ctx.qualname(b.func) in _CHECKPOINT_READS for b in bound):
@@ -401,26 +403,4 @@ class ResumeAnalysis(IndexPart):
             return key if ctx.qualname(base.func) in LOAD_FUNCS else None
         if not isinstance(base, ast.Name):
             return None
-        bound = ctx.bindings_of(base)
-        # One load, or one per branch (``torch.hub.load_state_dict_from_url`` for an https
-        # ``--resume``, ``torch.load`` otherwise: DeiT-style scripts): a checkpoint either way.
-        if not bound or not all(isinstance(b, ast.Call) and ctx.qualname(b.func) in _CHECKPOINT_READS for b in bound):
-            return None
-        if not any(isinstance(b, ast.Call) and ctx.qualname(b.func) in LOAD_FUNCS for b in bound):
-            return None
-        # The loaded dict handed to an unknown function may be restored there: stay silent.
-        scope = ctx.scope_of(base)
-        for use in self.objects.name_uses.get(base.id, ()):
-            if ctx.scope_of(use) is not scope:
-                continue
-            parent = ctx.parent(use)
-            call = (
-                parent
-                if isinstance(parent, ast.Call)
-                else ctx.parent(parent)
-                if isinstance(parent, ast.keyword)
-                else None
-            )
-            if isinstance(call, ast.Call) and call.func is not use and not self.objects.benign_consumer(call):
-                return None
-        return key
+        return key if self._is_loaded_checkpoint(base) else None
