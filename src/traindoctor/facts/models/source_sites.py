@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from traindoctor.runtime.live import Site, is_library_file
+from traindoctor.static.source import parse
 
 #: parsed files by (name, modification time, size): a file edited since is read again
 _TREES: dict[tuple[str, int, int], ast.Module | None] = {}
@@ -34,10 +35,11 @@ def _tree(filename: str) -> ast.Module | None:
     key = (filename, stat.st_mtime_ns, stat.st_size)
     if key not in _TREES:
         try:
-            with open(filename, encoding="utf-8") as fh:
-                tree: ast.Module | None = ast.parse(fh.read(), filename)
-        except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
-            tree = None
+            with open(filename, "rb") as fh:
+                parsed = parse(filename, fh.read())
+        except OSError:
+            parsed = None
+        tree = parsed[2] if isinstance(parsed, tuple) else None
         if len(_TREES) > 256:
             _TREES.clear()
         _TREES[key] = tree
