@@ -128,9 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--cache", type=Path, default=default_cache())
     parser.add_argument("--judgements", type=Path, default=JUDGEMENTS)
+    parser.add_argument("--round", type=int, help="only the repositories of this round (repos.tsv)")
     args = parser.parse_args(argv)
 
-    repos = read_repos(half=args.half)
+    repos = [r for r in read_repos(half=args.half) if args.round in (None, r.round)]
     scratch = Path(tempfile.mkdtemp(prefix="td-precision-"))
     runner = Runner(args.repos, args.cache, scratch)
     with ThreadPoolExecutor(args.jobs) as pool:

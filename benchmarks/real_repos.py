@@ -38,6 +38,8 @@ class Repo:
     commit: str
     half: str
     kind: str
+    #: When the repository joined the measurement (see the notes of ``repos.tsv``).
+    round: int = 1
 
     @property
     def label(self) -> str:
@@ -64,7 +66,8 @@ def read_repos(path: Path = REPOS_TSV, half: str = "all") -> list[Repo]:
     """The rows of ``repos.tsv`` (``#`` lines are its header notes), those of one half unless
     ``half`` is ``all``."""
     lines = [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
-    repos = [Repo(r["repo"], r["commit"], r["half"], r["kind"]) for r in csv.DictReader(lines, delimiter="\t")]
+    rows = csv.DictReader(lines, delimiter="\t")
+    repos = [Repo(r["repo"], r["commit"], r["half"], r["kind"], int(r.get("round") or 1)) for r in rows]
     return [r for r in repos if half in ("all", r.half)]
 
 
@@ -154,37 +157,30 @@ def default_cache() -> Path:
     return Path(os.environ.get("TRAINDOCTOR_BENCH_CACHE", Path.home() / ".cache" / "traindoctor-bench"))
 
 
-HEADER = """\
-# The public repositories of the two scaling measurements (seeded_mistakes.py, precision_review.py).
-# Chosen for diversity of kind; none is in ../shared/corpus/realworld/manifest.tsv or in
-# ../shared/corpus/reserved-repos.txt. commit: the snapshot measured (fetch tool, /work/.mirror/OWNER+NAME/repo).
-# half: rows sorted by kind, then by sha256 of the lower-cased repo name, and dealt alternately to tune and
-# heldout down that one list (real_repos.assign_halves), so every kind is split evenly and the split depends
-# on the list alone. Recompute or verify with: python benchmarks/real_repos.py --verify
-# Tune on the tune half only; the heldout half is measured once, at the end, by someone who did not tune.
-"""
-
-
-def write_repos(rows: list[tuple[str, str, str]], path: Path = REPOS_TSV) -> None:
-    """Write ``(repo, commit, kind)`` rows to ``repos.tsv`` with their halves."""
-    halves = assign_halves((name, kind) for name, _commit, kind in rows)
-    body = ["repo\tcommit\thalf\tkind"]
-    body += [f"{n}\t{c}\t{halves[n]}\t{k}" for n, c, k in sorted(rows, key=lambda r: (r[2], r[0].lower()))]
-    path.write_text(HEADER + "\n".join(body) + "\n")
+def first_round_heldout(repos: list[Repo]) -> list[str]:
+    """The repositories round 1 dealt to the held-out half (spent after rounds 2-3, now tuned on)."""
+    dealt = assign_halves((r.name, r.kind) for r in repos if r.round == 1)
+    return sorted(name for name, half in dealt.items() if half == "heldout")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``--verify``: whether the halves in ``repos.tsv`` are the ones :func:`assign_halves` deals."""
+    """``--verify``: whether ``repos.tsv`` keeps its deal: round 1 dealt by :func:`assign_halves` (both
+    halves now tuned on), every later round held out."""
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--verify", action="store_true", help="check the halves of repos.tsv")
     args = parser.parse_args(argv)
     repos = read_repos()
-    dealt = assign_halves((r.name, r.kind) for r in repos)
-    wrong = [r.name for r in repos if dealt[r.name] != r.half]
+    wrong = [r.name for r in repos if r.half != ("tune" if r.round == 1 else "heldout")]
+    rounds = sorted({r.round for r in repos})
     counts = {h: sum(r.half == h for r in repos) for h in HALVES}
-    print(f"{len(repos)} repositories: {counts}; halves {'differ for ' + ', '.join(wrong) if wrong else 'as dealt'}")
+    per_round = ", ".join(f"round {n}: {sum(r.round == n for r in repos)}" for n in rounds)
+    spent = first_round_heldout(repos)
+    print(
+        f"{len(repos)} repositories ({per_round}): {counts}; halves {'differ for ' + ', '.join(wrong) if wrong else 'as dealt'}"
+    )
+    print(f"round 1's held-out half (spent, now tuned on): {len(spent)} repositories")
     return 1 if (args.verify and wrong) else 0
 
 

@@ -250,9 +250,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-seeds", action="store_true", help="rewrite the seed list from the snapshots")
     parser.add_argument("--show", type=int, default=0, help="print the first N edits (for the review) and stop")
     parser.add_argument("--repo", action="append", help="only these repositories (OWNER/NAME)")
+    parser.add_argument("--round", type=int, help="only the repositories of this round (repos.tsv)")
     args = parser.parse_args(argv)
 
-    repos = [r for r in read_repos(half=args.half) if not args.repo or r.name in args.repo]
+    repos = [
+        r
+        for r in read_repos(half=args.half)
+        if (not args.repo or r.name in args.repo) and args.round in (None, r.round)
+    ]
     scratch = Path(tempfile.mkdtemp(prefix="td-seeded-"))
     runner = Runner(args.repos, args.cache, scratch)
     listed = read_seed_list(args.seeds)
