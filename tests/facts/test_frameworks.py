@@ -115,12 +115,19 @@ def test_hf_default_workers_reported_and_cli_arguments_left_alone():
     args = TrainingArguments("out", per_device_train_batch_size=32)
     Trainer(model=model, args=args, train_dataset=ds).train()
     """) == [("TD102", 4)]
-    # arguments parsed from the command line: nothing is known
+    # arguments parsed from the command line hold the fields' defaults, as argparse options do
+    assert _rows("""
+    from transformers import HfArgumentParser, Trainer, TrainingArguments
+
+    (training_args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()
+    Trainer(model=model, args=training_args, train_dataset=ds).train()
+    """) == [("TD102", 4)]
+    # ... but not when they come from a file
     assert (
         _rows("""
     from transformers import HfArgumentParser, Trainer, TrainingArguments
 
-    (training_args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()
+    (training_args,) = HfArgumentParser(TrainingArguments).parse_yaml_file("train.yaml")
     Trainer(model=model, args=training_args, train_dataset=ds).train()
     """)
         == []

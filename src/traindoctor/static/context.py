@@ -629,7 +629,8 @@ class FileContext:
 
     def outside_value(self, node: ast.AST) -> Any:
         """A value the file reads from elsewhere in its project (``cfg.train.batch_size`` from a
-        YAML file the script loads), else UNKNOWN. See :mod:`traindoctor.static.config_files`."""
+        YAML file the script loads, a config class's default), else UNKNOWN. See
+        :meth:`traindoctor.static.project.ProjectView.config_value`."""
         view = self.project
         return view.config_value(node) if view is not None else UNKNOWN
 

@@ -642,13 +642,19 @@ class ProjectView:
         return not bound
 
     def config_value(self, node: ast.AST) -> Any:
-        """What ``node`` reads from a config file the script loads (see :mod:`.config_files`)."""
+        """What ``node`` reads from the project's configuration: a config file the script loads
+        (:mod:`.config_files`), a yacs defaults module (:mod:`.yacs_defaults`), a config class's
+        defaults (:mod:`.class_configs`); UNKNOWN when none of them can tell."""
         from traindoctor.static.args import UNKNOWN
+        from traindoctor.static.class_configs import class_config_value
         from traindoctor.static.config_files import config_value
         from traindoctor.static.yacs_defaults import yacs_value
 
-        value = config_value(self.ctx, node)
-        return yacs_value(self.ctx, node) if value is UNKNOWN else value
+        for resolver in (config_value, yacs_value, class_config_value):
+            value = resolver(self.ctx, node)
+            if value is not UNKNOWN:
+                return value
+        return UNKNOWN
 
     def related(self, place: Place | None, message: str) -> tuple[Related, ...]:
         from traindoctor.finding import Location, Related

@@ -7,9 +7,11 @@ persistence from ``TrainingArguments``; ``Accelerator(mixed_precision="fp16")`` 
 GradScaler; Lightning's ``benchmark=`` sets ``cudnn.benchmark``. Rules ask this module, never the
 frameworks themselves: nothing here imports a framework, so checking needs none installed.
 
-Only what a call spells out counts. Arguments that come from a command line
-(``HfArgumentParser(...).parse_args_into_dataclasses()``), from ``**kwargs`` we cannot read or
-from positional arguments we do not know are UNKNOWN, and rules stay silent on UNKNOWN.
+Only what a call spells out counts, and what the command line gets by default: arguments parsed
+by ``HfArgumentParser((..., TrainingArguments)).parse_args_into_dataclasses()`` hold the fields'
+defaults (the dataclass's own, or a project subclass's), as an argparse option holds its default.
+Arguments from ``**kwargs`` we cannot read, from positional arguments we do not know or from a
+JSON/YAML file (``parse_json_file``) are UNKNOWN, and rules stay silent on UNKNOWN.
 """
 
 from __future__ import annotations
@@ -116,16 +118,31 @@ class HfArgs:
     call: ast.Call
     #: True when a ``**kwargs`` or extra positional argument hides fields we cannot read.
     opaque: bool
+    #: True for arguments parsed from the command line (``call`` is the parse): every field holds
+    #: its default, which a project subclass may change (``defaults``).
+    parsed: bool = False
+    #: The class the parse builds, when the project defines it (a subclass of TrainingArguments).
+    subclass: Any = None
 
     def node(self, ctx: FileContext, field: str) -> Any:
         """The expression passed for ``field``: a node, MISSING or UNKNOWN."""
+        if self.parsed:
+            return MISSING
         return ctx.arg(self.call, field, qualname="")
 
     def value(self, ctx: FileContext, field: str) -> Any:
         """The field's value: what the call passes, its default when not passed, else UNKNOWN."""
         node = self.node(ctx, field)
         if node is MISSING:
-            return UNKNOWN if self.opaque else HF_DEFAULTS.get(field, UNKNOWN)
+            if self.opaque:
+                return UNKNOWN
+            if self.subclass is not None:
+                from traindoctor.static.class_configs import declared, declares
+
+                if declares(self.subclass, field):
+                    found = declared(self.subclass, field)
+                    return found.value if found is not None and found.nested is None else UNKNOWN
+            return HF_DEFAULTS.get(field, UNKNOWN)
         if node is UNKNOWN:
             return UNKNOWN
         return ctx.value(node)
@@ -157,7 +174,7 @@ def _hf_training_args(ctx: FileContext) -> list[HfArgs]:
     if "TrainingArguments" not in ctx.source and "trl" not in ctx.source:
         return []  # cheap: most files that mention ``Config`` are not TRL scripts
     calls = ctx.calls_to(*sorted(HF_TRAINING_ARGS))
-    if not calls or is_test_file(ctx.filename) or not _trains_hf_trainer(ctx):
+    if not (calls or "HfArgumentParser" in ctx.source) or is_test_file(ctx.filename) or not _trains_hf_trainer(ctx):
         return []
     out = []
     for call in calls:
@@ -166,7 +183,62 @@ def _hf_training_args(ctx: FileContext) -> list[HfArgs]:
             if kw.arg is None and ctx.dict_literal(kw.value) is None:
                 opaque = True
         out.append(HfArgs(call, opaque))
+    return out + _parsed_training_args(ctx)
+
+
+def _parsed_training_args(ctx: FileContext) -> list[HfArgs]:
+    """``a, b, training_args = HfArgumentParser((A, B, TrainingArguments)).parse_args_into_dataclasses()``:
+    the command line's defaults. Silent where the same names are also parsed from a file
+    (``parse_json_file``): the file's values are not ours to read."""
+    from traindoctor.static.class_configs import hf_parse_classes, resolve_class
+
+    if "HfArgumentParser" not in ctx.source:
+        return []
+    out: list[HfArgs] = []
+    from_files: set[str] = set()
+    parses: list[tuple[ast.Call, str, Any]] = []
+    for assign in ctx.of(ast.Assign):
+        value = assign.value
+        if len(assign.targets) != 1 or not isinstance(value, ast.Call):
+            continue
+        target = assign.targets[0]
+        names = [
+            t.id if isinstance(t, ast.Name) else ""
+            for t in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target])
+        ]
+        classes = hf_parse_classes(ctx, value)
+        if classes is None:
+            continue
+        for name, cls in zip(names, classes):
+            qn = ctx.qualname(cls) or ""
+            project_cls = None
+            if qn not in HF_TRAINING_ARGS:
+                project_cls = resolve_class(ctx, cls)
+                if project_cls is None or not _subclasses_training_args(project_cls):
+                    continue
+            if isinstance(value.func, ast.Attribute) and value.func.attr != "parse_args_into_dataclasses":
+                from_files.add(name)
+            else:
+                parses.append((value, name, project_cls))
+    for call, name, project_cls in parses:
+        if name and name not in from_files:
+            out.append(HfArgs(call, False, parsed=True, subclass=project_cls))
     return out
+
+
+def _subclasses_training_args(cls: Any, depth: int = 0) -> bool:
+    """Whether a project class derives from transformers' ``TrainingArguments`` (or a TRL config)."""
+    from traindoctor.static.class_configs import resolve_class
+
+    if depth > 4:
+        return False
+    for base in cls.node.bases:
+        if (cls.ctx.qualname(base) or "") in HF_TRAINING_ARGS:
+            return True
+        parent = resolve_class(cls.ctx, base)
+        if parent is not None and _subclasses_training_args(parent, depth + 1):
+            return True
+    return False
 
 
 def hf_trainer_calls(ctx: FileContext) -> list[ast.Call]:

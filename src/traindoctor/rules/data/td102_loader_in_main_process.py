@@ -74,7 +74,10 @@ class LoaderInMainProcess(Rule):
     Framework forms: Hugging Face `TrainingArguments` without `dataloader_num_workers` (its
     default is 0) or with 0, in a script that trains a `Trainer` (reported at the keyword, or at
     the call when it is missing). Arguments parsed from the command line
-    (`HfArgumentParser(...).parse_args_into_dataclasses()`) are unknown and left alone. A
+    (`HfArgumentParser(...).parse_args_into_dataclasses()`) hold their defaults, as argparse
+    options do (reported at the parse); arguments read from a JSON/YAML file are unknown and left
+    alone. Config values come from the project's configuration: argparse defaults, config files
+    the script loads, yacs defaults, config classes (dataclasses, Tap, plain classes). A
     Lightning module's `train_dataloader()` is a training loader like any other.
     """
     why_bad = """
@@ -171,8 +174,8 @@ class LoaderInMainProcess(Rule):
         Valid("""
         from transformers import HfArgumentParser, Trainer, TrainingArguments
 
-        # the arguments come from the command line: unknown here
-        (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()
+        # the arguments come from a YAML file: unknown here
+        (args,) = HfArgumentParser(TrainingArguments).parse_yaml_file("train.yaml")
         Trainer(model=model, args=args, train_dataset=train_ds).train()
         """),
         Valid("""

@@ -367,7 +367,9 @@ class WorkersRespawned(Rule):
             if isinstance(epochs, (int, float)) and epochs <= 1 and max_steps in (-1, 0):
                 continue  # one pass over the training data
             persistent = args.node(ctx, "dataloader_persistent_workers")
-            if persistent is MISSING:
+            if args.parsed:
+                fix = None  # the command line's default: nothing to insert into the parse
+            elif persistent is MISSING:
                 fix = ctx.fix_add_keyword(args.call, "dataloader_persistent_workers=True", _HELP_HF)
             elif literal_false(persistent) and _in_call(ctx, persistent, args.call):
                 fix = ctx.fix_replace(persistent, "True", _HELP_HF)
