@@ -284,3 +284,105 @@ def test_hf_subclass_default_and_file_parses(tmp_path):
     # no Trainer trains in the file: nothing to say
     no_train = HF_SCRIPT.replace("    trainer.train()\n", "")
     assert rows(check(tmp_path, {"train.py": no_train}, "train.py", ["TD102"])) == []
+
+
+OPTIONS_PACKAGE = {
+    "options/__init__.py": "",
+    "options/base_options.py": """
+        import argparse
+
+
+        class BaseOptions:
+            def initialize(self, parser):
+                parser.add_argument("--nThreads", default=4, type=int)
+                parser.add_argument("--batchSize", type=int, default=1)
+                parser.add_argument("--gpu_ids", type=str, default="0")
+                return parser
+
+            def parse(self):
+                parser = self.initialize(argparse.ArgumentParser())
+                opt = parser.parse_args()
+                opt.gpu_ids = [int(i) for i in opt.gpu_ids.split(",")]
+                return opt
+        """,
+    "options/train_options.py": """
+        from .base_options import BaseOptions
+
+
+        class TrainOptions(BaseOptions):
+            def initialize(self, parser):
+                BaseOptions.initialize(self, parser)
+                parser.add_argument("--lr", type=float, default=0.0002)
+                parser.add_argument("--nThreads", default=4, type=int)
+                return parser
+        """,
+}
+
+
+def test_option_classes_of_another_package(tmp_path):
+    files = {
+        **OPTIONS_PACKAGE,
+        "train.py": "from options.train_options import TrainOptions\n\nopt = TrainOptions().parse()\nprint(opt.nThreads, opt.lr, opt.gpu_ids, opt.missing)\n",
+    }
+    assert value_at(tmp_path, files, "train.py", "opt.nThreads") == 4
+    assert value_at(tmp_path, files, "train.py", "opt.lr") == 0.0002
+    assert value_at(tmp_path, files, "train.py", "opt.gpu_ids") is UNKNOWN  # changed after parsing
+    assert value_at(tmp_path, files, "train.py", "opt.missing") is UNKNOWN
+
+
+@pytest.mark.parametrize(
+    "use",
+    [
+        "from opts import get_args_parser\n\nargs = get_args_parser().parse_args()",
+        "import argparse\nfrom opts import get_args_parser\n\n"
+        "parser = argparse.ArgumentParser('x', parents=[get_args_parser()])\nargs = parser.parse_args()",
+        "from opts import parse_args\n\nargs = parse_args()",
+        "from opts import get_args_parser\n\nargs, _ = get_args_parser().parse_known_args()",
+    ],
+)
+def test_parsers_built_in_another_module(tmp_path, use):
+    files = {
+        "opts.py": """
+            import argparse
+
+
+            def get_args_parser():
+                parser = argparse.ArgumentParser(add_help=False)
+                parser.add_argument("--workers", default=0, type=int)
+                parser.add_argument("--lr", default=0.1, type=float)
+                return parser
+
+
+            def parse_args():
+                return get_args_parser().parse_args()
+            """,
+        "train.py": use + "\nprint(args.workers, args.lr)\n",
+    }
+    assert value_at(tmp_path, files, "train.py", "args.workers") == 0
+    files["train.py"] += "args.lr = args.lr * 2\nprint(args.lr)\n"
+    assert value_at(tmp_path, files, "train.py", "args.lr") is UNKNOWN  # the script changes it
+
+
+def test_td102_with_the_parser_in_an_options_module(tmp_path):
+    files = {
+        **OPTIONS_PACKAGE,
+        "train.py": textwrap.dedent("""
+            import torch
+            from torch.utils.data import DataLoader
+            from options.train_options import TrainOptions
+
+            opt = TrainOptions().parse()
+            model = torch.nn.Linear(4, 2).cuda()
+            loader = DataLoader(dataset, batch_size=opt.batchSize, shuffle=True, num_workers=int(opt.nThreads))
+            """)
+        + LOOP,
+    }
+    assert rows(check(tmp_path, files, "train.py", ["TD102"])) == []  # 4 workers
+    files["options/base_options.py"] = files["options/base_options.py"].replace(
+        '"--nThreads", default=4', '"--nThreads", default=0'
+    )
+    files["options/train_options.py"] = files["options/train_options.py"].replace(
+        '"--nThreads", default=4', '"--nThreads", default=0'
+    )
+    result = check(tmp_path, files, "train.py", ["TD102"])
+    assert rows(result) == [("TD102", 7)]

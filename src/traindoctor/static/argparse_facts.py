@@ -39,6 +39,16 @@ class ArgparseFacts:
                     out[kw.arg] = [self.ctx.value(kw.value)]
         return out
 
+    @property
+    def options(self) -> dict[str, list[Any]]:
+        """argparse dest -> the defaults this file declares for it (a copy)."""
+        return {dest: list(defaults) for dest, defaults in self._argparse.items()}
+
+    @property
+    def reassigned(self) -> frozenset[str]:
+        """Attributes the file stores on a namespace-like name (see ``_reassigned_namespace_attrs``)."""
+        return self._reassigned_namespace_attrs
+
     @cached_property
     def parsed_args_names(self) -> frozenset[str]:
         """Names bound to the result of ``parse_args()`` / ``parse_known_args()``."""

@@ -129,17 +129,14 @@ def _imported_instance(ctx: FileContext, name: ast.Name) -> tuple[ConfigClass, d
     values = [
         stmt.value
         for stmt in other.tree.body
-        if isinstance(stmt, ast.Assign)
-        and any(isinstance(t, ast.Name) and t.id == attr for t in stmt.targets)
+        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == attr for t in stmt.targets)
     ]
     if len(values) != 1 or _set_anywhere(other, attr or ""):
         return None
     return _constructed(other, name, values[0])
 
 
-def _constructed(
-    ctx: FileContext, name: ast.Name, expr: ast.expr | None
-) -> tuple[ConfigClass, dict[str, Any]] | None:
+def _constructed(ctx: FileContext, name: ast.Name, expr: ast.expr | None) -> tuple[ConfigClass, dict[str, Any]] | None:
     """What one binding of ``name`` constructs: ``Config(...)``, or an element of a
     ``HfArgumentParser((A, B)).parse_args_into_dataclasses()`` tuple."""
     if expr is None:
@@ -301,7 +298,7 @@ def declares(cls: ConfigClass, attr: str, depth: int = 0) -> bool:
     if _assigned_in_methods(cls.node, attr):
         return True
     for stmt in cls.node.body:
-        target = stmt.target if isinstance(stmt, ast.AnnAssign) else None
+        target: ast.expr | None = stmt.target if isinstance(stmt, ast.AnnAssign) else None
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
             target = stmt.targets[0]
         if isinstance(target, ast.Name) and target.id == attr:

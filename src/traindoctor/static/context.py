@@ -681,6 +681,16 @@ class FileContext:
         """Value of ``args.x`` from this file's argparse default for ``x`` (else UNKNOWN)."""
         return self._argparse_facts.argparse_default(node, declared=declared)
 
+    @property
+    def argparse_options(self) -> dict[str, list[Any]]:
+        """argparse dest -> the defaults this file declares for it (``add_argument``, ``set_defaults``)."""
+        return self._argparse_facts.options
+
+    @property
+    def namespace_stores(self) -> frozenset[str]:
+        """Attributes the file stores on a plain name (``args.lr = ...``, ``setattr(args, "lr", v)``)."""
+        return self._argparse_facts.reassigned
+
     # ------------------------------------------------------------------ file-level facts
     @cached_property
     def targets_cuda(self) -> bool:
