@@ -156,7 +156,8 @@ class Runner:
 
     def __init__(self, snapshots: Path, cache: Path, scratch: Path) -> None:
         self.snapshots, self.scratch = snapshots, scratch
-        self.cache = cache / "seeded" / checker_version()
+        self.version = checker_version()
+        self.cache = cache / "seeded" / self.version
         self.cache.mkdir(parents=True, exist_ok=True)
 
     def tree(self, repo: Repo) -> tuple[Path, list[str]]:
@@ -174,6 +175,9 @@ class Runner:
             findings: list[dict[str, Any]] = json.loads(path.read_text())
             return findings
         findings = run()
+        if checker_version() != self.version:
+            # the checker's sources changed while this ran: its findings belong to no version
+            raise RuntimeError("the checker's sources changed during the run; run it again")
         path.write_text(json.dumps(findings))
         return findings
 
