@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from pathlib import Path
 
-from traindoctor.check.engine import FileResult, check_source, instantiate
+from traindoctor.check.engine import FileResult, check_source, file_context, instantiate
 from traindoctor.config import Settings
 
 
@@ -34,3 +35,23 @@ def rows(result: FileResult) -> list[tuple[str, int]]:
 def checked_rows(root: Path, files: dict[str, str], target: str, codes: list[str]) -> list[tuple[str, int]]:
     """:func:`rows` of :func:`check`."""
     return rows(check(root, files, target, codes))
+
+
+LOOP = """
+for epoch in range(10):
+    for x, y in loader:
+        loss = model(x.cuda()).sum()
+        loss.backward()
+"""
+
+
+def value_at(root: Path, files: dict[str, str], target: str, expr: str) -> object:
+    """The value the checker gives the last occurrence of ``expr`` (source text) in ``target``."""
+    write(root, files)
+    path = root / target
+    source = path.read_text()
+    ctx = file_context(str(path), source, ast.parse(source), Settings(min_torch_version="2.13"))
+    wanted = [n for n in ast.walk(ctx.tree) if isinstance(n, ast.expr) and ast.unparse(n) == expr]
+    assert wanted, expr
+    node = max(wanted, key=lambda n: (n.lineno, n.col_offset))
+    return ctx.value(node)

@@ -3,35 +3,12 @@ in the checked file or another project module (``static/class_configs.py``)."""
 
 from __future__ import annotations
 
-import ast
 import textwrap
-from pathlib import Path
 
 import pytest
-from helpers.project_tree import check, rows, write
+from helpers.project_tree import LOOP, check, rows, value_at
 
-from traindoctor.check.engine import file_context
-from traindoctor.config import Settings
 from traindoctor.static.args import UNKNOWN
-
-LOOP = """
-for epoch in range(10):
-    for x, y in loader:
-        loss = model(x.cuda()).sum()
-        loss.backward()
-"""
-
-
-def value_at(root: Path, files: dict[str, str], target: str, expr: str) -> object:
-    """The value the checker gives the last occurrence of ``expr`` (source text) in ``target``."""
-    write(root, files)
-    path = root / target
-    source = path.read_text()
-    ctx = file_context(str(path), source, ast.parse(source), Settings(min_torch_version="2.13"))
-    wanted = [n for n in ast.walk(ctx.tree) if isinstance(n, ast.expr) and ast.unparse(n) == expr]
-    assert wanted, expr
-    node = max(wanted, key=lambda n: (n.lineno, n.col_offset))
-    return ctx.value(node)
 
 
 def test_dataclass_in_another_module(tmp_path):

@@ -645,14 +645,16 @@ class ProjectView:
         """What ``node`` reads from the project's configuration: a config file the script loads
         (:mod:`.config_files`), a yacs defaults module (:mod:`.yacs_defaults`), a config class's
         defaults (:mod:`.class_configs`), an argparse parser declared in another module
-        (:mod:`.argparse_project`); UNKNOWN when none of them can tell."""
+        (:mod:`.argparse_project`), a Hydra application's composed config (:mod:`.hydra_configs`);
+        UNKNOWN when none of them can tell."""
         from traindoctor.static.argparse_project import project_option_value
         from traindoctor.static.args import UNKNOWN
         from traindoctor.static.class_configs import class_config_value
         from traindoctor.static.config_files import config_value
+        from traindoctor.static.hydra_configs import hydra_value
         from traindoctor.static.yacs_defaults import yacs_value
 
-        for resolver in (config_value, yacs_value, class_config_value, project_option_value):
+        for resolver in (config_value, yacs_value, class_config_value, project_option_value, hydra_value):
             value = resolver(self.ctx, node)
             if value is not UNKNOWN:
                 return value
