@@ -337,6 +337,52 @@ def fabrics(ctx: FileContext) -> list[ast.Call]:
     return ctx.calls_to(*sorted(FABRICS))
 
 
+#: ``Trainer`` arguments and ``LightningModule`` hooks that Lightning 2.0 removed: a file using
+#: them is written for Lightning 1.x.
+LIGHTNING_1X_ARGS = frozenset(
+    {
+        "gpus",
+        "tpu_cores",
+        "ipus",
+        "progress_bar_refresh_rate",
+        "resume_from_checkpoint",
+        "checkpoint_callback",
+        "weights_summary",
+        "auto_select_gpus",
+        "flush_logs_every_n_steps",
+        "distributed_backend",
+        "amp_backend",
+        "amp_level",
+        "track_grad_norm",
+        "replace_sampler_ddp",
+        "multiple_trainloader_mode",
+    }
+)
+LIGHTNING_1X_HOOKS = frozenset({"training_epoch_end", "validation_epoch_end", "test_epoch_end", "predict_epoch_end"})
+
+
+def lightning_major(ctx: FileContext) -> int | None:
+    """The Lightning major version the file is written for: 1 when the project pins Lightning
+    below 2.0 or the file uses what 2.0 removed (``Trainer(gpus=...)``, ``training_epoch_end``),
+    2 when the project pins 2.x, else None (unknown)."""
+    return ctx.shared("frameworks.lightning_major", _lightning_major)
+
+
+def _lightning_major(ctx: FileContext) -> int | None:
+    from traindoctor.static.requirements import pinned_major
+
+    for call in lightning_trainers(ctx):
+        if any(kw.arg in LIGHTNING_1X_ARGS for kw in call.keywords):
+            return 1
+    for fn in ctx.of(ast.FunctionDef):
+        if fn.name in LIGHTNING_1X_HOOKS and is_lightning_class(ctx, ctx.parent(fn)):
+            return 1
+    view = ctx.project
+    if view is None:
+        return None
+    return pinned_major(view.project.root, ("pytorch-lightning", "lightning"))
+
+
 def lightning_flag(ctx: FileContext, name: str) -> Iterator[tuple[ast.AST, Any]]:
     """(node, value) for each place a Lightning Trainer flag is set: ``Trainer(name=...)`` or
     ``LightningCLI(..., trainer_defaults={name: ...})``."""

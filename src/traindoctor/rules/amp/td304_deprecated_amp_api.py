@@ -54,7 +54,10 @@ class DeprecatedAmpApi(Rule):
         `amp.initialize(...)` and `amp.scale_loss(...)` (apex itself tells users to move to
         `torch.amp`; no autofix, the migration changes code around the call), and Lightning's
         legacy `Trainer(precision=16)` / `Fabric(precision=16)` (also `"16"` and `"bf16"`), which
-        Lightning still accepts with a warning as aliases of `"16-mixed"` / `"bf16-mixed"`.
+        Lightning 2.x still accepts with a warning as aliases of `"16-mixed"` / `"bf16-mixed"`. A
+        file written for Lightning 1.x (the project pins `pytorch-lightning<2`, or the file uses
+        what 2.0 removed, such as `Trainer(gpus=...)` or `training_epoch_end`) is left alone:
+        1.x has no `"16-mixed"`.
     """
     why_bad = """
         Since PyTorch 2.4 these spellings emit a `FutureWarning` on every construction and are
@@ -332,6 +335,7 @@ class DeprecatedAmpApi(Rule):
             LIGHTNING_PRECISION_ALIASES,
             apex_amp_calls,
             fabrics,
+            lightning_major,
             lightning_trainers,
         )
 
@@ -348,7 +352,10 @@ class DeprecatedAmpApi(Rule):
                     end_node=call.func,
                 )
             )
-        for call in [*lightning_trainers(ctx), *fabrics(ctx)]:
+        legacy = [*lightning_trainers(ctx), *fabrics(ctx)]
+        if legacy and lightning_major(ctx) == 1:
+            legacy = []  # Lightning 1.x has no "16-mixed": its precision=16 is the right spelling
+        for call in legacy:
             node = ctx.arg(call, "precision", qualname="")
             if not isinstance(node, ast.expr):
                 continue
