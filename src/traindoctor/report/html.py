@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from traindoctor.report import html_charts as charts
+from traindoctor.runtime.profile import DOCTOR_SHARE_NOTED
 from traindoctor.units import format_bytes
 
 MISSING_PLOTLY = (
@@ -539,7 +540,7 @@ def _profile_table(per: Mapping[str, Any], shares: Mapping[str, Any], gpu: Mappi
         share = f"{value / step:.0%}" if isinstance(value, (int, float)) and step else ""
         rows.append(f"<tr><td>{label}</td><td class=num>{_num(value, ' ms')}</td><td class=num>{share}</td></tr>")
     known = {"data_wait", "transfer", "compute", "forward", "backward", "optimizer", "other"}
-    known |= {"step", "median_step", "p90_step", "device"}
+    known |= {"step", "median_step", "p90_step", "device", "doctor"}
     for key, value in per.items():  # components added later (e.g. a sync wait)
         if key not in known and isinstance(value, (int, float)):
             share = f"{value / step:.0%}" if step else ""
@@ -556,8 +557,23 @@ def _profile_table(per: Mapping[str, Any], shares: Mapping[str, Any], gpu: Mappi
         "<tr><th>component</th><th>per step</th><th>share</th></tr>"
         + "".join(rows)
         + "</table>"
+        + _doctor_note(per)
         + spread
         + (_gpu_table(gpu) if gpu else "")
+    )
+
+
+def _doctor_note(per: Mapping[str, Any]) -> str:
+    """The doctor's own work per step, left out of the rows (:mod:`traindoctor.runtime.step_timer`)."""
+    doctor, step = per.get("doctor"), per.get("step")
+    if not isinstance(doctor, (int, float)) or not isinstance(step, (int, float)) or doctor <= 0:
+        return ""
+    share = doctor / (step + doctor) if step + doctor > 0 else 0.0
+    return (
+        f'<p class="note" id="doctor-time">Watching took {_num(doctor, " ms")} per step ({share:.0%} of the '
+        "watched step): the doctor's own work, measured at its probes and left out of the rows above."
+        + (" At that share the rows are less certain." if share >= DOCTOR_SHARE_NOTED else "")
+        + "</p>"
     )
 
 
