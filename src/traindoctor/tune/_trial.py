@@ -99,6 +99,8 @@ class Controller:
         self.signature = inspect.signature(self.orig_init)
         self.loaders: dict[int, dict[str, Any]] = {}
         self.batch_counts: dict[int, int] = {}
+        #: ``LoaderInfo.id`` -> ``id()`` of its loader, the key of ``loaders``.
+        self.loader_keys: dict[int, int] = {}
         self.caches: dict[int, deque[Any]] = {}
         self.replay_dataset: Any = None
         self.replay_index = 0
@@ -176,6 +178,8 @@ class Controller:
     def on_batch(self, info: LoaderInfo, batch: Any) -> None:
         if self.seg is not None and self.seg["phase"] in ("baseline", "search"):
             self.batch_counts[info.id] = self.batch_counts.get(info.id, 0) + 1
+            if info.id not in self.loader_keys:  # while the loader lives: a short script may end
+                self.loader_keys[info.id] = id(info.loader)  # and free it before it is identified
 
     # ---------------------------------------------------------------- measuring
     def _warmup(self) -> int:
@@ -296,8 +300,9 @@ class Controller:
         info_id = max(self.batch_counts, key=lambda k: self.batch_counts[k])
         info = next((i for i in self.session.loaders if i.id == info_id), None)
         loader = info.loader if info is not None else None
-        entry = self.loaders.get(id(loader)) if loader is not None else None
-        if info is None or loader is None or entry is None:
+        key = id(loader) if loader is not None else self.loader_keys.get(info_id)
+        entry = self.loaders.get(key) if key is not None else None
+        if info is None or entry is None:
             self.notes.append("the training DataLoader could not be identified")
             return
         config: dict[str, Any] = {"num_workers": info.num_workers}
@@ -311,7 +316,7 @@ class Controller:
             "args": entry["args"],
             "site": entry["site"],
             "config": config,
-            "dataset": loader.dataset,
+            "dataset": loader.dataset if loader is not None else None,
             "batch_size": info.batch_size,
             "dataset_len": info.dataset_len,
             "iterable": info.iterable_dataset,
