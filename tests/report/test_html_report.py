@@ -80,10 +80,11 @@ def test_run_page_charts_hold_the_per_step_series(run_page) -> None:
         "backward",
         "optimizer step",
         "other host work",
+        "watching (the doctor's own work)",
     ]
     steps = len(report["timeline"])
     assert steps == 16 and all(len(t["y"]) == steps for t in split)
-    # The stacked bars add up to each step's wall time.
+    # The stacked bars add up to each step's wall time (the doctor's own work a part of its own).
     for i, point in enumerate(report["timeline"]):
         assert sum(t["y"][i] for t in split) == pytest.approx(point["wall_ms"], rel=1e-3, abs=0.01)
     data_wait = split[0]["y"]

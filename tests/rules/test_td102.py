@@ -414,21 +414,26 @@ def test_td102_fires_when_main_process_loading_dominates() -> None:
     assert ev["data_wait_share"] > 0.2
     assert ev["wait_ms_per_batch"] >= 10.0  # 4 samples x 3 ms of sleep
     assert ev["batches"] == 12
-    # sleeping needs no CPU, so the pipeline model lets workers use all 4 cores
+    # sleeping needs no CPU, so the pipeline model lets workers use all 4 cores, up to two per core
     assert ev["load_cpu_ms_per_batch"] < ev["wait_ms_per_batch"] / 2
-    assert 2 <= ev["recommended_num_workers"] <= 4
+    assert 2 <= ev["recommended_num_workers"] <= 2 * 4
     assert ev["predicted_speedup"] > 1.5
     assert "num_workers=" in f.message
 
 
 def test_td102_on_two_cores_recommends_the_workers_that_beat_the_main_process() -> None:
     # The README demo's shape: sleepy loading, a cheap model, 2 cores. One worker only moves the
-    # same wait into a process (no faster than 0); two overlap two batches.
+    # same wait into a process (no faster than 0); workers that mostly sleep fit two per core
+    # beside a training process that mostly waits (4 on a quiet machine; a loaded one slows the
+    # training process's own steps and leaves them fewer cores)
     with traindoctor.watch(select=["TD102"], cpu_count=2, machine_cores=2) as doctor:
         train(DataLoader(SleepyDataset(48, delay_s=0.003), batch_size=4))
     f = finding(doctor, "TD102")
-    assert f.evidence["recommended_num_workers"] == 2
-    assert "`num_workers=2`" in f.message and "predicted" in f.message
+    workers = f.evidence["recommended_num_workers"]
+    assert 2 <= workers <= 4
+    assert f"`num_workers={workers}`" in f.message and "predicted" in f.message
+    low, high = f.evidence["predicted_speedup_range"]
+    assert low <= high == f.evidence["predicted_speedup"]
     assert "traindoctor tune" in (f.help or "")
 
 

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import traindoctor
 from traindoctor.facts.data.runtime import compute_spread
-from traindoctor.runtime.profile import StepRecord
+from traindoctor.runtime.step_timer import StepRecord
 
 
 class Stalling(nn.Module):

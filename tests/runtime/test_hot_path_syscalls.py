@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, Dataset
 import traindoctor
 from traindoctor.runtime import timeline
 from traindoctor.runtime.probes.dataloader import CPU_SAMPLE_EVERY
-from traindoctor.runtime.profile import StepRecord
+from traindoctor.runtime.step_timer import StepRecord
 from traindoctor.runtime.timeline import MemorySampler, RssReader
 
 

@@ -8,7 +8,8 @@ from torch.utils.data import DataLoader
 
 import traindoctor
 from traindoctor.report.run import render_text
-from traindoctor.runtime.profile import StepRecord, StepTimer, build_profile, default_warmup
+from traindoctor.runtime.profile import build_profile, default_warmup
+from traindoctor.runtime.step_timer import StepRecord, StepTimer
 
 
 def _records(

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import traindoctor
 from traindoctor.report.run import render_text
-from traindoctor.runtime.profile import StepTimer
+from traindoctor.runtime.step_timer import StepTimer
 
 HERE = os.path.abspath(__file__)
 

@@ -302,7 +302,7 @@ def test_report_platform_string_spawns_no_process(monkeypatch) -> None:
     import platform
     import subprocess
 
-    from traindoctor.runtime.session import platform_string
+    from traindoctor.runtime.environment import platform_string
 
     expected = platform.platform()  # before the patch: may run `uname -p` itself
 

@@ -21,7 +21,7 @@ from traindoctor.report.html import render_run_html
 from traindoctor.report.run import render_text
 from traindoctor.runtime.peak_flops import device_peaks, peak_for
 from traindoctor.runtime.phases import PHASE_DATA, PHASE_FORWARD, PHASE_OPTIMIZER, PHASE_OTHER
-from traindoctor.runtime.profile import StepTimer
+from traindoctor.runtime.step_timer import StepTimer
 from traindoctor.runtime.throughput import StepFlops, Throughput, batch_tokens
 
 # ------------------------------------------------------------------ the peak table

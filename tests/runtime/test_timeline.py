@@ -11,7 +11,7 @@ from helpers.data_loops import SleepyDataset, train
 from torch.utils.data import DataLoader
 
 import traindoctor
-from traindoctor.runtime.profile import StepRecord
+from traindoctor.runtime.step_timer import StepRecord
 from traindoctor.runtime.timeline import MAX_POINTS, MemorySampler, build_timeline
 
 

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from traindoctor.report import html_charts as charts
+from traindoctor.report.html_notes import doctor_note, step_spread
+from traindoctor.report.html_notes import num as _num
 from traindoctor.units import format_bytes
 
 MISSING_PLOTLY = (
@@ -68,16 +70,6 @@ def write_html(text: str, path: str) -> None:
 # ---------------------------------------------------------------------------------- formatting
 def esc(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
-
-
-def _num(value: Any, unit: str = "", digits: int = 4) -> str:
-    if isinstance(value, bool) or value is None:
-        return "n/a"
-    if isinstance(value, (int, float)):
-        if abs(value) >= 10**digits:
-            return f"{value:,.0f}{unit}"  # 44,161 rather than 4.416e+04
-        return f"{value:.{digits}g}{unit}"
-    return esc(value)
 
 
 def _bytes(value: Any) -> str:
@@ -539,7 +531,7 @@ def _profile_table(per: Mapping[str, Any], shares: Mapping[str, Any], gpu: Mappi
         share = f"{value / step:.0%}" if isinstance(value, (int, float)) and step else ""
         rows.append(f"<tr><td>{label}</td><td class=num>{_num(value, ' ms')}</td><td class=num>{share}</td></tr>")
     known = {"data_wait", "transfer", "compute", "forward", "backward", "optimizer", "other"}
-    known |= {"step", "median_step", "p90_step", "device"}
+    known |= {"step", "median_step", "p90_step", "device", "doctor"}
     for key, value in per.items():  # components added later (e.g. a sync wait)
         if key not in known and isinstance(value, (int, float)):
             share = f"{value / step:.0%}" if step else ""
@@ -548,7 +540,7 @@ def _profile_table(per: Mapping[str, Any], shares: Mapping[str, Any], gpu: Mappi
             )
     rows.append(f"<tr><th>step (mean)</th><th class=num>{_num(step, ' ms')}</th><th></th></tr>")
     title = "Steady-state step (means)"
-    spread = _step_spread(per)
+    spread = step_spread(per)
     if gpu:
         title += ", host time: on a GPU forward, backward and optimizer are kernel launches"
     return (
@@ -556,29 +548,9 @@ def _profile_table(per: Mapping[str, Any], shares: Mapping[str, Any], gpu: Mappi
         "<tr><th>component</th><th>per step</th><th>share</th></tr>"
         + "".join(rows)
         + "</table>"
+        + doctor_note(per)
         + spread
         + (_gpu_table(gpu) if gpu else "")
-    )
-
-
-#: Step times whose 90th percentile exceeds the median by this factor get a word in the report.
-STEP_SPREAD = 2.0
-
-
-def _step_spread(per: Mapping[str, Any]) -> str:
-    """A word when the steady steps' times varied more than :data:`STEP_SPREAD` x (p90/median):
-    the means above then hide slow steps (contention for cores, periodic evaluation, I/O)."""
-    p90, median = per.get("p90_step"), per.get("median_step")
-    if not isinstance(p90, (int, float)) or not isinstance(median, (int, float)) or median <= 0:
-        return ""
-    ratio = p90 / median
-    if ratio <= STEP_SPREAD:
-        return ""
-    return (
-        f'<p class="note" id="step-spread">Step times varied {ratio:.1f}x: the slowest tenth of the steady '
-        f"steps took {_num(p90, ' ms')} or more against a median of {_num(median, ' ms')}, so the means "
-        "above hide slow steps (other processes competing for the cores, periodic work in the loop, "
-        "I/O); the step-time chart shows where.</p>"
     )
 
 

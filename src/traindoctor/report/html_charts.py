@@ -20,6 +20,7 @@ COMPONENTS = (
     ("optimizer", "optimizer step", "#14b8a6"),
     ("sync", "waiting for the GPU (sync)", "#ef4444"),
     ("other", "other host work", "#94a3b8"),
+    ("doctor", "watching (the doctor's own work)", "#e2e8f0"),
 )
 #: The device-time chart's parts per step: (busy/idle, key, label, colour).
 GPU_PARTS = (

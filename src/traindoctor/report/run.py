@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from traindoctor.runtime.profile import DOCTOR_SHARE_NOTED
 from traindoctor.units import format_bytes
 
 #: The profile table's rows in display order: (per_step_ms key, label).
@@ -169,6 +170,14 @@ def _profile_lines(profile: Mapping[str, Any]) -> list[str]:
             suffix = f"  {note}" if note else ""
             lines.append(f"  {label:<{width}}{ms:>10.3f}{share:>8}{suffix}")
         lines.append(f"  {'step (mean)':<{width}}{step:>10.3f}{'100%':>8}")
+        doctor = per.get("doctor") or 0.0
+        if doctor > 0:
+            part = doctor / (step + doctor)
+            lines.append(
+                f"  {'watching (the doctor, left out of the rows)':<{width}}{doctor:>10.3f}"
+                f"{part:>8.0%} of the watched step"
+                + (": the rows are less certain" if part >= DOCTOR_SHARE_NOTED else "")
+            )
     if gpu:
         lines.extend(gpu_lines(gpu))
     host = profile.get("host_work") or []

@@ -27,8 +27,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.runtime.device import DeviceInfo
     from traindoctor.runtime.gpu_profile import GpuProfile
     from traindoctor.runtime.live import Site
-    from traindoctor.runtime.profile import StepRecord
     from traindoctor.runtime.records import ForwardInfo, LoaderInfo
+    from traindoctor.runtime.step_timer import StepRecord
 
 
 class RuleInfo(Protocol):

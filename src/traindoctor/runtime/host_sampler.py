@@ -12,7 +12,9 @@ nothing in runs whose host work is small (it is never started).
 Each wake-up takes the GIL from the training thread, so the sampler is kept rare: at least
 :data:`MIN_INTERVAL_S` between wake-ups and at most :data:`MAX_WAKEUPS` of them in all (wake-ups
 that land inside a timed call count too, so a loop whose host work is a small share cannot keep
-it awake for :data:`MAX_SECONDS`). A whole run pays a few hundred GIL hand-offs, once.
+it awake for :data:`MAX_SECONDS`). A whole run pays a few hundred GIL hand-offs, once. The time
+each wake-up holds the GIL is summed in :attr:`HostWorkSampler.busy_s`: the session counts it as
+the doctor's own work of the step it fell in, out of that step's other host work.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 from traindoctor.runtime.live import is_library_file
 from traindoctor.runtime.phases import PHASE_OTHER
-from traindoctor.runtime.profile import StepTimer
+from traindoctor.runtime.step_timer import StepTimer
 
 #: Samples to take at most, wake-ups at most (sampled or not), and the longest time to keep
 #: sampling (seconds).
@@ -47,6 +49,8 @@ class HostWorkSampler:
         self.counts: dict[tuple[str, int, str, int | None], int] = {}
         self.samples = 0
         self.wakeups = 0
+        #: Seconds the wake-ups held the GIL (written by the sampler's thread only).
+        self.busy_s = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="traindoctor-host-sampler", daemon=True)
 
@@ -61,21 +65,34 @@ class HostWorkSampler:
     def _run(self) -> None:
         import time
 
+        perf = time.perf_counter
         deadline = time.monotonic() + MAX_SECONDS
         while not self._stop.wait(self.interval_s):
-            self.wakeups += 1
-            if self.samples >= MAX_SAMPLES or self.wakeups > MAX_WAKEUPS or time.monotonic() > deadline:
-                return
-            if self.timer.phase != PHASE_OTHER:
-                continue
-            frame = sys._current_frames().get(self.thread_id)
-            if frame is None:
-                return
-            key = self._key(frame)
-            del frame
-            if key is not None:
-                self.counts[key] = self.counts.get(key, 0) + 1
-                self.samples += 1
+            t0 = perf()
+            try:
+                if not self._sample(deadline):
+                    return
+            finally:
+                self.busy_s += perf() - t0
+
+    def _sample(self, deadline: float) -> bool:
+        """One wake-up; False when the sampler is done."""
+        import time
+
+        self.wakeups += 1
+        if self.samples >= MAX_SAMPLES or self.wakeups > MAX_WAKEUPS or time.monotonic() > deadline:
+            return False
+        if self.timer.phase != PHASE_OTHER:
+            return True
+        frame = sys._current_frames().get(self.thread_id)
+        if frame is None:
+            return False
+        key = self._key(frame)
+        del frame
+        if key is not None:
+            self.counts[key] = self.counts.get(key, 0) + 1
+            self.samples += 1
+        return True
 
     def _key(self, frame: FrameType | None) -> tuple[str, int, str, int | None] | None:
         inner: FrameType | None = None

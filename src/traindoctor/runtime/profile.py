@@ -44,276 +44,25 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from traindoctor.runtime.live import fields_repr
-from traindoctor.runtime.phases import PHASE_BACKWARD, PHASE_FORWARD, PHASE_OPTIMIZER, PHASE_OTHER
 from traindoctor.runtime.throughput import Throughput
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.runtime.gpu_profile import GpuProfile
+    from traindoctor.runtime.step_timer import StepRecord
 
 #: Default number of warm-up steps is ``clamp(steps // 10, 1, MAX_WARMUP)`` (0 for a 1-step run).
 MAX_WARMUP = 5
 #: Peak memory above this share of the device's capacity makes the run memory-bound.
 MEMORY_BOUND_SHARE = 0.9
-#: The phases whose rows a wait for the GPU is taken out of.
-_SYNC_ROWS = (PHASE_OTHER, PHASE_FORWARD, PHASE_BACKWARD, PHASE_OPTIMIZER)
+#: When the doctor's own work is at least this share of the watched step, the report says so: the
+#: rows leave the measured part out, but what the measurement cannot see (calls into the wrappers,
+#: evicted caches) is then a visible share of the script's own times too.
+DOCTOR_SHARE_NOTED = 0.2
 
 
 #: A CUDA run's rates follow the device's step time when it is longer than the host's by more than
 #: this share (the host queued steps faster than the device ran them).
 DEVICE_BEHIND_SHARE = 0.02
-
-
-class StepRecord:
-    """Timings of one training step (seconds, wall clock).
-
-    ``forward_s``/``backward_s`` are ``None`` when they were not measured in this step (no model
-    forward seen yet); then ``other_s`` is ``None`` too and ``compute_s`` is the whole remainder.
-    """
-
-    __slots__ = (
-        "backward_calls",
-        "backward_s",
-        "batches",
-        "closure_backward_calls",
-        "data_s",
-        "device_s",
-        "end",
-        "flop_counted",
-        "forward_s",
-        "index",
-        "optimizer_s",
-        "samples",
-        "start",
-        "sync_s",
-        "tokens",
-        "transfer_s",
-    )
-
-    index: int
-    start: float
-    end: float
-    data_s: float
-    transfer_s: float
-    optimizer_s: float
-    batches: int
-    samples: int
-    backward_calls: int
-    device_s: float | None
-    forward_s: float | None
-    backward_s: float | None
-    #: Of ``backward_calls``, those run inside ``optimizer.step()`` by a closure (LBFGS re-evaluates
-    #: the loss up to ``max_iter`` times on the same batch; Lightning runs the step's backward
-    #: there): they are not gradient accumulation.
-    closure_backward_calls: int
-    #: Host seconds blocked waiting for the GPU (``.item()``, ...); 0 on a CPU run.
-    sync_s: float
-    #: Tokens of the step's batches (None unless every batch held token ids).
-    tokens: int | None
-    #: Whether the FLOPs probe counted this step (it ran slower: left out of the steady means).
-    flop_counted: bool
-
-    def __init__(
-        self,
-        index: int,
-        start: float,
-        end: float,
-        data_s: float,
-        transfer_s: float,
-        optimizer_s: float,
-        batches: int,
-        samples: int,
-        backward_calls: int,
-        device_s: float | None = None,
-        forward_s: float | None = None,
-        backward_s: float | None = None,
-        closure_backward_calls: int = 0,
-        sync_s: float = 0.0,
-        tokens: int | None = None,
-    ) -> None:
-        self.index = index
-        self.start = start
-        self.end = end
-        self.data_s = data_s
-        self.transfer_s = transfer_s
-        self.optimizer_s = optimizer_s
-        self.batches = batches
-        self.samples = samples
-        self.backward_calls = backward_calls
-        self.device_s = device_s
-        self.forward_s = forward_s
-        self.backward_s = backward_s
-        self.closure_backward_calls = closure_backward_calls
-        self.sync_s = sync_s
-        self.tokens = tokens
-        self.flop_counted = False
-
-    def __repr__(self) -> str:
-        return fields_repr(self, self.__slots__)
-
-    @property
-    def accumulated_backward_calls(self) -> int:
-        """Backward calls that accumulate gradients into this step: the ones outside the
-        optimizer step, plus one for a closure's (however often it re-evaluates)."""
-        inside = self.closure_backward_calls
-        return self.backward_calls - inside + (1 if inside else 0)
-
-    @property
-    def wall_s(self) -> float:
-        return max(self.end - self.start, 0.0)
-
-    @property
-    def remainder_s(self) -> float:
-        """Wall time outside data wait, copies, the optimizer step and waits for the GPU."""
-        return max(self.wall_s - self.data_s - self.transfer_s - self.optimizer_s - self.sync_s, 0.0)
-
-    @property
-    def compute_s(self) -> float:
-        """Forward + backward when measured, else the whole remainder (the old meaning)."""
-        if self.forward_s is None or self.backward_s is None:
-            return self.remainder_s
-        return min(self.forward_s + self.backward_s, self.remainder_s)
-
-    @property
-    def other_s(self) -> float | None:
-        """Host work between the measured calls; None when forward/backward were not measured."""
-        if self.forward_s is None or self.backward_s is None:
-            return None
-        return max(self.remainder_s - self.forward_s - self.backward_s, 0.0)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "wall_s": self.wall_s,
-            "data_s": self.data_s,
-            "transfer_s": self.transfer_s,
-            "forward_s": self.forward_s,
-            "backward_s": self.backward_s,
-            "compute_s": self.compute_s,
-            "optimizer_s": self.optimizer_s,
-            "other_s": self.other_s,
-            "sync_s": self.sync_s or None,  # None (no timeline series) when nothing waited
-            "batches": self.batches,
-            "tokens": self.tokens,
-            "samples": self.samples,
-            "backward_calls": self.backward_calls,
-            "closure_backward_calls": self.closure_backward_calls,
-            "device_s": self.device_s,
-        }
-
-
-class StepTimer:
-    """Accumulates the current step's timings; closes a :class:`StepRecord` at each step end.
-
-    Called by the session from the probes' wrappers, so every method is a few additions.
-    ``forward_total``/``backward_total`` are running totals over the run (the optimizer step
-    subtracts what a closure ran inside it, and a wait for the GPU inside them is taken out of
-    them: it is ``sync_total``'s); ``forward_seen`` says forward timing is active.
-    """
-
-    def __init__(self) -> None:
-        self.records: list[StepRecord] = []
-        self._start: float | None = None
-        self._data = 0.0
-        self._transfer = 0.0
-        self._optimizer = 0.0
-        self._batches = 0
-        self._samples = 0
-        self._tokens = 0
-        self._token_batches = 0
-        self._sync = 0.0
-        self.sync_total = 0.0
-        self._backward = 0
-        self._closure_backward = 0
-        self._opt_pre: float | None = None
-        self.forward_total = 0.0
-        self.backward_total = 0.0
-        self.forward_seen = False
-        self.phase = PHASE_OTHER
-        self._step_fwd0 = 0.0
-        self._step_bwd0 = 0.0
-        self._step_fwd_seen = False
-        self._opt_inner0 = 0.0
-
-    @property
-    def backward_calls(self) -> int:
-        return self._backward
-
-    def add_batch(self, wait_s: float, t_end: float, samples: int, tokens: int | None = None) -> None:
-        if self._start is None:
-            self._start = t_end - wait_s
-        self._data += wait_s
-        self._batches += 1
-        self._samples += samples
-        if tokens is not None:
-            self._tokens += tokens
-            self._token_batches += 1
-
-    def add_sync(self, seconds: float, phase: int) -> None:
-        """The host waited ``seconds`` for the GPU (``.item()``, ...) inside ``phase``: the wait
-        leaves that phase's row (a wait inside a DataLoader fetch or a copy stays there)."""
-        if phase not in _SYNC_ROWS:
-            return
-        if phase == PHASE_FORWARD:
-            self.forward_total -= seconds
-        elif phase == PHASE_BACKWARD:
-            self.backward_total -= seconds
-        self._sync += seconds
-        self.sync_total += seconds
-
-    def add_transfer(self, seconds: float, t_end: float) -> None:
-        if self._start is None:
-            self._start = t_end - seconds
-        self._transfer += seconds
-
-    def add_backward(self, seconds: float = 0.0) -> None:
-        self._backward += 1
-        if self.phase == PHASE_OPTIMIZER:  # called from a closure inside optimizer.step()
-            self._closure_backward += 1
-        self.backward_total += seconds
-
-    def add_forward(self, seconds: float) -> None:
-        self.forward_total += seconds
-
-    def optimizer_pre(self, t: float) -> None:
-        if self._start is None:
-            self._start = t
-        self._opt_pre = t
-        self._opt_inner0 = self.forward_total + self.backward_total + self.sync_total
-
-    def optimizer_post(self, t: float, closes_step: bool) -> StepRecord | None:
-        if self._opt_pre is not None:
-            # a closure's forward and backward, and every wait for the GPU inside the step
-            inner = self.forward_total + self.backward_total + self.sync_total - self._opt_inner0
-            self._optimizer += max(t - self._opt_pre - inner, 0.0)
-            self._opt_pre = None
-        if not closes_step:
-            return None
-        start = self._start if self._start is not None else t
-        measured = self._step_fwd_seen
-        record = StepRecord(
-            index=len(self.records) + 1,
-            start=start,
-            end=t,
-            data_s=self._data,
-            transfer_s=self._transfer,
-            optimizer_s=self._optimizer,
-            batches=self._batches,
-            samples=self._samples,
-            backward_calls=self._backward,
-            closure_backward_calls=self._closure_backward,
-            forward_s=self.forward_total - self._step_fwd0 if measured else None,
-            backward_s=self.backward_total - self._step_bwd0 if measured else None,
-            sync_s=self._sync,
-            tokens=self._tokens if self._batches and self._token_batches == self._batches else None,
-        )
-        self.records.append(record)
-        self._start = t
-        self._data = self._transfer = self._optimizer = self._sync = 0.0
-        self._batches = self._samples = self._backward = self._closure_backward = 0
-        self._tokens = self._token_batches = 0
-        self._step_fwd0, self._step_bwd0 = self.forward_total, self.backward_total
-        self._step_fwd_seen = self.forward_seen  # timing active for the whole next step
-        return record
 
 
 def default_warmup(steps: int) -> int:
@@ -374,6 +123,7 @@ class Profile:
         "compute_s",
         "data_s",
         "device_step_s",
+        "doctor_s",
         "forward_s",
         "gpu",
         "host_work",
@@ -407,7 +157,8 @@ class Profile:
     run_s: float
     batches: int
     samples: int
-    #: Steady-state seconds per step (means) by component.
+    #: Steady-state seconds per step (means) by component: the script's own time, without the
+    #: doctor's own work (``doctor_s``; see :mod:`traindoctor.runtime.step_timer`).
     step_s: float
     data_s: float
     transfer_s: float
@@ -415,6 +166,8 @@ class Profile:
     optimizer_s: float
     #: Host time blocked waiting for the GPU (``.item()``, ...): 0 on a CPU run.
     sync_s: float
+    #: The doctor's own host time per steady step (its wrappers' work), left out of the rows.
+    doctor_s: float
     forward_s: float | None
     backward_s: float | None
     other_s: float | None
@@ -458,6 +211,7 @@ class Profile:
         self.steps = self.warmup_steps = self.steady_steps = 0
         self.batches = self.samples = 0
         self.step_s = self.data_s = self.transfer_s = self.compute_s = self.optimizer_s = self.sync_s = 0.0
+        self.doctor_s = 0.0
         self.tokens_per_s = None
         self.throughput = Throughput()
         self.forward_s = self.backward_s = self.other_s = None
@@ -491,6 +245,12 @@ class Profile:
         if self.other_s is not None:
             out["other"] = self.other_s / self.step_s
         return out
+
+    @property
+    def doctor_share(self) -> float:
+        """The doctor's own work as a share of the watched step (the script's step plus it)."""
+        watched = self.step_s + self.doctor_s
+        return self.doctor_s / watched if watched > 0 else 0.0
 
     @property
     def measured(self) -> dict[str, bool]:
@@ -534,7 +294,9 @@ class Profile:
                 "sync": _ms(self.sync_s) if self.sync_s > 0 else None,
                 "other": ms(self.other_s),
                 "device": ms(self.device_step_s),
+                "doctor": _ms(self.doctor_s),
             },
+            "doctor_share": round(self.doctor_share, 4),
             "measured": self.measured,
             "shares": {k: round(v, 4) for k, v in shares.items()},
             "host_work": [dict(h) for h in self.host_work],
@@ -654,8 +416,9 @@ def build_profile(
     prof.steady_steps = len(steady)
     if steady:
         n = len(steady)
-        wall = sum(r.wall_s for r in steady)
+        wall = sum(r.own_s for r in steady)  # the script's own time: the doctor's work left out
         prof.step_s = wall / n
+        prof.doctor_s = sum(r.doctor_s for r in steady) / n
         prof.data_s = sum(r.data_s for r in steady) / n
         prof.transfer_s = sum(r.transfer_s for r in steady) / n
         prof.optimizer_s = sum(r.optimizer_s for r in steady) / n
@@ -668,8 +431,8 @@ def build_profile(
             prof.forward_s = prof.backward_s = prof.other_s = None
             prof.compute_s = sum(r.remainder_s for r in steady) / n
         prof.loader_seen = any(r.batches for r in steady)
-        prof.median_step_s = _median([r.wall_s for r in steady])
-        walls = sorted(r.wall_s for r in steady)
+        prof.median_step_s = _median([r.own_s for r in steady])
+        walls = sorted(r.own_s for r in steady)
         prof.p90_step_s = walls[min(int(len(walls) * 0.9), len(walls) - 1)]
         devs = [r.device_s for r in steady if r.device_s is not None]
         prof.device_step_s = sum(devs) / len(devs) if devs else None
@@ -684,6 +447,7 @@ def build_profile(
         return prof
     if steady and prof.step_s > 0:
         _verdict(prof)
+        prof.reason += doctor_note(prof)
     elif loose_batches and run_s > 0:
         share = loose_wait_s / run_s
         prof.verdict = "data-bound" if share >= 0.5 else "compute-bound"
@@ -704,6 +468,18 @@ def _memory_bound(prof: Profile, cfg: Mapping[str, Any]) -> bool:
     prof.verdict = "memory-bound"
     prof.reason = f"peak {mem_what} is {mem_share:.0%} of capacity (limit {mem_limit:.0%})"
     return True
+
+
+def doctor_note(prof: Profile) -> str:
+    """``"; the doctor's own work ..."`` when it was a large share of the watched step (the
+    numbers are then less certain), else empty."""
+    if prof.doctor_share < DOCTOR_SHARE_NOTED:
+        return ""
+    return (
+        f"; watching took {_ms(prof.doctor_s):g} ms per step ({prof.doctor_share:.0%} of the watched step), "
+        "left out of these times: at that share they are less certain (the steps are short beside the "
+        "doctor's own work)"
+    )
 
 
 def _verdict(prof: Profile) -> None:

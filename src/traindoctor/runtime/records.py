@@ -58,6 +58,7 @@ class LoaderInfo:
         "persistent_workers",
         "pin_memory",
         "prefetch_factor",
+        "queued_batches",
         "reuse_first_s",
         "row",
         "sampler_type",
@@ -65,7 +66,9 @@ class LoaderInfo:
         "spawns",
         "startup_s",
         "wait_cpu_s",
+        "wait_queued_s",
         "wait_s",
+        "worker_cpu",
     )
 
     id: int
@@ -98,6 +101,10 @@ class LoaderInfo:
     #: (a dataset that sleeps or waits on I/O has little), read by the pipeline model
     #: (:mod:`traindoctor.facts.data.pipeline`) behind TD102's worker count.
     wait_cpu_s: float
+    #: Of ``queued_batches`` (every 8th batch), the seconds the training thread waited, runnable,
+    #: for a core inside ``next()`` (other programs' share of the cores; 0 where unknown).
+    wait_queued_s: float
+    queued_batches: int
     cpu_batches: int
     max_wait_s: float
     first_batches: int
@@ -116,6 +123,8 @@ class LoaderInfo:
     #: True once a batch of this loader was followed by ``backward()`` or an optimizer step: it
     #: feeds training. A loader only iterated for evaluation stays False (see ``Session``).
     feeds_training: bool
+    #: What its worker processes ran and waited for a core (``/proc``; see :class:`WorkerCpu`).
+    worker_cpu: WorkerCpu
 
     _epoch_open: bool
     _epoch_start: float
@@ -162,8 +171,8 @@ class LoaderInfo:
         self.column = column
         # measured
         self.epochs = self.spawns = self.batches = 0
-        self.wait_s = self.wait_cpu_s = self.max_wait_s = 0.0
-        self.cpu_batches = self.first_batches = 0
+        self.wait_s = self.wait_cpu_s = self.wait_queued_s = self.max_wait_s = 0.0
+        self.cpu_batches = self.first_batches = self.queued_batches = 0
         self.first_wait_s = 0.0
         self.startup_s = []
         self.reuse_first_s = []
@@ -171,6 +180,7 @@ class LoaderInfo:
         self.first_start = self.last_start = 0.0
         self.concurrent_workers = self.max_concurrent_workers = 0
         self.feeds_training = False
+        self.worker_cpu = WorkerCpu()
         self._epoch_open = False
         self._epoch_start = self._epoch_last = 0.0
         self._epoch_batches = 0
@@ -246,6 +256,67 @@ class LoaderInfo:
             "wait_s": round(self.wait_s, 6),
             "active_s": round(self.active_s, 6),
         }
+
+
+#: Batches a loader's workers must have delivered before their time per batch is judged.
+WORKER_MIN_BATCHES = 8
+
+
+class WorkerCpu:
+    """What a loader's worker processes did per batch they delivered: the time they ran on a
+    core and the time they waited, runnable, for one (:mod:`traindoctor.runtime.sched`, from
+    ``/proc/PID/schedstat`` of the running epoch's workers, read now and then and at the end of
+    the watch; an epoch's workers count until their last reading: non-persistent ones exit with
+    their epoch). Linux; elsewhere nothing is known."""
+
+    __slots__ = ("_batches0", "_last", "_last_batches", "_pids", "batches", "queued_s", "ran_s")
+
+    #: Seconds run and queued of the epochs read so far, and the batches their workers delivered.
+    ran_s: float
+    queued_s: float
+    batches: int
+
+    def __init__(self) -> None:
+        self.ran_s = self.queued_s = 0.0
+        self.batches = 0
+        self._pids: tuple[int, ...] = ()
+        self._batches0 = self._last_batches = 0
+        self._last: tuple[float, float] | None = None
+
+    def start(self, pids: tuple[int, ...], batches: int) -> None:
+        """New worker processes ``pids`` (an epoch that spawned them); ``batches``: the loader's
+        batch count so far."""
+        self._fold()
+        self._pids, self._last = pids, None
+        self._batches0 = self._last_batches = batches
+
+    def read(self, batches: int) -> None:
+        """Read the running workers' schedstat now (``batches``: the loader's count so far)."""
+        if not self._pids:
+            return
+        from traindoctor.runtime.sched import processes_sched
+
+        got = processes_sched(self._pids)
+        if got is not None:
+            self._last, self._last_batches = got, batches
+
+    def _fold(self) -> None:
+        if self._pids and self._last is not None:
+            self.ran_s += self._last[0]
+            self.queued_s += self._last[1]
+            self.batches += self._last_batches - self._batches0
+        self._pids, self._last = (), None
+
+    def per_batch(self) -> tuple[float, float] | None:
+        """(seconds run, seconds queued) per delivered batch; None before a reading of
+        (:data:`WORKER_MIN_BATCHES`) batches."""
+        ran, queued, batches = self.ran_s, self.queued_s, self.batches
+        if self._pids and self._last is not None:
+            ran, queued = ran + self._last[0], queued + self._last[1]
+            batches += self._last_batches - self._batches0
+        if batches < WORKER_MIN_BATCHES:
+            return None
+        return ran / batches, queued / batches
 
 
 class ForwardInfo:

@@ -27,18 +27,19 @@ from traindoctor.finding import Finding, sort_findings
 from traindoctor.machine import machine_cores as _machine_cores
 from traindoctor.machine import usable_cores
 from traindoctor.runtime.device import DeviceInfo
+from traindoctor.runtime.environment import current_dir, relative_filename, run_environment
 from traindoctor.runtime.events import Monitor
 from traindoctor.runtime.options import training_reference
 from traindoctor.runtime.phases import PHASE_OPTIMIZER, PHASE_OTHER
-from traindoctor.runtime.profile import (
-    Profile,
-    StepRecord,
-    StepTimer,
-    build_profile,
-    default_warmup,
-    measure_memory,
+from traindoctor.runtime.profile import Profile, build_profile, default_warmup, measure_memory
+from traindoctor.runtime.step_timer import StepRecord, StepTimer
+from traindoctor.runtime.steps import (
+    MAX_BACKWARD_MARKS,
+    NO_OPTIMIZER_BACKWARDS,
+    BackwardMark,
+    backward_records,
+    batch_samples,
 )
-from traindoctor.runtime.steps import MAX_BACKWARD_MARKS, BackwardMark, backward_records, batch_samples
 from traindoctor.runtime.throughput import batch_tokens, has_embedding
 from traindoctor.runtime.timeline import session_timeline
 
@@ -128,7 +129,7 @@ class Session:
         self.local_world_size = local_world_size or _env_int("LOCAL_WORLD_SIZE", 1)
         self.uses_cuda = False
         #: The working directory the watch started in: report filenames are relative to it.
-        self.start_dir = _cwd()
+        self.start_dir = current_dir()
         self.notes: list[str] = []
         self.monitors: list[Monitor] = []
         self.probes: list[Installable] = []
@@ -154,6 +155,7 @@ class Session:
         self._primary_opt: weakref.ReferenceType[Optimizer] | None = None
         self._other_opt_steps: dict[int, int] = {}
         self._step_listeners: list[Callable[[StepRecord], None]] = []
+        self._progress_listeners: list[Callable[[int], None]] = []
         self._mode_listeners: list[Callable[[], None]] = []
         self._loose_batches = 0
         self._loose_samples = 0
@@ -174,6 +176,8 @@ class Session:
         #: The host-work sampler, once started; ``_sampler_failed`` once starting it failed.
         self._sampler: HostWorkSampler | None = None
         self._sampler_failed = False
+        #: The sampler's busy time already counted as the doctor's own (``_count_sampler``).
+        self._sampler_counted = 0.0
         self._phase_before_step = PHASE_OTHER
         #: Loaders that delivered a batch since the last backward()/optimizer step (by info id):
         #: the next training call marks them ``feeds_training`` (eval-only loaders never are).
@@ -182,6 +186,9 @@ class Session:
         self._backward_marks: list[BackwardMark] = []
         #: The counted step's (index, FLOPs by precision, samples), once the FLOPs probe counted one.
         self.step_flops: tuple[int, dict[str, int], int] | None = None
+        #: The steps the profile was built from (the optimizer's, or one per ``backward()`` in a
+        #: loop without one), once the watch ended.
+        self.profiled_records: list[StepRecord] = []
 
     # ---------------------------------------------------------------- public views
     @property
@@ -377,6 +384,26 @@ class Session:
         """Stop calling ``fn`` at step ends (a probe that has seen enough: hot path)."""
         self._step_listeners = [f for f in self._step_listeners if f != fn]
 
+    def add_progress_listener(self, fn: Callable[[int], None]) -> None:
+        """Call ``fn(steps)`` as training progresses: at each optimizer step's end (``steps``: its
+        index) and, in a loop that updates its parameters itself (no ``torch.optim`` optimizer
+        stepped in its first :data:`~traindoctor.runtime.steps.NO_OPTIMIZER_BACKWARDS`
+        ``backward()`` calls), at each ``backward()`` (``steps``: the backward calls so far). The
+        probes that watch only the first steps (global module hooks, layer windows) stop by it in
+        both kinds of loop."""
+        self._progress_listeners = self._progress_listeners + [fn]
+
+    def remove_progress_listener(self, fn: Callable[[int], None]) -> None:
+        """Stop calling ``fn`` (hot path)."""
+        self._progress_listeners = [f for f in self._progress_listeners if f != fn]
+
+    def _progress(self, steps: int) -> None:
+        for listener in self._progress_listeners:
+            try:
+                listener(steps)
+            except Exception as exc:  # fail-open
+                self.internal_error("progress listener", exc)
+
     def add_mode_listener(self, fn: Callable[[], None]) -> None:
         """Call ``fn`` when a root model is called in a (train mode, grad mode) it was not
         called in last time (the module probe opens a window of layer patches)."""
@@ -424,8 +451,12 @@ class Session:
         if self._fed:
             self._mark_training_loaders()
         self.timer.add_backward(seconds)
-        if self._primary_opt is None and len(self._backward_marks) < MAX_BACKWARD_MARKS:
-            self._mark_backward()
+        if self._primary_opt is None:
+            marks = len(self._backward_marks)
+            if marks < MAX_BACKWARD_MARKS:
+                self._mark_backward()
+            if marks >= NO_OPTIMIZER_BACKWARDS and self._progress_listeners:
+                self._progress(marks + 1)
         self.emit("on_backward")
 
     def _mark_backward(self) -> None:
@@ -433,6 +464,8 @@ class Session:
         ended (the timer's running totals): a loop that updates the parameters itself (as
         pytorch/examples' word_language_model) is then profiled step by ``backward()``."""
         t = self.timer
+        if self._sampler is not None:
+            self._count_sampler()
         self._backward_marks.append(
             (
                 time.perf_counter(),
@@ -442,6 +475,7 @@ class Session:
                 t._samples,
                 t.forward_total if t.forward_seen else None,
                 t.backward_total,
+                t.self_total,
             )
         )
 
@@ -459,7 +493,12 @@ class Session:
             self.models.add(module)
             self.emit("on_model_found", module)
 
-    def record_optimizer_pre(self, optimizer: Optimizer) -> None:
+    def record_optimizer_pre(
+        self, optimizer: Optimizer, entered: float | None = None, outside_s: float | None = None
+    ) -> None:
+        """``optimizer.step()`` begins (its pre-hook, entered at ``entered``: from there to the
+        step's timing is the doctor's own work; ``outside_s``: torch's step wrapper before the
+        hooks, when measured)."""
         self.optimizer_calls += 1
         known = self._optimizer_ids.get(id(optimizer))
         if known is None or known() is not optimizer:  # first step of this optimizer
@@ -481,10 +520,20 @@ class Session:
         clock = self.device_timer
         if clock is not None and clock.timing:
             clock.mark(PHASE_OPTIMIZER)
-        self.timer.optimizer_pre(time.perf_counter())
-
-    def record_optimizer_post(self, optimizer: Optimizer) -> None:
         t = time.perf_counter()
+        if entered is not None:
+            self.timer.self_total += t - entered
+        self.timer.optimizer_pre(t, outside_s)
+
+    def record_optimizer_post(self, optimizer: Optimizer, entered: float | None = None) -> float:
+        """``optimizer.step()`` returned (its post-hook, entered at ``entered``); the doctor's own
+        work after the step's end counts in the next step. Returns the clock when it was done."""
+        t = time.perf_counter()
+        timer = self.timer
+        if entered is not None:
+            timer.self_total += t - entered
+        if self._sampler is not None:
+            self._count_sampler()
         primary = self._primary_opt() if self._primary_opt is not None else None
         closes = primary is optimizer
         if not closes:
@@ -522,7 +571,22 @@ class Session:
                     listener(record)
                 except Exception as exc:  # fail-open: one listener must not lose the step
                     self.internal_error("step listener", exc)
+            if self._progress_listeners:
+                self._progress(record.index)
             self.emit("on_step_end", record)
+        done = time.perf_counter()
+        timer.self_total += done - t
+        return done
+
+    def _count_sampler(self) -> None:
+        """The host-work sampler's time holding the training thread's GIL since the last count
+        is the doctor's own work (it samples only outside the timed calls: other host work)."""
+        sampler = self._sampler
+        if sampler is None:
+            return
+        busy = sampler.busy_s
+        self.timer.self_total += busy - self._sampler_counted
+        self._sampler_counted = busy
 
     def _mark_training_loaders(self) -> None:
         for info in self._fed.values():
@@ -618,6 +682,7 @@ class Session:
     def _finish_loaders(self) -> None:
         for info in self.loaders:
             try:
+                info.worker_cpu.read(info.batches)
                 info.close_epoch(self.ended_at)
             except Exception as exc:  # pragma: no cover - defensive
                 self.internal_error("loader statistics", exc)
@@ -657,6 +722,7 @@ class Session:
             optimizer_seen = bool(records) or not self._backward_marks
             if not optimizer_seen:
                 records = backward_records(self._backward_marks, self.started_at)
+            self.profiled_records = records
             self.profile = build_profile(
                 records,
                 run_s=max(self.ended_at - self.started_at, 0.0),
@@ -702,29 +768,7 @@ class Session:
 
     def environment(self) -> dict[str, Any]:
         """Facts about the run for the report (no user data)."""
-        import platform
-
-        torch_version = None
-        torch_mod = sys.modules.get("torch")
-        if torch_mod is not None:
-            torch_version = getattr(torch_mod, "__version__", None)
-        from traindoctor.version import __version__
-
-        return {
-            "traindoctor": __version__,
-            "python": platform.python_version(),
-            "torch": torch_version,
-            "platform": platform_string(),
-            "device": self.device.to_dict(),
-            "uses_cuda": self.uses_cuda,
-            "cpu_count": self.cpu_count,
-            "machine_cores": self.machine_cores,
-            "rank": self.rank,
-            "world_size": self.world_size,
-            "local_rank": self.local_rank,
-            "local_world_size": self.local_world_size,
-            "partial_reason": self.partial_reason or None,
-        }
+        return run_environment(self)
 
     def report_dict(self, timeline: bool = True) -> dict[str, Any]:
         """The JSON report of this process: findings, profile, timeline, environment, notes.
@@ -733,58 +777,10 @@ class Session:
         and building it walks every step record (milliseconds at the end of a long run).
         """
         report: dict[str, Any] = {
-            "findings": [_relative_filename(f.to_dict(), self.start_dir) for f in self.findings],
+            "findings": [relative_filename(f.to_dict(), self.start_dir) for f in self.findings],
             "profile": self.profile.to_dict(),
         }
         if timeline:
             report["timeline"] = session_timeline(self)
         report.update(environment=self.environment(), notes=list(self.notes), partial=self.partial)
         return report
-
-
-def _cwd() -> str:
-    """The working directory, or "" when it no longer exists (filenames then stay as they are)."""
-    try:
-        return os.getcwd()
-    except OSError:
-        return ""
-
-
-def _relative_filename(finding: dict[str, Any], base: str) -> dict[str, Any]:
-    """``finding`` with its filename relative to ``base`` when the file lies under it (the
-    script's own name and those of the modules it imports alike, as ``check`` names them)."""
-    name = finding.get("filename")
-    if base and isinstance(name, str) and os.path.isabs(name):
-        try:
-            rel = os.path.relpath(name, base)
-        except ValueError:  # pragma: no cover - another drive on Windows
-            return finding
-        if not rel.startswith(".."):
-            finding["filename"] = rel
-    return finding
-
-
-def platform_string() -> str:
-    """``platform.platform()``'s string without its ``uname -p`` subprocess.
-
-    On Linux ``platform.platform()`` asks ``uname -p`` for a processor name (a fork and exec in
-    every watched run, milliseconds of the user's time) that is almost always ``unknown`` or the
-    machine name, both of which it then drops. Elsewhere ``platform.platform()`` is used as is.
-    """
-    import platform
-
-    try:
-        uname = os.uname()
-    except AttributeError:  # pragma: no cover - Windows
-        return platform.platform()
-    if uname.sysname != "Linux":
-        return platform.platform()
-    libc, version = platform.libc_ver()
-    parts = (uname.sysname, uname.release, uname.machine, "with", libc + version)
-    text = "-".join(p.strip() for p in parts if p)
-    for ch in ' /\\:;"()':
-        text = text.replace(ch, "_" if ch == " " else "-")
-    text = text.replace("unknown", "")
-    while "--" in text:
-        text = text.replace("--", "-")
-    return text.rstrip("-")

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from traindoctor.runtime.profile import StepRecord
+from traindoctor.runtime.step_timer import StepRecord
 
 #: ``backward()`` ends remembered for a loop without an optimizer (enough for a profile).
 MAX_BACKWARD_MARKS = 100_000
+#: A loop whose first this many ``backward()`` calls came without a ``torch.optim`` step updates
+#: its parameters itself: from then on each ``backward()`` counts as a step for the probes that
+#: watch only the first steps (gradient accumulation before a first optimizer step is shorter).
+NO_OPTIMIZER_BACKWARDS = 8
 
 #: Where one ``backward()`` ended: (time, the timer's running data, transfer, batches, samples,
-#: forward (None while forward is not timed) and backward totals).
-BackwardMark = tuple[float, float, float, int, int, float | None, float]
+#: forward (None while forward is not timed), backward and the doctor's own time totals).
+BackwardMark = tuple[float, float, float, int, int, float | None, float, float]
 
 
 def backward_records(marks: list[BackwardMark], started_at: float) -> list[StepRecord]:
@@ -26,11 +30,20 @@ def backward_records(marks: list[BackwardMark], started_at: float) -> list[StepR
     records: list[StepRecord] = []
     prev: BackwardMark | None = None
     for mark in marks:
-        t, data, transfer, batches, samples, fwd, bwd = mark
+        t, data, transfer, batches, samples, fwd, bwd, own = mark
         if prev is None:
-            start, p_data, p_transfer, p_batches, p_samples, p_fwd, p_bwd = (started_at, 0.0, 0.0, 0, 0, None, 0.0)
+            start, p_data, p_transfer, p_batches, p_samples, p_fwd, p_bwd, p_own = (
+                started_at,
+                0.0,
+                0.0,
+                0,
+                0,
+                None,
+                0.0,
+                0.0,
+            )
         else:
-            start, p_data, p_transfer, p_batches, p_samples, p_fwd, p_bwd = prev
+            start, p_data, p_transfer, p_batches, p_samples, p_fwd, p_bwd, p_own = prev
         records.append(
             StepRecord(
                 index=len(records) + 1,
@@ -44,6 +57,7 @@ def backward_records(marks: list[BackwardMark], started_at: float) -> list[StepR
                 backward_calls=1,
                 forward_s=None if fwd is None or p_fwd is None else fwd - p_fwd,
                 backward_s=None if fwd is None or p_fwd is None else bwd - p_bwd,
+                doctor_s=own - p_own,
             )
         )
         prev = mark

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.runtime.events import SessionView
-    from traindoctor.runtime.profile import StepRecord
+    from traindoctor.runtime.step_timer import StepRecord
 
 #: Most points a timeline holds; longer runs are grouped into consecutive buckets.
 MAX_POINTS = 300

@@ -44,9 +44,9 @@ from traindoctor.runtime.script import ScriptRunner
 from traindoctor.sandbox.view import View
 
 if TYPE_CHECKING:  # pragma: no cover
-    from traindoctor.runtime.profile import StepRecord
     from traindoctor.runtime.records import LoaderInfo
     from traindoctor.runtime.session import Session
+    from traindoctor.runtime.step_timer import StepRecord
 
 #: Steps kept out of every measurement after a change (start-up, allocator growth, lazy init).
 BASE_WARMUP = 2
@@ -99,6 +99,8 @@ class Controller:
         self.signature = inspect.signature(self.orig_init)
         self.loaders: dict[int, dict[str, Any]] = {}
         self.batch_counts: dict[int, int] = {}
+        #: ``LoaderInfo.id`` -> ``id()`` of its loader, the key of ``loaders``.
+        self.loader_keys: dict[int, int] = {}
         self.caches: dict[int, deque[Any]] = {}
         self.replay_dataset: Any = None
         self.replay_index = 0
@@ -176,6 +178,8 @@ class Controller:
     def on_batch(self, info: LoaderInfo, batch: Any) -> None:
         if self.seg is not None and self.seg["phase"] in ("baseline", "search"):
             self.batch_counts[info.id] = self.batch_counts.get(info.id, 0) + 1
+            if info.id not in self.loader_keys:  # while the loader lives: a short script may end
+                self.loader_keys[info.id] = id(info.loader)  # and free it before it is identified
 
     # ---------------------------------------------------------------- measuring
     def _warmup(self) -> int:
@@ -296,8 +300,9 @@ class Controller:
         info_id = max(self.batch_counts, key=lambda k: self.batch_counts[k])
         info = next((i for i in self.session.loaders if i.id == info_id), None)
         loader = info.loader if info is not None else None
-        entry = self.loaders.get(id(loader)) if loader is not None else None
-        if info is None or loader is None or entry is None:
+        key = id(loader) if loader is not None else self.loader_keys.get(info_id)
+        entry = self.loaders.get(key) if key is not None else None
+        if info is None or entry is None:
             self.notes.append("the training DataLoader could not be identified")
             return
         config: dict[str, Any] = {"num_workers": info.num_workers}
@@ -311,7 +316,7 @@ class Controller:
             "args": entry["args"],
             "site": entry["site"],
             "config": config,
-            "dataset": loader.dataset,
+            "dataset": loader.dataset if loader is not None else None,
             "batch_size": info.batch_size,
             "dataset_len": info.dataset_len,
             "iterable": info.iterable_dataset,
@@ -326,7 +331,7 @@ class Controller:
             if workers > 0:
                 config.update(persistent_workers=True, prefetch_factor=2)
             try:
-                rate, cpu = self._measure_loader(config)
+                rate, cpu, queued = self._measure_loader(config)
             except Exception as exc:  # a dataset that cannot be loaded by workers
                 self.notes.append(f"loader alone with num_workers={workers} failed: {_short(exc)}")
                 break
@@ -337,6 +342,7 @@ class Controller:
                     "samples_per_s": rate,
                     "data_wait_share": None,
                     "cpu_s_per_sample": cpu,
+                    "queued_s_per_sample": queued,
                 }
             )
             if rate is None:
@@ -346,9 +352,12 @@ class Controller:
             if stalls >= 2:  # two worker counts in a row without gain: the loader has saturated
                 break
 
-    def _measure_loader(self, config: dict[str, Any]) -> tuple[float | None, float | None]:
+    def _measure_loader(self, config: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
+        """(samples/s, CPU seconds per sample, seconds per sample queued for a core) of the
+        loader alone; the queued time (``/proc/thread-self/schedstat``) only without workers."""
         from torch.utils.data import DataLoader
 
+        from traindoctor.runtime.sched import ThreadSched
         from traindoctor.runtime.steps import batch_samples
 
         assert self.training is not None
@@ -373,6 +382,8 @@ class Controller:
             for _ in range(1 + workers * 2):
                 fetch()
             samples, batches = 0, 0
+            sched = ThreadSched()
+            q0 = sched.read() if workers == 0 else None
             t0, cpu0 = time.perf_counter(), time.process_time()
             while True:
                 samples += batch_samples(fetch())
@@ -381,9 +392,12 @@ class Controller:
                 if batches >= 500 or (elapsed >= self.seconds and batches >= MIN_STEPS):
                     break
             cpu = time.process_time() - cpu0
+            q1 = sched.read() if q0 is not None else None
+            sched.close()
             if not samples:
-                return None, None
-            return samples / elapsed, cpu / samples
+                return None, None, None
+            queued = (q1[1] - q0[1]) / samples if q0 is not None and q1 is not None else None
+            return samples / elapsed, cpu / samples, queued
         finally:
             for it in (iterator, getattr(loader, "_iterator", None)):
                 shutdown = getattr(it, "_shutdown_workers", None)

@@ -5,7 +5,9 @@
 :func:`traindoctor.tune._trial.main` with stdout/stderr going to ``log``. It answers
 ``{"pid": N}`` when the child started and ``{"status": CODE}`` when it ended. Each trial is still
 its own process (isolated from the others and from the tuner), but skips the second or more that
-importing torch costs. The tuner starts the zygote inside the trials' sandbox
+importing torch costs, and ``torch._dynamo`` too: torch imports it the first time a script builds
+an optimizer (its methods are wrapped to keep dynamo out), a second or two of every trial otherwise
+(importing it starts no thread). The tuner starts the zygote inside the trials' sandbox
 (:mod:`traindoctor.sandbox`), so every trial it forks is sandboxed too. The zygote itself never runs a torch operation, so no thread pool exists
 when it forks. POSIX only; elsewhere the tuner starts a fresh interpreter per trial.
 """
@@ -44,7 +46,12 @@ def _child(request: dict[str, Any]) -> None:
 
 def main() -> int:
     import torch
-    import torch.utils.data  # noqa: F401
+    import torch.utils.data
+
+    try:
+        import torch._dynamo  # noqa: F401  # what the script's first optimizer imports
+    except Exception:  # pragma: no cover - a torch without dynamo
+        pass
 
     import traindoctor.doctor.watch
     import traindoctor.sandbox.guard

@@ -18,7 +18,7 @@ tested without running anything:
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -75,12 +75,18 @@ def choose(
     script_threads: int,
     tie: float,
     gain: float,
-    ceiling: int | None = None,
+    ceiling: int | Callable[[Mapping[str, Any]], int] | None = None,
 ) -> Choice:
     """The simplest finalist the fastest is not measured faster than (see the module docstring);
-    never one with more workers than ``ceiling`` (:func:`~traindoctor.facts.data.pipeline.worker_ceiling`)."""
+    never one with more workers than ``ceiling`` (:func:`~traindoctor.facts.data.pipeline.worker_ceiling`:
+    a number, or the ceiling of a configuration, which depends on its thread count)."""
     measured = [k for k in runs if runs[k]]
-    allowed = [k for k in measured if ceiling is None or int(configs[k].get("num_workers", 0)) <= ceiling]
+
+    def within(config: Mapping[str, Any]) -> bool:
+        most = ceiling(config) if callable(ceiling) else ceiling
+        return most is None or int(config.get("num_workers", 0)) <= most
+
+    allowed = [k for k in measured if within(configs[k])]
     if not allowed:
         raise ValueError("no finalist within the worker ceiling has a measurement")
     leader = max(measured, key=lambda k: median(runs[k]))

@@ -33,11 +33,12 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traindoctor.facts.data.pipeline import MEASURED_GAIN, MEASURED_TIE, Bounds, keep_workers, worker_ceiling
+from traindoctor.facts.data.pipeline import MEASURED_GAIN, MEASURED_TIE, Bounds, keep_workers
 from traindoctor.machine import load_average
 from traindoctor.sandbox import SandboxUnavailable
 from traindoctor.tune._trial import BASE_WARMUP, MIN_STEPS, steps_needed
@@ -340,6 +341,7 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
     compute_rates: dict[int, float] = {}
     compute_cpu: dict[int, float] = {}
     loader_cpu = None
+    loader_queued = None
     receive_cpu: dict[int, float] = {}
     for seg in segments:
         rate = seg.get("samples_per_s")
@@ -351,6 +353,7 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
                 loader_rates[w] = rate
                 if w == 0:
                     loader_cpu = seg.get("cpu_s_per_sample")
+                    loader_queued = seg.get("queued_s_per_sample")
                 elif seg.get("cpu_s_per_sample") is not None:
                     receive_cpu[w] = seg["cpu_s_per_sample"]
         elif seg["phase"] == "bound-compute":
@@ -366,7 +369,7 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
     tick.done(f"baseline {_rate(base_seg.get('samples_per_s'))}")
     if script_steps is None:
         tick.skip(1)  # the unit of a second probe, for a short script
-    bounds = Bounds(loader_rates, compute_rates, loader_cpu, compute_cpu, cores, receive_cpu)
+    bounds = Bounds(loader_rates, compute_rates, loader_cpu, compute_cpu, cores, receive_cpu, loader_queued)
     result.limit = bounds.limit()
     # pin_memory only matters for host-to-GPU copies: tried (with workers) only when the run
     # used CUDA; on CPU it is never set
@@ -374,19 +377,31 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
 
     # 2. search: only what the bounds say can win
     predictions: list[tuple[float, dict[str, Any]]] = []
-    # The share of a core a loading process uses is CPU time over wall time: on shared cores the
-    # wall time grows and loading looks idle, so a contended probe counts it as unknown (busy
-    # workers), the ceiling TD104 uses.
+    # The share of a core a loading process uses is CPU time over the time it could run: on
+    # shared cores the wall time grows with its turns waited for a core (read from schedstat and
+    # left out); where that is unknown, a contended probe counts loading as busy (TD104's case).
     probe_contended = contended(result.trials[0].peak_load, got)
-    ceiling = worker_ceiling(cores, None if probe_contended else bounds.worker_busy)
-    if own["num_workers"] > ceiling:
+    # known where the loading's time queued for a core was read (schedstat), or measured quietly
+    busy = bounds.worker_busy if loader_queued is not None or not probe_contended else None
+    ceilings = {t: bounds.ceiling(t, busy) for t in sorted(compute_rates)}
+
+    def ceiling(config: Mapping[str, Any]) -> int:
+        """The worker ceiling of a configuration's thread count (TD104's, from the bounds)."""
+        t = int(config.get("torch_threads") or script_threads)
+        return ceilings.get(t, bounds.ceiling(t, busy))
+
+    own_ceiling = ceiling(own)
+    if own["num_workers"] > own_ceiling:
         result.notes.append(
-            f"the script's num_workers={own['num_workers']} is above the {ceiling} worker"
-            f"{'s' if ceiling != 1 else ''} {got.describe()} carry beside the training process "
+            f"the script's num_workers={own['num_workers']} is above the {own_ceiling} worker"
+            f"{'s' if own_ceiling != 1 else ''} {got.describe()} carry beside its training process "
             "(TD104's ceiling): it is measured, never recommended"
         )
-    for w in sorted(w for w in loader_rates if w <= ceiling):
+    result.conditions["worker_ceiling"] = {str(t): c for t, c in ceilings.items()}
+    for w in sorted(loader_rates):
         for t in sorted(compute_rates):
+            if w > ceilings[t]:
+                continue
             rate = bounds.predict(w, t)
             if rate is None:
                 continue
@@ -502,8 +517,9 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
         choice = choose(runs, configs, script_threads, MEASURED_TIE, MEASURED_GAIN, ceiling)
     except ValueError:  # every trial within the worker ceiling failed
         failures = "; ".join(f"{label(t.config)}: {t.verdict}" for t in result.trials if t.verdict.startswith("failed"))
+        most = max(ceilings.values(), default=own_ceiling)
         raise TuneScriptError(
-            f"no configuration with at most {ceiling} worker{'s' if ceiling != 1 else ''} could be measured"
+            f"no configuration with at most {most} worker{'s' if most != 1 else ''} could be measured"
             + (f" ({failures})" if failures else "")
         ) from None
     if choice.undecided and len(rounds) < MAX_CONFIRM_ROUNDS:

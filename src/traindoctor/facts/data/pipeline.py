@@ -48,26 +48,46 @@ MIN_GAIN = 1.15
 #: (their processes, copies and start-up), so a smaller margin is enough.
 MEASURED_GAIN = 1.10
 #: Workers that use less than this share of a core mostly wait (on I/O, a sleep): more of them
-#: than the cores but one fit beside the training process.
+#: than the cores fit beside the training process.
 MOSTLY_WAITING = 0.5
+#: Workers that mostly wait are never counted as using less than this share of a core, and never
+#: more than this many of them per core are worth their processes and memory.
+MIN_BUSY = 0.01
+WAITING_PER_CORE = 2
 #: A predicted gain below this factor is called small (a measurement should settle it).
 SMALL_GAIN = 1.5
 
 
-def worker_ceiling(cores: int, busy: float | None = None) -> int:
+def worker_ceiling(cores: int, busy: float | None = None, trainer_share: float | None = None) -> int:
     """The most loader workers worth running beside the training process on ``cores`` cores.
 
-    The one ceiling of TD102, TD104, TD105 and ``tune SCRIPT``: workers that keep a core busy
-    (``busy``, the share of a core one busy worker uses, at least :data:`MOSTLY_WAITING`, or None
-    when unknown) get the cores but one, the training process's; workers that mostly wait (a
-    dataset that sleeps or reads from slow storage) fit more beside it, never more than the
-    cores (more processes than cores is what TD104 reports). At least 1.
+    The one ceiling of TD102, TD104, TD105 and ``tune SCRIPT``. Every batch costs CPU twice: the
+    worker's loading and the training process's step. ``trainer_share`` is the training
+    process's part of that CPU (its compute over loading plus compute, per batch; None when
+    unknown: it is counted as one core): the workers get the rest of the cores, ``cores x (1 -
+    trainer_share)``, so a training process that mostly waits for data leaves every core to the
+    workers and one that computes as long as a worker loads leaves half of them. ``busy`` is the
+    share of a core one worker keeps busy (None when unknown: a whole core): workers that mostly
+    wait (a dataset that sleeps or reads from slow storage, ``busy`` below
+    :data:`MOSTLY_WAITING`) fit more than the cores, up to :data:`WAITING_PER_CORE` per core;
+    busy ones never more than the cores (more processes than cores is what TD104 reports). At
+    least 1.
     """
     cores = max(int(cores), 1)
-    spare = max(cores - 1, 1)
-    if busy is None or busy >= MOSTLY_WAITING:
-        return spare
-    return max(min(int(spare / max(busy, 1e-3)), cores), 1)
+    if trainer_share is None:
+        free = float(max(cores - 1, 1))
+    else:
+        free = cores * (1.0 - min(max(trainer_share, 0.0), 1.0))
+    per = 1.0 if busy is None else max(min(busy, 1.0), MIN_BUSY)
+    most = cores if per >= MOSTLY_WAITING else WAITING_PER_CORE * cores
+    return max(min(round(free / per), most), 1)
+
+
+def trainer_share(load_cpu: float, compute_cpu: float) -> float:
+    """The training process's part of the CPU a batch costs (``load_cpu`` in a worker,
+    ``compute_cpu`` in the training process, any unit): :func:`worker_ceiling`'s input."""
+    total = load_cpu + compute_cpu
+    return compute_cpu / total if total > 0 else 1.0
 
 
 def keep_workers(workers: int) -> bool:
@@ -121,25 +141,49 @@ class Pipeline:
     cores: int
     threads: int = 1
     fetch_cpu_s: float | None = None
+    #: Of ``fetch_s``, the time the loading waited, runnable, for a core (other programs' turn on
+    #: a busy machine): not time it waited on I/O (:mod:`traindoctor.runtime.sched`).
+    fetch_queued_s: float = 0.0
+    #: Whether ``fetch_s`` is the time loading takes (False for workers on a full queue: their
+    #: CPU per batch is known, how busy loading keeps them is not).
+    fetch_saturated: bool = True
+    #: Cores other programs kept busy while this was measured (the load average beyond this run;
+    #: 0 on an idle machine): the low end of a prediction gives the workers only what they left.
+    busy_elsewhere: float = 0.0
 
     @property
     def worker_busy(self) -> float:
-        """Share of a core one busy worker uses (1.0 when the CPU cost of loading is unknown)."""
-        if self.fetch_cpu_s is None or self.fetch_s <= 0:
+        """Share of a core one busy worker uses while it has one (its CPU time over the time it
+        loaded, less the time it waited for a core; 1.0 when the CPU cost is unknown)."""
+        if self.fetch_cpu_s is None or self.fetch_s <= 0 or not self.fetch_saturated:
             return 1.0
-        return min(max(self.fetch_cpu_s / self.fetch_s, 0.0), 1.0)
+        could_run = max(self.fetch_s - self.fetch_queued_s, self.fetch_cpu_s, 1e-9)
+        return min(max(self.fetch_cpu_s / could_run, 0.0), 1.0)
+
+    @property
+    def trainer_share(self) -> float:
+        """The training process's part of a batch's CPU: its compute on ``threads`` threads
+        against the loading (its wall time when its CPU time is unknown: busy loading)."""
+        threads = max(min(self.threads, self.cores), 1)
+        load = self.fetch_s if self.fetch_cpu_s is None else self.fetch_cpu_s
+        return trainer_share(load, self.compute_s * threads)
 
     @property
     def ceiling(self) -> int:
-        """:func:`worker_ceiling` of these cores and workers."""
-        return worker_ceiling(self.cores, self.worker_busy)
+        """:func:`worker_ceiling` of these cores, workers and training process."""
+        busy = None if self.fetch_cpu_s is None or not self.fetch_saturated else self.worker_busy
+        return worker_ceiling(self.cores, busy, self.trainer_share)
 
-    def rate(self, workers: int) -> float:
-        """Predicted batches per second with ``workers`` loader workers."""
+    def rate(self, workers: int, contended: bool = False) -> float:
+        """Predicted batches per second with ``workers`` loader workers: on these cores, or with
+        ``contended`` on the cores other programs left free (at least one). The main process's
+        own rate (``workers=0``) is what was measured, under that load, either way."""
         fetch = max(self.fetch_s, 1e-6)
         compute = max(self.compute_s, 1e-6)
-        cores = max(self.cores, 1)
-        threads = max(min(self.threads, cores), 1)
+        cores: float = max(self.cores, 1)
+        threads = max(min(self.threads, self.cores), 1)
+        if contended:
+            cores = max(cores - max(self.busy_elsewhere, 0.0), 1.0)
         cpu_fetch = self.fetch_s if self.fetch_cpu_s is None else self.fetch_cpu_s
         return loop_rate(
             workers,
@@ -162,11 +206,26 @@ class Advice:
     #: Why a measurement (``traindoctor tune SCRIPT``) should settle it; empty when the model is
     #: confident.
     uncertain: str = ""
+    #: The predicted speed-up on the cores other programs left free during the run (the low end
+    #: of :attr:`speedup_range`); None when it is the same as :attr:`speedup`.
+    low_speedup: float | None = None
 
     @property
     def speedup(self) -> float:
-        """Predicted rate over the current configuration's."""
+        """Predicted rate over the current configuration's (on the cores: the high end)."""
         return self.rate / self.current_rate if self.current_rate > 0 else 1.0
+
+    @property
+    def speedup_range(self) -> tuple[float, float]:
+        """(low, high): the speed-up on the cores left free by the other programs of the run's
+        machine, and on all of them."""
+        high = self.speedup
+        return (min(self.low_speedup, high) if self.low_speedup is not None else high, high)
+
+    def speedup_text(self) -> str:
+        """``1.8x``, or ``0.9-1.8x`` when the machine's load makes the gain uncertain."""
+        low, high = self.speedup_range
+        return f"{high:.1f}x" if round(low, 1) == round(high, 1) else f"{low:.1f}-{high:.1f}x"
 
 
 def recommend(pipeline: Pipeline, current: int, max_workers: int | None = None) -> Advice:
@@ -190,7 +249,17 @@ def recommend(pipeline: Pipeline, current: int, max_workers: int | None = None) 
     current_rate = rates.get(current, pipeline.rate(current))
     if chosen != current and rates[chosen] < current_rate * SMALL_GAIN:
         reasons.append(f"the predicted gain is small ({rates[chosen] / current_rate:.2f}x)")
-    return Advice(chosen, rates[chosen], current_rate, limit, "; ".join(reasons))
+    low = None
+    if pipeline.busy_elsewhere > 0 and chosen != current:
+        low = pipeline.rate(chosen, contended=True) / pipeline.rate(current, contended=True)
+        if low < MIN_GAIN <= rates[chosen] / current_rate:
+            free = max(pipeline.cores - pipeline.busy_elsewhere, 1.0)
+            reasons.append(
+                f"other programs kept the machine busy during the run (load {pipeline.busy_elsewhere:.1f} beyond "
+                f"this run's own on {pipeline.cores} core{'s' if pipeline.cores != 1 else ''}): on the "
+                f"{free:g} core{'s' if free != 1 else ''} they left free the gain would be {low:.2f}x"
+            )
+    return Advice(chosen, rates[chosen], current_rate, limit, "; ".join(reasons), low)
 
 
 @dataclass
@@ -205,15 +274,38 @@ class Bounds:
     #: CPU seconds per sample the training process spends *receiving* batches from ``w``
     #: workers (unpickling, shared-memory rebuild), measured with the loader alone.
     receive_cpu: dict[int, float] = field(default_factory=dict)
+    #: Seconds per sample the main process loading alone waited, runnable, for a core (other
+    #: programs' turn; None when the kernel does not tell: :mod:`traindoctor.runtime.sched`).
+    loader_queued: float | None = None
 
     @property
     def worker_busy(self) -> float | None:
-        """Share of a core one loading process uses (CPU seconds per sample x samples per second
-        of the main process loading alone); None when not measured."""
+        """Share of a core one loading process uses while it has one (CPU seconds per sample over
+        the seconds per sample of the main process loading alone, less its time queued for a
+        core); None when not measured."""
         rate = self.loader.get(0)
         if self.loader_cpu is None or not rate:
             return None
-        return min(max(self.loader_cpu * rate, 0.0), 1.0)
+        could_run = max(1.0 / rate - (self.loader_queued or 0.0), self.loader_cpu, 1e-9)
+        return min(max(self.loader_cpu / could_run, 0.0), 1.0)
+
+    def trainer_share(self, threads: int) -> float | None:
+        """The training process's part of a sample's CPU with ``threads`` intra-op threads (the
+        loop alone's CPU per sample against the main-process loading's; their wall times when a
+        CPU time was not measured); None when a bound is missing."""
+        rate = self.loader.get(0)
+        load = self.loader_cpu if self.loader_cpu is not None else (1.0 / rate if rate else None)
+        comp = self.compute_cpu.get(threads)
+        if comp is None and self.compute.get(threads):
+            comp = threads / self.compute[threads]
+        if load is None or comp is None:
+            return None
+        return trainer_share(load, comp)
+
+    def ceiling(self, threads: int, busy: float | None) -> int:
+        """:func:`worker_ceiling` beside a training process of ``threads`` intra-op threads, for
+        workers that keep ``busy`` of a core busy (None: unknown, a whole core)."""
+        return worker_ceiling(self.cores, busy, self.trainer_share(threads))
 
     def predict(self, workers: int, threads: int) -> float | None:
         """Predicted samples/s of the whole loop (:func:`loop_rate`: the loader alone delivers

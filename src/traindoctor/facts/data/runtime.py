@@ -93,12 +93,22 @@ def _epoch_loader(session: Any) -> Any:
     return max(runs, key=lambda i: (i.epochs, -i.id)) if runs else None
 
 
-def worker_budget(session: Any) -> int:
-    """Loader workers one process can keep busy: :func:`~traindoctor.facts.data.pipeline.worker_ceiling`
-    of its cores (shared between the local ranks when they all may run on every core) for busy
-    workers (their CPU time is not seen from the training process): the cores minus one."""
+def worker_budget(session: Any, info: Any = None) -> int:
+    """Loader workers one process can keep busy: the pipeline model's ceiling
+    (:func:`~traindoctor.facts.data.pipeline.worker_ceiling`, the one tune keeps to) of its cores
+    (shared between the local ranks when they all may run on every core), measured on the
+    training loader ``info`` (by default the training loader with the most batches): how much of
+    a batch's CPU the training process needs, and how busy its workers kept their cores. Without
+    a measured loader: the cores minus one (the training process's)."""
     from traindoctor.facts.data.pipeline import worker_ceiling
 
+    if info is None or not getattr(info, "feeds_training", False) or not info.batches:
+        training = [i for i in session.training_loaders() if i.batches]
+        info = max(training, key=lambda i: (i.batches, -i.id)) if training else None
+    if info is not None:
+        timing = loader_timing(info)
+        if timing.batches:
+            return int(pipeline(timing, info, session).ceiling)
     return worker_ceiling(cores_per_rank(session))
 
 
@@ -161,32 +171,59 @@ def main_threads() -> int:
         return 1
 
 
+#: A loop that waits for its workers at least this share of the time (not counting its own turns
+#: for a core) keeps them saturated: each delivers a batch every ``workers x (wait + compute)``,
+#: and what they do not spend on a core is loading's own waiting (I/O, sleeps), not a full queue.
+SATURATED_WAIT = 0.5
+
+
 def pipeline(timing: LoaderTiming, info: Any, session: Any) -> Any:
     """The measured pipeline of one loader, for :mod:`traindoctor.facts.data.pipeline`.
 
     In the main process (``num_workers == 0``) the wait *is* the time to produce a batch, and the
     training thread's CPU time inside ``next()`` is its CPU cost. With ``w`` saturated workers a
     batch arrives every ``wait + compute``, so one worker needs about ``w x (wait + compute)``
-    per batch; its CPU cost is not seen from the training process.
+    per batch; its CPU cost is the share of a core the workers kept busy (read from ``/proc``;
+    unknown elsewhere).
     """
     from traindoctor.facts.data.pipeline import Pipeline
 
     current = int(getattr(info, "num_workers", 0) or 0)
     compute_s = timing.compute_ms_per_batch / 1000.0
+    # the training thread's time queued for a core inside next(), per batch (a busy machine)
+    sampled = int(getattr(info, "queued_batches", 0) or 0)
+    own_queued = float(getattr(info, "wait_queued_s", 0.0) or 0.0) / sampled if sampled else 0.0
+    queued = 0.0
+    saturated = True
     if current <= 0:
         fetch_s = timing.wait_ms_per_batch / 1000.0
         cpu = getattr(info, "wait_cpu_s", None)
         measured = int(getattr(info, "cpu_batches", 0) or 0)  # batches whose CPU time was read
         fetch_cpu = min(cpu / measured, fetch_s) if cpu is not None and measured else None
+        queued = own_queued
     else:
         fetch_s = current * (timing.wait_ms_per_batch + timing.compute_ms_per_batch) / 1000.0
-        fetch_cpu = None
+        # the workers' time on a core per batch (/proc) is loading's CPU cost; it tells how busy
+        # loading keeps them only while they are saturated: the loop mostly waits for them (its
+        # own turns on a core left out); otherwise they also sleep on a full queue
+        cost = info.worker_cpu.per_batch() if getattr(info, "worker_cpu", None) is not None else None
+        step_ms = timing.wait_ms_per_batch + timing.compute_ms_per_batch
+        waited = (timing.wait_ms_per_batch - 1000.0 * own_queued) / step_ms if step_ms > 0 else 0.0
+        fetch_cpu = None if cost is None else min(cost[0], fetch_s)
+        saturated = waited >= SATURATED_WAIT
+        if cost is not None and saturated:
+            queued = cost[1]
+    threads = main_threads()
+    elsewhere = load_elsewhere(session, threads + current)  # the low end of the predictions
     return Pipeline(
         fetch_s=fetch_s,
         compute_s=compute_s,
         cores=cores_per_rank(session),
-        threads=main_threads(),
+        threads=threads,
         fetch_cpu_s=fetch_cpu,
+        fetch_queued_s=min(queued, fetch_s),
+        fetch_saturated=saturated,
+        busy_elsewhere=elsewhere or 0.0,
     )
 
 

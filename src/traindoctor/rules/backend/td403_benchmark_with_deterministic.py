@@ -13,7 +13,7 @@ from traindoctor.static.args import UNKNOWN
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.runtime.live import Site
-    from traindoctor.runtime.profile import StepRecord
+    from traindoctor.runtime.step_timer import StepRecord
     from traindoctor.static.context import FileContext
 
 BENCHMARK = "torch.backends.cudnn.benchmark"

@@ -12,7 +12,7 @@ from traindoctor.runtime.events import Monitor
 from traindoctor.static.args import find_arg
 
 if TYPE_CHECKING:  # pragma: no cover
-    from traindoctor.runtime.profile import StepRecord
+    from traindoctor.runtime.step_timer import StepRecord
     from traindoctor.static.context import FileContext
 
 SET_MODE = ("torch.autograd.set_detect_anomaly", "torch.autograd.anomaly_mode.set_detect_anomaly")

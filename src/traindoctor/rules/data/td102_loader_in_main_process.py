@@ -47,10 +47,17 @@ class LoaderInMainProcess(Rule):
     (`traindoctor.facts.data.pipeline`): the time and the CPU time the loop spent loading a batch, the time
     it spent training on it, the cores this process may use (`os.sched_getaffinity`) and the
     training process's intra-op threads (`torch.get_num_threads()`). It is the fewest workers
-    predicted within 5% of the fastest, up to the cores; a loader that sleeps or waits on I/O
-    needs little CPU per worker, a CPU-bound one competes with the training threads. When the
-    prediction is uncertain the message says so: `traindoctor tune SCRIPT` then measures it
-    with the model in the loop.
+    predicted within 5% of the fastest, up to the model's worker ceiling (the one TD104 and
+    `traindoctor tune` use: the cores the training process leaves free, more than the cores for
+    loading that mostly waits); a loader that sleeps or waits on I/O needs little CPU per
+    worker, a CPU-bound one competes with the training threads. The loading's CPU share leaves
+    out the time the training thread waited for a core (Linux `schedstat`), so a busy machine
+    does not make CPU-bound loading look like I/O. The predicted speed-up is a range when other
+    programs kept cores busy during the run: from the cores they left free (the workers then
+    compete with them) to all of them. When the prediction is uncertain (the range reaches below
+    a 1.15x gain, the CPU cost of loading was not measured, the workers would share cores with
+    the training threads, or the gain is small) the message says so: `traindoctor tune SCRIPT`
+    then measures it with the model in the loop.
     """
 
     what_it_does = """
@@ -357,7 +364,7 @@ class LoaderInMainProcessMonitor(Monitor):
             if workers > 0:
                 advice_text = (
                     f"pass `num_workers={workers}` so worker processes prepare batches while the "
-                    f"model trains (predicted {advice.speedup:.1f}x from {measured})"
+                    f"model trains (predicted {advice.speedup_text()} from {measured})"
                 )
             else:
                 advice_text = (
@@ -382,6 +389,8 @@ class LoaderInMainProcessMonitor(Monitor):
                     "num_workers": 0,
                     "recommended_num_workers": workers,
                     "predicted_speedup": round(advice.speedup, 2),
+                    "predicted_speedup_range": [round(x, 2) for x in advice.speedup_range],
+                    "busy_cores_elsewhere": round(pipe.busy_elsewhere, 2),
                     "cores_per_rank": ev.cores_per_rank(self.session),
                     "torch_threads": pipe.threads,
                 },

@@ -53,7 +53,13 @@ class TooManyWorkers(Rule):
     """
     options = """
     No thresholds: the limit is the cores this process may use (divided by the local ranks when
-    they share all cores). The recommendation is that limit minus one, at least one worker.
+    they share all cores). The recommendation is the input pipeline model's worker ceiling
+    (`traindoctor.facts.data.pipeline.worker_ceiling`, the one `traindoctor tune` keeps to),
+    measured on the training loader: the cores the training process leaves free (all of them
+    when it mostly waits for data, all but one when it computes about as long as a worker
+    loads), divided by the share of a core one worker kept busy (its CPU time, read from
+    `/proc` on Linux; a whole core when unknown). Workers that mostly wait on I/O may therefore
+    outnumber the cores (up to two per core), and then no finding is reported.
     """
     references = (
         "https://pytorch.org/docs/stable/data.html#single-and-multi-process-data-loading",
@@ -86,19 +92,22 @@ class TooManyWorkersMonitor(Monitor):
         allowed = ev.cores_per_rank(session)
         if peak <= allowed:
             return
-        concurrent = [i for i in loaders if i.max_concurrent_workers > 0]
         budget = ev.worker_budget(session)
+        if peak <= budget:
+            return  # workers that mostly wait (I/O, sleeps): more of them than cores fit
+        concurrent = [i for i in loaders if i.max_concurrent_workers > 0]
         cores = "1 CPU core" if allowed == 1 else f"{allowed} CPU cores"
         self.report(
             f"{peak} DataLoader worker processes ran at the same time, more than the {cores} "
             f"this process may use; they compete with each other and with the training "
-            f"process. Use at most {budget} worker{'' if budget == 1 else 's'} in total.",
+            f"process. Use at most {budget} worker{'' if budget == 1 else 's'} in total "
+            f"({_budget_reason(budget, allowed)}).",
             evidence={
                 "concurrent_workers": peak,
                 "usable_cores": session.cpu_count,
                 "local_world_size": local,
                 "cores_per_rank": allowed,
-                "recommended_total_workers": ev.worker_budget(session),
+                "recommended_total_workers": budget,
                 "loaders": [
                     f"{i.filename.rsplit('/', 1)[-1]}:{i.row} x{i.num_workers}"
                     if i.row
@@ -109,6 +118,15 @@ class TooManyWorkersMonitor(Monitor):
             step=session.step or None,
             **ev.site(_culprit(concurrent, peak_info)),
         )
+
+
+def _budget_reason(budget: int, cores: int) -> str:
+    """Why the ceiling is what it is (the pipeline model's, the one ``tune`` keeps to)."""
+    if budget >= cores:
+        return "the training process mostly waits for data, so the workers may use every core"
+    if budget == cores - 1:
+        return "one core stays for the training process"
+    return "the training process needs most of the cores for its own steps"
 
 
 def _culprit(concurrent: list[Any], peak_info: Any) -> Any:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from traindoctor.finding import Severity
 from traindoctor.rules.base import Invalid, Rule, Valid  # noqa: F401
@@ -101,21 +101,22 @@ class DataBoundMonitor(Monitor):
             fetch_ms = info.num_workers * (timing.wait_ms_per_batch + timing.compute_ms_per_batch)
             advice = ev.worker_advice(timing, info, self.session)
             workers = advice.workers
-            evidence = {
+            evidence: dict[str, Any] = {
                 "data_wait_share": round(timing.wait_share, 4),
                 "wait_ms_per_batch": round(timing.wait_ms_per_batch, 3),
                 "compute_ms_per_batch": round(timing.compute_ms_per_batch, 3),
                 "fetch_ms_per_batch_per_worker": round(fetch_ms, 3),
                 "batches": timing.batches,
                 "num_workers": info.num_workers,
-                "worker_budget": ev.worker_budget(self.session),
+                "worker_budget": ev.worker_budget(self.session, info),
                 "torch_threads": ev.main_threads(),
             }
             if workers > info.num_workers:
                 evidence["recommended_num_workers"] = workers
                 evidence["predicted_speedup"] = round(advice.speedup, 2)
+                evidence["predicted_speedup_range"] = [round(x, 2) for x in advice.speedup_range]
                 text = (
-                    f"raise `num_workers` to {workers} (predicted {advice.speedup:.1f}x; "
+                    f"raise `num_workers` to {workers} (predicted {advice.speedup_text()}; "
                     f"`{ev.tune_command(self._script)}` measures it) or make per-sample loading cheaper"
                 )
             else:

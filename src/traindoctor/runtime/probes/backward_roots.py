@@ -9,6 +9,7 @@ listens; nothing is emitted while ``torch.compile`` traces. Arguments and result
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -36,14 +37,18 @@ class BackwardRootsProbe(Probe):
 
     def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
         probe = self
+        timer = self.watched.timer
+        perf = time.perf_counter
 
         @functools.wraps(original)
         def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            entered = perf()
             try:
                 if not is_compiling():
                     probe.emit("on_loss_backward", tensor)
             except Exception as exc:  # fail-open
                 probe.fail("Tensor.backward", exc)
+            timer.self_total += perf() - entered  # the doctor's own work (step_timer)
             return original(tensor, *args, **kwargs)
 
         return backward

@@ -11,8 +11,13 @@ The per-batch path is two ``perf_counter`` calls, one dict lookup and a few addi
 time of ``next()`` (``thread_time``, a system call) is read only for a sample of the batches of
 main-process loaders (:func:`samples_cpu`): inside a training step a system call costs about
 ten times what it costs in a tight loop (the kernel entry evicts the step's cached state), and
-the pipeline model needs the CPU cost per batch, not every batch's. Nothing is stored on the
-user's loader, dataset or iterator objects.
+the pipeline model needs the CPU cost per batch, not every batch's. With it, the same sampled
+batches read the training thread's time queued for a core (``/proc/thread-self/schedstat``, one
+``pread``: :mod:`traindoctor.runtime.sched`), so that a loader on a busy machine is not taken for
+one that waits on I/O; a loader with workers reads its workers' schedstat every
+:data:`WORKER_CPU_EVERY` batches. Nothing is stored on the
+user's loader, dataset or iterator objects. The wrapper's own work around the timed call (and the
+doctor's work nested in it) is the doctor's (:mod:`traindoctor.runtime.step_timer`), not data wait.
 """
 
 from __future__ import annotations
@@ -26,12 +31,15 @@ from typing import TYPE_CHECKING, Any
 from traindoctor.runtime.live import Site, user_site
 from traindoctor.runtime.probes.base import Probe
 from traindoctor.runtime.records import LoaderInfo
+from traindoctor.runtime.sched import ThreadSched
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.runtime.session import Session
 
 #: ``next()``'s CPU time is read for every N-th batch of a main-process loader (its first, ...).
 CPU_SAMPLE_EVERY = 8
+#: The workers' schedstat (``/proc``) is read for every N-th batch of a loader with workers.
+WORKER_CPU_EVERY = 8
 
 
 def samples_cpu(info: LoaderInfo) -> bool:
@@ -55,6 +63,7 @@ class DataLoaderProbe(Probe):
 
     def __init__(self) -> None:
         super().__init__()
+        self._sched: ThreadSched | None = None
         self._infos: dict[int, LoaderInfo] = {}
         self._iters: dict[int, tuple[weakref.ReferenceType[Any], LoaderInfo]] = {}
         self._worker_iters: dict[int, tuple[weakref.ReferenceType[Any], int]] = {}
@@ -67,6 +76,11 @@ class DataLoaderProbe(Probe):
         self.patch(dl.DataLoader, "__init__", self._wrap_init)
         self.patch(dl.DataLoader, "__iter__", self._wrap_iter)
         self.patch(dl._BaseDataLoaderIter, "__next__", self._wrap_next)
+
+    def uninstall(self) -> None:
+        super().uninstall()
+        if self._sched is not None:
+            self._sched.close()
 
     # ---------------------------------------------------------------- wrappers
     def _wrap_init(self, orig: Callable[..., None]) -> Callable[..., None]:
@@ -113,22 +127,26 @@ class DataLoaderProbe(Probe):
         iters = self._iters
         perf = time.perf_counter
         cpu = time.thread_time
+        sched = self._sched = ThreadSched()
         session = self.watched
         timer = session.timer
         from traindoctor.runtime.phases import PHASE_DATA
 
         @functools.wraps(orig)
         def __next__(iterator: Any) -> Any:
+            entered = perf()
             entry = iters.get(id(iterator))
             info = entry[1] if entry is not None and entry[0]() is iterator else None
             sample = info is not None and samples_cpu(info)
             c0 = cpu() if sample else 0.0
+            q0 = sched.read() if info is not None and info.batches % CPU_SAMPLE_EVERY == 0 else None
             phase = timer.phase
             timer.phase = PHASE_DATA
             clock = session.device_timer  # GPU runs: mark the phase on the device's stream
             timed = clock is not None and clock.timing
             if timed and clock is not None:
                 clock.mark(PHASE_DATA)
+            inner = timer.self_total
             t0 = perf()
             try:
                 batch = orig(iterator)
@@ -142,18 +160,27 @@ class DataLoaderProbe(Probe):
                 timer.phase = phase
                 raise
             t1 = perf()
+            wait = t1 - t0 - (timer.self_total - inner)
             if timed and clock is not None and clock.timing:
                 clock.mark(phase)
             if sample and info is not None:
                 info.wait_cpu_s += cpu() - c0
                 info.cpu_batches += 1
+            if q0 is not None and info is not None:
+                q1 = sched.read()
+                if q1 is not None:
+                    info.wait_queued_s += q1[1] - q0[1]
+                    info.queued_batches += 1
             timer.phase = phase
             if info is not None:
                 try:
-                    info.add_batch(t1 - t0, t1)
-                    session.record_batch(info, batch, t1 - t0, t1)
+                    info.add_batch(wait, t1)
+                    session.record_batch(info, batch, wait, t1)
+                    if info.num_workers and info.batches % WORKER_CPU_EVERY == 0:
+                        info.worker_cpu.read(info.batches)
                 except Exception as exc:
                     probe.fail("batch", exc)
+            timer.self_total += t0 - entered + perf() - t1
             return batch
 
         return __next__
@@ -237,6 +264,9 @@ class DataLoaderProbe(Probe):
                 live += count
         info.concurrent_workers = live
         info.max_concurrent_workers = max(info.max_concurrent_workers, live)
+        if spawned:
+            pids = tuple(int(w.pid) for w in getattr(iterator, "_workers", ()) if getattr(w, "pid", None))
+            info.worker_cpu.start(pids, info.batches)
         info.open_epoch(t0, spawned)
         session.emit("on_loader_iter_start", info)
 

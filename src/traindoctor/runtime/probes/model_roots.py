@@ -15,7 +15,13 @@ Each root's *class* also gets a timing ``__call__`` (the class attribute, restor
 nothing is set on the user's module objects): the outermost model call is the profile's
 ``forward`` row. Nested calls (a root used inside another root) pass straight through. The same
 wrapper tells the session when a root is called in a (train mode, grad mode) other than last
-time, so that the module probe watches the layers of an evaluation that starts.
+time, so that the module probe watches the layers of an evaluation that starts. Its own work
+around the timed call is the doctor's (:mod:`traindoctor.runtime.step_timer`), and the doctor's
+work nested inside the call (a wrapper the model calls) is left out of the forward row.
+
+The global hooks are dropped after ``WATCH_STEPS`` steps, or ``MAX_ROOT_CALLS`` root calls,
+at the next batch or step, or, in a loop that updates its parameters itself (no optimizer), at
+the next ``backward()`` (the session's progress listeners).
 """
 
 from __future__ import annotations
@@ -91,6 +97,7 @@ class ModelRootsProbe(Probe):
         self.keep_handle(register_module_forward_pre_hook(self._enter))
         self.keep_handle(register_module_forward_hook(self._exit, always_call=True))
         session.add_step_listener(self._on_step)
+        session.add_progress_listener(self._on_progress)
         session.add_batch_observer(self._on_batch)
         import torch
 
@@ -157,6 +164,7 @@ class ModelRootsProbe(Probe):
 
         @functools.wraps(orig)
         def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+            entered = perf()
             if probe._forward_depth or timer.phase == PHASE_DATA or compiling():
                 return orig(module, *args, **kwargs)  # nested, data loading, or traced
             try:
@@ -174,22 +182,31 @@ class ModelRootsProbe(Probe):
             clock = session.device_timer  # GPU runs: mark the phase on the device's stream
             if clock is not None and clock.timing:
                 clock.mark(PHASE_FORWARD)
+            inner = timer.self_total
             t0 = perf()
             try:
                 return orig(module, *args, **kwargs)
             finally:
-                timer.forward_total += perf() - t0
+                t1 = perf()
+                timer.forward_total += t1 - t0 - (timer.self_total - inner)
                 timer.forward_seen = True
                 timer.phase = phase
                 probe._forward_depth = 0
                 if clock is not None and clock.timing:
                     clock.mark(phase)
+                timer.self_total += t0 - entered + perf() - t1
 
         return __call__
 
     def _on_batch(self, info: Any, batch: Any) -> None:
         # Outside any forward: a safe moment to drop the hooks once enough roots were seen.
         if self._done and self._depth == 0 and self._handles:
+            self._release()
+
+    def _on_progress(self, steps: int) -> None:
+        """A loop without an optimizer: drop the hooks by its ``backward()`` calls."""
+        if steps >= WATCH_STEPS and self._depth == 0:
+            self._done = True
             self._release()
 
     def _on_step(self, record: Any) -> None:
@@ -215,4 +232,5 @@ class ModelRootsProbe(Probe):
                 pass
         if self.session is not None:
             self.session.remove_step_listener(self._on_step)
+            self.session.remove_progress_listener(self._on_progress)
             self.session.remove_batch_observer(self._on_batch)

@@ -17,8 +17,9 @@ user's line calls :func:`traindoctor.runtime.live.forward_call_site` inside the 
 The layer patches are in place only while a *window* is open: from the start of the watch, and
 again whenever a module switches between train and eval mode (``Module.train``, which ``eval()``
 calls) or a root model is called with its (train mode, grad mode) changed (the model-roots probe
-tells the session). A window closes :data:`WINDOW_STEPS` optimizer steps after it opened; an
-evaluation loop, which makes no optimizer step, is watched to its end. Steady training then runs
+tells the session). A window closes :data:`WINDOW_STEPS` optimizer steps after it opened (in a
+loop that updates its parameters itself, ``backward()`` calls: the session's progress listeners);
+an evaluation loop, which makes no optimizer step, is watched to its end. Steady training then runs
 the layers' own ``forward`` (a patched call costs about 2 us, paid by every layer of a deep model
 at every step), and what the rules judge (the modes of evaluation forwards, the typical batch of
 training forwards) is still seen. Once ``torch.compile`` has compiled anything, the window stays
@@ -238,12 +239,12 @@ class ModuleProbe(Probe):
                 self.patch(cls, "forward", functools.partial(self._wrap, kind=kind))
                 self._patched.add(cls)
         self._window_open = True
-        self.session.add_step_listener(self._on_step)
+        self.session.add_progress_listener(self._on_step)
 
     def close_window(self) -> None:
         """Give the layer classes their own ``forward`` back (exactly, as ``uninstall`` does)."""
         if self.session is not None:
-            self.session.remove_step_listener(self._on_step)
+            self.session.remove_progress_listener(self._on_step)
         if self._window_open:
             for cls, kind in reversed(self._targets):
                 if kind == "conv" and self._keep_conv:
@@ -252,7 +253,7 @@ class ModuleProbe(Probe):
                 self._patched.discard(cls)
             self._window_open = False
 
-    def _on_step(self, record: Any) -> None:
+    def _on_step(self, steps: int) -> None:
         self._window_steps += 1
         if self._window_steps < WINDOW_STEPS:
             return
@@ -261,7 +262,7 @@ class ModuleProbe(Probe):
             # every window would recompile the model (and past the recompile limit, run it
             # eagerly). Once anything is compiled the patches stay, as they always did.
             if self.session is not None:
-                self.session.remove_step_listener(self._on_step)
+                self.session.remove_progress_listener(self._on_step)
             return
         self.close_window()
 

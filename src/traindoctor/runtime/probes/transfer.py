@@ -150,6 +150,7 @@ class TransferProbe(Probe):
 
         @functools.wraps(orig)
         def move(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            entered = perf()
             api = session.cuda_api
             if api is None:
                 return orig(tensor, *args, **kwargs)
@@ -168,11 +169,13 @@ class TransferProbe(Probe):
                 try:
                     return orig(tensor, *args, **kwargs)
                 finally:
+                    t1 = perf()
                     if blocks:
                         timer.phase = phase
-                        session.record_sync(perf() - t0, phase)
+                        session.record_sync(t1 - t0, phase)
                     if marked and clock is not None and clock.timing:
                         clock.mark(phase)
+                    timer.self_total += t0 - entered + perf() - t1  # the doctor's own work
             timed = clock is not None and clock.timing and _to_device(api, name, args, kwargs)
             phase = timer.phase
             if timed and clock is not None:
@@ -180,19 +183,21 @@ class TransferProbe(Probe):
                 loader = probe.loader_of(tensor)
                 clock.mark(PHASE_TRANSFER, BLOCKING if blocking else 0, None if loader is None else loader.id)
             timer.phase = PHASE_TRANSFER
+            inner = timer.self_total
             t0 = perf()
             try:
                 out = orig(tensor, *args, **kwargs)
             finally:
+                t1 = perf()
                 timer.phase = phase
                 if timed and clock is not None and clock.timing:
                     clock.mark(phase)
-            t1 = perf()
             try:
                 if out is not tensor and api.on_device(out):
-                    probe.copied(tensor, t1 - t0, t1, device=api.device_of(out))
+                    probe.copied(tensor, t1 - t0 - (timer.self_total - inner), t1, device=api.device_of(out))
             except Exception as exc:
                 probe.fail("Tensor.to", exc)
+            timer.self_total += t0 - entered + perf() - t1  # the doctor's own work
             return out
 
         return move
@@ -206,6 +211,7 @@ class TransferProbe(Probe):
 
         @functools.wraps(orig)
         def sync(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            entered = perf()
             api = session.cuda_api
             if api is None or not api.on_device(tensor):
                 return orig(tensor, *args, **kwargs)
@@ -219,9 +225,11 @@ class TransferProbe(Probe):
             try:
                 return orig(tensor, *args, **kwargs)
             finally:
+                t1 = perf()
                 timer.phase = phase
-                session.record_sync(perf() - t0, phase)
+                session.record_sync(t1 - t0, phase)
                 if marked and clock is not None and clock.timing:
                     clock.mark(phase)
+                timer.self_total += t0 - entered + perf() - t1  # the doctor's own work
 
         return sync
