@@ -18,7 +18,15 @@ CPU time instead of wall time: on a machine shared with other work, wall time al
 time other processes held the core, CPU time much less so. The parallel row is always wall time
 (its work runs in worker processes).
 
+``--whole`` times whole processes instead, as a user runs them, interleaved ``--repeat`` times:
+``python`` parsing every file with ``ast.parse`` (reading them from disk), ``traindoctor check
+--no-cache -j 1`` and ``traindoctor check --no-cache`` (the default ``--jobs``); it reports the
+median of each and of the pairwise ratios. ``--busy K`` runs K busy-looping processes during the
+whole measurement (a reproducible load: the default ``--jobs`` must not be slower than ``-j 1``
+on a busy machine either).
+
     python benchmarks/lint_speed.py [CORPUS_DIR ...] [--repeat 3] [--limit N] [--jobs N] [--cpu-time]
+    python benchmarks/lint_speed.py --whole [--repeat 5] [--busy K] [CORPUS_DIR ...]
 """
 
 from __future__ import annotations
@@ -100,6 +108,72 @@ def time_check(
     return elapsed, findings, errors
 
 
+PARSE_ALL = """
+import ast, sys, warnings
+from pathlib import Path
+warnings.simplefilter("ignore")
+for root in sys.argv[1:]:
+    for path in sorted(Path(root).rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        try:
+            ast.parse(path.read_bytes(), filename=str(path))
+        except Exception:
+            pass
+"""
+
+
+def _busy() -> None:  # pragma: no cover - runs in a child process
+    while True:
+        pass
+
+
+def whole(paths: list[str], repeat: int, busy: int) -> int:
+    """Whole processes, interleaved: parse alone, check -j 1, check with the default jobs."""
+    import multiprocessing
+    import statistics
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")}
+    commands = {
+        "parse": [sys.executable, "-c", PARSE_ALL, *paths],
+        "one": [sys.executable, "-m", "traindoctor", "check", *paths, "--no-cache", "--exit-zero", "-q", "-j", "1"],
+        "default": [sys.executable, "-m", "traindoctor", "check", *paths, "--no-cache", "--exit-zero", "-q"],
+    }
+    hogs = [multiprocessing.Process(target=_busy, daemon=True) for _ in range(busy)]
+    for hog in hogs:
+        hog.start()
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    loads: list[float] = []
+    try:
+        time.sleep(5 if busy else 0)
+        for i in range(repeat):
+            order = list(commands)[i % 3 :] + list(commands)[: i % 3]  # rotate: drift hits all alike
+            for name in order:
+                loads.append(os.getloadavg()[0])
+                start = time.perf_counter()
+                subprocess.run(commands[name], env=env, check=True, stdout=subprocess.DEVNULL)
+                times[name].append(time.perf_counter() - start)
+    finally:
+        for hog in hogs:
+            hog.terminate()
+    med = {name: statistics.median(t) for name, t in times.items()}
+    ratio_one = statistics.median(o / p for o, p in zip(times["one"], times["parse"]))
+    ratio_default = statistics.median(d / o for d, o in zip(times["default"], times["one"]))
+    print(f"corpus: {', '.join(paths)}")
+    print(
+        f"whole processes, {repeat} interleaved rounds; {usable_cores()} usable cores; {busy} busy "
+        f"processes; load average during the runs {min(loads):.1f}-{max(loads):.1f}"
+    )
+    print()
+    print("| process | median seconds | ratio (median of pairs) |")
+    print("|---|---:|---:|")
+    print(f"| `python` + `ast.parse` of every file | {med['parse']:.2f} | 1.00x |")
+    print(f"| `traindoctor check --no-cache -j 1` | {med['one']:.2f} | {ratio_one:.2f}x parse |")
+    print(f"| `traindoctor check --no-cache` (default jobs) | {med['default']:.2f} | {ratio_default:.2f}x `-j 1` |")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("paths", nargs="*")
@@ -109,7 +183,11 @@ def main() -> int:
     ap.add_argument(
         "--cpu-time", action="store_true", help="time the in-process rows by CPU time (steadier on a shared machine)"
     )
+    ap.add_argument("--whole", action="store_true", help="time whole processes (parse, check -j 1, default jobs)")
+    ap.add_argument("--busy", type=int, default=0, help="with --whole: busy-looping processes during the runs")
     args = ap.parse_args()
+    if args.whole:
+        return whole(args.paths or default_corpus(), args.repeat, args.busy)
     global clock
     clock = time.process_time if args.cpu_time else time.perf_counter
     paths = args.paths or default_corpus()

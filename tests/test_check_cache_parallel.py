@@ -321,3 +321,42 @@ def test_cache_follows_a_real_imported_project_module(tmp_path, capsys, counted,
     )
     code, out, _ = run(capsys, *argv)
     assert counted == ["train.py"] and json.loads(out) == []
+
+
+@pytest.mark.parametrize(
+    ("total", "cores", "load", "jobs"),
+    [
+        (10_000, 8, 0.0, 1),  # a small run stays in-process
+        (10**7, 1, 0.0, 1),
+        (10**7, 2, 0.2, 2),  # a quiet machine: every core
+        (10**7, 2, 0.8, 1),  # another program holds most of a core: in-process
+        (10**7, 2, 6.0, 1),
+        (10**7, 8, 2.3, 6),  # the cores other programs leave idle
+        (10**7, 8, None, 8),  # no load average on this platform
+    ],
+)
+def test_automatic_jobs_are_the_idle_cores(total, cores, load, jobs):
+    assert runner.automatic_jobs(total, cores=cores, load=load) == jobs
+
+
+def test_default_jobs_follow_the_load(project, monkeypatch):
+    """The default starts workers only where cores are idle; the output is the same either way."""
+    items = [(str(p), p.read_bytes()) for p in sorted(project.rglob("*.py"))]
+    settings = Settings(min_torch_version="2.13")
+    used: list[int] = []
+    real = runner._parallel
+
+    def spy(tasks, settings, options, jobs):
+        used.append(jobs)
+        return real(tasks, settings, options, jobs)
+
+    monkeypatch.setattr(runner, "_parallel", spy)
+    monkeypatch.setattr(runner, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(runner, "usable_cores", lambda: 2)
+    monkeypatch.setattr(runner, "load_average", lambda: 1.9)
+    busy = check_many(items, settings)
+    assert used == []  # in-process
+    monkeypatch.setattr(runner, "load_average", lambda: 0.1)
+    quiet = check_many(items, settings)
+    assert used == [2]
+    assert [o.findings for o in quiet] == [o.findings for o in busy]
