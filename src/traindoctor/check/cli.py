@@ -86,7 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--stdin-filename", metavar="NAME", help="the name of the file read from stdin (for config, ignores, notebooks)"
     )
     parser.add_argument(
-        "-j", "--jobs", type=int, default=0, metavar="N", help="worker processes (default: the cores other programs leave idle; 1: no workers)"
+        "-j",
+        "--jobs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="worker processes (default: the cores other programs leave idle; 1: no workers)",
     )
     parser.add_argument(
         "--no-cache", action="store_true", help="neither read nor write the cache (also: TRAINDOCTOR_NO_CACHE=1)"
