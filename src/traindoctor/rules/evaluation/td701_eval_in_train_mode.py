@@ -291,7 +291,8 @@ class EvalInTrainMode(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.facts.evaluation.static import forward_models, unguarded_evaluation_forwards
+        from traindoctor.facts.evaluation.flow import unguarded_evaluation_forwards
+        from traindoctor.facts.evaluation.static import forward_models
         from traindoctor.facts.models.static import model_of
 
         yield from self._check_guarded(ctx)
@@ -314,8 +315,9 @@ class EvalInTrainMode(Rule):
         evaluation forward in the mode its caller left it in, called here with a model in
         training mode: reported at the call, the helper's forward as the related location."""
         from traindoctor.facts.data.static import is_test_file
+        from traindoctor.facts.evaluation.flow import mode_state
         from traindoctor.facts.evaluation.modes import ParameterModes, helpers_set_mode
-        from traindoctor.facts.evaluation.static import PARAMETER_MODES, TRAIN, mode_state
+        from traindoctor.facts.evaluation.static import PARAMETER_MODES, TRAIN
         from traindoctor.facts.models.static import model_of
         from traindoctor.static.project import Place
 
@@ -353,7 +355,8 @@ class EvalInTrainMode(Rule):
                 )
 
     def _check_guarded(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.facts.evaluation.static import TRAIN, forward_models, mode_state, no_grad_calls
+        from traindoctor.facts.evaluation.flow import mode_state
+        from traindoctor.facts.evaluation.static import TRAIN, forward_models, no_grad_calls
         from traindoctor.facts.models.static import model_of
 
         for call in no_grad_calls(ctx, where=_may_be_model_call):

@@ -216,15 +216,15 @@ class EvalWithGrad(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.facts.evaluation.static import (
-            freezes_parameters,
-            grad_disabled_globally,
-            unguarded_evaluation_forwards,
-        )
+        from traindoctor.facts.evaluation.callee import forward_disables_grad
+        from traindoctor.facts.evaluation.flow import unguarded_evaluation_forwards
+        from traindoctor.facts.evaluation.static import freezes_parameters, grad_disabled_globally
 
         if grad_disabled_globally(ctx) or freezes_parameters(ctx):
             return
         for call, model in unguarded_evaluation_forwards(ctx):
+            if forward_disables_grad(ctx, call.func):
+                continue
             yield ctx.report(
                 self,
                 call,
@@ -236,6 +236,7 @@ class EvalWithGrad(Rule):
         yield from self._check_eval_mode(ctx)
 
     def _check_eval_mode(self, ctx: FileContext) -> Iterable[Finding]:
+        from traindoctor.facts.evaluation.callee import forward_disables_grad
         from traindoctor.facts.evaluation.static import (
             backward_calls,
             callers_disable_grad,
@@ -280,7 +281,7 @@ class EvalWithGrad(Rule):
                 last = mode_before(ctx, call, model, fn)
                 if last is None or last.call is not ev:
                     continue
-                if grad_enabled_at(ctx, call) is not None:
+                if grad_enabled_at(ctx, call) is not None or forward_disables_grad(ctx, call.func):
                     continue
                 seen.add(id(call))
                 yield ctx.report(
