@@ -262,6 +262,10 @@ class DeprecatedAmpApi(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
+        from traindoctor.facts.training.context import inference_only
+
+        if inference_only(ctx):
+            return  # an inference or evaluation script of a trained model: nothing trains here
         yield from self._check_frameworks(ctx)
         yield from self._check_file(ctx)
         yield from self._check_project(ctx)
@@ -271,6 +275,7 @@ class DeprecatedAmpApi(Rule):
         ``misc.NativeScaler()``) uses the deprecated API in its own module: report the call here
         and cite the use there. Each definition once, at its first call."""
         from traindoctor.facts.data.static import drives_training
+        from traindoctor.facts.training.context import inference_only
 
         view = ctx.project
         if view is None or not view.imports_project or not drives_training(ctx):
@@ -279,7 +284,7 @@ class DeprecatedAmpApi(Rule):
         for call, resolved in view.calls():
             facts = resolved.function or resolved.cls
             key = (resolved.path, resolved.name)
-            if facts is None or key in done:
+            if facts is None or key in done or inference_only(ctx, call):
                 continue
             used = sorted((q for q in facts.calls if q in _DEPRECATED), key=lambda q: (facts.calls[q].line, q))
             used = [q for q in used if not ctx.settings.torch_below(_DEPRECATED[q][2])]
@@ -303,6 +308,7 @@ class DeprecatedAmpApi(Rule):
 
     def _check_file(self, ctx: FileContext) -> Iterator[Finding]:
         from traindoctor.facts.amp.static import pos
+        from traindoctor.facts.training.context import inference_only
 
         names = ctx.called_names
         wanted = [q for q in sorted(_DEPRECATED) if q in names]
@@ -312,8 +318,8 @@ class DeprecatedAmpApi(Rule):
         for call in calls:
             qn = ctx.qualname(call.func) or ""
             replacement, device, since = _DEPRECATED[qn]
-            if ctx.settings.torch_below(since) or _version_gated(ctx, call):
-                continue
+            if ctx.settings.torch_below(since) or _version_gated(ctx, call) or inference_only(ctx, call):
+                continue  # (inference code, evaluation of a trained model: not training)
             old = "torch." + ("cuda" if device == "cuda" else "cpu") + ".amp." + replacement.rsplit(".", 1)[-1]
             new = f'torch.{replacement}("{device}", ...)'
             yield ctx.report(
@@ -334,9 +340,12 @@ class DeprecatedAmpApi(Rule):
             fabrics,
             lightning_trainers,
         )
+        from traindoctor.facts.training.context import inference_only
 
         found: list[Finding] = []
         for qn, call in apex_amp_calls(ctx):
+            if inference_only(ctx, call):
+                continue
             short = "amp." + qn.rsplit(".", 1)[-1]
             found.append(
                 ctx.report(

@@ -219,11 +219,12 @@ class EvalWithGrad(Rule):
         from traindoctor.facts.evaluation.callee import forward_disables_grad
         from traindoctor.facts.evaluation.flow import unguarded_evaluation_forwards
         from traindoctor.facts.evaluation.static import freezes_parameters, grad_disabled_globally
+        from traindoctor.facts.training.context import inference_only
 
-        if grad_disabled_globally(ctx) or freezes_parameters(ctx):
-            return
+        if grad_disabled_globally(ctx) or freezes_parameters(ctx) or inference_only(ctx):
+            return  # (an inference or evaluation script of a trained model is not training code)
         for call, model in unguarded_evaluation_forwards(ctx):
-            if forward_disables_grad(ctx, call.func):
+            if forward_disables_grad(ctx, call.func) or inference_only(ctx, call):
                 continue
             yield ctx.report(
                 self,
@@ -247,6 +248,7 @@ class EvalWithGrad(Rule):
             related,
             self_test,
         )
+        from traindoctor.facts.training.context import inference_only
 
         evals = [c for c in ctx.method_calls("eval") if not c.args and not c.keywords]
         evals += [c for c in ctx.method_calls("train") if c.args and ctx.value(c.args[0]) is False]
@@ -281,7 +283,11 @@ class EvalWithGrad(Rule):
                 last = mode_before(ctx, call, model, fn)
                 if last is None or last.call is not ev:
                     continue
-                if grad_enabled_at(ctx, call) is not None or forward_disables_grad(ctx, call.func):
+                if (
+                    grad_enabled_at(ctx, call) is not None
+                    or forward_disables_grad(ctx, call.func)
+                    or inference_only(ctx, call)
+                ):
                     continue
                 seen.add(id(call))
                 yield ctx.report(
