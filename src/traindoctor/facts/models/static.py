@@ -434,7 +434,41 @@ def _local_constructions(ctx: FileContext, cls: ast.ClassDef, depth: int) -> set
             out |= class_info(ctx, other, depth + 1).kinds
         elif other is None and len(fns.get(name, ())) == 1 and ctx.function_of(fns[name][0]) is None:
             out |= function_returns(ctx, fns[name][0], depth + 1).kinds
+            if _stored_on_self(ctx, node) and _returns_a_container(ctx, fns[name][0]):
+                # ``self.hyperparams, self.module_list = create_modules(defs)``: the layers the
+                # helper builds (``modules.add_module("bn", nn.BatchNorm2d(n))``) are the module's
+                out |= _kinds_in(ctx, fns[name][0])
     return out
+
+
+def _returns_a_container(ctx: FileContext, fn: ast.FunctionDef) -> bool:
+    """Whether ``fn`` returns (alone or in a tuple) a variable it binds to a ``torch.nn``
+    module it fills (``module_list = nn.ModuleList()``)."""
+    built = {
+        t.id
+        for node in ctx.walk(fn)
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and torch_nn_name(ctx, node.value.func)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
+    for node in ctx.walk(fn):
+        if isinstance(node, ast.Return) and node.value is not None:
+            values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+            if any(isinstance(v, ast.Name) and v.id in built for v in values):
+                return True
+    return False
+
+
+def _stored_on_self(ctx: FileContext, call: ast.Call) -> bool:
+    """Whether ``call`` is the value of an assignment to ``self.<attr>`` (alone or in a tuple)."""
+    stmt = ctx.parent(call)
+    if not isinstance(stmt, ast.Assign):
+        return False
+    for target in stmt.targets:
+        for t in target.elts if isinstance(target, ast.Tuple) else [target]:
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                return True
+    return False
 
 
 def _stored_argument_kinds(ctx: FileContext, cls: ast.ClassDef, call: ast.Call, depth: int) -> set[str]:
