@@ -302,3 +302,52 @@ def test_helpers_handed_the_model_set_its_mode_before_the_evaluation(tmp_path: P
     assert "`model` is evaluated in training mode" in result.findings[0].message
     files["main.py"] = MAIN.format(between="prepare_eval(model)")
     assert checked_rows(tmp_path / "b", files, "main.py", ["TD701"]) == []
+
+
+SOME_CALLERS = """
+    import copy
+    import torch
+    from torch import nn
+    from models import Net
+
+    @torch.no_grad()
+    def validate(model, loader):
+        return [model(x) for x, _ in loader]
+
+    def main(loader, val_loader):
+        model = torch.nn.DataParallel(Net()).to("cuda")
+        model = torch.nn.DataParallel(model)
+        ema = copy.deepcopy(model)
+        ema.load_state_dict(torch.load("ema.pt"))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(5):
+            model.train()
+            for x, y in loader:
+                optimizer.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                optimizer.step()
+            validate(model, val_loader)
+            validate(ema_model(ema), val_loader)
+    """
+
+
+def test_a_helper_called_with_a_training_model_among_others(tmp_path: Path) -> None:
+    # ``ema_model(ema)`` is of unknown mode; the call at line 22 passes the training model
+    files = {"models.py": MODELS, "train.py": SOME_CALLERS}
+    result = check(tmp_path / "a", files, "train.py", ["TD701"])
+    assert [(f.code, f.location.row) for f in result.findings] == [("TD701", 8)]
+    finding = result.findings[0]
+    assert "when `validate` is called at line 22" in finding.message
+    (related,) = finding.related
+    assert related.location is not None and related.location.row == 22
+    # without ``model.train()``: a fresh module, wrapped twice (``model = DataParallel(model)`` reads
+    # the binding before it), is in training mode as well
+    fresh = SOME_CALLERS.replace("            model.train()\n", "")
+    assert checked_rows(tmp_path / "c", {"models.py": MODELS, "train.py": fresh}, "train.py", ["TD701"]) == [
+        ("TD701", 8)
+    ]
+    # put in eval mode before that call: nothing left to report
+    fixed = SOME_CALLERS.replace(
+        "            validate(model, val_loader)", "            model.eval()\n            validate(model, val_loader)"
+    )
+    assert checked_rows(tmp_path / "b", {"models.py": MODELS, "train.py": fixed}, "train.py", ["TD701"]) == []

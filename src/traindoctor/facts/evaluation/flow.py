@@ -65,7 +65,7 @@ _UNPICKLED = frozenset(
 )
 #: Calls that hand back a copy of their argument, mode included.
 _COPIES = frozenset(("copy.deepcopy", "copy.copy"))
-_MAX_DEPTH = 3
+_MAX_DEPTH = 8
 
 
 @dataclass(frozen=True)
@@ -134,6 +134,26 @@ def mode_state(ctx: FileContext, at: ast.stmt | ast.expr, model: str, fn: ast.AS
     """
     if depth > _MAX_DEPTH:
         return None
+    found = _within(ctx, at, model, fn, depth)
+    if found != _ENTRY:
+        return found
+    # its mode at the entry of ``fn``
+    if "." not in model and is_parameter(fn, model):
+        return _passed_mode(ctx, fn, model, depth)
+    if "." not in model and isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and _module_level(ctx, model):
+        return TRAIN if global_in_training(ctx, model, depth) else None
+    if model.startswith("self.") and model.count(".") == 1 and _plain_class_method(ctx, fn):
+        return TRAIN if never_left_in_eval(ctx, model) else None
+    return None
+
+
+#: :func:`_within`'s answer when the mode at a point is the mode ``fn`` was entered with.
+_ENTRY = "entry"
+
+
+def _within(ctx: FileContext, at: ast.stmt | ast.expr, model: str, fn: ast.AST | None, depth: int) -> str | None:
+    """What ``fn`` itself says about the mode of ``model`` at ``at`` (TRAIN, EVAL, None), or
+    :data:`_ENTRY` when nothing in ``fn`` sets it before ``at``: the mode ``fn`` was entered with."""
     events = mode_events(ctx, fn, model)
     before = [e for e in events if is_before(e.node, at)]
     if before:
@@ -150,21 +170,29 @@ def mode_state(ctx: FileContext, at: ast.stmt | ast.expr, model: str, fn: ast.AS
     ):
         return None
     later = [e.node for e in events if e.restore is None]
-    binding = last_binding_before(ctx, model, at, fn) if "." not in model else None
-    if binding is not None:
-        return None if later else value_mode(ctx, binding, fn, depth + 1)
-    if "." not in model and _unpacked_before(ctx, model, at, fn):
-        return None if later else _unpacked_mode(ctx, model, at, fn, depth + 1)
     if any(share_loop(ctx, c, at) for c in later):
         return None  # set later in the function, and a loop may run that first
-    # its mode at the entry of ``fn``
-    if "." not in model and is_parameter(fn, model):
-        return _passed_mode(ctx, fn, model, depth)
-    if "." not in model and isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and _module_level(ctx, model):
-        return TRAIN if global_in_training(ctx, model, depth) else None
-    if model.startswith("self.") and model.count(".") == 1 and _plain_class_method(ctx, fn):
-        return TRAIN if never_left_in_eval(ctx, model) else None
-    return None
+    binding = last_binding_before(ctx, model, at, fn) if "." not in model else None
+    if binding is not None:
+        return value_mode(ctx, binding, fn, depth + 1)
+    if "." not in model and _unpacked_before(ctx, model, at, fn):
+        return _unpacked_mode(ctx, model, at, fn, depth + 1)
+    return _ENTRY
+
+
+def training_callers(ctx: FileContext, at: ast.stmt | ast.expr, model: str, fn: ast.AST | None) -> list[ast.Call]:
+    """For ``model`` a parameter of ``fn`` whose mode at ``at`` is the one ``fn`` is entered with:
+    the calls of ``fn`` in the file that pass a model in training mode for it (a helper called
+    with the training model after a training epoch, and with an EMA copy of unknown mode)."""
+    if "." in model or not is_parameter(fn, model) or _within(ctx, at, model, fn, 0) != _ENTRY:
+        return []
+    out = []
+    for site in call_sites(ctx, fn):
+        arg = argument_for(site, fn, model)
+        text = dotted(arg) if arg is not None else None
+        if text and mode_state(ctx, site, text, ctx.function_of(site), 1) == TRAIN:
+            out.append(site)
+    return out
 
 
 def _passed_mode(ctx: FileContext, fn: FuncDef, model: str, depth: int) -> str | None:
@@ -260,7 +288,8 @@ def value_mode(ctx: FileContext, value: ast.expr, fn: ast.AST | None, depth: int
     if depth > _MAX_DEPTH:
         return None
     if isinstance(value, ast.Name):
-        return mode_state(ctx, value, value.id, fn, depth + 1)
+        # its mode before the statement that uses it (``model = DDP(model)`` reads the old binding)
+        return mode_state(ctx, ctx.statement_of(value), value.id, fn, depth + 1)
     if isinstance(value, ast.IfExp):
         modes = {value_mode(ctx, value.body, fn, depth + 1), value_mode(ctx, value.orelse, fn, depth + 1)}
         return modes.pop() if len(modes) == 1 else None
@@ -268,7 +297,8 @@ def value_mode(ctx: FileContext, value: ast.expr, fn: ast.AST | None, depth: int
         return None
     func = value.func
     qn = ctx.qualname(func) or ""
-    if isinstance(func, ast.Attribute) and not qn.startswith("torch."):
+    if isinstance(func, ast.Attribute) and (isinstance(func.value, ast.Call) or ctx.qualname(func.value) is None):
+        # a method of a module value (``DataParallel(net).to(device)``, ``model.eval()``)
         if func.attr == "eval" and not value.args:
             return EVAL
         if func.attr == "train":
@@ -276,9 +306,9 @@ def value_mode(ctx: FileContext, value: ast.expr, fn: ast.AST | None, depth: int
             flag = True if arg is None else ctx.value(arg)
             return None if not isinstance(flag, bool) else TRAIN if flag else EVAL
         if func.attr in _SAME_MODULE:
-            return value_mode(ctx, func.value, fn, depth + 1)
+            return value_mode(ctx, func.value, fn, depth)  # (a smaller expression: no depth spent)
     if qn in MODULE_WRAPPERS or qn in _COPIES:
-        return value_mode(ctx, value.args[0], fn, depth + 1) if value.args else None
+        return value_mode(ctx, value.args[0], fn, depth) if value.args else None
     if qn in _UNPICKLED:
         return None
     return _called_mode(ctx, value, None, depth)

@@ -6,7 +6,7 @@ import ast
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from traindoctor.finding import Finding, Severity
+from traindoctor.finding import Finding, Related, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.names import dotted
 from traindoctor.static.vocab import EVAL_LOOP_TRIGGERS
@@ -357,30 +357,58 @@ class EvalInTrainMode(Rule):
     def _check_guarded(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.facts.evaluation.flow import mode_state
         from traindoctor.facts.evaluation.static import TRAIN, forward_models, no_grad_calls
-        from traindoctor.facts.models.static import model_of
 
         for call in no_grad_calls(ctx, where=_may_be_model_call):
             func = call.func
             fn = ctx.function_of(call)
-            exprs = forward_models(ctx, call, fn)
-            if not exprs:
-                continue
-            infos = [model_of(ctx, e) for e in exprs]
-            if not all(i.has_batchnorm or i.has_dropout for i in infos):
-                continue
             if not is_evaluation(ctx, call, fn):
                 continue
             model = dotted(func) or ""
-            if mode_state(ctx, call, model, fn) != TRAIN:
+            infos = _mode_dependent(ctx, forward_models(ctx, call, fn))
+            if infos and mode_state(ctx, call, model, fn) == TRAIN:
+                yield ctx.report(
+                    self,
+                    call,
+                    f"`{model}` is evaluated in training mode, so its {_layers(infos)} behave as in training; "
+                    f"call `{model}.eval()` before evaluating.",
+                    help="Call `model.eval()` before evaluation",
+                )
                 continue
-            layers = _layers(infos)
+            yield from self._some_callers(ctx, call, model, fn)
+
+    def _some_callers(self, ctx: FileContext, call: ast.Call, model: str, fn: ast.AST | None) -> Iterable[Finding]:
+        """A helper whose model parameter keeps the mode it is called with, called (among others
+        of unknown mode) with a model in training mode: reported at the forward, citing the
+        first such call."""
+        from traindoctor.facts.evaluation.flow import training_callers
+        from traindoctor.facts.evaluation.static import argument_for, is_parameter
+
+        if not is_parameter(fn, model):
+            return
+        for site in training_callers(ctx, call, model, fn):
+            arg = argument_for(site, fn, model)
+            infos = _mode_dependent(ctx, [arg] if arg is not None else [])
+            if not infos:
+                continue
+            name = getattr(fn, "name", "")
+            loc = ctx.location(site)
             yield ctx.report(
                 self,
                 call,
-                f"`{model}` is evaluated in training mode, so its {layers} behave as in training; "
-                f"call `{model}.eval()` before evaluating.",
+                f"`{model}` is evaluated in training mode when `{name}` is called at line {loc.row}, so "
+                f"its {_layers(infos)} behave as in training; call `{model}.eval()` before evaluating.",
                 help="Call `model.eval()` before evaluation",
+                related=(Related(ctx.filename, loc, f"`{name}` is called here with a model in training mode"),),
             )
+            return
+
+
+def _mode_dependent(ctx: FileContext, exprs: list[ast.expr]) -> list[ModelInfo]:
+    """What the models ``exprs`` are made of, when every one has BatchNorm or Dropout (else [])."""
+    from traindoctor.facts.models.static import model_of
+
+    infos = [model_of(ctx, e) for e in exprs]
+    return infos if infos and all(i.has_batchnorm or i.has_dropout for i in infos) else []
 
 
 def _may_be_model_call(call: ast.Call) -> bool:
