@@ -55,6 +55,11 @@ class DeprecatedAmpApi(Rule):
         `torch.amp`; no autofix, the migration changes code around the call), and Lightning's
         legacy `Trainer(precision=16)` / `Fabric(precision=16)` (also `"16"` and `"bf16"`), which
         Lightning still accepts with a warning as aliases of `"16-mixed"` / `"bf16-mixed"`.
+
+        Inference code is left alone: an entry script that loads a trained model while no
+        backward pass nor optimizer is reachable from it (in the file or the project functions and
+        classes it calls), and library functions whose only users in the project are such scripts
+        (a `transcribe()` that `transcribe.py` and a server call, never a training script).
     """
     why_bad = """
         Since PyTorch 2.4 these spellings emit a `FutureWarning` on every construction and are
@@ -145,6 +150,21 @@ class DeprecatedAmpApi(Rule):
             import amp
 
             amp.initialize(config)
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            # an inference script of a trained checkpoint: nothing trains here
+            def main(loader):
+                model = torch.load("checkpoint.pth", weights_only=False)
+                model.eval()
+                with torch.no_grad(), torch.cuda.amp.autocast():
+                    return [model(x) for x, _ in loader]
+
+            if __name__ == "__main__":
+                main(test_loader)
             """
         ),
     )

@@ -64,9 +64,16 @@ class EvalInTrainMode(Rule):
     iterates a loader named like val/test/eval, when the model contains BatchNorm or Dropout
     (known from the file: an `nn.Sequential`, an `nn.Module` subclass, a torchvision
     constructor) and is in training mode there. Training mode is established on evidence only:
-    the last mode call on the model before the forward is `.train()`, or the model was created
-    in the same function and nothing sets its mode, or every caller of an `evaluate(model, ...)`
-    helper passes a model in training mode.
+    the last mode call on the model before the forward is `.train()`, or a helper it was handed
+    to left it in training mode (`train_one_epoch(model)`), or the model was created in the same
+    function and nothing sets its mode (a constructor builds a module in training mode; a
+    project `load_model()` that calls `model.eval()` before returning hands it back in eval mode,
+    and so does a library's `from_pretrained`; an unpickled module's mode is unknown), or a
+    caller of an `evaluate(model, ...)` helper passes a model in training mode (the finding
+    then names that call). A module-level model, or a trainer class's `self.model`, is in
+    training mode inside a function that does not set it when nothing in the file (nor the
+    project base classes and helpers it is handed to) ever puts it in eval mode;
+    `model.train(was_training)` puts back the mode saved from `model.training` and sets none.
 
     The most common form is also reported: an evaluation loop (a `for` loop, comprehension or
     generator expression over a loader named like val/valid/test/eval, with no backward pass or
@@ -205,6 +212,21 @@ class EvalInTrainMode(Rule):
             # the model comes from elsewhere; its mode is unknown here
             with torch.no_grad():
                 return [model(x) for x, _ in loader]
+        """),
+        Valid("""
+        import torch
+        from torch import nn
+
+        def load_for_eval(path):
+            model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))
+            model.load_state_dict(torch.load(path))
+            model.eval()
+            return model
+
+        def score(path, batches):
+            net = load_for_eval(path)  # handed back in eval mode
+            with torch.no_grad():
+                return [net(x) for x in batches]
         """),
     )
     invalid = (

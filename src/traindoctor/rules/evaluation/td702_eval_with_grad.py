@@ -41,13 +41,22 @@ class EvalWithGrad(Rule):
     call site of the function in the file disables grad. Files that switch autograd off globally
     or freeze parameters (`requires_grad_(False)`) are left alone, and so are JAX/Flax or
     TensorFlow programs that import nothing from torch (they have no autograd recording to turn
-    off).
+    off). A function under a project's own decorator that runs it inside `no_grad` (`@nograd`
+    where `def nograd(f)` wraps `f` in `with torch.no_grad():`) has autograd off, and a model
+    whose own `forward` turns autograd off (a `no_grad` block for its inference branch) is left
+    alone: what a call records then depends on its arguments.
+
+    Inference code is not reported: an entry script that loads a trained model (`torch.load`,
+    `load_state_dict`, `from_pretrained`, a project `load_model`) while no backward pass nor
+    optimizer is reachable from it (in the file or the project functions and classes it calls),
+    and library functions whose only users in the project are such scripts.
 
     An evaluation loop that has neither `model.eval()` nor `no_grad` is reported too (and by
     TD701 when the model has BatchNorm or Dropout): a `for` loop, comprehension or generator
     expression over a loader named like val/valid/test/eval, with no backward pass or optimizer
     step in it or after it in the function, running a model that is in training mode on
-    evidence (see TD701).
+    evidence (see TD701). A loss module called in such a loop (`bce = nn.BCEWithLogitsLoss()`)
+    is no model.
     """
     why_bad = """
     `model.eval()` changes how BatchNorm and Dropout behave; it does not stop autograd. Every
@@ -162,6 +171,29 @@ class EvalWithGrad(Rule):
         for x, y in loader:
             criterion(model(x), y).backward()
             optimizer.step()
+        """),
+        Valid("""
+        import torch
+        from torch import nn
+
+        def nograd(f):
+            def wrapper(*args, **kwargs):
+                with torch.no_grad():
+                    return f(*args, **kwargs)
+            return wrapper
+
+        class Detector(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.head = nn.Linear(8, 4)
+
+            def forward(self, x):
+                return self.head(x)
+
+            @nograd  # the project's own decorator runs predict() under no_grad
+            def predict(self, images):
+                self.eval()
+                return [self(x) for x in images]
         """),
     )
     invalid = (
