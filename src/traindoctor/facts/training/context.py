@@ -60,7 +60,7 @@ def inference_only(ctx: FileContext, node: ast.AST | None = None) -> bool:
 
 
 def _inference_only(ctx: FileContext, name: str, depth: int = 0) -> bool:
-    if _trains_here(ctx) or _calls_training(ctx, ctx, 0):
+    if ctx.shared("training.reaches_training", lambda c: _trains_here(c) or _calls_training(c, c, 0)):
         return False
     if _entry_script(ctx):
         return _loads_weights(ctx)
