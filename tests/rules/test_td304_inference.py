@@ -101,3 +101,45 @@ def test_validation_script_of_a_trained_checkpoint(tmp_path: Path) -> None:
         "        torch.optim.SGD(model.parameters(), lr=0.1).step()\n        model.eval()\n",
     )
     assert checked_rows(tmp_path / "b", {"validate.py": tuned}, "validate.py", ["TD304"]) == [("TD304", 7)]
+
+
+ENGINE = """
+    import torch
+
+    def train_one_epoch(model, loader, optimizer, loss_scaler):
+        for x, y in loader:
+            with torch.cuda.amp.autocast():
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss_scaler(loss, optimizer, parameters=model.parameters())
+
+    @torch.no_grad()
+    def evaluate(loader, model):
+        model.eval()
+        with torch.cuda.amp.autocast():
+            return [model(x) for x, _ in loader]
+    """
+
+MAIN = """
+    import torch
+    from timm.optim import create_optimizer
+    from timm.utils import NativeScaler
+    from engine import train_one_epoch, evaluate
+
+    def main(args, model, loader, val_loader):
+        model.load_state_dict(torch.load(args.resume)["model"])
+        optimizer = create_optimizer(args, model)
+        for epoch in range(args.epochs):
+            train_one_epoch(model, loader, optimizer, NativeScaler())
+            evaluate(val_loader, model)
+
+    if __name__ == "__main__":
+        main(parse(), build(), train_loader, val_loader)
+    """
+
+
+def test_training_through_a_loss_scaler_is_training(tmp_path: Path) -> None:
+    # no ``backward()`` anywhere: the scaler runs it; ``zero_grad``, the optimizer factory and the
+    # epoch loop say training
+    result = check(tmp_path, {"engine.py": ENGINE, "main.py": MAIN}, "engine.py", ["TD304"])
+    assert [(f.code, f.location.row) for f in result.findings] == [("TD304", 5), ("TD304", 13)]

@@ -46,6 +46,8 @@ _LOAD_NAMES = (
     "load_pretrained",
     "load_network",
 )
+#: Functions that build an optimizer (a project's or a library's factory).
+_OPTIMIZER_FACTORIES = frozenset(("create_optimizer", "create_optimizer_v2", "build_optimizer", "make_optimizer"))
 #: Method names that train through a framework (``trainer.fit(model)``, ``trainer.train()``).
 _FIT = frozenset(("fit", "fit_loop", "training_step"))
 
@@ -175,15 +177,22 @@ def _trains_in(ctx: FileContext, node: ast.AST | None) -> bool:
     def inside(call: ast.Call) -> bool:
         return node is None or ctx.within(call, node)
 
-    for attr in ("backward", "manual_backward", *_FIT):
+    for attr in ("backward", "manual_backward", "zero_grad", *_FIT):
         if any(inside(c) for c in ctx.method_calls(attr)):
-            return True
+            return True  # (``optimizer.zero_grad()``: a step follows, maybe inside a loss scaler)
     for call in ctx.method_calls("step"):
         text = (dotted(receiver(call)) or "").lower()
-        if inside(call) and ("opt" in text or "scaler" in text):
+        if inside(call) and any(word in text for word in ("opt", "scaler", "sched")):
             return True
     if any(inside(c) for c in ctx.calls_to(*sorted(OPTIMIZERS), "torch.autograd.grad", "torch.autograd.backward")):
         return True
+    for call in ctx.of(ast.Call):
+        leaf = (dotted(call.func) or "").rsplit(".", 1)[-1]
+        if inside(call) and leaf in _OPTIMIZER_FACTORIES:
+            return True  # ``timm.optim.create_optimizer(args, model)``
+    loops = ctx.of(ast.For) if node is None else [n for n in ctx.walk(node) if isinstance(n, ast.For)]
+    if any(isinstance(loop.target, ast.Name) and "epoch" in loop.target.id.lower() for loop in loops):
+        return True  # an epoch loop drives training done by the functions it calls
     trainer_train = [
         c for c in ctx.method_calls("train") if "trainer" in (dotted(receiver(c)) or "").lower() and inside(c)
     ]
