@@ -62,11 +62,15 @@ def inference_only(ctx: FileContext, node: ast.AST | None = None) -> bool:
 
 
 def _inference_only(ctx: FileContext, name: str, depth: int = 0) -> bool:
+    # the cheap tests first: most files are no entry script, or train in their own body
+    entry = ctx.shared("training.entry_script", _entry_script)
+    if not entry and not (name and depth < 3):
+        return False
+    if entry and not ctx.shared("training.loads_weights", _loads_weights):
+        return False
     if ctx.shared("training.reaches_training", lambda c: _trains_here(c) or _calls_training(c, c, 0)):
         return False
-    if _entry_script(ctx):
-        return _loads_weights(ctx)
-    return bool(name) and depth < 3 and _used_only_by_inference(ctx, name, depth)
+    return entry or _used_only_by_inference(ctx, name, depth)
 
 
 def _used_only_by_inference(ctx: FileContext, name: str, depth: int) -> bool:
