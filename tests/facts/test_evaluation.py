@@ -13,7 +13,8 @@ from helpers.snippets import eval_check, eval_rows
 
 from traindoctor.check.engine import file_context
 from traindoctor.config import Settings
-from traindoctor.facts.evaluation.static import TRAIN, grad_enabled_at, mode_state
+from traindoctor.facts.evaluation.flow import mode_state
+from traindoctor.facts.evaluation.static import TRAIN, grad_enabled_at
 from traindoctor.static.context import FileContext
 
 

@@ -84,3 +84,38 @@ def test_torchvision_resnet_names_are_exact():
     names = info.param_names
     assert "layer2.0.downsample.1.weight" in names and "layer1.0.downsample.1.weight" not in names
     assert "fc.bias" in names and len([n for n in names if n.endswith("bn1.weight")]) == 9
+
+
+def test_layers_a_helper_builds_for_the_module_that_stores_its_result():
+    src = """
+    import torch.nn as nn
+
+    def create_modules(defs):
+        module_list = nn.ModuleList()
+        for d in defs:
+            modules = nn.Sequential()
+            modules.add_module("conv", nn.Conv2d(3, d, 3))
+            if d > 1:
+                modules.add_module("bn", nn.BatchNorm2d(d))
+            module_list.append(modules)
+        return {"channels": 3}, module_list
+
+    def dropout_rate():
+        probe = nn.Dropout(0.1)
+        return probe.p
+
+    class Darknet(nn.Module):
+        def __init__(self, defs):
+            super().__init__()
+            self.hyperparams, self.module_list = create_modules(defs)
+            self.rate = dropout_rate()
+
+    model = Darknet([1, 2])
+    print(model)
+    """
+    info = _model(src)
+    assert info.has_batchnorm and "torch.nn.Conv2d" in info.kinds
+    # only the helpers whose result the module stores as parts count (``self.rate`` is a number)
+    assert not info.has_dropout
+    unstored = _model(src.replace("self.hyperparams, self.module_list = create_modules(defs)", "create_modules(defs)"))
+    assert not unstored.has_batchnorm

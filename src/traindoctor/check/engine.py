@@ -16,6 +16,7 @@ from traindoctor.check.fix import apply_edits, select_fixes
 from traindoctor.config import Settings
 from traindoctor.facts.data.static import drives_training
 from traindoctor.facts.data.summariser import DATA_SUMMARISER
+from traindoctor.facts.evaluation.flow import RETURNED_MODE_QUERY
 from traindoctor.facts.evaluation.modes import PARAMETER_MODES_QUERY
 from traindoctor.facts.frameworks.static import HOOKS
 from traindoctor.facts.models.summariser import MODEL_QUERY
@@ -238,7 +239,10 @@ def check_source(
 #: the same framework conventions, summarised by the topics' facts (what a function's DataLoader is
 #: built with, whether a Dataset holds its data; what model a class builds, on first use).
 READER = ModuleReader(
-    parse, frameworks=HOOKS, summarisers=(DATA_SUMMARISER,), queries=(MODEL_QUERY, PARAMETER_MODES_QUERY)
+    parse,
+    frameworks=HOOKS,
+    summarisers=(DATA_SUMMARISER,),
+    queries=(MODEL_QUERY, PARAMETER_MODES_QUERY, RETURNED_MODE_QUERY),
 )
 
 

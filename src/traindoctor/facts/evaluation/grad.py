@@ -50,6 +50,63 @@ def grad_switch(ctx: FileContext, expr: ast.AST) -> bool | None:
     return None
 
 
+def decorator_switch(ctx: FileContext, deco: ast.expr) -> bool | None:
+    """What a decorator does to autograd (:func:`grad_switch`), a project's own decorator
+    included: ``@nograd`` where ``def nograd(f)`` returns a wrapper that calls ``f`` inside
+    ``with torch.no_grad():`` is False."""
+    state = grad_switch(ctx, deco)
+    if state is not None or not isinstance(deco, (ast.Name, ast.Attribute)):
+        return state
+    return ctx.shared(f"evaluation.decorator_switch.{ast.dump(deco)}", lambda c: _project_decorator(c, deco))
+
+
+def _project_decorator(ctx: FileContext, deco: ast.Name | ast.Attribute) -> bool | None:
+    """False when ``deco`` names a top-level function of this file or of another project module
+    that wraps the function it decorates in a no_grad/inference_mode region."""
+    if isinstance(deco, ast.Name) and deco.id not in ctx.imports.names:
+        local = [
+            s for s in ctx.tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == deco.id
+        ]
+        return False if len(local) == 1 and wraps_in_no_grad(ctx, local[0]) else None
+    view = ctx.project
+    resolved = view.resolve(deco) if view is not None and view.imports_project else None
+    if resolved is None or resolved.function is None or resolved.summary is None or resolved.project is None:
+        return None
+    other = resolved.project.module_context(resolved.summary)
+    if other is None:
+        return None
+    found = [
+        s for s in other.tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == resolved.name
+    ]
+    return False if len(found) == 1 and wraps_in_no_grad(other, found[0]) else None
+
+
+def wraps_in_no_grad(ctx: FileContext, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether the decorator ``fn`` returns a function that calls its first parameter with autograd
+    off: an inner ``def wrapper(*a, **k)`` calling it inside ``with torch.no_grad():`` (or itself
+    decorated so), or ``return torch.no_grad()(f)``."""
+    params = [p.arg for p in [*fn.args.posonlyargs, *fn.args.args]]
+    if not params:
+        return False
+    wrapped = params[0]
+    inner = {s.name: s for s in fn.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    for ret in (n for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None):
+        value = ret.value
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Call) and grad_switch(ctx, value.func) is False:
+            if any(isinstance(a, ast.Name) and a.id == wrapped for a in value.args):
+                return True
+        if isinstance(value, ast.Name) and value.id in inner:
+            wrapper = inner[value.id]
+            calls = [
+                c
+                for c in ast.walk(wrapper)
+                if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == wrapped
+            ]
+            if calls and all(grad_enabled_at(ctx, c) is False for c in calls):
+                return True
+    return False
+
+
 def grad_enabled_at(ctx: FileContext, node: ast.AST) -> bool | None:
     """Whether autograd is on at ``node`` as far as its own function tells; None when silent.
 
@@ -64,7 +121,7 @@ def grad_enabled_at(ctx: FileContext, node: ast.AST) -> bool | None:
                     return state
         if isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for deco in anc.decorator_list:
-                state = grad_switch(ctx, deco)
+                state = decorator_switch(ctx, deco)
                 if state is not None:
                     return state
             return None

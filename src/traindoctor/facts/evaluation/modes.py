@@ -62,7 +62,7 @@ def parameter_modes(ctx: FileContext, fn: FuncDef) -> ParameterModes:
     calls = mode_calls(ctx, fn)
     leaves: list[tuple[str, str | None]] = []
     for param in params:
-        mine = [m for m in calls if related(m.receiver, param)]
+        mine = [m for m in calls if related(m.receiver, param) and not m.restore]  # a restore sets none
         if not mine:
             continue
         modes = {m.training for m in mine}

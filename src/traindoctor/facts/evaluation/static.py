@@ -34,6 +34,9 @@ from traindoctor.facts.evaluation.grad import (
     callers_disable_grad as callers_disable_grad,
 )
 from traindoctor.facts.evaluation.grad import (
+    decorator_switch as decorator_switch,
+)
+from traindoctor.facts.evaluation.grad import (
     grad_disabled_globally as grad_disabled_globally,
 )
 from traindoctor.facts.evaluation.grad import (
@@ -57,11 +60,35 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass(frozen=True)
 class ModeCall:
-    """``x.eval()`` / ``x.train()`` / ``x.train(False)``; ``training`` is None when not constant."""
+    """``x.eval()`` / ``x.train()`` / ``x.train(False)``; ``training`` is None when not constant.
+
+    ``restore``: ``x.train(was_training)`` where ``was_training`` was read from ``x.training``
+    earlier in the same function: it puts back the mode ``x`` had there (``save``, the statement
+    that read it), it sets no mode of its own."""
 
     call: ast.Call
     receiver: str
     training: bool | None
+    restore: bool = False
+    save: ast.stmt | None = None
+
+
+def _mode_call(ctx: FileContext, call: ast.Call, fn: ast.AST | None) -> ModeCall | None:
+    """The :class:`ModeCall` of a ``.train(...)`` call (None: more than one argument)."""
+    if len(call.args) + len(call.keywords) > 1:
+        return None
+    arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "mode"), None)
+    model = dotted(receiver(call)) or ""
+    if arg is None:
+        return ModeCall(call, model, True)
+    v = ctx.value(arg)
+    if isinstance(v, bool):
+        return ModeCall(call, model, v)
+    if isinstance(arg, ast.Name):
+        saved = last_binding_before(ctx, arg.id, call, fn)
+        if isinstance(saved, ast.Attribute) and saved.attr == "training" and related(dotted(saved.value) or "", model):
+            return ModeCall(call, model, None, restore=True, save=ctx.statement_of(saved))
+    return ModeCall(call, model, None)
 
 
 def mode_calls(ctx: FileContext, fn: ast.AST | None) -> list[ModeCall]:
@@ -71,17 +98,8 @@ def mode_calls(ctx: FileContext, fn: ast.AST | None) -> list[ModeCall]:
         if not call.args and not call.keywords and same_function(ctx, call, fn):
             out.append(ModeCall(call, dotted(receiver(call)) or "", False))
     for call in ctx.method_calls("train"):
-        if not same_function(ctx, call, fn):
-            continue
-        arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "mode"), None)
-        if arg is None:
-            training: bool | None = True
-        else:
-            v = ctx.value(arg)
-            training = v if isinstance(v, bool) else None
-        if len(call.args) + len(call.keywords) > 1:
-            continue
-        out.append(ModeCall(call, dotted(receiver(call)) or "", training))
+        if same_function(ctx, call, fn) and (found := _mode_call(ctx, call, fn)) is not None:
+            out.append(found)
     out.sort(key=lambda m: (m.call.lineno, m.call.col_offset))
     return out
 
@@ -309,7 +327,7 @@ TRAIN, EVAL = "train", "eval"
 #: mode" (see :class:`~traindoctor.facts.evaluation.modes.ParameterModesQuery`).
 PARAMETER_MODES = "evaluation.parameter_modes"
 #: Calls that wrap a module and leave its mode alone.
-_MODULE_WRAPPERS = frozenset(
+MODULE_WRAPPERS = frozenset(
     (
         "torch.nn.DataParallel",
         "torch.nn.parallel.DataParallel",
@@ -318,10 +336,6 @@ _MODULE_WRAPPERS = frozenset(
         "torch.compile",
     )
 )
-
-
-def _bound_in(ctx: FileContext, name: str, at: ast.stmt | ast.expr, fn: ast.AST | None) -> bool:
-    return last_binding_before(ctx, name, at, fn) is not None
 
 
 def separate_module(ctx: FileContext, other: str, model: str, fn: ast.AST | None) -> bool:
@@ -354,91 +368,6 @@ def separate_module(ctx: FileContext, other: str, model: str, fn: ast.AST | None
     return stores == len(entry[1])  # no loop target, tuple unpacking or ``with ... as`` binds it
 
 
-def mode_state(ctx: FileContext, at: ast.stmt | ast.expr, model: str, fn: ast.AST | None, depth: int = 0) -> str | None:
-    """The train/eval mode of ``model`` (dotted text) at ``at`` in ``fn``: TRAIN, EVAL or None.
-
-    TRAIN only on evidence: the last mode call on the model before ``at`` is ``.train()``, or
-    the model is created in this function before ``at`` and nothing in the function touches its
-    mode (a fresh module is in training mode), or -- for a parameter of a helper function with no
-    mode calls before ``at`` nor in a loop around it -- every call site in the file passes a model
-    that is in training mode there.
-    Any ``.eval()`` before ``at`` on something we cannot tell apart makes the answer None.
-    """
-    last = mode_before(ctx, at, model, fn)
-    if last is not None:
-        if last.training is None:
-            return None
-        return TRAIN if last.training else EVAL
-    calls = mode_calls(ctx, fn)
-    if any(
-        m.training is not True and is_before(m.call, at) and not separate_module(ctx, m.receiver, model, fn)
-        for m in calls
-    ):
-        return None
-    later = [m.call for m in calls if related(m.receiver, model)]
-    if later and not (is_parameter(fn, model) and not any(share_loop(ctx, c, at) for c in later)):
-        return None  # set later in the function (a loop may run it first)
-    # (a parameter whose mode is set only after ``at``, in no loop around it: its caller's mode)
-    if not later and "." not in model and _bound_in(ctx, model, at, fn):
-        return TRAIN
-    if "." not in model and is_parameter(fn, model) and depth < 2:
-        sites = call_sites(ctx, fn)
-        states = []
-        for site in sites:
-            arg = argument_for(site, fn, model)
-            text = dotted(arg) if arg is not None else None
-            if text is None:
-                return None
-            states.append(mode_state(ctx, site, text, ctx.function_of(site), depth + 1))
-        if states and all(s == TRAIN for s in states):
-            return TRAIN
-    if (
-        not later
-        and model.startswith("self.")
-        and model.count(".") == 1
-        and _plain_class_method(ctx, fn)
-        and never_left_in_eval(ctx, model)
-    ):
-        return TRAIN
-    return None
-
-
-def _plain_class_method(ctx: FileContext, fn: ast.AST | None) -> bool:
-    """``fn`` is a method of a class with no base but ``object`` (a trainer holding its model, not
-    a module whose submodules follow the mode its own caller sets)."""
-    cls = ctx.parent(fn) if fn is not None else None
-    return isinstance(cls, ast.ClassDef) and all(dotted(b) == "object" for b in cls.bases) and not cls.keywords
-
-
-def never_left_in_eval(ctx: FileContext, model: str) -> bool:
-    """Whether nothing can have put ``self.<attr>`` out of training mode: the file calls no
-    ``.eval()`` nor ``.train(<not True>)`` anywhere, and hands the module only to wrappers
-    (``nn.DataParallel``) and to project functions that leave its mode alone (``Trainer.validation``
-    of a trainer whose ``training`` calls ``self.model.train()``)."""
-    if any(m.training is not True for m in mode_calls_in_file(ctx)):
-        return False
-    view = ctx.project
-    for call in ctx.of(ast.Call):
-        passed = [a for a in [*call.args, *(k.value for k in call.keywords)] if related(dotted(a) or "", model)]
-        if not passed:
-            continue
-        if (ctx.qualname(call.func) or "") in _MODULE_WRAPPERS:
-            continue
-        resolved = view.resolve(call.func) if view is not None and view.imports_project else None
-        facts = resolved.function if resolved is not None else None
-        if resolved is None or facts is None:
-            return False
-        modes = resolved.answer(PARAMETER_MODES)
-        left_in = getattr(modes, "left_in", None)
-        if left_in is None:
-            return False
-        for arg in passed:
-            param = facts.param_for(call, arg)
-            if param is None or left_in(param)[0]:
-                return False
-    return True
-
-
 def mode_calls_in_file(ctx: FileContext) -> list[ModeCall]:
     """Every mode call of the file (:func:`mode_calls` of all its functions)."""
     return ctx.shared("evaluation.file_mode_calls", _file_mode_calls)
@@ -447,9 +376,8 @@ def mode_calls_in_file(ctx: FileContext) -> list[ModeCall]:
 def _file_mode_calls(ctx: FileContext) -> list[ModeCall]:
     out = [ModeCall(c, dotted(receiver(c)) or "", False) for c in ctx.method_calls("eval") if not c.args]
     for call in ctx.method_calls("train"):
-        arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "mode"), None)
-        value = ctx.value(arg) if arg is not None else True
-        out.append(ModeCall(call, dotted(receiver(call)) or "", value if isinstance(value, bool) else None))
+        found = _mode_call(ctx, call, ctx.function_of(call))
+        out.append(found if found is not None else ModeCall(call, dotted(receiver(call)) or "", None))
     return out
 
 
@@ -539,7 +467,7 @@ def no_grad_calls(ctx: FileContext, where: Callable[[ast.Call], bool] | None = N
         if any(_grad_switch(ctx, item.context_expr) is False for item in node.items):
             regions.append(node)
     for node in ctx.of(ast.FunctionDef, ast.AsyncFunctionDef):
-        if any(_grad_switch(ctx, d) is False for d in node.decorator_list):
+        if any(decorator_switch(ctx, d) is False for d in node.decorator_list):
             regions.append(node)
     seen: set[int] = set()
     out: list[ast.Call] = []
@@ -554,7 +482,7 @@ def no_grad_calls(ctx: FileContext, where: Callable[[ast.Call], bool] | None = N
 
 
 # ---------------------------------------------------------------- evaluation loops
-_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 #: A loop as the evaluation facts see one: a ``for`` statement or a comprehension.
 Loop = ast.For | ast.AsyncFor | ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp
 
@@ -570,7 +498,7 @@ def loop_iterables(ctx: FileContext, node: ast.AST) -> list[tuple[Loop, ast.expr
         if isinstance(anc, (ast.For, ast.AsyncFor)):
             if not ctx.within(node, anc.iter):
                 out.append((anc, anc.iter))
-        elif isinstance(anc, _COMPREHENSIONS):
+        elif isinstance(anc, COMPREHENSIONS):
             gens = anc.generators
             if gens and not any(ctx.within(node, g.iter) for g in gens):
                 out.append((anc, gens[0].iter))
@@ -582,12 +510,12 @@ def evaluation_loop(ctx: FileContext, node: ast.AST) -> Loop | None:
     iterable is named like val/valid/test/eval (``val_loader``, ``enumerate(self.test_dl)``)."""
 
     for loop, iterable in loop_iterables(ctx, node):
-        if any(_evaluation_word(n) for n in _iter_words(iterable)):
+        if any(evaluation_word(n) for n in iter_words(iterable)):
             return loop
     return None
 
 
-def _steps_in(ctx: FileContext, region: ast.AST) -> bool:
+def steps_in(ctx: FileContext, region: ast.AST) -> bool:
     """A backward pass or an optimizer step inside ``region``."""
     for attr in (*_BACKWARD_METHODS, "step"):
         for call in ctx.method_calls(attr):
@@ -601,17 +529,17 @@ def _steps_in(ctx: FileContext, region: ast.AST) -> bool:
     return False
 
 
-_BUILTINS = frozenset(dir(builtins))
+BUILTINS = frozenset(dir(builtins))
 
 
 @lru_cache(maxsize=4096)
-def _evaluation_word(word: str) -> bool:
+def evaluation_word(word: str) -> bool:
     from traindoctor.facts.data.static import is_evaluation_name
 
     return is_evaluation_name(word)
 
 
-def _iter_words(node: ast.AST, depth: int = 0) -> Iterable[str]:
+def iter_words(node: ast.AST, depth: int = 0) -> Iterable[str]:
     """Identifiers of a loop's iterable, cheaply: ``enumerate(tqdm(self.val_loader))`` ->
     enumerate, tqdm, self, val_loader (calls, attributes and subscripts a few levels deep)."""
     if depth > 4:
@@ -620,101 +548,10 @@ def _iter_words(node: ast.AST, depth: int = 0) -> Iterable[str]:
         yield node.id
     elif isinstance(node, ast.Attribute):
         yield node.attr
-        yield from _iter_words(node.value, depth + 1)
+        yield from iter_words(node.value, depth + 1)
     elif isinstance(node, ast.Call):
-        yield from _iter_words(node.func, depth + 1)
+        yield from iter_words(node.func, depth + 1)
         for arg in node.args:
-            yield from _iter_words(arg, depth + 1)
+            yield from iter_words(arg, depth + 1)
     elif isinstance(node, ast.Subscript):
-        yield from _iter_words(node.value, depth + 1)
-
-
-def unguarded_evaluation(ctx: FileContext, call: ast.Call, loop: Loop | None = None) -> str | None:
-    """The model text when ``call`` is an evaluation forward that neither ``eval()`` nor
-    ``no_grad``/``inference_mode`` guards: a ``model(x)`` (or ``self.model(x)``) in a loop over
-    evaluation data with no backward or optimizer step in that loop (nor after it in the
-    function), autograd on as far as the file tells, and the model in training mode on evidence
-    (see :func:`mode_state`). None otherwise. Both TD701 (train mode) and TD702 (autograd on)
-    report such a forward.
-    """
-    func = call.func
-    if isinstance(func, ast.Attribute) and not (isinstance(func.value, ast.Name) and func.value.id == "self"):
-        return None
-    if isinstance(func, ast.Name) and (
-        func.id in _BUILTINS or func.id in ctx.imports.names or not ctx.bindings_of(func)
-    ):
-        return None  # builtins (``len``, ``float``) and imported functions are not models
-    if not isinstance(func, (ast.Name, ast.Attribute)):
-        return None
-    if loop is None:
-        loop = evaluation_loop(ctx, call)
-    if loop is None or _steps_in(ctx, loop):
-        return None
-    fn = ctx.function_of(call)
-    if isinstance(fn, ast.Lambda):
-        return None
-    end = (loop.end_lineno, loop.end_col_offset)
-    for b in backward_calls(ctx, fn):
-        if (b.lineno, b.col_offset) > end:  # a backward after the loop may use what it computed
-            return None
-    if grad_enabled_at(ctx, call) is not None or grad_disabled_globally(ctx) or callers_disable_grad(ctx, fn):
-        return None
-    model = dotted(func) or ""
-    if not model or mode_state(ctx, call, model, fn) != TRAIN:
-        return None
-    return model
-
-
-def _in_iterable(ctx: FileContext, node: ast.AST, loop: Loop) -> bool:
-    """Whether ``node`` sits in the iterable part of ``loop`` rather than its body."""
-    if isinstance(loop, (ast.For, ast.AsyncFor)):
-        return ctx.within(node, loop.iter)
-    return any(ctx.within(node, g.iter) for g in loop.generators)
-
-
-#: Array frameworks without autograd recording: their evaluation steps (``jax.pmap``-ed
-#: ``eval_step``, ``model.predict``) have no ``no_grad`` or ``eval()`` to forget.
-_OTHER_FRAMEWORKS = frozenset({"jax", "flax", "tensorflow", "keras", "optax"})
-
-
-def _other_framework_only(ctx: FileContext) -> bool:
-    """The file imports JAX/Flax/TensorFlow and nothing from torch: not a PyTorch program."""
-    tops = {qualname.split(".", 1)[0] for qualname in ctx.imports.names.values()}
-    return bool(tops & _OTHER_FRAMEWORKS) and "torch" not in tops
-
-
-def unguarded_evaluation_forwards(ctx: FileContext) -> list[tuple[ast.Call, str]]:
-    """(forward call, model text) of every :func:`unguarded_evaluation` forward in the file,
-    computed once per file and shared by TD701 and TD702."""
-    return ctx.shared("gradmode.unguarded_eval", _unguarded_evaluation_forwards)
-
-
-def _unguarded_evaluation_forwards(ctx: FileContext) -> list[tuple[ast.Call, str]]:
-    from traindoctor.facts.data.static import is_test_file
-
-    if is_test_file(ctx.filename) or _other_framework_only(ctx):
-        return []
-    loops = [
-        n
-        for n in ctx.of(ast.For, ast.AsyncFor, *_COMPREHENSIONS)
-        if any(
-            _evaluation_word(x)
-            for x in _iter_words(n.iter if isinstance(n, (ast.For, ast.AsyncFor)) else n.generators[0].iter)
-        )
-    ]
-    if not loops:
-        return []
-    seen: set[int] = set()
-    out: list[tuple[ast.Call, str]] = []
-    for loop in loops:
-        if _steps_in(ctx, loop):
-            continue
-        for sub in ctx.walk(loop):
-            if isinstance(sub, ast.Call) and id(sub) not in seen and not _in_iterable(ctx, sub, loop):
-                # (a call in this loop's iterable is judged with the loop around it, if any)
-                seen.add(id(sub))
-                model = unguarded_evaluation(ctx, sub, loop)
-                if model is not None:
-                    out.append((sub, model))
-    out.sort(key=lambda cm: (cm[0].lineno, cm[0].col_offset))
-    return out
+        yield from iter_words(node.value, depth + 1)

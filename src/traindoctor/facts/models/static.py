@@ -29,6 +29,10 @@ from traindoctor.facts.models.info import UNKNOWN_MODEL as UNKNOWN_MODEL
 from traindoctor.facts.models.info import ModelInfo as ModelInfo
 from traindoctor.facts.models.info import Params as Params
 from traindoctor.facts.models.info import model_built_by as model_built_by
+from traindoctor.facts.models.layers import kinds_in, returns_a_container, stored_on_self
+
+# re-exported: the rules import these from here
+from traindoctor.facts.models.layers import torch_nn_name as torch_nn_name
 from traindoctor.facts.models.registries import TIMM_FACTORIES
 from traindoctor.facts.models.registries import registry_entry as registry_entry
 from traindoctor.facts.models.registries import registry_model as registry_model
@@ -103,18 +107,6 @@ def _cache(ctx: FileContext) -> _FileModels:
 def forget_models(ctx: FileContext) -> None:
     """Drop what the file's models were found to build (computed against another project state)."""
     ctx.forget(_CACHE)
-
-
-def torch_nn_name(ctx: FileContext, func: ast.AST) -> str | None:
-    """``nn.Conv2d`` / ``torch.nn.modules.conv.Conv2d`` -> ``"Conv2d"``; else None."""
-    qn = ctx.qualname(func)
-    if qn is None:
-        return None
-    if qn.startswith("torch.nn.modules."):
-        return qn.rsplit(".", 1)[-1]
-    if qn.startswith("torch.nn.") and qn.count(".") == 2:
-        return qn.rsplit(".", 1)[-1]
-    return None
 
 
 def classes(ctx: FileContext) -> dict[str, ast.ClassDef]:
@@ -209,7 +201,7 @@ def _container_info(ctx: FileContext, call: ast.Call, name: str, depth: int) -> 
         for i, arg in enumerate(args):
             if isinstance(arg, ast.Starred):
                 complete = False
-                kinds |= _kinds_in(ctx, arg)
+                kinds |= kinds_in(ctx, arg)
                 continue
             children.append((str(i), arg))
     elif name == "ModuleList" and len(args) == 1 and isinstance(args[0], (ast.List, ast.Tuple)):
@@ -224,7 +216,7 @@ def _container_info(ctx: FileContext, call: ast.Call, name: str, depth: int) -> 
     elif args:
         complete = False
         for arg in args:
-            kinds |= _kinds_in(ctx, arg)
+            kinds |= kinds_in(ctx, arg)
     params: list[tuple[str, str]] = []
     for child_name, expr in children:
         info = model_of(ctx, expr, depth + 1)
@@ -234,26 +226,6 @@ def _container_info(ctx: FileContext, call: ast.Call, name: str, depth: int) -> 
         else:
             params.extend(_prefixed(child_name + ".", info.params))
     return ModelInfo(frozenset(kinds), tuple(params) if complete else None, label)
-
-
-def _kinds_in(ctx: FileContext, node: ast.AST) -> set[str]:
-    """Every torch.nn layer constructed inside ``node`` (lower bound of a model's kinds)."""
-    out: set[str] = set()
-    for sub in ctx.walk(node):
-        if isinstance(sub, ast.Call):
-            name = torch_nn_name(ctx, sub.func)
-            if name is not None and name[:1].isupper():
-                out.add(f"torch.nn.{name}")
-                out.update(f"torch.nn.{k}" for k in _COMPOSITE_KINDS.get(name, ()))
-            elif (ctx.qualname(sub.func) or "") in ("torch.nn.functional.dropout", "torch.nn.functional.dropout2d"):
-                out.add("torch.nn.functional.dropout")
-            elif isinstance(sub.func, ast.Attribute) and sub.func.attr.startswith(("resnet", "vgg", "densenet")):
-                qn = ctx.qualname(sub.func) or ""
-                if qn.startswith("torchvision.models."):
-                    tv = torchvision_model(qn.rsplit(".", 1)[-1])
-                    if tv is not None:
-                        out |= tv.kinds
-    return out
 
 
 def _not_a_module(ctx: FileContext, value: ast.expr) -> bool:
@@ -345,7 +317,7 @@ def class_info(ctx: FileContext, cls: ast.ClassDef, depth: int = 0) -> ModelInfo
         known = cache[key]
         return known if known is not None else UNKNOWN_MODEL
     cache[key] = None  # recursion guard
-    kinds = _kinds_in(ctx, cls)
+    kinds = kinds_in(ctx, cls)
     complete = True
     base_infos: list[ModelInfo] = []
     is_module = False
@@ -434,6 +406,10 @@ def _local_constructions(ctx: FileContext, cls: ast.ClassDef, depth: int) -> set
             out |= class_info(ctx, other, depth + 1).kinds
         elif other is None and len(fns.get(name, ())) == 1 and ctx.function_of(fns[name][0]) is None:
             out |= function_returns(ctx, fns[name][0], depth + 1).kinds
+            if stored_on_self(ctx, node) and returns_a_container(ctx, fns[name][0]):
+                # ``self.hyperparams, self.module_list = create_modules(defs)``: the layers the
+                # helper builds (``modules.add_module("bn", nn.BatchNorm2d(n))``) are the module's
+                out |= kinds_in(ctx, fns[name][0])
     return out
 
 

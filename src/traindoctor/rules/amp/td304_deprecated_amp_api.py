@@ -58,6 +58,11 @@ class DeprecatedAmpApi(Rule):
         file written for Lightning 1.x (the project pins `pytorch-lightning<2`, or the file uses
         what 2.0 removed, such as `Trainer(gpus=...)` or `training_epoch_end`) is left alone:
         1.x has no `"16-mixed"`.
+
+        Inference code is left alone: an entry script that loads a trained model while no
+        backward pass nor optimizer is reachable from it (in the file or the project functions and
+        classes it calls), and library functions whose only users in the project are such scripts
+        (a `transcribe()` that `transcribe.py` and a server call, never a training script).
     """
     why_bad = """
         Since PyTorch 2.4 these spellings emit a `FutureWarning` on every construction and are
@@ -148,6 +153,21 @@ class DeprecatedAmpApi(Rule):
             import amp
 
             amp.initialize(config)
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            # an inference script of a trained checkpoint: nothing trains here
+            def main(loader):
+                model = torch.load("checkpoint.pth", weights_only=False)
+                model.eval()
+                with torch.no_grad(), torch.cuda.amp.autocast():
+                    return [model(x) for x, _ in loader]
+
+            if __name__ == "__main__":
+                main(test_loader)
             """
         ),
     )
@@ -265,6 +285,10 @@ class DeprecatedAmpApi(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterator[Finding]:
+        from traindoctor.facts.training.context import inference_only
+
+        if inference_only(ctx):
+            return  # an inference or evaluation script of a trained model: nothing trains here
         yield from self._check_frameworks(ctx)
         yield from self._check_file(ctx)
         yield from self._check_project(ctx)
@@ -274,6 +298,7 @@ class DeprecatedAmpApi(Rule):
         ``misc.NativeScaler()``) uses the deprecated API in its own module: report the call here
         and cite the use there. Each definition once, at its first call."""
         from traindoctor.facts.data.static import drives_training
+        from traindoctor.facts.training.context import inference_only
 
         view = ctx.project
         if view is None or not view.imports_project or not drives_training(ctx):
@@ -282,7 +307,7 @@ class DeprecatedAmpApi(Rule):
         for call, resolved in view.calls():
             facts = resolved.function or resolved.cls
             key = (resolved.path, resolved.name)
-            if facts is None or key in done:
+            if facts is None or key in done or inference_only(ctx, call):
                 continue
             used = sorted((q for q in facts.calls if q in _DEPRECATED), key=lambda q: (facts.calls[q].line, q))
             used = [q for q in used if not ctx.settings.torch_below(_DEPRECATED[q][2])]
@@ -306,6 +331,7 @@ class DeprecatedAmpApi(Rule):
 
     def _check_file(self, ctx: FileContext) -> Iterator[Finding]:
         from traindoctor.facts.amp.static import pos
+        from traindoctor.facts.training.context import inference_only
 
         names = ctx.called_names
         wanted = [q for q in sorted(_DEPRECATED) if q in names]
@@ -315,8 +341,8 @@ class DeprecatedAmpApi(Rule):
         for call in calls:
             qn = ctx.qualname(call.func) or ""
             replacement, device, since = _DEPRECATED[qn]
-            if ctx.settings.torch_below(since) or _version_gated(ctx, call):
-                continue
+            if ctx.settings.torch_below(since) or _version_gated(ctx, call) or inference_only(ctx, call):
+                continue  # (inference code, evaluation of a trained model: not training)
             old = "torch." + ("cuda" if device == "cuda" else "cpu") + ".amp." + replacement.rsplit(".", 1)[-1]
             new = f'torch.{replacement}("{device}", ...)'
             yield ctx.report(
@@ -338,9 +364,12 @@ class DeprecatedAmpApi(Rule):
             lightning_major,
             lightning_trainers,
         )
+        from traindoctor.facts.training.context import inference_only
 
         found: list[Finding] = []
         for qn, call in apex_amp_calls(ctx):
+            if inference_only(ctx, call):
+                continue
             short = "amp." + qn.rsplit(".", 1)[-1]
             found.append(
                 ctx.report(

@@ -6,7 +6,7 @@ import ast
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from traindoctor.finding import Finding, Severity
+from traindoctor.finding import Finding, Related, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 from traindoctor.static.names import dotted
 from traindoctor.static.vocab import EVAL_LOOP_TRIGGERS
@@ -64,9 +64,16 @@ class EvalInTrainMode(Rule):
     iterates a loader named like val/test/eval, when the model contains BatchNorm or Dropout
     (known from the file: an `nn.Sequential`, an `nn.Module` subclass, a torchvision
     constructor) and is in training mode there. Training mode is established on evidence only:
-    the last mode call on the model before the forward is `.train()`, or the model was created
-    in the same function and nothing sets its mode, or every caller of an `evaluate(model, ...)`
-    helper passes a model in training mode.
+    the last mode call on the model before the forward is `.train()`, or a helper it was handed
+    to left it in training mode (`train_one_epoch(model)`), or the model was created in the same
+    function and nothing sets its mode (a constructor builds a module in training mode; a
+    project `load_model()` that calls `model.eval()` before returning hands it back in eval mode,
+    and so does a library's `from_pretrained`; an unpickled module's mode is unknown), or a
+    caller of an `evaluate(model, ...)` helper passes a model in training mode (the finding
+    then names that call). A module-level model, or a trainer class's `self.model`, is in
+    training mode inside a function that does not set it when nothing in the file (nor the
+    project base classes and helpers it is handed to) ever puts it in eval mode;
+    `model.train(was_training)` puts back the mode saved from `model.training` and sets none.
 
     The most common form is also reported: an evaluation loop (a `for` loop, comprehension or
     generator expression over a loader named like val/valid/test/eval, with no backward pass or
@@ -206,6 +213,21 @@ class EvalInTrainMode(Rule):
             with torch.no_grad():
                 return [model(x) for x, _ in loader]
         """),
+        Valid("""
+        import torch
+        from torch import nn
+
+        def load_for_eval(path):
+            model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))
+            model.load_state_dict(torch.load(path))
+            model.eval()
+            return model
+
+        def score(path, batches):
+            net = load_for_eval(path)  # handed back in eval mode
+            with torch.no_grad():
+                return [net(x) for x in batches]
+        """),
     )
     invalid = (
         Invalid("""
@@ -291,7 +313,8 @@ class EvalInTrainMode(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.facts.evaluation.static import forward_models, unguarded_evaluation_forwards
+        from traindoctor.facts.evaluation.flow import unguarded_evaluation_forwards
+        from traindoctor.facts.evaluation.static import forward_models
         from traindoctor.facts.models.static import model_of
 
         yield from self._check_guarded(ctx)
@@ -314,8 +337,9 @@ class EvalInTrainMode(Rule):
         evaluation forward in the mode its caller left it in, called here with a model in
         training mode: reported at the call, the helper's forward as the related location."""
         from traindoctor.facts.data.static import is_test_file
+        from traindoctor.facts.evaluation.flow import mode_state
         from traindoctor.facts.evaluation.modes import ParameterModes, helpers_set_mode
-        from traindoctor.facts.evaluation.static import PARAMETER_MODES, TRAIN, mode_state
+        from traindoctor.facts.evaluation.static import PARAMETER_MODES, TRAIN
         from traindoctor.facts.models.static import model_of
         from traindoctor.static.project import Place
 
@@ -353,31 +377,60 @@ class EvalInTrainMode(Rule):
                 )
 
     def _check_guarded(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.facts.evaluation.static import TRAIN, forward_models, mode_state, no_grad_calls
-        from traindoctor.facts.models.static import model_of
+        from traindoctor.facts.evaluation.flow import mode_state
+        from traindoctor.facts.evaluation.static import TRAIN, forward_models, no_grad_calls
 
         for call in no_grad_calls(ctx, where=_may_be_model_call):
             func = call.func
             fn = ctx.function_of(call)
-            exprs = forward_models(ctx, call, fn)
-            if not exprs:
-                continue
-            infos = [model_of(ctx, e) for e in exprs]
-            if not all(i.has_batchnorm or i.has_dropout for i in infos):
-                continue
             if not is_evaluation(ctx, call, fn):
                 continue
             model = dotted(func) or ""
-            if mode_state(ctx, call, model, fn) != TRAIN:
+            infos = _mode_dependent(ctx, forward_models(ctx, call, fn))
+            if infos and mode_state(ctx, call, model, fn) == TRAIN:
+                yield ctx.report(
+                    self,
+                    call,
+                    f"`{model}` is evaluated in training mode, so its {_layers(infos)} behave as in training; "
+                    f"call `{model}.eval()` before evaluating.",
+                    help="Call `model.eval()` before evaluation",
+                )
                 continue
-            layers = _layers(infos)
+            yield from self._some_callers(ctx, call, model, fn)
+
+    def _some_callers(self, ctx: FileContext, call: ast.Call, model: str, fn: ast.AST | None) -> Iterable[Finding]:
+        """A helper whose model parameter keeps the mode it is called with, called (among others
+        of unknown mode) with a model in training mode: reported at the forward, citing the
+        first such call."""
+        from traindoctor.facts.evaluation.flow import training_callers
+        from traindoctor.facts.evaluation.static import argument_for, is_parameter
+
+        if not is_parameter(fn, model):
+            return
+        for site in training_callers(ctx, call, model, fn):
+            arg = argument_for(site, fn, model)
+            infos = _mode_dependent(ctx, [arg] if arg is not None else [])
+            if not infos:
+                continue
+            name = getattr(fn, "name", "")
+            loc = ctx.location(site)
             yield ctx.report(
                 self,
                 call,
-                f"`{model}` is evaluated in training mode, so its {layers} behave as in training; "
-                f"call `{model}.eval()` before evaluating.",
+                f"`{model}` is evaluated in training mode when `{name}` is called at line {loc.row}, so "
+                f"its {_layers(infos)} behave as in training; call `{model}.eval()` before evaluating.",
                 help="Call `model.eval()` before evaluation",
+                related=(Related(ctx.filename, loc, f"`{name}` is called here with a model in training mode"),),
             )
+            return
+
+
+def _mode_dependent(ctx: FileContext, exprs: list[ast.expr]) -> list[ModelInfo]:
+    """What the models ``exprs`` are made of, when every one has BatchNorm or Dropout (else [])."""
+    from traindoctor.facts.models.static import model_of
+
+    infos = [model_of(ctx, e) for e in exprs]
+    return infos if infos and all(i.has_batchnorm or i.has_dropout for i in infos) else []
 
 
 def _may_be_model_call(call: ast.Call) -> bool:

@@ -41,13 +41,20 @@ class EvalWithGrad(Rule):
     call site of the function in the file disables grad. Files that switch autograd off globally
     or freeze parameters (`requires_grad_(False)`) are left alone, and so are JAX/Flax or
     TensorFlow programs that import nothing from torch (they have no autograd recording to turn
-    off).
+    off). A function under a project's own decorator that runs it inside `no_grad` (`@nograd`
+    where `def nograd(f)` wraps `f` in `with torch.no_grad():`) has autograd off, and a model
+    whose own `forward` turns autograd off (a `no_grad` block for its inference branch) is left
+    alone: what a call records then depends on its arguments.
+
+    Inference scripts are evaluation code too: a script that loads a trained model and runs it
+    with autograd recording wastes the same memory and time.
 
     An evaluation loop that has neither `model.eval()` nor `no_grad` is reported too (and by
     TD701 when the model has BatchNorm or Dropout): a `for` loop, comprehension or generator
     expression over a loader named like val/valid/test/eval, with no backward pass or optimizer
     step in it or after it in the function, running a model that is in training mode on
-    evidence (see TD701).
+    evidence (see TD701). A loss module called in such a loop (`bce = nn.BCEWithLogitsLoss()`)
+    is no model.
     """
     why_bad = """
     `model.eval()` changes how BatchNorm and Dropout behave; it does not stop autograd. Every
@@ -163,6 +170,29 @@ class EvalWithGrad(Rule):
             criterion(model(x), y).backward()
             optimizer.step()
         """),
+        Valid("""
+        import torch
+        from torch import nn
+
+        def nograd(f):
+            def wrapper(*args, **kwargs):
+                with torch.no_grad():
+                    return f(*args, **kwargs)
+            return wrapper
+
+        class Detector(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.head = nn.Linear(8, 4)
+
+            def forward(self, x):
+                return self.head(x)
+
+            @nograd  # the project's own decorator runs predict() under no_grad
+            def predict(self, images):
+                self.eval()
+                return [self(x) for x in images]
+        """),
     )
     invalid = (
         Invalid("""
@@ -216,15 +246,15 @@ class EvalWithGrad(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.facts.evaluation.static import (
-            freezes_parameters,
-            grad_disabled_globally,
-            unguarded_evaluation_forwards,
-        )
+        from traindoctor.facts.evaluation.callee import forward_disables_grad
+        from traindoctor.facts.evaluation.flow import unguarded_evaluation_forwards
+        from traindoctor.facts.evaluation.static import freezes_parameters, grad_disabled_globally
 
         if grad_disabled_globally(ctx) or freezes_parameters(ctx):
             return
         for call, model in unguarded_evaluation_forwards(ctx):
+            if forward_disables_grad(ctx, call.func):
+                continue
             yield ctx.report(
                 self,
                 call,
@@ -236,6 +266,7 @@ class EvalWithGrad(Rule):
         yield from self._check_eval_mode(ctx)
 
     def _check_eval_mode(self, ctx: FileContext) -> Iterable[Finding]:
+        from traindoctor.facts.evaluation.callee import forward_disables_grad
         from traindoctor.facts.evaluation.static import (
             backward_calls,
             callers_disable_grad,
@@ -280,7 +311,7 @@ class EvalWithGrad(Rule):
                 last = mode_before(ctx, call, model, fn)
                 if last is None or last.call is not ev:
                     continue
-                if grad_enabled_at(ctx, call) is not None:
+                if grad_enabled_at(ctx, call) is not None or forward_disables_grad(ctx, call.func):
                     continue
                 seen.add(id(call))
                 yield ctx.report(
