@@ -93,6 +93,20 @@ class LoaderIndex:
         """Every path the value of ``expr`` (a construction call) takes through the file."""
         return self._trace_value(expr, (), (), expr, 0, set())
 
+    def reaching_values(self, ref: ast.Name) -> list[ast.expr] | None:
+        """The values of the bindings of ``ref`` that may reach it (the nearest one before it,
+        with its if/else twins); None when one of them is not a plain ``name = value``."""
+        scope = self._resolve_scope(ref)
+        if scope is None:
+            return None
+        out: list[ast.expr] = []
+        for store in self._live_stores(ref, scope):
+            stmt = self.ctx.statement_of(store)
+            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and stmt.targets[0] is store):
+                return None
+            out.append(stmt.value)
+        return out
+
     @property
     def trains(self) -> bool:
         """Whether the file trains (see :func:`file_trains`)."""
@@ -199,17 +213,37 @@ class LoaderIndex:
         live = [before[-1]]
         for store in reversed(before[:-1]):
             if all(self._exclusive(store, other) for other in live):
-                live.append(store)
+                live.append(store)  # an if/else twin
+            elif self._may_skip(live, ref):
+                live.append(store)  # the later bindings may not run (``if changed: loader = ...``)
             else:
                 break
-        # ``loader = accelerator.prepare(loader)`` continues the loader it wraps.
+        # ``loader = accelerator.prepare(loader)`` continues the loader it wraps; ``it = iter(it)``
+        # does not: it is one pass over the loader, however many loops then draw from it.
         for store in list(live):
             stmt = self.ctx.statement_of(store)
-            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call):
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and not _is_iter_call(stmt.value):
                 for inner in self.ctx.walk(stmt.value):
                     if isinstance(inner, ast.Name) and inner.id == ref.id and isinstance(inner.ctx, ast.Load):
                         live.extend(s for s in self._live_stores(inner, scope, depth + 1) if s not in live)
         return live
+
+    def _may_skip(self, live: list[ast.AST], ref: ast.AST) -> bool:
+        """Whether every binding in ``live`` may not run before ``ref`` (each conditional, and no
+        two of them the branches of one if/else)."""
+        if not all(self._conditional(s, ref) for s in live):
+            return False
+        return not any(self._exclusive(a, b) for i, a in enumerate(live) for b in live[i + 1 :])
+
+    def _conditional(self, store: ast.AST, ref: ast.AST) -> bool:
+        """Whether ``store`` sits in an ``if``/loop/``try`` that does not also hold ``ref``: it may
+        not run before ``ref`` is read."""
+        for anc in self.ctx.ancestors(store):
+            if isinstance(anc, (*_FUNCS, ast.Lambda, ast.ClassDef, ast.Module)):
+                return False
+            if isinstance(anc, (ast.If, *_LOOPS, ast.Try)) and not self.ctx.within(ref, anc):
+                return True
+        return False
 
     def _refs_of_store(self, store: ast.AST, name: str) -> list[ast.Name]:
         scope = self.ctx.scope_of(store)
@@ -417,6 +451,8 @@ class LoaderIndex:
         site = self._site_of(node, via, origin)
         if site is not None:
             return [Use(names, [site], refs)]
+        if inert_read(ctx, node):
+            return [Use(names, refs=refs, inert=True)]
         if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and parent.value is node:
             targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
             uses: list[Use] = []
@@ -450,6 +486,8 @@ class LoaderIndex:
                 site = self._project_site(call, arg_node, via, origin)
                 if site is not None:
                     return [Use(names, [site], refs)]
+                if self._project_reads_only(call, arg_node):
+                    return [Use(names, refs=refs, inert=True)]
             uses = []
             for fn in fns:
                 param = self._param_for(fn, call, arg_node, method)
@@ -608,6 +646,8 @@ class LoaderIndex:
                 site = Site(call, "iter", via)
         if site is None:
             return None
+        if isinstance(site.node, (ast.For, ast.AsyncFor)):
+            site.unused = _batches_unused(ctx, site.node)
         site.repeated_by = self._repeating_loop(site.node, via, origin, 0, frozenset())
         site.evaluation = self._evaluation_site(site)
         if site.kind == "iter" and site.repeated_by is None:
@@ -634,6 +674,17 @@ class LoaderIndex:
             f"`{resolved.name}` iterates its `{param}` argument here",
         )
         return site
+
+    def _project_reads_only(self, call: ast.Call, arg: ast.AST) -> bool:
+        """``shuffle_dataset(loader, epoch)`` where the project function only reads attributes of
+        that parameter (``loader.sampler``): the call neither iterates the loader nor hands it on."""
+        found = self._project_function(call)
+        if found is None:
+            return False
+        fn = found[1]
+        param = fn.param_for(call, arg)
+        data = function_data(fn)
+        return param is not None and data is not None and param in data.reads_only
 
     def _loop_counts(self, loop: ast.AST) -> bool:
         """Whether a loop may run its body more than once (``range(1)`` and ``while False`` do not)."""
@@ -736,18 +787,46 @@ class LoaderIndex:
 
     def _factory_uses(self, call: ast.Call, index: int | None) -> list[Use] | None:
         """Where the loader a factory call returns goes: the call's value, or element ``index``
-        of the tuple it returns when the call is unpacked into as many names (None: not followed)."""
+        of the tuple or list it returns (None: not followed)."""
         if index is None:
             return self.trace(call)
-        parent = self.ctx.parent(call)
+        return self._element_uses(call, index, (), 0, set())
+
+    def _element_uses(
+        self, call: ast.Call, index: int, names: tuple[str, ...], depth: int, seen: set[int]
+    ) -> list[Use] | None:
+        """Where element ``index`` of the tuple or list ``call`` returns goes: unpacked into as
+        many names (``train_dl, val_dl = build(cfg)``), or indexed with a constant, directly or
+        through a name bound once to the call (``loaders = build(cfg)`` ... ``loaders[0]``)."""
+        ctx = self.ctx
+        parent = ctx.parent(call)
+        if isinstance(parent, ast.Subscript) and parent.value is call:
+            return self._trace_value(parent, names, (), call, depth + 1, seen) if _index_of(parent) == index else []
         if not (isinstance(parent, ast.Assign) and parent.value is call and len(parent.targets) == 1):
             return None
         target = parent.targets[0]
-        if not isinstance(target, (ast.Tuple, ast.List)) or index >= len(target.elts):
+        if isinstance(target, (ast.Tuple, ast.List)):
+            if index >= len(target.elts) or any(isinstance(e, ast.Starred) for e in target.elts):
+                return None
+            return self._trace_target(target.elts[index], names, (), call, depth + 1, seen, [call])
+        if not isinstance(target, ast.Name) or target.id in ctx.mutated_names:
             return None
-        if any(isinstance(e, ast.Starred) for e in target.elts):
+        scope = ctx.scope_of(target)
+        if len(self._stores_of(scope, target.id)) != 1:
             return None
-        return self._trace_target(target.elts[index], (), (), call, 0, set(), [call])
+        uses: list[Use] = []
+        for ref in self._refs_of_store(target, target.id):
+            holder = ctx.parent(ref)
+            if isinstance(holder, ast.Subscript) and holder.value is ref and isinstance(holder.ctx, ast.Load):
+                if _index_of(holder) == index:
+                    uses += self._trace_value(holder, (*names, target.id), (), call, depth + 1, seen)
+                continue
+            if inert_read(ctx, ref):
+                continue
+            return None  # the container goes somewhere else: its elements cannot be followed
+        if uses:
+            uses[0].refs[:0] = [call]
+        return uses
 
     def _loader(self, call: ast.Call) -> Loader:
         ctx = self.ctx
@@ -785,6 +864,58 @@ class LoaderIndex:
 _WRAPPERS = frozenset({"enumerate", "zip", "tqdm", "islice", "track", "trange", "chain", "log_every"})
 
 
+#: Builtins that read a value without iterating it or handing it on.
+_INERT_CALLS = frozenset({"len", "print", "isinstance", "hasattr", "getattr", "type", "id", "repr", "str", "format"})
+
+
+def inert_read(ctx: FileContext, node: ast.AST) -> bool:
+    """``len(loader)``, ``print(loader)``, ``loader.sampler``, ``loader.dataset``: a read of the
+    value that neither iterates it nor hands it on (an attribute is not the loader)."""
+    parent = ctx.parent(node)
+    if isinstance(parent, ast.Attribute) and parent.value is node:
+        return not parent.attr.startswith("__")  # ``loader.__iter__()`` is a pass
+    if isinstance(parent, ast.Call) and node in parent.args and isinstance(parent.func, ast.Name):
+        name = parent.func.id
+        return name in _INERT_CALLS and name not in ctx.imports.names and not ctx.bindings_of(parent.func)
+    return False
+
+
+def _is_iter_call(call: ast.Call) -> bool:
+    return isinstance(call.func, ast.Name) and call.func.id == "iter" and len(call.args) == 1
+
+
+def _index_of(node: ast.Subscript) -> int | None:
+    key = node.slice
+    if isinstance(key, ast.Constant) and isinstance(key.value, int) and not isinstance(key.value, bool):
+        return key.value
+    return None
+
+
+def _batches_unused(ctx: FileContext, loop: ast.For | ast.AsyncFor) -> bool:
+    """Whether a ``for`` loop over a loader never reads the batch it binds (``for _ in loader``,
+    ``for i, _ in enumerate(loader)``, a name bound but never read in the body)."""
+    target: ast.expr = loop.target
+    it = loop.iter
+    if isinstance(it, ast.Call) and callee_name(it) == "enumerate":
+        if not (isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2):
+            return False
+        target = target.elts[1]
+    elif isinstance(it, ast.Call) and callee_name(it) in ("zip", "chain"):
+        return False  # several iterables: which name is the loader's batch cannot be told
+    names = {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    if not names or any(isinstance(n, (ast.Attribute, ast.Subscript, ast.Starred)) for n in ast.walk(target)):
+        return False
+    if names <= {"_"}:
+        return True
+    for stmt in [*loop.body, *loop.orelse]:
+        for sub in ast.walk(stmt):
+            if isinstance(sub, ast.Name) and sub.id in names and isinstance(sub.ctx, ast.Load):
+                return False
+            if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                return False  # a closure may read the batch later: cannot tell
+    return True
+
+
 def loader_index(ctx: FileContext) -> LoaderIndex:
     """The (cached) loader analysis of one file."""
     return ctx.shared("loaders", LoaderIndex)
@@ -800,11 +931,16 @@ def may_build_loaders(ctx: FileContext) -> bool:
 
 
 def iter_training_loaders(ctx: FileContext) -> Iterable[Loader]:
-    """Training loaders of a file that trains (see :func:`file_trains`), in source order.
+    """Training loaders of a file that drives training (see :func:`drives_training`), in source
+    order; in any other file, only the loaders a Lightning ``train_dataloader`` hook returns.
 
     Test files (:func:`is_test_file`) have none: performance advice on test loaders is noise.
     """
-    if is_test_file(ctx.filename) or not may_build_loaders(ctx) or not drives_training(ctx):
+    if is_test_file(ctx.filename) or not may_build_loaders(ctx):
         return []
-    index = loader_index(ctx)
-    return index.training_loaders()
+    if not drives_training(ctx):
+        if not ctx.calls_to(DATALOADER):
+            return []
+        # A Lightning ``train_dataloader`` is the training input wherever it is defined.
+        return [l for l in loader_index(ctx).training_loaders() if any(s.kind == "hook" for s in l.sites)]
+    return loader_index(ctx).training_loaders()

@@ -81,18 +81,37 @@ def _disables_grad(ctx: FileContext, expr: ast.AST) -> bool:
 
 
 def is_lightning_train_hook(ctx: FileContext, fn: ast.AST) -> bool:
-    """``def train_dataloader(self)`` of a LightningModule/DataModule: the trainer iterates it
-    once per epoch (it is built once unless ``reload_dataloaders_every_n_epochs`` is set)."""
-    if getattr(fn, "name", "") != "train_dataloader":
-        return False
+    """``def train_dataloader(self)`` of a LightningModule/DataModule, or the method the class
+    binds to that name (``self.train_dataloader = self._train_dataloader`` in ``__init__``): the
+    trainer iterates it once per epoch (it is built once unless
+    ``reload_dataloaders_every_n_epochs`` is set)."""
+    name = getattr(fn, "name", "")
     cls = ctx.parent(fn)
-    if not isinstance(cls, ast.ClassDef):
+    if not isinstance(cls, ast.ClassDef) or not any(
+        (dotted(base) or "").endswith(("LightningModule", "LightningDataModule")) for base in cls.bases
+    ):
         return False
-    for base in cls.bases:
-        text = dotted(base) or ""
-        if text.endswith(("LightningModule", "LightningDataModule")):
-            return True
-    return False
+    return name == "train_dataloader" or name in _bound_train_hooks(ctx, cls)
+
+
+def _bound_train_hooks(ctx: FileContext, cls: ast.ClassDef) -> set[str]:
+    """Methods a class assigns to ``self.train_dataloader`` (directly or through ``partial``)."""
+    out: set[str] = set()
+    for node in ctx.walk(cls):
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        target, value = node.targets[0], node.value
+        if not (isinstance(target, ast.Attribute) and target.attr == "train_dataloader" and _is_self(target.value)):
+            continue
+        if isinstance(value, ast.Call) and callee_name(value) == "partial" and value.args:
+            value = value.args[0]
+        if isinstance(value, ast.Attribute) and _is_self(value.value):
+            out.add(value.attr)
+    return out
+
+
+def _is_self(node: ast.AST) -> bool:
+    return isinstance(node, ast.Name) and node.id == "self"
 
 
 def drives_training(ctx: FileContext) -> bool:
@@ -103,10 +122,29 @@ def drives_training(ctx: FileContext) -> bool:
     merely imports its siblings never pays for reading them."""
     if file_trains(ctx):
         return True
-    for loop in ctx.of(ast.For):
-        target = loop.target
-        if isinstance(target, ast.Name) and "epoch" in target.id.lower():
-            return True
+    return any(is_epoch_loop(loop) for loop in ctx.of(ast.For))
+
+
+#: Words of an epoch counter (``epoch``, ``cur_epoch``, ``num_epochs``, ``ep``, ``args.ep``).
+_EPOCH_WORDS = ("epoch", "epochs", "ep")
+
+
+def is_epoch_loop(loop: ast.For) -> bool:
+    """``for epoch in ...``, ``for ep in range(start_ep, args.ep)``, ``for i in range(num_epochs)``:
+    a loop over epochs, by the words of its counter or of its ``range`` bounds."""
+    from traindoctor.facts.data.names import name_tokens
+
+    target = loop.target
+    if isinstance(target, ast.Name) and ("epoch" in target.id.lower() or "ep" in name_tokens(target.id)):
+        return True
+    it = loop.iter
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"):
+        return False
+    for arg in it.args:
+        for sub in ast.walk(arg):
+            word = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else None
+            if word is not None and any(t in _EPOCH_WORDS for t in name_tokens(word)):
+                return True
     return False
 
 
