@@ -272,23 +272,19 @@ class Returns:
         self._samplers[key] = found
         return found
 
-    def sampler_place(self, node: ast.expr, depth: int = 0) -> Place | None:
+    def sampler_place(self, node: ast.expr, depth: int = 0, hops: int = 0) -> Place | None:
         """Where the shuffling ``DistributedSampler`` ``node`` may evaluate to is built: the
         construction, ``s if dist else None``, a name bound to one, a helper that returns one."""
         ctx = self.ctx
-        for _ in range(4):
-            if isinstance(node, ast.IfExp):
-                return self.sampler_place(node.body, depth) or self.sampler_place(node.orelse, depth)
-            if not isinstance(node, ast.Name):
-                break
-            bound = ctx.bindings_of(node)
-            if not bound:
-                return None
-            for b in bound:
-                if b is not None and b is not node:
-                    found = self.sampler_place(b, depth)
-                    if found is not None:
-                        return found
+        if hops > 8:
+            return None  # ``x = a if c else x``: a chain of names that loops
+        if isinstance(node, ast.IfExp):
+            return self.sampler_place(node.body, depth, hops + 1) or self.sampler_place(node.orelse, depth, hops + 1)
+        if isinstance(node, ast.Name):
+            for b in ctx.bindings_of(node) or ():
+                found = self.sampler_place(b, depth, hops + 1) if b is not None and b is not node else None
+                if found is not None:
+                    return found
             return None
         if not isinstance(node, ast.Call):
             return None
