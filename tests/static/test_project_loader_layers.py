@@ -169,13 +169,17 @@ def test_a_loader_built_here_from_a_helpers_distributed_sampler(tmp_path: Path) 
     assert "draws from a DistributedSampler" in finding.message and "loop at line 10" in finding.message
     (related,) = finding.related
     assert Path(related.filename).name == "utils.py" and related.location.row == 5
-    sets = LOCAL_LOADER_SCRIPT.replace("        for x, y in loader:", "        sampler.set_epoch(epoch)\n        for x, y in loader:")
+    sets = LOCAL_LOADER_SCRIPT.replace(
+        "        for x, y in loader:", "        sampler.set_epoch(epoch)\n        for x, y in loader:"
+    )
     files["train.py"] = sets
     assert rows(check(tmp_path, files, "train.py", ["TD601"])) == []
     # a sampler that does not shuffle replays nothing
     files = {
         "data/__init__.py": "",
-        "data/utils.py": SAMPLER_UTILS.replace("DistributedSampler(dataset)", "DistributedSampler(dataset, shuffle=False)"),
+        "data/utils.py": SAMPLER_UTILS.replace(
+            "DistributedSampler(dataset)", "DistributedSampler(dataset, shuffle=False)"
+        ),
         "train.py": LOCAL_LOADER_SCRIPT,
     }
     assert rows(check(tmp_path, files, "train.py", ["TD601"])) == []
@@ -262,7 +266,9 @@ def test_a_loader_appended_to_a_returned_list_is_read_by_its_index(tmp_path: Pat
 
 
 def test_a_list_appended_in_a_loop_is_not_followed(tmp_path: Path) -> None:
-    helper = LIST_HELPER.replace("    loaders.append(train_loader)", "    for _ in range(2):\n        loaders.append(train_loader)")
+    helper = LIST_HELPER.replace(
+        "    loaders.append(train_loader)", "    for _ in range(2):\n        loaders.append(train_loader)"
+    )
     assert rows(check(tmp_path, {"utils.py": helper, "train.py": LIST_SCRIPT}, "train.py", ["TD102", "TD103"])) == []
 
 
@@ -292,8 +298,13 @@ def main(encoder, head, train_set, optimizer):
 
 def test_len_of_a_feature_extraction_loader_does_not_make_it_a_training_loader(tmp_path: Path) -> None:
     assert rows(check(tmp_path, {"train.py": FEATURES_SCRIPT}, "train.py", ["TD101", "TD102"])) == []
-    training = FEATURES_SCRIPT.replace("def inference(", "def fit(").replace("inference(train_loader", "fit(train_loader")
-    training = training.replace("        with torch.no_grad():\n            feats.append(encoder(x.cuda()))", "        encoder(x.cuda()).sum().backward()")
+    training = FEATURES_SCRIPT.replace("def inference(", "def fit(").replace(
+        "inference(train_loader", "fit(train_loader"
+    )
+    training = training.replace(
+        "        with torch.no_grad():\n            feats.append(encoder(x.cuda()))",
+        "        encoder(x.cuda()).sum().backward()",
+    )
     result = check(tmp_path, {"train.py": training}, "train.py", ["TD101", "TD102"])
     assert rows(result) == [("TD101", 14)]
     assert "pin_memory=True" in result.findings[0].message
@@ -332,8 +343,60 @@ def test_a_loop_that_never_reads_its_batches_is_not_a_training_pass(tmp_path: Pa
     files = {"datasets/__init__.py": "", "datasets/loader.py": BENCHMARK_HELPERS, "benchmark.py": BENCHMARK}
     assert rows(check(tmp_path, files, "benchmark.py", ["TD101", "TD102", "TD103"])) == []
     files["benchmark.py"] = BENCHMARK.replace("for cur_iter, _ in", "for cur_iter, batch in").replace(
-        "            if cur_iter % 10 == 0:", "            model(batch).sum().backward()\n            if cur_iter % 10 == 0:"
+        "            if cur_iter % 10 == 0:",
+        "            model(batch).sum().backward()\n            if cur_iter % 10 == 0:",
     )
     result = check(tmp_path, files, "benchmark.py", ["TD103"])
     assert rows(result) == [("TD103", 6)]
     assert "8 worker processes" in result.findings[0].message
+
+
+EMBEDDINGS_SCRIPT = """
+import torch
+from data import init_data
+
+
+def make_embeddings(data_loader, encoder, epochs=1):
+    z_mem = []
+    for _ in range(epochs):
+        for itr, (imgs, labels) in enumerate(data_loader):
+            with torch.no_grad():
+                z_mem.append(encoder(imgs.cuda()))
+    return torch.cat(z_mem)
+
+
+def main(encoder, head):
+    data_loader, _ = init_data(batch_size=16, num_workers=0)
+    embs = make_embeddings(data_loader, encoder)
+    optimizer = torch.optim.SGD(head.parameters(), lr=0.1)
+    for epoch in range(10):
+        head(embs).sum().backward()
+        optimizer.step()
+"""
+
+INIT_DATA = """
+import torch
+
+
+def init_data(batch_size, num_workers=8):
+    dataset = ImageNet()
+    sampler = torch.utils.data.distributed.DistributedSampler(dataset)
+    loader = torch.utils.data.DataLoader(dataset, sampler=sampler, batch_size=batch_size, num_workers=num_workers)
+    return (loader, sampler)
+"""
+
+
+def test_a_loop_that_runs_its_model_under_no_grad_extracts_features(tmp_path: Path) -> None:
+    files = {"data.py": INIT_DATA, "embed.py": EMBEDDINGS_SCRIPT}
+    assert rows(check(tmp_path, files, "embed.py", ["TD101", "TD102", "TD103", "TD601"])) == []
+    # the same loop with an optimizer step in it trains
+    files["embed.py"] = EMBEDDINGS_SCRIPT.replace(
+        "                z_mem.append(encoder(imgs.cuda()))",
+        "                z_mem.append(encoder(imgs.cuda()))\n            head(z_mem[-1]).sum().backward()\n"
+        "            optimizer.step()",
+    ).replace(
+        "def make_embeddings(data_loader, encoder, epochs=1):",
+        "def make_embeddings(data_loader, encoder, epochs=1, head=None, optimizer=None):",
+    )
+    result = check(tmp_path, files, "embed.py", ["TD102"])
+    assert rows(result) == [("TD102", 17)]

@@ -734,7 +734,7 @@ class LoaderIndex:
         fn = ctx.function_of(site.node)
         if isinstance(fn, _FUNCS) and is_evaluation_name(fn.name):
             return not any(ctx.within(c, fn) for c in ctx.method_calls("backward"))
-        return False
+        return isinstance(site.node, (ast.For, ast.AsyncFor)) and _forwards_without_grad(ctx, site.node)
 
     # ------------------------------------------------------------------ loaders
     def _project_function(self, call: ast.Call) -> tuple[Resolved, FunctionFacts] | None:
@@ -877,6 +877,18 @@ def inert_read(ctx: FileContext, node: ast.AST) -> bool:
     if isinstance(parent, ast.Call) and node in parent.args and isinstance(parent.func, ast.Name):
         name = parent.func.id
         return name in _INERT_CALLS and name not in ctx.imports.names and not ctx.bindings_of(parent.func)
+    return False
+
+
+def _forwards_without_grad(ctx: FileContext, loop: ast.For | ast.AsyncFor) -> bool:
+    """A loop (with no ``backward()`` in it) whose body runs its model under ``no_grad`` and
+    steps no optimizer: it extracts features or computes statistics, it does not train."""
+    if any(ctx.within(c, loop) for c in ctx.method_calls("step")):
+        return False
+    for node in ctx.walk(loop):
+        if isinstance(node, (ast.With, ast.AsyncWith)) and node is not loop:
+            if any(under_no_grad(ctx, stmt) for stmt in node.body[:1]):
+                return True
     return False
 
 

@@ -125,27 +125,14 @@ def drives_training(ctx: FileContext) -> bool:
     return any(is_epoch_loop(loop) for loop in ctx.of(ast.For))
 
 
-#: Words of an epoch counter (``epoch``, ``cur_epoch``, ``num_epochs``, ``ep``, ``args.ep``).
-_EPOCH_WORDS = ("epoch", "epochs", "ep")
-
-
 def is_epoch_loop(loop: ast.For) -> bool:
-    """``for epoch in ...``, ``for ep in range(start_ep, args.ep)``, ``for i in range(num_epochs)``:
-    a loop over epochs, by the words of its counter or of its ``range`` bounds."""
+    """``for epoch in ...``, ``for cur_epoch in ...``, ``for ep in range(start_ep, args.ep)``: a
+    loop over epochs, by the name of its counter. (A ``range(epochs)`` bound alone does not say
+    it: ``for _ in range(epochs)`` also repeats feature extraction.)"""
     from traindoctor.facts.data.names import name_tokens
 
     target = loop.target
-    if isinstance(target, ast.Name) and ("epoch" in target.id.lower() or "ep" in name_tokens(target.id)):
-        return True
-    it = loop.iter
-    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"):
-        return False
-    for arg in it.args:
-        for sub in ast.walk(arg):
-            word = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else None
-            if word is not None and any(t in _EPOCH_WORDS for t in name_tokens(word)):
-                return True
-    return False
+    return isinstance(target, ast.Name) and ("epoch" in target.id.lower() or "ep" in name_tokens(target.id))
 
 
 def literal_false(node: object) -> bool:
