@@ -400,3 +400,66 @@ def test_a_loop_that_runs_its_model_under_no_grad_extracts_features(tmp_path: Pa
     )
     result = check(tmp_path, files, "embed.py", ["TD102"])
     assert rows(result) == [("TD102", 17)]
+
+
+DICT_BUILDER = """
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+
+
+def build(dataset, val_set, workers=0):
+    sampler = DistributedSampler(dataset)
+    batch_sampler = BatchSampler(sampler, 32, drop_last=True)
+    loader = DataLoader(dataset, batch_sampler=batch_sampler, num_workers=workers, pin_memory=True)
+    val_loader = DataLoader(val_set, batch_size=64, num_workers=0)
+    return {"train": loader, "val": val_loader, "sampler": sampler}
+"""
+
+DICT_SCRIPT = """
+import torch
+from builder import build
+
+
+def main(dataset, val_set, model, optimizer, epochs):
+    data = build(dataset, val_set)
+    for epoch in range(epochs):
+        for x, y in data["train"]:
+            model(x.cuda()).sum().backward()
+            optimizer.step()
+        with torch.no_grad():
+            for x, y in data["val"]:
+                model(x.cuda())
+"""
+
+
+def test_loaders_returned_in_a_dict_are_read_by_their_keys(tmp_path: Path) -> None:
+    files = {"builder.py": DICT_BUILDER, "train.py": DICT_SCRIPT}
+    result = check(tmp_path, files, "train.py", ["TD102", "TD601"])
+    assert rows(result) == [("TD102", 6), ("TD601", 6)]  # the "val" loader's 0 workers stay silent
+    td102, td601 = result.findings
+    assert [(Path(r.filename).name, r.location.row) for r in td102.related] == [("builder.py", 7)]
+    assert "from `build`" in td601.message and "loop at line 7" in td601.message
+    assert [(Path(r.filename).name, r.location.row) for r in td601.related] == [("builder.py", 5)]
+    sets = DICT_SCRIPT.replace(
+        "    for epoch in range(epochs):\n",
+        '    for epoch in range(epochs):\n        data["sampler"].set_epoch(epoch)\n',
+    )
+    files["train.py"] = sets
+    assert rows(check(tmp_path, files, "train.py", ["TD601"])) == []
+
+
+def test_a_dict_read_with_a_variable_key_is_not_followed(tmp_path: Path) -> None:
+    script = DICT_SCRIPT.replace('for x, y in data["train"]:', "for x, y in data[phase]:").replace(
+        "def main(dataset, val_set, model, optimizer, epochs):",
+        "def main(dataset, val_set, model, optimizer, epochs, phase):",
+    )
+    assert rows(check(tmp_path, {"builder.py": DICT_BUILDER, "train.py": script}, "train.py", ["TD102", "TD601"])) == []
+
+
+def test_a_dict_of_loaders_in_the_same_file(tmp_path: Path) -> None:
+    script = DICT_BUILDER.replace("from torch.utils.data import", "import torch\nfrom torch.utils.data import")
+    script = script.replace("num_workers=workers", "num_workers=0") + DICT_SCRIPT.replace(
+        "import torch\nfrom builder import build\n", ""
+    )
+    result = check(tmp_path, {"train.py": script}, "train.py", ["TD102", "TD601"])
+    assert rows(result) == [("TD601", 6), ("TD102", 8)]
+    assert "loop at line 16" in result.findings[0].message

@@ -33,8 +33,8 @@ _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 #: How many calls deep a returned value is followed (wrapper of a wrapper of a factory).
 _MAX_DEPTH = 4
 #: ``(index or None, facts)``: a loader the function returns, as the value itself or as element
-#: ``index`` of a returned tuple or list.
-Entry = tuple[int | None, LoaderFacts]
+#: ``index`` of a returned tuple or list (an int) or dict (a str key).
+Entry = tuple[int | str | None, LoaderFacts]
 #: A construction's facts, computed by the summariser for one ``DataLoader(...)`` call.
 FactsOf = Any  # Callable[[FileContext, ast.Call, set[str]], LoaderFacts]; Any keeps mypy simple
 
@@ -90,27 +90,29 @@ class Returns:
     def _loaders_of(self, fn: FuncDef, depth: int) -> tuple[Entry, ...]:
         ctx = self.ctx
         params = set(signature_of(ctx, fn).names)
-        found: dict[tuple[int | None, int], Entry] = {}
-        width: int | None = -1  # -1: no return seen yet; None: plain returns; n: tuples of n
+        found: dict[tuple[int | str | None, int], Entry] = {}
+        # The shape of the returns: "?" before the first, None for plain values, the indices or
+        # keys of a returned container ("*" for one forwarded from a callee, shape unknown).
+        shape: object = "?"
         for ret in self._returns(fn):
             value = cast(ast.expr, ret.value)
             elements = self._elements(value)
             if elements is not None:
-                if width != -1 and len(elements) != width:
+                keys = tuple(k for k, _ in elements)
+                if shape not in ("?", "*", keys):
                     return ()
-                width = len(elements)
-                for i, elt in enumerate(elements):
+                shape = keys
+                for key, elt in elements:
                     for facts in self._plain(elt, params, depth) or ():
-                        found.setdefault((i, id(facts)), (i, facts))
+                        found.setdefault((key, id(facts)), (key, facts))
                 continue
             entries = self._value(value, params, depth)
             if not entries:
                 continue  # returns something else in this branch
             indexed = entries[0][0] is not None
-            if (indexed and width is None) or (not indexed and width not in (-1, None)):
+            if (indexed and shape is None) or (not indexed and shape is not None and shape != "?"):
                 return ()
-            if not indexed:
-                width = None
+            shape = ("*" if shape == "?" else shape) if indexed else None
             for index, facts in entries:
                 found.setdefault((index, id(facts)), (index, facts))
         entries_out = tuple(found.values())
@@ -124,15 +126,24 @@ class Returns:
             r for r in ast.walk(fn) if isinstance(r, ast.Return) and r.value is not None and ctx.function_of(r) is fn
         ]
 
-    def _elements(self, value: ast.expr) -> list[ast.expr] | None:
-        """The elements of a returned tuple or list: a literal, or a list name bound once to ``[]``
-        and filled by ``append`` statements of the function body (``loaders.append(train_loader)``)."""
+    def _elements(self, value: ast.expr) -> list[tuple[int | str, ast.expr]] | None:
+        """The (index or key, element) pairs of a returned container: a tuple, list or dict
+        literal (constant string keys), or a list name bound once to ``[]`` and filled by
+        ``append`` statements of the function body (``loaders.append(train_loader)``)."""
         if isinstance(value, (ast.Tuple, ast.List)):
             if any(isinstance(e, ast.Starred) for e in value.elts):
                 return None
-            return list(value.elts)
+            return list(enumerate(value.elts))
+        if isinstance(value, ast.Dict):
+            pairs: list[tuple[int | str, ast.expr]] = []
+            for k, v in zip(value.keys, value.values):
+                if not (isinstance(k, ast.Constant) and isinstance(k.value, str)):
+                    return None
+                pairs.append((k.value, v))
+            return pairs
         if isinstance(value, ast.Name):
-            return self._appended(value)
+            appended = self._appended(value)
+            return list(enumerate(appended)) if appended is not None else None
         return None
 
     def _appended(self, name: ast.Name) -> list[ast.expr] | None:

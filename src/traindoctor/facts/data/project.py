@@ -55,8 +55,9 @@ class FunctionData:
     loader: LoaderFacts | None
     #: Every DataLoader construction the function may return: ``(None, facts)`` for the return
     #: value itself (one per branch that binds the returned name), ``(i, facts)`` for element
-    #: ``i`` of a returned tuple (``return train_loader, val_loader``).
-    returns: tuple[tuple[int | None, LoaderFacts], ...] = ()
+    #: ``i`` of a returned tuple or list (``return train_loader, val_loader``), ``(key, facts)``
+    #: for a returned dict (``return {"train": train_loader}``).
+    returns: tuple[tuple[int | str | None, LoaderFacts], ...] = ()
     #: The body calls ``.set_epoch(...)`` on something that may be a loader's sampler
     #: (``shuffle_dataset(loader, epoch)``); not on an object reached through a ``.dataset``.
     sets_epoch: bool = False

@@ -478,6 +478,16 @@ class LoaderIndex:
             key = next((k for k, v in zip(parent.keys, parent.values) if v is node), None)
             if isinstance(key, ast.Constant) and isinstance(key.value, str):
                 names = (*names, key.value)
+                holder = ctx.parent(parent)
+                if isinstance(holder, ast.Return) and holder.value is parent:
+                    return self._trace_function(holder, names, via, depth, seen, refs, key.value)
+                if isinstance(holder, ast.Assign) and holder.value is parent and len(holder.targets) == 1:
+                    target = holder.targets[0]
+                    found = self._name_element_uses(target, key.value, names, origin, depth, seen)
+                    if found is not None:
+                        if found:
+                            found[0].refs[:0] = refs
+                        return found or [Use(names, refs=refs)]
             return [Use(names, refs=refs, escapes=True)]
         call, arg_node = self._call_of_arg(node)
         if call is not None:
@@ -582,9 +592,10 @@ class LoaderIndex:
         depth: int,
         seen: set[int],
         refs: list[ast.expr],
-        index: int | None,
+        index: int | str | None,
     ) -> list[Use]:
-        """The value is returned by a function: follow the function's callers."""
+        """The value is returned by a function (element ``index`` of a returned tuple, list or
+        dict, or the value itself): follow the function's callers."""
         ctx = self.ctx
         fn = ctx.enclosing(ret, (*_FUNCS, ast.Lambda))
         if not isinstance(fn, _FUNCS) or id(fn) in seen:
@@ -608,15 +619,7 @@ class LoaderIndex:
                 if index is None:
                     uses += self._trace_value(call, names, (), call, depth + 1, seen)
                     continue
-                parent = ctx.parent(call)
-                if isinstance(parent, ast.Assign) and parent.value is call:
-                    for target in parent.targets:
-                        if (
-                            isinstance(target, (ast.Tuple, ast.List))
-                            and index < len(target.elts)
-                            and not any(isinstance(e, ast.Starred) for e in target.elts)
-                        ):
-                            uses += self._trace_target(target.elts[index], names, (), call, depth + 1, seen, [])
+                uses += self._element_uses(call, index, names, depth, seen) or []
         if not uses:
             return [Use(names, refs=refs, escapes=True)]
         uses[0].refs[:0] = refs
@@ -760,7 +763,7 @@ class LoaderIndex:
             if data is None or not (data.returns or data.loader):
                 continue
             returns = data.returns or ((None, data.loader),)
-            seen: list[tuple[int | None, object]] = []
+            seen: list[tuple[int | str | None, object]] = []
             for index, facts in returns:
                 if facts is None:
                     continue
@@ -785,47 +788,64 @@ class LoaderIndex:
                 out.append(loader)
         return out
 
-    def _factory_uses(self, call: ast.Call, index: int | None) -> list[Use] | None:
+    def _factory_uses(self, call: ast.Call, index: int | str | None) -> list[Use] | None:
         """Where the loader a factory call returns goes: the call's value, or element ``index``
-        of the tuple or list it returns (None: not followed)."""
+        of the tuple, list or dict it returns (None: not followed)."""
         if index is None:
             return self.trace(call)
         return self._element_uses(call, index, (), 0, set())
 
     def _element_uses(
-        self, call: ast.Call, index: int, names: tuple[str, ...], depth: int, seen: set[int]
+        self, call: ast.Call, index: int | str, names: tuple[str, ...], depth: int, seen: set[int]
     ) -> list[Use] | None:
-        """Where element ``index`` of the tuple or list ``call`` returns goes: unpacked into as
-        many names (``train_dl, val_dl = build(cfg)``), or indexed with a constant, directly or
-        through a name bound once to the call (``loaders = build(cfg)`` ... ``loaders[0]``)."""
+        """Where element ``index`` of the tuple, list or dict ``call`` returns goes: unpacked into
+        as many names (``train_dl, val_dl = build(cfg)``), or read with a constant index or key,
+        directly or through a name bound once to the call (``loaders = build(cfg)`` ...
+        ``loaders[0]``, ``loaders["train"]``)."""
         ctx = self.ctx
         parent = ctx.parent(call)
         if isinstance(parent, ast.Subscript) and parent.value is call:
-            return self._trace_value(parent, names, (), call, depth + 1, seen) if _index_of(parent) == index else []
+            key = _index_of(parent)
+            if key is None:
+                return None
+            return self._trace_value(parent, names, (), call, depth + 1, seen) if key == index else []
         if not (isinstance(parent, ast.Assign) and parent.value is call and len(parent.targets) == 1):
             return None
         target = parent.targets[0]
         if isinstance(target, (ast.Tuple, ast.List)):
-            if index >= len(target.elts) or any(isinstance(e, ast.Starred) for e in target.elts):
+            if not isinstance(index, int) or index >= len(target.elts):
+                return None
+            if any(isinstance(e, ast.Starred) for e in target.elts):
                 return None
             return self._trace_target(target.elts[index], names, (), call, depth + 1, seen, [call])
+        uses = self._name_element_uses(target, index, names, call, depth, seen)
+        if uses:
+            uses[0].refs[:0] = [call]
+        return uses
+
+    def _name_element_uses(
+        self, target: ast.expr, index: int | str, names: tuple[str, ...], origin: ast.AST, depth: int, seen: set[int]
+    ) -> list[Use] | None:
+        """Element ``index`` of a container bound once to the name ``target``, read as
+        ``target[index]``; None when the container itself goes somewhere else (or is changed)."""
+        ctx = self.ctx
         if not isinstance(target, ast.Name) or target.id in ctx.mutated_names:
             return None
-        scope = ctx.scope_of(target)
-        if len(self._stores_of(scope, target.id)) != 1:
+        if len(self._stores_of(ctx.scope_of(target), target.id)) != 1:
             return None
         uses: list[Use] = []
         for ref in self._refs_of_store(target, target.id):
             holder = ctx.parent(ref)
             if isinstance(holder, ast.Subscript) and holder.value is ref and isinstance(holder.ctx, ast.Load):
-                if _index_of(holder) == index:
-                    uses += self._trace_value(holder, (*names, target.id), (), call, depth + 1, seen)
+                key = _index_of(holder)
+                if key is None:
+                    return None  # ``loaders[phase]``: any element may be read there
+                if key == index:
+                    uses += self._trace_value(holder, (*names, target.id), (), origin, depth + 1, seen)
                 continue
             if inert_read(ctx, ref):
                 continue
             return None  # the container goes somewhere else: its elements cannot be followed
-        if uses:
-            uses[0].refs[:0] = [call]
         return uses
 
     def _loader(self, call: ast.Call) -> Loader:
@@ -886,7 +906,7 @@ def _forwards_without_grad(ctx: FileContext, loop: ast.For | ast.AsyncFor) -> bo
     if any(ctx.within(c, loop) for c in ctx.method_calls("step")):
         return False
     for node in ctx.walk(loop):
-        if isinstance(node, (ast.With, ast.AsyncWith)) and node is not loop:
+        if isinstance(node, (ast.With, ast.AsyncWith)):
             if any(under_no_grad(ctx, stmt) for stmt in node.body[:1]):
                 return True
     return False
@@ -896,9 +916,10 @@ def _is_iter_call(call: ast.Call) -> bool:
     return isinstance(call.func, ast.Name) and call.func.id == "iter" and len(call.args) == 1
 
 
-def _index_of(node: ast.Subscript) -> int | None:
+def _index_of(node: ast.Subscript) -> int | str | None:
+    """The constant index or key of ``x[0]`` / ``x["train"]``."""
     key = node.slice
-    if isinstance(key, ast.Constant) and isinstance(key.value, int) and not isinstance(key.value, bool):
+    if isinstance(key, ast.Constant) and isinstance(key.value, (int, str)) and not isinstance(key.value, bool):
         return key.value
     return None
 

@@ -64,12 +64,12 @@ class DataSummariser:
 DATA_SUMMARISER = DataSummariser()
 
 
-def returned_loaders(ctx: FileContext, fn: FuncDef) -> tuple[tuple[int | None, LoaderFacts], ...]:
-    """Every ``DataLoader(...)`` construction ``fn`` may return, with the position in the returned
-    tuple or list (None: the return value itself): built by ``fn`` or by a function it returns the
-    value of (see :mod:`traindoctor.facts.data.factories`)."""
+def returned_loaders(ctx: FileContext, fn: FuncDef) -> tuple[tuple[int | str | None, LoaderFacts], ...]:
+    """Every ``DataLoader(...)`` construction ``fn`` may return, with its index or key in the
+    returned tuple, list or dict (None: the return value itself): built by ``fn`` or by a
+    function it returns the value of (see :mod:`traindoctor.facts.data.factories`)."""
     if not any(
-        isinstance(r, ast.Return) and isinstance(r.value, (ast.Call, ast.Name, ast.Tuple, ast.List))
+        isinstance(r, ast.Return) and isinstance(r.value, (ast.Call, ast.Name, ast.Tuple, ast.List, ast.Dict))
         for r in ast.walk(fn)
     ):
         return ()

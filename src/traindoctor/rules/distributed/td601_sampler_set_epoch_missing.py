@@ -318,6 +318,8 @@ def _uses_sampler(ctx: FileContext, loader: Loader, refs: set[int]) -> bool:
     if isinstance(arg, ast.AST) and _is_ref(arg, refs):
         return True
     batch = ctx.arg(loader.call, "batch_sampler")
+    if isinstance(batch, ast.Name):  # ``batch_sampler = BatchSampler(sampler, 32, ...)``
+        batch = ctx.binding(batch)
     if isinstance(batch, ast.Call) and batch.args and _is_ref(batch.args[0], refs):
         return True
     return False
