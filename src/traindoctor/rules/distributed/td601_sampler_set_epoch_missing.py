@@ -44,10 +44,14 @@ class SamplerSetEpochMissing(Rule):
     on something the checker cannot tell apart from the sampler are not reported.
 
     When a project helper in another module builds the sampler and its loader and returns the
-    loader (alone or in a tuple, `loader, sampler = init_data(...)`), the finding is placed at the
-    helper's call in the training script, citing the sampler's construction; it needs a script
-    with no `set_epoch` call at all and no project function it calls that calls one
-    (`shuffle_dataset(loader, epoch)`).
+    loader (alone, in a tuple or a dict, `loader, sampler = init_data(...)`, or through another
+    helper it returns the value of), or the script builds the loader from a sampler a helper
+    returns (`sampler = create_sampler(ds, cfg)`), the finding is placed at the helper's call (or
+    the loader) in the training script, citing the sampler's construction; it needs a script
+    with no `set_epoch` call on something that may be a sampler and no project function it
+    calls that makes one (`shuffle_dataset(loader, epoch)`). A `set_epoch` on an object reached
+    through a `.dataset` attribute (`loader.dataset.set_epoch(epoch)`, a prefetcher the dataset
+    owns) sets the dataset's epoch, not the sampler's, and does not count.
 
     Frameworks that set the epoch themselves are left alone: a loader returned by a Lightning
     module's `train_dataloader()` (the fit loop sets it every epoch), and a loader handed to
@@ -193,6 +197,20 @@ class SamplerSetEpochMissing(Rule):
                 data_loader = tud.DataLoader(dataset, batch_size=args.batch_size, sampler=train_sampler)
                 for epoch in range(args.epochs):
                     train_one_epoch(model, data_loader)
+            """
+        ),
+        # A BatchSampler bound to a name; only the dataset's own epoch is set.
+        Invalid(
+            """
+            from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+
+            sampler = DistributedSampler(train_ds)  # TD601
+            batches = BatchSampler(sampler, 64, drop_last=True)
+            loader = DataLoader(train_ds, batch_sampler=batches, num_workers=4)
+            for epoch in range(10):
+                loader.dataset.set_epoch(epoch)
+                for x, y in loader:
+                    model(x).sum().backward()
             """
         ),
         # Inline sampler with a conditional expression, in a class, positional shuffle=True.
