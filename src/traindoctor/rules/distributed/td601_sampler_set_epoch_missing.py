@@ -335,9 +335,9 @@ def _uses_sampler(ctx: FileContext, loader: Loader, refs: set[int]) -> bool:
     arg = ctx.arg(loader.call, "sampler")
     if isinstance(arg, ast.AST) and _is_ref(arg, refs):
         return True
-    batch = ctx.arg(loader.call, "batch_sampler")
-    if isinstance(batch, ast.Name):  # ``batch_sampler = BatchSampler(sampler, 32, ...)``
-        batch = ctx.binding(batch)
+    given = ctx.arg(loader.call, "batch_sampler")
+    # ``batches = BatchSampler(sampler, 32, ...)`` bound to a name, or spelled in the call
+    batch = ctx.binding(given) if isinstance(given, ast.Name) else given
     if isinstance(batch, ast.Call) and batch.args and _is_ref(batch.args[0], refs):
         return True
     return False
