@@ -463,3 +463,50 @@ def test_a_dict_of_loaders_in_the_same_file(tmp_path: Path) -> None:
     result = check(tmp_path, {"train.py": script}, "train.py", ["TD102", "TD601"])
     assert rows(result) == [("TD601", 6), ("TD102", 8)]
     assert "loop at line 16" in result.findings[0].message
+
+
+CONDITIONAL_BUILDER = """
+import torch
+
+
+def build_loader(config):
+    dataset_train, dataset_val = build_dataset(config)
+    sampler_train = torch.utils.data.DistributedSampler(dataset_train, shuffle=True)
+    data_loader_train = torch.utils.data.DataLoader(
+        dataset_train, sampler=sampler_train, batch_size=config.BATCH_SIZE, num_workers=0,
+        pin_memory=True) if dataset_train is not None else None
+    data_loader_val = torch.utils.data.DataLoader(
+        dataset_val, batch_size=config.BATCH_SIZE, num_workers=0) if dataset_val is not None else None
+    return dataset_train, dataset_val, data_loader_train, data_loader_val
+"""
+
+CONDITIONAL_SCRIPT = """
+import torch
+from data.build import build_loader
+
+
+def main(config, model, optimizer):
+    dataset_train, dataset_val, data_loader_train, data_loader_val = build_loader(config)
+    for epoch in range(config.EPOCHS):
+        data_loader_train.sampler.set_epoch(epoch)
+        for x, y in data_loader_train:
+            model(x.cuda()).sum().backward()
+            optimizer.step()
+"""
+
+
+def test_a_loader_built_in_a_conditional_expression_with_none(tmp_path: Path) -> None:
+    files = {"data/__init__.py": "", "data/build.py": CONDITIONAL_BUILDER, "train.py": CONDITIONAL_SCRIPT}
+    result = check(tmp_path, files, "train.py", ["TD102", "TD601"])
+    assert rows(result) == [("TD102", 6)]  # the epoch is set; the val loader is never iterated for training
+    assert [(Path(r.filename).name, r.location.row) for r in result.findings[0].related] == [("build.py", 7)]
+    files["train.py"] = CONDITIONAL_SCRIPT.replace("        data_loader_train.sampler.set_epoch(epoch)\n", "")
+    result = check(tmp_path, files, "train.py", ["TD601"])
+    assert rows(result) == [("TD601", 6)]
+    assert [(Path(r.filename).name, r.location.row) for r in result.findings[0].related] == [("build.py", 6)]
+    # another branch that builds something else: not a plain factory
+    files["data/build.py"] = CONDITIONAL_BUILDER.replace(
+        "pin_memory=True) if dataset_train is not None else None",
+        "pin_memory=True) if dataset_train is not None else Dali()",
+    )
+    assert rows(check(tmp_path, files, "train.py", ["TD102", "TD601"])) == []

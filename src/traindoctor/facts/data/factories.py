@@ -183,20 +183,31 @@ class Returns:
         return [f for _, f in entries]
 
     def _value(self, value: ast.expr, params: set[str], depth: int) -> list[Entry] | None:
-        """The loader entries an expression evaluates to: a construction, a name every binding of
-        which is one, or a call of a project function that returns loaders."""
+        """The loader entries an expression evaluates to: a construction (or ``None`` in the other
+        branch of a conditional expression), a name every binding of which is one, or a call of a
+        project function that returns loaders."""
         ctx = self.ctx
         if isinstance(value, ast.Call):
             if ctx.qualname(value.func) == DATALOADER:
                 return [(None, self.facts_of(ctx, value, params))]
             return self._called(value, params, depth)
+        if isinstance(value, ast.IfExp):  # ``DataLoader(...) if dataset is not None else None``
+            out: list[Entry] = []
+            for branch in (value.body, value.orelse):
+                if isinstance(branch, ast.Constant) and branch.value is None:
+                    continue  # no loader at all on this path
+                entries = self._value(branch, params, depth)
+                if not entries:
+                    return None
+                out += entries
+            return out or None
         if isinstance(value, ast.Name):
             bound = ctx.bindings_of(value)
-            if not bound or any(not isinstance(b, ast.Call) for b in bound):
+            if not bound or any(not isinstance(b, (ast.Call, ast.IfExp)) for b in bound):
                 return None
-            out: list[Entry] = []
+            out = []
             for b in bound:
-                entries = self._value(cast(ast.Call, b), params, depth)
+                entries = self._value(cast(ast.expr, b), params, depth)
                 if not entries:
                     return None  # one binding is something else: not a plain factory
                 out += entries
