@@ -33,10 +33,18 @@ from traindoctor.facts.data.datasets import indexes_own_data as indexes_own_data
 from traindoctor.facts.data.loaders import Loader as Loader
 from traindoctor.facts.data.loaders import Site as Site
 from traindoctor.facts.data.loaders import Use as Use
+from traindoctor.facts.data.memory import DatasetMemory
 from traindoctor.facts.data.names import is_evaluation_name as is_evaluation_name
 from traindoctor.facts.data.names import is_test_file as is_test_file
 from traindoctor.facts.data.names import is_test_module as is_test_module
 from traindoctor.facts.data.names import name_tokens as name_tokens
+from traindoctor.facts.data.passes import (
+    batches_unused,
+    forwards_without_grad,
+    index_of,
+    is_iter_call,
+)
+from traindoctor.facts.data.passes import inert_read as inert_read
 from traindoctor.facts.data.project import function_data
 from traindoctor.facts.data.training import (
     callee_name,
@@ -76,6 +84,7 @@ class LoaderIndex:
         self._attr_loads: dict[str, list[ast.Attribute]] = {}
         self._defs: dict[str, list[FuncDef]] = {}
         self._name_calls: dict[str, list[ast.Call]] = {}
+        self.memory = DatasetMemory(self)
         self._build()
         self.loaders: list[Loader] = [self._loader(c) for c in ctx.calls_to(DATALOADER)]
         self.loaders += self._factory_loaders()
@@ -96,11 +105,11 @@ class LoaderIndex:
     def reaching_values(self, ref: ast.Name) -> list[ast.expr] | None:
         """The values of the bindings of ``ref`` that may reach it (the nearest one before it,
         with its if/else twins); None when one of them is not a plain ``name = value``."""
-        scope = self._resolve_scope(ref)
+        scope = self.resolve_scope(ref)
         if scope is None:
             return None
         out: list[ast.expr] = []
-        for store in self._live_stores(ref, scope):
+        for store in self.live_stores(ref, scope):
             stmt = self.ctx.statement_of(store)
             if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and stmt.targets[0] is store):
                 return None
@@ -182,7 +191,7 @@ class LoaderIndex:
             return (stmt.end_lineno or 0, stmt.end_col_offset or 0)
         return self._pos(node)
 
-    def _resolve_scope(self, ref: ast.Name) -> ast.AST | None:
+    def resolve_scope(self, ref: ast.Name) -> ast.AST | None:
         """The scope whose binding of ``ref.id`` this load reads (None: builtin or import)."""
         ctx = self.ctx
         own = ctx.scope_of(ref)
@@ -196,10 +205,10 @@ class LoaderIndex:
             scope = ctx.scope_of(scope)
 
     # ------------------------------------------------------------------ which stores a load sees
-    def _exclusive(self, a: ast.AST, b: ast.AST) -> bool:
+    def exclusive(self, a: ast.AST, b: ast.AST) -> bool:
         return exclusive_branches(self.ctx, a, b)
 
-    def _live_stores(self, ref: ast.Name, scope: ast.AST, depth: int = 0) -> list[ast.AST]:
+    def live_stores(self, ref: ast.Name, scope: ast.AST, depth: int = 0) -> list[ast.AST]:
         """The bindings of ``ref`` that may reach it (nearest preceding one, plus if/else twins)."""
         stores = self._stores_of(scope, ref.id)
         if len(stores) <= 1 or depth > 4:
@@ -212,7 +221,7 @@ class LoaderIndex:
             return list(stores)
         live = [before[-1]]
         for store in reversed(before[:-1]):
-            if all(self._exclusive(store, other) for other in live):
+            if all(self.exclusive(store, other) for other in live):
                 live.append(store)  # an if/else twin
             elif self._may_skip(live, ref):
                 live.append(store)  # the later bindings may not run (``if changed: loader = ...``)
@@ -222,10 +231,10 @@ class LoaderIndex:
         # does not: it is one pass over the loader, however many loops then draw from it.
         for store in list(live):
             stmt = self.ctx.statement_of(store)
-            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and not _is_iter_call(stmt.value):
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and not is_iter_call(stmt.value):
                 for inner in self.ctx.walk(stmt.value):
                     if isinstance(inner, ast.Name) and inner.id == ref.id and isinstance(inner.ctx, ast.Load):
-                        live.extend(s for s in self._live_stores(inner, scope, depth + 1) if s not in live)
+                        live.extend(s for s in self.live_stores(inner, scope, depth + 1) if s not in live)
         return live
 
     def _may_skip(self, live: list[ast.AST], ref: ast.AST) -> bool:
@@ -233,7 +242,7 @@ class LoaderIndex:
         two of them the branches of one if/else)."""
         if not all(self._conditional(s, ref) for s in live):
             return False
-        return not any(self._exclusive(a, b) for i, a in enumerate(live) for b in live[i + 1 :])
+        return not any(self.exclusive(a, b) for i, a in enumerate(live) for b in live[i + 1 :])
 
     def _conditional(self, store: ast.AST, ref: ast.AST) -> bool:
         """Whether ``store`` sits in an ``if``/loop/``try`` that does not also hold ``ref``: it may
@@ -250,12 +259,12 @@ class LoaderIndex:
         out = []
         self._index_name(name)
         for ref in self._loads.get(name, ()):
-            if self._resolve_scope(ref) is scope and any(s is store for s in self._live_stores(ref, scope)):
+            if self.resolve_scope(ref) is scope and any(s is store for s in self.live_stores(ref, scope)):
                 out.append(ref)
         return out
 
     # ------------------------------------------------------------------ functions
-    def _defs_called_by(self, call: ast.Call) -> tuple[list[FuncDef], bool]:
+    def defs_called_by(self, call: ast.Call) -> tuple[list[FuncDef], bool]:
         """Functions of this file that ``call`` may invoke, and whether it is a method call."""
         func = call.func
         if isinstance(func, ast.Name):
@@ -269,7 +278,7 @@ class LoaderIndex:
             return [d for d in self._defs.get(func.attr, ()) if self.ctx.parent(d) is cls], True
         return [], False
 
-    def _call_sites(self, fn: FuncDef) -> list[ast.Call]:
+    def call_sites(self, fn: FuncDef) -> list[ast.Call]:
         """Calls of ``fn`` in this file (``f(...)``, or ``self.f(...)`` for a method)."""
         parent = self.ctx.parent(fn)
         if isinstance(parent, ast.ClassDef):
@@ -284,125 +293,8 @@ class LoaderIndex:
             return []
         return list(self._name_calls.get(fn.name, ()))
 
-    def _returned_in_memory(self, expr: ast.AST, depth: int = 0) -> bool:
-        """A dataset returned by a function of this file whose every ``return`` gives an
-        in-memory dataset: ``feats = prepare_features(model, imgs)`` (``return
-        TensorDataset(...)``), or ``dataset, model, opt = load_train_objs()`` (``return
-        MyTrainDataset(2048), model, optimizer``)."""
-        ctx = self.ctx
-        if depth > 2:
-            return False
-        index: int | None = None
-        call: ast.AST | None = expr
-        if isinstance(expr, ast.Name):
-            scope = self._resolve_scope(expr)
-            stores = self._live_stores(expr, scope) if scope is not None else []
-            if len(stores) != 1:
-                return False
-            stmt = ctx.statement_of(stores[0])
-            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
-                return False
-            target = stmt.targets[0]
-            if isinstance(target, (ast.Tuple, ast.List)):
-                if any(isinstance(e, ast.Starred) for e in target.elts):
-                    return False
-                index = next((i for i, e in enumerate(target.elts) if e is stores[0]), None)
-                if index is None:
-                    return False
-            elif target is not stores[0]:
-                return False
-            call = stmt.value
-        if not isinstance(call, ast.Call):
-            return False
-        if callee_name(call) == "random_split" and call.args:  # ``train_ds, val_ds = random_split(ds, ...)``
-            chain = list(binding_chain(ctx, call.args[0]))
-            return (
-                any(is_in_memory(ctx, e) for e in chain)
-                or self._passed_in_memory(chain[-1], depth + 1)
-                or self._returned_in_memory(chain[-1], depth + 1)
-            )
-        defs, _method = self._defs_called_by(call)
-        if len(defs) != 1:
-            return False
-        returns = [
-            r
-            for r in ctx.walk(defs[0])
-            if isinstance(r, ast.Return) and ctx.enclosing(r, (*_FUNCS, ast.Lambda)) is defs[0]
-        ]
-        if not returns:
-            return False
-        for ret in returns:
-            value = ret.value
-            if index is not None:
-                if not (isinstance(value, (ast.Tuple, ast.List)) and index < len(value.elts)):
-                    return False
-                value = value.elts[index]
-            if value is None:
-                return False
-            chain = list(binding_chain(ctx, value))
-            if not (any(is_in_memory(ctx, e) for e in chain) or self._returned_in_memory(chain[-1], depth + 1)):
-                return False
-        return True
-
-    def _rebound_in_memory(self, expr: ast.AST) -> bool:
-        """A name bound several times (``ds = load_dataset(...)`` in one branch,
-        ``ds = TensorDataset(...)`` in the other) whose bindings that can reach this use are all
-        in-memory datasets."""
-        ctx = self.ctx
-        if not isinstance(expr, ast.Name):
-            return False
-        scope = self._resolve_scope(expr)
-        if scope is None:
-            return False
-        live = [s for s in self._live_stores(expr, scope) if not self._exclusive(s, expr)]
-        if not live:
-            return False
-        for store in live:
-            stmt = ctx.statement_of(store)
-            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and stmt.targets[0] is store):
-                return False
-            if not any(is_in_memory(ctx, e) for e in binding_chain(ctx, stmt.value)):
-                return False
-        return True
-
-    def _passed_in_memory(self, expr: ast.AST, depth: int = 0) -> bool:
-        """``expr`` is a parameter of a function of this file, and every call of that function
-        passes an in-memory dataset for it (``def make_loader(ds): return DataLoader(ds)``
-        called as ``make_loader(TensorDataset(x, y))``)."""
-        ctx = self.ctx
-        if not isinstance(expr, ast.Name) or depth > 2 or ctx.bindings_of(expr) != [None]:
-            return False
-        fn = ctx.function_of(expr)
-        if not isinstance(fn, _FUNCS):
-            return False
-        a = fn.args
-        params = [*a.posonlyargs, *a.args, *a.kwonlyargs]
-        if not any(p.arg == expr.id for p in params):
-            return False
-        method = isinstance(ctx.parent(fn), ast.ClassDef)
-        passed: list[ast.AST] = []
-        for call in self._call_sites(fn):
-            candidates = [*call.args, *(kw.value for kw in call.keywords)]
-            found = [
-                c for c in candidates if (p := self._param_for(fn, call, c, method)) is not None and p.arg == expr.id
-            ]
-            if len(found) != 1:
-                return False  # not passed (default), or passed in a way we cannot tell
-            passed.append(found[0])
-        if not passed:
-            return False
-        for value in passed:
-            chain = list(binding_chain(ctx, value))
-            if not (
-                any(is_in_memory(ctx, e) for e in chain)
-                or self._passed_in_memory(chain[-1], depth + 1)
-                or self._returned_in_memory(chain[-1])
-            ):
-                return False
-        return True
-
     @staticmethod
-    def _param_for(fn: FuncDef, call: ast.Call, arg: ast.AST, method: bool) -> ast.arg | None:
+    def param_for(fn: FuncDef, call: ast.Call, arg: ast.AST, method: bool) -> ast.arg | None:
         a = fn.args
         positional = [*a.posonlyargs, *a.args]
         if method and positional:
@@ -491,7 +383,7 @@ class LoaderIndex:
             return [Use(names, refs=refs, escapes=True)]
         call, arg_node = self._call_of_arg(node)
         if call is not None:
-            fns, method = self._defs_called_by(call)
+            fns, method = self.defs_called_by(call)
             if not fns:
                 site = self._project_site(call, arg_node, via, origin)
                 if site is not None:
@@ -500,7 +392,7 @@ class LoaderIndex:
                     return [Use(names, refs=refs, inert=True)]
             uses = []
             for fn in fns:
-                param = self._param_for(fn, call, arg_node, method)
+                param = self.param_for(fn, call, arg_node, method)
                 if param is None:
                     continue
                 param_id = id(param)
@@ -615,7 +507,7 @@ class LoaderIndex:
                 ):
                     uses += self._trace_value(ref, names, (), ref, depth + 1, seen)
         else:
-            for call in self._call_sites(fn):
+            for call in self.call_sites(fn):
                 if index is None:
                     uses += self._trace_value(call, names, (), call, depth + 1, seen)
                     continue
@@ -644,13 +536,13 @@ class LoaderIndex:
                 and callee_name(call) in ("iter", "cycle", "aiter")
                 and call.args
                 and call.args[0] is node
-                and not self._defs_called_by(call)[0]  # a local ``def cycle(dl)`` is followed instead
+                and not self.defs_called_by(call)[0]  # a local ``def cycle(dl)`` is followed instead
             ):
                 site = Site(call, "iter", via)
         if site is None:
             return None
         if isinstance(site.node, (ast.For, ast.AsyncFor)):
-            site.unused = _batches_unused(ctx, site.node)
+            site.unused = batches_unused(ctx, site.node)
         site.repeated_by = self._repeating_loop(site.node, via, origin, 0, frozenset())
         site.evaluation = self._evaluation_site(site)
         if site.kind == "iter" and site.repeated_by is None:
@@ -716,11 +608,11 @@ class LoaderIndex:
             return None
         if via:
             call = via[-1]
-            if fn in self._defs_called_by(call)[0]:
+            if fn in self.defs_called_by(call)[0]:
                 return self._repeating_loop(call, via[:-1], origin, depth + 1, seen)
         if id(fn) in seen or ctx.within(origin, fn):
             return None  # a loader built inside the function is rebuilt by every call
-        for call in self._call_sites(fn):
+        for call in self.call_sites(fn):
             found = self._repeating_loop(call, (), origin, depth + 1, seen | {id(fn)})
             if found is not None:
                 return found
@@ -737,7 +629,7 @@ class LoaderIndex:
         fn = ctx.function_of(site.node)
         if isinstance(fn, _FUNCS) and is_evaluation_name(fn.name):
             return not any(ctx.within(c, fn) for c in ctx.method_calls("backward"))
-        return isinstance(site.node, (ast.For, ast.AsyncFor)) and _forwards_without_grad(ctx, site.node)
+        return isinstance(site.node, (ast.For, ast.AsyncFor)) and forwards_without_grad(ctx, site.node)
 
     # ------------------------------------------------------------------ loaders
     def _project_function(self, call: ast.Call) -> tuple[Resolved, FunctionFacts] | None:
@@ -805,7 +697,7 @@ class LoaderIndex:
         ctx = self.ctx
         parent = ctx.parent(call)
         if isinstance(parent, ast.Subscript) and parent.value is call:
-            key = _index_of(parent)
+            key = index_of(parent)
             if key is None:
                 return None
             return self._trace_value(parent, names, (), call, depth + 1, seen) if key == index else []
@@ -837,7 +729,7 @@ class LoaderIndex:
         for ref in self._refs_of_store(target, target.id):
             holder = ctx.parent(ref)
             if isinstance(holder, ast.Subscript) and holder.value is ref and isinstance(holder.ctx, ast.Load):
-                key = _index_of(holder)
+                key = index_of(holder)
                 if key is None:
                     return None  # ``loaders[phase]``: any element may be read there
                 if key == index:
@@ -861,9 +753,9 @@ class LoaderIndex:
             loader.evaluation_dataset = any(says_evaluation(ctx, e) for e in chain)
             loader.in_memory = (
                 any(is_in_memory(ctx, e) for e in chain)
-                or self._passed_in_memory(chain[-1])
-                or self._rebound_in_memory(chain[-1])
-                or self._returned_in_memory(chain[-1])
+                or self.memory.passed(chain[-1])
+                or self.memory.rebound(chain[-1])
+                or self.memory.returned(chain[-1])
             )
             loader.iterable = any(is_iterable_dataset_call(ctx, e) for e in chain)
             mapped = mapped_elements(ctx, chain[-1])
@@ -882,71 +774,6 @@ class LoaderIndex:
 
 #: Calls that pass iteration through to their argument (``for i, b in enumerate(loader)``).
 _WRAPPERS = frozenset({"enumerate", "zip", "tqdm", "islice", "track", "trange", "chain", "log_every"})
-
-
-#: Builtins that read a value without iterating it or handing it on.
-_INERT_CALLS = frozenset({"len", "print", "isinstance", "hasattr", "getattr", "type", "id", "repr", "str", "format"})
-
-
-def inert_read(ctx: FileContext, node: ast.AST) -> bool:
-    """``len(loader)``, ``print(loader)``, ``loader.sampler``, ``loader.dataset``: a read of the
-    value that neither iterates it nor hands it on (an attribute is not the loader)."""
-    parent = ctx.parent(node)
-    if isinstance(parent, ast.Attribute) and parent.value is node:
-        return not parent.attr.startswith("__")  # ``loader.__iter__()`` is a pass
-    if isinstance(parent, ast.Call) and node in parent.args and isinstance(parent.func, ast.Name):
-        name = parent.func.id
-        return name in _INERT_CALLS and name not in ctx.imports.names and not ctx.bindings_of(parent.func)
-    return False
-
-
-def _forwards_without_grad(ctx: FileContext, loop: ast.For | ast.AsyncFor) -> bool:
-    """A loop (with no ``backward()`` in it) whose body runs its model under ``no_grad`` and
-    steps no optimizer: it extracts features or computes statistics, it does not train."""
-    if any(ctx.within(c, loop) for c in ctx.method_calls("step")):
-        return False
-    for node in ctx.walk(loop):
-        if isinstance(node, (ast.With, ast.AsyncWith)):
-            if any(under_no_grad(ctx, stmt) for stmt in node.body[:1]):
-                return True
-    return False
-
-
-def _is_iter_call(call: ast.Call) -> bool:
-    return isinstance(call.func, ast.Name) and call.func.id == "iter" and len(call.args) == 1
-
-
-def _index_of(node: ast.Subscript) -> int | str | None:
-    """The constant index or key of ``x[0]`` / ``x["train"]``."""
-    key = node.slice
-    if isinstance(key, ast.Constant) and isinstance(key.value, (int, str)) and not isinstance(key.value, bool):
-        return key.value
-    return None
-
-
-def _batches_unused(ctx: FileContext, loop: ast.For | ast.AsyncFor) -> bool:
-    """Whether a ``for`` loop over a loader never reads the batch it binds (``for _ in loader``,
-    ``for i, _ in enumerate(loader)``, a name bound but never read in the body)."""
-    target: ast.expr = loop.target
-    it = loop.iter
-    if isinstance(it, ast.Call) and callee_name(it) == "enumerate":
-        if not (isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2):
-            return False
-        target = target.elts[1]
-    elif isinstance(it, ast.Call) and callee_name(it) in ("zip", "chain"):
-        return False  # several iterables: which name is the loader's batch cannot be told
-    names = {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
-    if not names or any(isinstance(n, (ast.Attribute, ast.Subscript, ast.Starred)) for n in ast.walk(target)):
-        return False
-    if names <= {"_"}:
-        return True
-    for stmt in [*loop.body, *loop.orelse]:
-        for sub in ast.walk(stmt):
-            if isinstance(sub, ast.Name) and sub.id in names and isinstance(sub.ctx, ast.Load):
-                return False
-            if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-                return False  # a closure may read the batch later: cannot tell
-    return True
 
 
 def loader_index(ctx: FileContext) -> LoaderIndex:
