@@ -60,9 +60,9 @@ def test_td601_set_epoch_on_another_sampler_does_not_count():
     for epoch in range(3):
         l1.sampler.set_epoch(epoch)
         for x in l1:
-            pass
+            model(x).sum().backward()
         for x in l2:
-            pass
+            model(x).sum().backward()
     """
     assert data_rows(src, ["TD601"]) == [("TD601", 4)]
 

@@ -65,10 +65,20 @@ def test_a_tuple_loader_with_workers_and_pinning_is_silent_except_for_respawned_
     assert "4 worker processes" in result.findings[0].message
 
 
-def test_a_tuple_not_unpacked_is_not_followed(tmp_path: Path) -> None:
+def test_a_tuple_indexed_with_constants_is_followed_element_by_element(tmp_path: Path) -> None:
     script = TUPLE_SCRIPT.format(workers=", workers=0").replace(
         "train_loader, test_loader = get_loader(args, workers=0)",
         "loaders = get_loader(args, workers=0)\n    train_loader = loaders[0]\n    test_loader = loaders[1]",
+    )
+    result = check(tmp_path, {"data_utils.py": TUPLE_HELPER, "train.py": script}, "train.py", ["TD102"])
+    assert rows(result) == [("TD102", 6)]  # the training element; the test element stays silent
+
+
+def test_a_tuple_handed_on_whole_is_not_followed(tmp_path: Path) -> None:
+    script = TUPLE_SCRIPT.format(workers=", workers=0").replace(
+        "train_loader, test_loader = get_loader(args, workers=0)",
+        "loaders = get_loader(args, workers=0)\n    register(loaders)\n    train_loader = loaders[0]\n"
+        "    test_loader = loaders[1]",
     )
     result = check(tmp_path, {"data_utils.py": TUPLE_HELPER, "train.py": script}, "train.py", ["TD102"])
     assert rows(result) == []

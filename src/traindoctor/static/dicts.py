@@ -55,6 +55,8 @@ class SpelledDicts:
                     return self._updated_dict(node)
                 bound = self.ctx.binding(node)
                 if bound is None:
+                    bound = block_binding(self.ctx, node)
+                if bound is None:
                     return None
                 node = bound
                 continue
@@ -143,3 +145,42 @@ class SpelledDicts:
             return merged
         finally:
             self.__dict__.pop("_updating", None)
+
+
+_BLOCKS = ("body", "orelse", "finalbody")
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.Module)
+
+
+def block_binding(ctx: FileIndex, name: ast.Name) -> ast.expr | None:
+    """The value of the ``name = value`` statement that last runs before ``name`` is read, when
+    the name is bound several times: the nearest preceding assignment of the block holding the
+    read (or of a block around it), with no statement in between that may rebind it
+    (``if multi: kw = {"num_workers": 0} ... DataLoader(ds, **kw)`` in each branch). None when
+    it cannot be told (a loop around the read rebinds it, a binding in a nested statement)."""
+    node: ast.AST = name
+    parent = ctx.parent(node)
+    while parent is not None:
+        block = next((getattr(parent, f) for f in _BLOCKS if node in getattr(parent, f, ())), None)
+        if block is not None:
+            for stmt in reversed(block[: block.index(node)]):
+                if (
+                    isinstance(stmt, ast.Assign)
+                    and len(stmt.targets) == 1
+                    and isinstance(stmt.targets[0], ast.Name)
+                    and stmt.targets[0].id == name.id
+                ):
+                    return stmt.value
+                if _binds(stmt, name.id):
+                    return None
+            if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)) and _binds(parent, name.id):
+                return None  # an earlier pass of the loop may have rebound it
+        if isinstance(parent, _SCOPES):
+            return None
+        node, parent = parent, ctx.parent(parent)
+    return None
+
+
+def _binds(stmt: ast.AST, name: str) -> bool:
+    return any(
+        isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) for n in ast.walk(stmt)
+    ) or any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in ast.walk(stmt))

@@ -37,6 +37,9 @@ class Site:
     #: ``next(iter(loader))`` run once (no loop repeats it): one batch taken to look at (plot a
     #: sample, size a layer), not a pass that trains.
     peek: bool = False
+    #: A ``for`` loop that never reads the batches it draws (``for i, _ in enumerate(loader)``
+    #: timing the loader): nothing trains on them.
+    unused: bool = False
 
 
 @dataclass
@@ -49,12 +52,15 @@ class Use:
     refs: list[ast.expr] = field(default_factory=list)
     #: The value went somewhere we cannot follow (an unknown function, a container).
     escapes: bool = False
+    #: A read that neither iterates the loader nor hands it on (``len(loader)``,
+    #: ``loader.sampler``, ``print(loader)``): it says nothing about what the loader is for.
+    inert: bool = False
 
     @property
     def evaluation(self) -> bool:
         if any(is_evaluation_name(n) for n in self.names):
             return True
-        return bool(self.sites) and all(s.evaluation for s in self.sites)
+        return bool(self.sites) and all(s.evaluation or s.unused for s in self.sites)
 
 
 @dataclass
@@ -100,13 +106,14 @@ class Loader:
         """Evaluation loader by the catalog's definition: skipped by TD101-TD103."""
         if self.evaluation_dataset or self.built_for_evaluation:
             return True
-        return bool(self.uses) and all(u.evaluation for u in self.uses)
+        uses = [u for u in self.uses if not u.inert]
+        return bool(uses) and all(u.evaluation for u in uses)
 
     @property
     def peek_only(self) -> bool:
         """Only ever used for ``next(iter(loader))`` once: a batch to look at, not a training loader."""
         if not self.uses or any(u.escapes for u in self.uses):
-            return False
+            return False  # inert reads (``len(loader)``) are neither escapes nor sites
         sites = self.sites
         return bool(sites) and all(s.peek for s in sites)
 

@@ -55,10 +55,18 @@ class FunctionData:
     loader: LoaderFacts | None
     #: Every DataLoader construction the function may return: ``(None, facts)`` for the return
     #: value itself (one per branch that binds the returned name), ``(i, facts)`` for element
-    #: ``i`` of a returned tuple (``return train_loader, val_loader``).
-    returns: tuple[tuple[int | None, LoaderFacts], ...] = ()
-    #: The body calls ``.set_epoch(...)`` on something (``shuffle_dataset(loader, epoch)``).
+    #: ``i`` of a returned tuple or list (``return train_loader, val_loader``), ``(key, facts)``
+    #: for a returned dict (``return {"train": train_loader}``).
+    returns: tuple[tuple[int | str | None, LoaderFacts], ...] = ()
+    #: The body calls ``.set_epoch(...)`` on something that may be a loader's sampler
+    #: (``shuffle_dataset(loader, epoch)``); not on an object reached through a ``.dataset``.
     sets_epoch: bool = False
+    #: Where the shuffling ``DistributedSampler`` the function returns is built
+    #: (``create_sampler(ds, cfg)`` returning ``DistributedSampler(ds) if cfg.NUM_GPUS > 1 else None``).
+    sampler: Place | None = None
+    #: Parameters the function only reads attributes of (``loader.sampler``, ``len(loader)``):
+    #: it neither iterates them nor hands them on.
+    reads_only: frozenset[str] = frozenset()
 
 
 def function_data(fn: FunctionFacts | None) -> FunctionData | None:

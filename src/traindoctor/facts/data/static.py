@@ -33,10 +33,18 @@ from traindoctor.facts.data.datasets import indexes_own_data as indexes_own_data
 from traindoctor.facts.data.loaders import Loader as Loader
 from traindoctor.facts.data.loaders import Site as Site
 from traindoctor.facts.data.loaders import Use as Use
+from traindoctor.facts.data.memory import DatasetMemory
 from traindoctor.facts.data.names import is_evaluation_name as is_evaluation_name
 from traindoctor.facts.data.names import is_test_file as is_test_file
 from traindoctor.facts.data.names import is_test_module as is_test_module
 from traindoctor.facts.data.names import name_tokens as name_tokens
+from traindoctor.facts.data.passes import (
+    batches_unused,
+    forwards_without_grad,
+    index_of,
+    is_iter_call,
+)
+from traindoctor.facts.data.passes import inert_read as inert_read
 from traindoctor.facts.data.project import function_data
 from traindoctor.facts.data.training import (
     callee_name,
@@ -76,6 +84,7 @@ class LoaderIndex:
         self._attr_loads: dict[str, list[ast.Attribute]] = {}
         self._defs: dict[str, list[FuncDef]] = {}
         self._name_calls: dict[str, list[ast.Call]] = {}
+        self.memory = DatasetMemory(self)
         self._build()
         self.loaders: list[Loader] = [self._loader(c) for c in ctx.calls_to(DATALOADER)]
         self.loaders += self._factory_loaders()
@@ -92,6 +101,20 @@ class LoaderIndex:
     def trace(self, expr: ast.expr) -> list[Use]:
         """Every path the value of ``expr`` (a construction call) takes through the file."""
         return self._trace_value(expr, (), (), expr, 0, set())
+
+    def reaching_values(self, ref: ast.Name) -> list[ast.expr] | None:
+        """The values of the bindings of ``ref`` that may reach it (the nearest one before it,
+        with its if/else twins); None when one of them is not a plain ``name = value``."""
+        scope = self.resolve_scope(ref)
+        if scope is None:
+            return None
+        out: list[ast.expr] = []
+        for store in self.live_stores(ref, scope):
+            stmt = self.ctx.statement_of(store)
+            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and stmt.targets[0] is store):
+                return None
+            out.append(stmt.value)
+        return out
 
     @property
     def trains(self) -> bool:
@@ -168,7 +191,7 @@ class LoaderIndex:
             return (stmt.end_lineno or 0, stmt.end_col_offset or 0)
         return self._pos(node)
 
-    def _resolve_scope(self, ref: ast.Name) -> ast.AST | None:
+    def resolve_scope(self, ref: ast.Name) -> ast.AST | None:
         """The scope whose binding of ``ref.id`` this load reads (None: builtin or import)."""
         ctx = self.ctx
         own = ctx.scope_of(ref)
@@ -182,10 +205,10 @@ class LoaderIndex:
             scope = ctx.scope_of(scope)
 
     # ------------------------------------------------------------------ which stores a load sees
-    def _exclusive(self, a: ast.AST, b: ast.AST) -> bool:
+    def exclusive(self, a: ast.AST, b: ast.AST) -> bool:
         return exclusive_branches(self.ctx, a, b)
 
-    def _live_stores(self, ref: ast.Name, scope: ast.AST, depth: int = 0) -> list[ast.AST]:
+    def live_stores(self, ref: ast.Name, scope: ast.AST, depth: int = 0) -> list[ast.AST]:
         """The bindings of ``ref`` that may reach it (nearest preceding one, plus if/else twins)."""
         stores = self._stores_of(scope, ref.id)
         if len(stores) <= 1 or depth > 4:
@@ -198,30 +221,50 @@ class LoaderIndex:
             return list(stores)
         live = [before[-1]]
         for store in reversed(before[:-1]):
-            if all(self._exclusive(store, other) for other in live):
-                live.append(store)
+            if all(self.exclusive(store, other) for other in live):
+                live.append(store)  # an if/else twin
+            elif self._may_skip(live, ref):
+                live.append(store)  # the later bindings may not run (``if changed: loader = ...``)
             else:
                 break
-        # ``loader = accelerator.prepare(loader)`` continues the loader it wraps.
+        # ``loader = accelerator.prepare(loader)`` continues the loader it wraps; ``it = iter(it)``
+        # does not: it is one pass over the loader, however many loops then draw from it.
         for store in list(live):
             stmt = self.ctx.statement_of(store)
-            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call):
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and not is_iter_call(stmt.value):
                 for inner in self.ctx.walk(stmt.value):
                     if isinstance(inner, ast.Name) and inner.id == ref.id and isinstance(inner.ctx, ast.Load):
-                        live.extend(s for s in self._live_stores(inner, scope, depth + 1) if s not in live)
+                        live.extend(s for s in self.live_stores(inner, scope, depth + 1) if s not in live)
         return live
+
+    def _may_skip(self, live: list[ast.AST], ref: ast.AST) -> bool:
+        """Whether every binding in ``live`` may not run before ``ref`` (each conditional, and no
+        two of them the branches of one if/else)."""
+        if not all(self._conditional(s, ref) for s in live):
+            return False
+        return not any(self.exclusive(a, b) for i, a in enumerate(live) for b in live[i + 1 :])
+
+    def _conditional(self, store: ast.AST, ref: ast.AST) -> bool:
+        """Whether ``store`` sits in an ``if``/loop/``try`` that does not also hold ``ref``: it may
+        not run before ``ref`` is read."""
+        for anc in self.ctx.ancestors(store):
+            if isinstance(anc, (*_FUNCS, ast.Lambda, ast.ClassDef, ast.Module)):
+                return False
+            if isinstance(anc, (ast.If, *_LOOPS, ast.Try)) and not self.ctx.within(ref, anc):
+                return True
+        return False
 
     def _refs_of_store(self, store: ast.AST, name: str) -> list[ast.Name]:
         scope = self.ctx.scope_of(store)
         out = []
         self._index_name(name)
         for ref in self._loads.get(name, ()):
-            if self._resolve_scope(ref) is scope and any(s is store for s in self._live_stores(ref, scope)):
+            if self.resolve_scope(ref) is scope and any(s is store for s in self.live_stores(ref, scope)):
                 out.append(ref)
         return out
 
     # ------------------------------------------------------------------ functions
-    def _defs_called_by(self, call: ast.Call) -> tuple[list[FuncDef], bool]:
+    def defs_called_by(self, call: ast.Call) -> tuple[list[FuncDef], bool]:
         """Functions of this file that ``call`` may invoke, and whether it is a method call."""
         func = call.func
         if isinstance(func, ast.Name):
@@ -235,7 +278,7 @@ class LoaderIndex:
             return [d for d in self._defs.get(func.attr, ()) if self.ctx.parent(d) is cls], True
         return [], False
 
-    def _call_sites(self, fn: FuncDef) -> list[ast.Call]:
+    def call_sites(self, fn: FuncDef) -> list[ast.Call]:
         """Calls of ``fn`` in this file (``f(...)``, or ``self.f(...)`` for a method)."""
         parent = self.ctx.parent(fn)
         if isinstance(parent, ast.ClassDef):
@@ -250,125 +293,8 @@ class LoaderIndex:
             return []
         return list(self._name_calls.get(fn.name, ()))
 
-    def _returned_in_memory(self, expr: ast.AST, depth: int = 0) -> bool:
-        """A dataset returned by a function of this file whose every ``return`` gives an
-        in-memory dataset: ``feats = prepare_features(model, imgs)`` (``return
-        TensorDataset(...)``), or ``dataset, model, opt = load_train_objs()`` (``return
-        MyTrainDataset(2048), model, optimizer``)."""
-        ctx = self.ctx
-        if depth > 2:
-            return False
-        index: int | None = None
-        call: ast.AST | None = expr
-        if isinstance(expr, ast.Name):
-            scope = self._resolve_scope(expr)
-            stores = self._live_stores(expr, scope) if scope is not None else []
-            if len(stores) != 1:
-                return False
-            stmt = ctx.statement_of(stores[0])
-            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
-                return False
-            target = stmt.targets[0]
-            if isinstance(target, (ast.Tuple, ast.List)):
-                if any(isinstance(e, ast.Starred) for e in target.elts):
-                    return False
-                index = next((i for i, e in enumerate(target.elts) if e is stores[0]), None)
-                if index is None:
-                    return False
-            elif target is not stores[0]:
-                return False
-            call = stmt.value
-        if not isinstance(call, ast.Call):
-            return False
-        if callee_name(call) == "random_split" and call.args:  # ``train_ds, val_ds = random_split(ds, ...)``
-            chain = list(binding_chain(ctx, call.args[0]))
-            return (
-                any(is_in_memory(ctx, e) for e in chain)
-                or self._passed_in_memory(chain[-1], depth + 1)
-                or self._returned_in_memory(chain[-1], depth + 1)
-            )
-        defs, _method = self._defs_called_by(call)
-        if len(defs) != 1:
-            return False
-        returns = [
-            r
-            for r in ctx.walk(defs[0])
-            if isinstance(r, ast.Return) and ctx.enclosing(r, (*_FUNCS, ast.Lambda)) is defs[0]
-        ]
-        if not returns:
-            return False
-        for ret in returns:
-            value = ret.value
-            if index is not None:
-                if not (isinstance(value, (ast.Tuple, ast.List)) and index < len(value.elts)):
-                    return False
-                value = value.elts[index]
-            if value is None:
-                return False
-            chain = list(binding_chain(ctx, value))
-            if not (any(is_in_memory(ctx, e) for e in chain) or self._returned_in_memory(chain[-1], depth + 1)):
-                return False
-        return True
-
-    def _rebound_in_memory(self, expr: ast.AST) -> bool:
-        """A name bound several times (``ds = load_dataset(...)`` in one branch,
-        ``ds = TensorDataset(...)`` in the other) whose bindings that can reach this use are all
-        in-memory datasets."""
-        ctx = self.ctx
-        if not isinstance(expr, ast.Name):
-            return False
-        scope = self._resolve_scope(expr)
-        if scope is None:
-            return False
-        live = [s for s in self._live_stores(expr, scope) if not self._exclusive(s, expr)]
-        if not live:
-            return False
-        for store in live:
-            stmt = ctx.statement_of(store)
-            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and stmt.targets[0] is store):
-                return False
-            if not any(is_in_memory(ctx, e) for e in binding_chain(ctx, stmt.value)):
-                return False
-        return True
-
-    def _passed_in_memory(self, expr: ast.AST, depth: int = 0) -> bool:
-        """``expr`` is a parameter of a function of this file, and every call of that function
-        passes an in-memory dataset for it (``def make_loader(ds): return DataLoader(ds)``
-        called as ``make_loader(TensorDataset(x, y))``)."""
-        ctx = self.ctx
-        if not isinstance(expr, ast.Name) or depth > 2 or ctx.bindings_of(expr) != [None]:
-            return False
-        fn = ctx.function_of(expr)
-        if not isinstance(fn, _FUNCS):
-            return False
-        a = fn.args
-        params = [*a.posonlyargs, *a.args, *a.kwonlyargs]
-        if not any(p.arg == expr.id for p in params):
-            return False
-        method = isinstance(ctx.parent(fn), ast.ClassDef)
-        passed: list[ast.AST] = []
-        for call in self._call_sites(fn):
-            candidates = [*call.args, *(kw.value for kw in call.keywords)]
-            found = [
-                c for c in candidates if (p := self._param_for(fn, call, c, method)) is not None and p.arg == expr.id
-            ]
-            if len(found) != 1:
-                return False  # not passed (default), or passed in a way we cannot tell
-            passed.append(found[0])
-        if not passed:
-            return False
-        for value in passed:
-            chain = list(binding_chain(ctx, value))
-            if not (
-                any(is_in_memory(ctx, e) for e in chain)
-                or self._passed_in_memory(chain[-1], depth + 1)
-                or self._returned_in_memory(chain[-1])
-            ):
-                return False
-        return True
-
     @staticmethod
-    def _param_for(fn: FuncDef, call: ast.Call, arg: ast.AST, method: bool) -> ast.arg | None:
+    def param_for(fn: FuncDef, call: ast.Call, arg: ast.AST, method: bool) -> ast.arg | None:
         a = fn.args
         positional = [*a.posonlyargs, *a.args]
         if method and positional:
@@ -417,6 +343,8 @@ class LoaderIndex:
         site = self._site_of(node, via, origin)
         if site is not None:
             return [Use(names, [site], refs)]
+        if inert_read(ctx, node):
+            return [Use(names, refs=refs, inert=True)]
         if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and parent.value is node:
             targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
             uses: list[Use] = []
@@ -442,17 +370,29 @@ class LoaderIndex:
             key = next((k for k, v in zip(parent.keys, parent.values) if v is node), None)
             if isinstance(key, ast.Constant) and isinstance(key.value, str):
                 names = (*names, key.value)
+                holder = ctx.parent(parent)
+                if isinstance(holder, ast.Return) and holder.value is parent:
+                    return self._trace_function(holder, names, via, depth, seen, refs, key.value)
+                if isinstance(holder, ast.Assign) and holder.value is parent and len(holder.targets) == 1:
+                    target = holder.targets[0]
+                    found = self._name_element_uses(target, key.value, names, origin, depth, seen)
+                    if found is not None:
+                        if found:
+                            found[0].refs[:0] = refs
+                        return found or [Use(names, refs=refs)]
             return [Use(names, refs=refs, escapes=True)]
         call, arg_node = self._call_of_arg(node)
         if call is not None:
-            fns, method = self._defs_called_by(call)
+            fns, method = self.defs_called_by(call)
             if not fns:
                 site = self._project_site(call, arg_node, via, origin)
                 if site is not None:
                     return [Use(names, [site], refs)]
+                if self._project_reads_only(call, arg_node):
+                    return [Use(names, refs=refs, inert=True)]
             uses = []
             for fn in fns:
-                param = self._param_for(fn, call, arg_node, method)
+                param = self.param_for(fn, call, arg_node, method)
                 if param is None:
                     continue
                 param_id = id(param)
@@ -544,9 +484,10 @@ class LoaderIndex:
         depth: int,
         seen: set[int],
         refs: list[ast.expr],
-        index: int | None,
+        index: int | str | None,
     ) -> list[Use]:
-        """The value is returned by a function: follow the function's callers."""
+        """The value is returned by a function (element ``index`` of a returned tuple, list or
+        dict, or the value itself): follow the function's callers."""
         ctx = self.ctx
         fn = ctx.enclosing(ret, (*_FUNCS, ast.Lambda))
         if not isinstance(fn, _FUNCS) or id(fn) in seen:
@@ -566,19 +507,11 @@ class LoaderIndex:
                 ):
                     uses += self._trace_value(ref, names, (), ref, depth + 1, seen)
         else:
-            for call in self._call_sites(fn):
+            for call in self.call_sites(fn):
                 if index is None:
                     uses += self._trace_value(call, names, (), call, depth + 1, seen)
                     continue
-                parent = ctx.parent(call)
-                if isinstance(parent, ast.Assign) and parent.value is call:
-                    for target in parent.targets:
-                        if (
-                            isinstance(target, (ast.Tuple, ast.List))
-                            and index < len(target.elts)
-                            and not any(isinstance(e, ast.Starred) for e in target.elts)
-                        ):
-                            uses += self._trace_target(target.elts[index], names, (), call, depth + 1, seen, [])
+                uses += self._element_uses(call, index, names, depth, seen) or []
         if not uses:
             return [Use(names, refs=refs, escapes=True)]
         uses[0].refs[:0] = refs
@@ -603,11 +536,13 @@ class LoaderIndex:
                 and callee_name(call) in ("iter", "cycle", "aiter")
                 and call.args
                 and call.args[0] is node
-                and not self._defs_called_by(call)[0]  # a local ``def cycle(dl)`` is followed instead
+                and not self.defs_called_by(call)[0]  # a local ``def cycle(dl)`` is followed instead
             ):
                 site = Site(call, "iter", via)
         if site is None:
             return None
+        if isinstance(site.node, (ast.For, ast.AsyncFor)):
+            site.unused = batches_unused(ctx, site.node)
         site.repeated_by = self._repeating_loop(site.node, via, origin, 0, frozenset())
         site.evaluation = self._evaluation_site(site)
         if site.kind == "iter" and site.repeated_by is None:
@@ -634,6 +569,17 @@ class LoaderIndex:
             f"`{resolved.name}` iterates its `{param}` argument here",
         )
         return site
+
+    def _project_reads_only(self, call: ast.Call, arg: ast.AST) -> bool:
+        """``shuffle_dataset(loader, epoch)`` where the project function only reads attributes of
+        that parameter (``loader.sampler``): the call neither iterates the loader nor hands it on."""
+        found = self._project_function(call)
+        if found is None:
+            return False
+        fn = found[1]
+        param = fn.param_for(call, arg)
+        data = function_data(fn)
+        return param is not None and data is not None and param in data.reads_only
 
     def _loop_counts(self, loop: ast.AST) -> bool:
         """Whether a loop may run its body more than once (``range(1)`` and ``while False`` do not)."""
@@ -662,11 +608,11 @@ class LoaderIndex:
             return None
         if via:
             call = via[-1]
-            if fn in self._defs_called_by(call)[0]:
+            if fn in self.defs_called_by(call)[0]:
                 return self._repeating_loop(call, via[:-1], origin, depth + 1, seen)
         if id(fn) in seen or ctx.within(origin, fn):
             return None  # a loader built inside the function is rebuilt by every call
-        for call in self._call_sites(fn):
+        for call in self.call_sites(fn):
             found = self._repeating_loop(call, (), origin, depth + 1, seen | {id(fn)})
             if found is not None:
                 return found
@@ -683,7 +629,7 @@ class LoaderIndex:
         fn = ctx.function_of(site.node)
         if isinstance(fn, _FUNCS) and is_evaluation_name(fn.name):
             return not any(ctx.within(c, fn) for c in ctx.method_calls("backward"))
-        return False
+        return isinstance(site.node, (ast.For, ast.AsyncFor)) and forwards_without_grad(ctx, site.node)
 
     # ------------------------------------------------------------------ loaders
     def _project_function(self, call: ast.Call) -> tuple[Resolved, FunctionFacts] | None:
@@ -709,7 +655,7 @@ class LoaderIndex:
             if data is None or not (data.returns or data.loader):
                 continue
             returns = data.returns or ((None, data.loader),)
-            seen: list[tuple[int | None, object]] = []
+            seen: list[tuple[int | str | None, object]] = []
             for index, facts in returns:
                 if facts is None:
                     continue
@@ -734,20 +680,65 @@ class LoaderIndex:
                 out.append(loader)
         return out
 
-    def _factory_uses(self, call: ast.Call, index: int | None) -> list[Use] | None:
+    def _factory_uses(self, call: ast.Call, index: int | str | None) -> list[Use] | None:
         """Where the loader a factory call returns goes: the call's value, or element ``index``
-        of the tuple it returns when the call is unpacked into as many names (None: not followed)."""
+        of the tuple, list or dict it returns (None: not followed)."""
         if index is None:
             return self.trace(call)
-        parent = self.ctx.parent(call)
+        return self._element_uses(call, index, (), 0, set())
+
+    def _element_uses(
+        self, call: ast.Call, index: int | str, names: tuple[str, ...], depth: int, seen: set[int]
+    ) -> list[Use] | None:
+        """Where element ``index`` of the tuple, list or dict ``call`` returns goes: unpacked into
+        as many names (``train_dl, val_dl = build(cfg)``), or read with a constant index or key,
+        directly or through a name bound once to the call (``loaders = build(cfg)`` ...
+        ``loaders[0]``, ``loaders["train"]``)."""
+        ctx = self.ctx
+        parent = ctx.parent(call)
+        if isinstance(parent, ast.Subscript) and parent.value is call:
+            key = index_of(parent)
+            if key is None:
+                return None
+            return self._trace_value(parent, names, (), call, depth + 1, seen) if key == index else []
         if not (isinstance(parent, ast.Assign) and parent.value is call and len(parent.targets) == 1):
             return None
         target = parent.targets[0]
-        if not isinstance(target, (ast.Tuple, ast.List)) or index >= len(target.elts):
+        if isinstance(target, (ast.Tuple, ast.List)):
+            if not isinstance(index, int) or index >= len(target.elts):
+                return None
+            if any(isinstance(e, ast.Starred) for e in target.elts):
+                return None
+            return self._trace_target(target.elts[index], names, (), call, depth + 1, seen, [call])
+        uses = self._name_element_uses(target, index, names, call, depth, seen)
+        if uses:
+            uses[0].refs[:0] = [call]
+        return uses
+
+    def _name_element_uses(
+        self, target: ast.expr, index: int | str, names: tuple[str, ...], origin: ast.AST, depth: int, seen: set[int]
+    ) -> list[Use] | None:
+        """Element ``index`` of a container bound once to the name ``target``, read as
+        ``target[index]``; None when the container itself goes somewhere else (or is changed)."""
+        ctx = self.ctx
+        if not isinstance(target, ast.Name) or target.id in ctx.mutated_names:
             return None
-        if any(isinstance(e, ast.Starred) for e in target.elts):
+        if len(self._stores_of(ctx.scope_of(target), target.id)) != 1:
             return None
-        return self._trace_target(target.elts[index], (), (), call, 0, set(), [call])
+        uses: list[Use] = []
+        for ref in self._refs_of_store(target, target.id):
+            holder = ctx.parent(ref)
+            if isinstance(holder, ast.Subscript) and holder.value is ref and isinstance(holder.ctx, ast.Load):
+                key = index_of(holder)
+                if key is None:
+                    return None  # ``loaders[phase]``: any element may be read there
+                if key == index:
+                    uses += self._trace_value(holder, (*names, target.id), (), origin, depth + 1, seen)
+                continue
+            if inert_read(ctx, ref):
+                continue
+            return None  # the container goes somewhere else: its elements cannot be followed
+        return uses
 
     def _loader(self, call: ast.Call) -> Loader:
         ctx = self.ctx
@@ -762,9 +753,9 @@ class LoaderIndex:
             loader.evaluation_dataset = any(says_evaluation(ctx, e) for e in chain)
             loader.in_memory = (
                 any(is_in_memory(ctx, e) for e in chain)
-                or self._passed_in_memory(chain[-1])
-                or self._rebound_in_memory(chain[-1])
-                or self._returned_in_memory(chain[-1])
+                or self.memory.passed(chain[-1])
+                or self.memory.rebound(chain[-1])
+                or self.memory.returned(chain[-1])
             )
             loader.iterable = any(is_iterable_dataset_call(ctx, e) for e in chain)
             mapped = mapped_elements(ctx, chain[-1])
@@ -800,11 +791,16 @@ def may_build_loaders(ctx: FileContext) -> bool:
 
 
 def iter_training_loaders(ctx: FileContext) -> Iterable[Loader]:
-    """Training loaders of a file that trains (see :func:`file_trains`), in source order.
+    """Training loaders of a file that drives training (see :func:`drives_training`), in source
+    order; in any other file, only the loaders a Lightning ``train_dataloader`` hook returns.
 
     Test files (:func:`is_test_file`) have none: performance advice on test loaders is noise.
     """
-    if is_test_file(ctx.filename) or not may_build_loaders(ctx) or not drives_training(ctx):
+    if is_test_file(ctx.filename) or not may_build_loaders(ctx):
         return []
-    index = loader_index(ctx)
-    return index.training_loaders()
+    if not drives_training(ctx):
+        if not ctx.calls_to(DATALOADER):
+            return []
+        # A Lightning ``train_dataloader`` is the training input wherever it is defined.
+        return [l for l in loader_index(ctx).training_loaders() if any(s.kind == "hook" for s in l.sites)]
+    return loader_index(ctx).training_loaders()

@@ -9,13 +9,15 @@ the project model; :mod:`traindoctor.facts.data.project` says what the facts are
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
+from traindoctor.facts.data.epochs import sets_sampler_epoch
+from traindoctor.facts.data.factories import returns_of
 from traindoctor.facts.data.project import DATA, FunctionData, LoaderFacts
 from traindoctor.facts.data.static import (
-    DATALOADER,
     DISTRIBUTED_SAMPLER,
     indexes_own_data,
+    inert_read,
     is_evaluation_name,
     loader_index,
     under_no_grad,
@@ -37,14 +39,22 @@ class DataSummariser:
     topic = DATA
 
     def function(self, ctx: FileContext, node: FuncDef, facts: FunctionFacts) -> FunctionData:
-        """Whether the function evaluates, and the DataLoader it returns."""
+        """Whether the function evaluates, the DataLoaders and the sampler it returns, and whether
+        it sets a sampler's epoch."""
         no_grad = under_no_grad(ctx, node.body[0]) if node.body else False
         evaluation = not facts.backward and (no_grad or is_evaluation_name(node.name))
-        params = set(facts.positional) | set(facts.keyword_only)
-        returns = returned_loaders(ctx, node, params)
+        returns = returned_loaders(ctx, node)
         single = returns[0][1] if len(returns) == 1 and returns[0][0] is None else None
-        sets_epoch = any(ctx.within(c, node) for c in ctx.method_calls("set_epoch"))
-        return FunctionData(evaluation=evaluation, loader=single, returns=returns, sets_epoch=sets_epoch)
+        sets_epoch = any(ctx.within(c, node) and sets_sampler_epoch(ctx, c) for c in ctx.method_calls("set_epoch"))
+        sampler = returns_of(ctx, _facts).sampler(node) if _may_return_sampler(ctx, node) else None
+        return FunctionData(
+            evaluation=evaluation,
+            loader=single,
+            returns=returns,
+            sets_epoch=sets_epoch,
+            sampler=sampler,
+            reads_only=_reads_only(ctx, node, (*facts.positional, *facts.keyword_only)),
+        )
 
     def cls(self, ctx: FileContext, node: ast.ClassDef) -> bool:
         """Whether the class is a Dataset that only indexes data it already holds."""
@@ -54,55 +64,36 @@ class DataSummariser:
 DATA_SUMMARISER = DataSummariser()
 
 
-def returned_loaders(ctx: FileContext, fn: FuncDef, params: set[str]) -> tuple[tuple[int | None, LoaderFacts], ...]:
-    """Every ``DataLoader(...)`` construction of ``fn`` that it may return, with the position in
-    the returned tuple (None: the return value itself).
-
-    A returned name bound in several branches (``if ...: loader = DataLoader(a) else: loader =
-    DataLoader(b)``) gives one entry per construction; ``return train_dl, val_dl`` gives one per
-    tuple element that is a loader. Empty when any return may give something else in a loader's
-    place: every ``return`` must have the same shape (all plain, or tuples of one length).
-    """
-    calls = [c for c in ctx.calls_to(DATALOADER) if ctx.within(c, fn)]
-    if not calls:
+def returned_loaders(ctx: FileContext, fn: FuncDef) -> tuple[tuple[int | str | None, LoaderFacts], ...]:
+    """Every ``DataLoader(...)`` construction ``fn`` may return, with its index or key in the
+    returned tuple, list or dict (None: the return value itself): built by ``fn`` or by a
+    function it returns the value of (see :mod:`traindoctor.facts.data.factories`)."""
+    if not any(
+        isinstance(r, ast.Return) and isinstance(r.value, (ast.Call, ast.Name, ast.Tuple, ast.List, ast.Dict))
+        for r in ast.walk(fn)
+    ):
         return ()
-    ids = {id(c) for c in calls}
-    found: dict[int, tuple[int | None, ast.Call]] = {}
-    width: int | None = -1  # -1: no return seen yet; None: plain returns; n: tuples of n
-    for sub in ast.walk(fn):
-        if not (isinstance(sub, ast.Return) and sub.value is not None and ctx.function_of(sub) is fn):
-            continue
-        value = sub.value
-        shape = len(value.elts) if isinstance(value, ast.Tuple) else None
-        if width != -1 and shape != width:
-            return ()
-        width = shape
-        if isinstance(value, ast.Tuple):
-            if any(isinstance(e, ast.Starred) for e in value.elts):
-                return ()
-            for i, elt in enumerate(value.elts):
-                for call in _loader_calls(ctx, elt, ids) or ():
-                    found.setdefault(id(call), (i, call))
-            continue
-        built = _loader_calls(ctx, value, ids)
-        if not built:
-            return ()  # returns something else too: not a plain factory
-        for call in built:
-            found.setdefault(id(call), (None, call))
-    return tuple((i, _facts(ctx, call, params)) for i, call in found.values())
+    return returns_of(ctx, _facts).loaders(fn)
 
 
-def _loader_calls(ctx: FileContext, value: ast.expr, ids: set[int]) -> list[ast.Call] | None:
-    """The DataLoader constructions ``value`` evaluates to: the call itself, or every value bound
-    to the name when each one is a construction (None: something else may be returned)."""
-    if isinstance(value, ast.Call):
-        return [value] if id(value) in ids else None
-    if not isinstance(value, ast.Name):
-        return None
-    bound = ctx.bindings_of(value)
-    if not bound or not all(isinstance(b, ast.Call) and id(b) in ids for b in bound):
-        return None
-    return [cast(ast.Call, b) for b in bound]
+def _reads_only(ctx: FileContext, fn: FuncDef, params: tuple[str, ...]) -> frozenset[str]:
+    """The parameters of ``fn`` whose every use is an attribute read or an inert builtin call
+    (see :func:`~traindoctor.facts.data.static.inert_read`), never rebound."""
+    out = set()
+    for param in params:
+        if param in ("self", "cls"):
+            continue
+        loads = [n for n in ctx.names_by_id.get(param, ()) if ctx.within(n, fn)]
+        if loads and all(isinstance(n.ctx, ast.Load) and inert_read(ctx, n) for n in loads):
+            out.add(param)
+    return frozenset(out)
+
+
+def _may_return_sampler(ctx: FileContext, fn: FuncDef) -> bool:
+    """A cheap filter: the module builds a DistributedSampler or ``fn`` returns a call's value."""
+    if ctx.calls_to(DISTRIBUTED_SAMPLER):
+        return True
+    return any(isinstance(r, ast.Return) and r.value is not None for r in ast.walk(fn)) and bool(ctx.project)
 
 
 def _facts(ctx: FileContext, call: ast.Call, params: set[str]) -> LoaderFacts:
@@ -126,28 +117,20 @@ def _facts(ctx: FileContext, call: ast.Call, params: set[str]) -> LoaderFacts:
         in_memory=loader is not None and loader.in_memory,
         iterable=loader is not None and loader.iterable,
         on_device=loader is not None and loader.on_device,
-        distributed_sampler=_distributed_sampler(ctx, call),
+        distributed_sampler=distributed_sampler(ctx, call),
     )
 
 
-def _distributed_sampler(ctx: FileContext, call: ast.Call) -> Place | None:
-    """Where the shuffling ``DistributedSampler`` that the loader ``call`` draws from is built in
-    this file (``sampler=s``, ``sampler=s if dist else None``, ``batch_sampler=BatchSampler(s, ...)``)."""
-    samplers = {id(c): c for c in ctx.calls_to(DISTRIBUTED_SAMPLER)}
-    if not samplers:
-        return None
+def distributed_sampler(ctx: FileContext, call: ast.Call) -> Place | None:
+    """Where the shuffling ``DistributedSampler`` that the loader ``call`` draws from is built
+    (``sampler=s``, ``sampler=s if dist else None``, ``batch_sampler=BatchSampler(s, ...)``, a
+    helper that returns one: ``sampler=create_sampler(ds, cfg)``)."""
     given = ctx.arg(call, "sampler")
     node: ast.expr | None = given if isinstance(given, ast.expr) else None
     if node is None:
         found = ctx.arg(call, "batch_sampler")
         batch = ctx.binding(found) if isinstance(found, ast.Name) else found
         node = batch.args[0] if isinstance(batch, ast.Call) and batch.args else None
-    if isinstance(node, ast.Name):
-        node = ctx.binding(node)
-    choices = [node.body, node.orelse] if isinstance(node, ast.IfExp) else [node]
-    for choice in choices:
-        bound = ctx.binding(choice) if isinstance(choice, ast.Name) else choice
-        sampler = samplers.get(id(bound))
-        if sampler is not None and ctx.arg_value(sampler, "shuffle", default=True) is True:
-            return place_of(ctx, sampler)
-    return None
+    if node is None or isinstance(node, ast.Constant):
+        return None
+    return returns_of(ctx, _facts).sampler_place(node)

@@ -81,18 +81,37 @@ def _disables_grad(ctx: FileContext, expr: ast.AST) -> bool:
 
 
 def is_lightning_train_hook(ctx: FileContext, fn: ast.AST) -> bool:
-    """``def train_dataloader(self)`` of a LightningModule/DataModule: the trainer iterates it
-    once per epoch (it is built once unless ``reload_dataloaders_every_n_epochs`` is set)."""
-    if getattr(fn, "name", "") != "train_dataloader":
-        return False
+    """``def train_dataloader(self)`` of a LightningModule/DataModule, or the method the class
+    binds to that name (``self.train_dataloader = self._train_dataloader`` in ``__init__``): the
+    trainer iterates it once per epoch (it is built once unless
+    ``reload_dataloaders_every_n_epochs`` is set)."""
+    name = getattr(fn, "name", "")
     cls = ctx.parent(fn)
-    if not isinstance(cls, ast.ClassDef):
+    if not isinstance(cls, ast.ClassDef) or not any(
+        (dotted(base) or "").endswith(("LightningModule", "LightningDataModule")) for base in cls.bases
+    ):
         return False
-    for base in cls.bases:
-        text = dotted(base) or ""
-        if text.endswith(("LightningModule", "LightningDataModule")):
-            return True
-    return False
+    return name == "train_dataloader" or name in _bound_train_hooks(ctx, cls)
+
+
+def _bound_train_hooks(ctx: FileContext, cls: ast.ClassDef) -> set[str]:
+    """Methods a class assigns to ``self.train_dataloader`` (directly or through ``partial``)."""
+    out: set[str] = set()
+    for node in ctx.walk(cls):
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        target, value = node.targets[0], node.value
+        if not (isinstance(target, ast.Attribute) and target.attr == "train_dataloader" and _is_self(target.value)):
+            continue
+        if isinstance(value, ast.Call) and callee_name(value) == "partial" and value.args:
+            value = value.args[0]
+        if isinstance(value, ast.Attribute) and _is_self(value.value):
+            out.add(value.attr)
+    return out
+
+
+def _is_self(node: ast.AST) -> bool:
+    return isinstance(node, ast.Name) and node.id == "self"
 
 
 def drives_training(ctx: FileContext) -> bool:
@@ -103,11 +122,17 @@ def drives_training(ctx: FileContext) -> bool:
     merely imports its siblings never pays for reading them."""
     if file_trains(ctx):
         return True
-    for loop in ctx.of(ast.For):
-        target = loop.target
-        if isinstance(target, ast.Name) and "epoch" in target.id.lower():
-            return True
-    return False
+    return any(is_epoch_loop(loop) for loop in ctx.of(ast.For))
+
+
+def is_epoch_loop(loop: ast.For) -> bool:
+    """``for epoch in ...``, ``for cur_epoch in ...``, ``for ep in range(start_ep, args.ep)``: a
+    loop over epochs, by the name of its counter. (A ``range(epochs)`` bound alone does not say
+    it: ``for _ in range(epochs)`` also repeats feature extraction.)"""
+    from traindoctor.facts.data.names import name_tokens
+
+    target = loop.target
+    return isinstance(target, ast.Name) and ("epoch" in target.id.lower() or "ep" in name_tokens(target.id))
 
 
 def literal_false(node: object) -> bool:

@@ -52,9 +52,12 @@ class PinMemoryOff(Rule):
     what_it_does = """
     Reports a training `DataLoader` in a script that runs on a CUDA device when the loader does
     not pass `pin_memory=True` (it is missing, or `False` as a literal, a constant or an argparse
-    default). Evaluation loaders (named `val`/`test`/`eval`..., or only iterated under
-    `torch.no_grad()`) and datasets whose tensors already live on the GPU are skipped, and so are
-    files with no sign of training (no `backward()`, no optimizer).
+    default). Evaluation loaders (named `val`/`test`/`eval`..., only iterated under
+    `torch.no_grad()`, or by a loop that runs its model under `no_grad` and steps no optimizer,
+    as feature extraction does), loaders whose loops never read their batches, and datasets whose
+    tensors already live on the GPU are skipped, and so are files with no sign of training (no
+    `backward()`, no optimizer, no epoch loop). Reads such as `len(loader)` or `loader.sampler`
+    say nothing about what a loader is for.
 
     Framework forms: Hugging Face `TrainingArguments(dataloader_pin_memory=False)` in a script
     that trains a `Trainer` (the default `True` pins; `use_cpu=True` is left alone). A Lightning

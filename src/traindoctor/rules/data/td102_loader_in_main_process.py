@@ -64,7 +64,10 @@ class LoaderInMainProcess(Rule):
     Reports a training `DataLoader` whose `num_workers` is missing (the default is 0) or 0, read
     from a keyword, the sixth positional argument, a module constant, a literal `**kwargs` dict or
     an argparse default in the same file. It stays silent when the value cannot be known (a config
-    object, a function parameter, an opaque `**kwargs`), for evaluation loaders, for a loader that
+    object, a function parameter, an opaque `**kwargs`), for evaluation loaders (iterated only
+    under `no_grad`, in an evaluation function, or by a loop that runs its model under `no_grad`
+    and steps no optimizer: feature extraction), for loops that never read their batches (a
+    loader benchmark), for a loader that
     is only used once for `next(iter(loader))` (a batch to look at, not a pass that trains), for
     datasets of in-memory tensors (indexing them takes microseconds and worker processes would
     only add inter-process copies) and for `IterableDataset` subclasses (workers need sharding
@@ -84,8 +87,16 @@ class LoaderInMainProcess(Rule):
     (`HfArgumentParser(...).parse_args_into_dataclasses()`) hold their defaults, as argparse
     options do (reported at the parse); arguments read from a JSON/YAML file are unknown and left
     alone. Config values come from the project's configuration: argparse defaults, config files
-    the script loads, yacs defaults, config classes (dataclasses, Tap, plain classes). A
-    Lightning module's `train_dataloader()` is a training loader like any other.
+    the script loads, yacs defaults, config classes (dataclasses, Tap, plain classes), Hydra
+    configs. A Lightning module's `train_dataloader()` (or the method a DataModule binds to it in
+    `__init__`, `self.train_dataloader = self._train_dataloader`) is a training loader like any
+    other.
+
+    Loaders built by project helpers are followed through the helpers' returns: a helper that
+    returns another function's loader (`construct_train_loader()` -> `_construct_loader(...)`,
+    the callee's parameters bound to what the call passes), loaders returned in a tuple, list or
+    dict and read by unpacking or a constant index or key (`loaders[0]`, `data["train"]`), and
+    `**kwargs` dicts bound in the same branch as the DataLoader.
     """
     why_bad = """
     With `num_workers=0` the main process reads, decodes, augments and collates each batch while
@@ -157,6 +168,25 @@ class LoaderInMainProcess(Rule):
                 for x, y in loader:
                     model(x)
             loss.backward()
+            """
+        ),
+        # Feature extraction: the loop runs the encoder under no_grad and steps no optimizer
+        # (`len(loader)` in the log line says nothing about what the loader is for).
+        Valid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(images, batch_size=256, shuffle=True)
+            feats = []
+            for step, (x, y) in enumerate(loader):
+                with torch.no_grad():
+                    feats.append(encoder(x))
+                print(step, len(loader))
+            opt = torch.optim.SGD(head.parameters(), lr=0.1)
+            for epoch in range(100):
+                head(torch.cat(feats)).sum().backward()
+                opt.step()
             """
         ),
         # Unknown value: a config object and an opaque **kwargs.

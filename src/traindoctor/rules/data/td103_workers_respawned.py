@@ -54,8 +54,11 @@ class WorkersRespawned(Rule):
     iterated more than once: a `for` loop (or `iter()`) over it sits inside another loop, such as
     an epoch loop, directly or through a function that is called inside a loop, or it is the
     `train_dataloader` hook of a Lightning module. A loader that is consumed once, or through one
-    endless iterator (`it = iter(loader)` once, then `next(it)` in the loop), is fine, and so is a
-    loader that is rebuilt inside the loop (persistent workers would not help it).
+    iterator (`it = iter(loader)` once, then `next(it)` or `for ... in it` in the loop), is fine,
+    and so is a loader that is rebuilt inside the loop (persistent workers would not help it). A
+    rebinding under a condition inside the loop (`if changed: loader = build()`) does not hide the
+    loader bound before the loop. Loops that never read their batches (a data-loading benchmark)
+    are not training passes.
 
     Framework forms: Hugging Face `TrainingArguments(dataloader_num_workers=k)` with `k > 0` and
     without `dataloader_persistent_workers=True` (the Trainer starts a new pass over its training
@@ -120,6 +123,32 @@ class WorkersRespawned(Rule):
             for step in range(100_000):
                 x, y = next(it)
                 model(x).sum().backward()
+            """
+        ),
+        # One iterator made before the epoch loop and drawn from by every epoch's loop.
+        Valid(
+            """
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_ds, batch_size=64, num_workers=8, sampler=InfiniteSampler(train_ds))
+            loader = iter(loader)
+            for epoch in range(10):
+                for step, (x, y) in zip(range(1000), loader):
+                    model(x).sum().backward()
+            """
+        ),
+        # A data-loading benchmark: the loop never reads its batches, nothing trains.
+        Valid(
+            """
+            import time
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_ds, batch_size=64, num_workers=8)
+            for epoch in range(3):
+                start = time.time()
+                for i, _ in enumerate(loader):
+                    pass
+                print(epoch, time.time() - start)
             """
         ),
         # Consumed once, and a loader rebuilt inside the epoch loop (nothing to persist).

@@ -44,10 +44,14 @@ class SamplerSetEpochMissing(Rule):
     on something the checker cannot tell apart from the sampler are not reported.
 
     When a project helper in another module builds the sampler and its loader and returns the
-    loader (alone or in a tuple, `loader, sampler = init_data(...)`), the finding is placed at the
-    helper's call in the training script, citing the sampler's construction; it needs a script
-    with no `set_epoch` call at all and no project function it calls that calls one
-    (`shuffle_dataset(loader, epoch)`).
+    loader (alone, in a tuple or a dict, `loader, sampler = init_data(...)`, or through another
+    helper it returns the value of), or the script builds the loader from a sampler a helper
+    returns (`sampler = create_sampler(ds, cfg)`), the finding is placed at the helper's call (or
+    the loader) in the training script, citing the sampler's construction; it needs a script
+    with no `set_epoch` call on something that may be a sampler and no project function it
+    calls that makes one (`shuffle_dataset(loader, epoch)`). A `set_epoch` on an object reached
+    through a `.dataset` attribute (`loader.dataset.set_epoch(epoch)`, a prefetcher the dataset
+    owns) sets the dataset's epoch, not the sampler's, and does not count.
 
     Frameworks that set the epoch themselves are left alone: a loader returned by a Lightning
     module's `train_dataloader()` (the fit loop sets it every epoch), and a loader handed to
@@ -195,6 +199,20 @@ class SamplerSetEpochMissing(Rule):
                     train_one_epoch(model, data_loader)
             """
         ),
+        # A BatchSampler bound to a name; only the dataset's own epoch is set.
+        Invalid(
+            """
+            from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+
+            sampler = DistributedSampler(train_ds)  # TD601
+            batches = BatchSampler(sampler, 64, drop_last=True)
+            loader = DataLoader(train_ds, batch_sampler=batches, num_workers=4)
+            for epoch in range(10):
+                loader.dataset.set_epoch(epoch)
+                for x, y in loader:
+                    model(x).sum().backward()
+            """
+        ),
         # Inline sampler with a conditional expression, in a class, positional shuffle=True.
         Invalid(
             """
@@ -222,7 +240,7 @@ class SamplerSetEpochMissing(Rule):
         from traindoctor.facts.data.static import DISTRIBUTED_SAMPLER, loader_index
         from traindoctor.facts.frameworks.static import framework_sets_epoch
 
-        if any(isinstance(c.value, str) and "set_epoch" in c.value for c in ctx.of(ast.Constant)):
+        if any(c.value == "set_epoch" for c in ctx.of(ast.Constant)):
             return  # getattr(x, "set_epoch") / hasattr checks: the call is there, just indirect
         yield from self._helper_samplers(ctx)
         samplers = ctx.calls_to(DISTRIBUTED_SAMPLER)
@@ -257,21 +275,31 @@ class SamplerSetEpochMissing(Rule):
         """A project helper builds the DistributedSampler and its loader (``loader, sampler =
         init_data(...)``); this file iterates the loader every epoch and nothing sets the epoch:
         no ``set_epoch`` call here, none in a project function the file calls."""
+        from traindoctor.facts.data.epochs import sets_sampler_epoch
         from traindoctor.facts.data.project import function_data
         from traindoctor.facts.data.static import iter_training_loaders
+        from traindoctor.facts.data.summariser import distributed_sampler
         from traindoctor.facts.frameworks.static import framework_sets_epoch
 
         view = ctx.project
-        if view is None or not view.imports_project or ctx.method_calls("set_epoch"):
+        if view is None or not view.imports_project:
+            return
+        if any(sets_sampler_epoch(ctx, c) for c in ctx.method_calls("set_epoch")):
             return
         found = []
         for loader in iter_training_loaders(ctx):
-            data = function_data(loader.factory.function) if loader.factory is not None else None
-            facts = loader.facts or (data.loader if data is not None else None)
-            if facts is None or facts.distributed_sampler is None or loader.repeated_site is None:
+            if loader.repeated_site is None:
                 continue
-            if not framework_sets_epoch(ctx, loader):
-                found.append((loader, facts.distributed_sampler))
+            if loader.factory is not None:
+                data = function_data(loader.factory.function)
+                facts = loader.facts or (data.loader if data is not None else None)
+                place = facts.distributed_sampler if facts is not None else None
+            else:  # built here from a sampler a helper of another module returns
+                place = distributed_sampler(ctx, loader.call)
+                if place is not None and place.path == ctx.filename:
+                    continue  # built in this file: the check above judges it
+            if place is not None and not framework_sets_epoch(ctx, loader):
+                found.append((loader, place))
         if not found:
             return
         for _, resolved in view.calls():
@@ -282,15 +310,19 @@ class SamplerSetEpochMissing(Rule):
             site = loader.repeated_site
             loop = site.repeated_by if site is not None else None
             where = f" (loop at line {loop.lineno})" if isinstance(loop, ast.stmt) else ""
-            name = loader.factory.name if loader.factory is not None else "a helper"
+            if loader.factory is not None:
+                name = loader.factory.name
+                subject, note = f"This training loader from `{name}`", f" (for `{name}`)"
+            else:
+                subject, note = "This training loader", ""
             yield ctx.report(
                 self,
                 loader.call,
-                f"This training loader draws from a DistributedSampler built in `{name}` and is "
-                f"iterated every epoch{where}, but `set_epoch()` is never called, so every epoch "
-                "replays the same order; call `sampler.set_epoch(epoch)` at the start of each epoch.",
+                f"{subject} draws from a DistributedSampler and is iterated every epoch{where}, but "
+                "`set_epoch()` is never called, so every epoch replays the same order; call "
+                "`sampler.set_epoch(epoch)` at the start of each epoch.",
                 help="Call `sampler.set_epoch(epoch)` at the start of each epoch",
-                related=view.related(place, f"the DistributedSampler is built here, in `{name}`"),
+                related=view.related(place, f"the DistributedSampler is built here{note}"),
             )
 
 
@@ -303,7 +335,9 @@ def _uses_sampler(ctx: FileContext, loader: Loader, refs: set[int]) -> bool:
     arg = ctx.arg(loader.call, "sampler")
     if isinstance(arg, ast.AST) and _is_ref(arg, refs):
         return True
-    batch = ctx.arg(loader.call, "batch_sampler")
+    given = ctx.arg(loader.call, "batch_sampler")
+    # ``batches = BatchSampler(sampler, 32, ...)`` bound to a name, or spelled in the call
+    batch = ctx.binding(given) if isinstance(given, ast.Name) else given
     if isinstance(batch, ast.Call) and batch.args and _is_ref(batch.args[0], refs):
         return True
     return False
@@ -326,15 +360,19 @@ def _set_epoch_may_reach(
 ) -> bool:
     """Whether some ``set_epoch`` call in the file may act on ``sampler``.
 
-    Only a call whose receiver is clearly another sampler (or another loader's ``.sampler``) is
-    ruled out; anything the checker cannot attribute counts as reaching it (precision first).
+    Only a call whose receiver is clearly another sampler (or another loader's ``.sampler``, or
+    an object a dataset holds) is ruled out; anything the checker cannot attribute counts as reaching it (precision first).
     """
     own_loader_refs = {id(r) for l in users[id(sampler)] for r in l.refs}
     other_refs = set().union(*(refs[id(s)] for s in samplers if s is not sampler))
     other_loader_refs = {
         id(r) for s in samplers if s is not sampler for l in users[id(s)] for r in l.refs
     } - own_loader_refs
+    from traindoctor.facts.data.epochs import sets_sampler_epoch
+
     for call in ctx.method_calls("set_epoch"):
+        if not sets_sampler_epoch(ctx, call):
+            continue  # ``loader.dataset.set_epoch(epoch)``: the dataset's epoch, not the sampler's
         target = receiver(call)
         if id(target) in refs[id(sampler)]:
             return True
