@@ -87,6 +87,27 @@ class SpelledDicts:
             return out
         return None
 
+    def dict_alternatives(self, node: ast.AST) -> list[dict[str, ast.expr]] | None:
+        """The spelled-out dicts a conditional expression picks between, each branch followed
+        (``extra = dict(fused=True) if use_fused else dict()``), else None: a ``**extra`` passes
+        a key only when some alternative holds it."""
+        if isinstance(node, ast.Name) and node.id not in self.mutated_names:
+            bound = self.ctx.binding(node)
+            node = bound if bound is not None else node
+        if not isinstance(node, ast.IfExp):
+            return None
+        out: list[dict[str, ast.expr]] = []
+        for branch in (node.body, node.orelse):
+            found = self.dict_literal(branch)
+            if found is not None:
+                out.append(found)
+                continue
+            nested = self.dict_alternatives(branch) if isinstance(branch, ast.IfExp) else None
+            if nested is None:
+                return None
+            out.extend(nested)
+        return out
+
     def _updated_dict(self, name: ast.Name) -> dict[str, ast.expr] | None:
         """A dict the file spells out and then only extends with spelled-out entries:
         ``kw = {"batch_size": b}; if use_cuda: kw.update({"num_workers": 1, "pin_memory": True})``.

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from traindoctor.facts.data.static import is_evaluation_name, is_test_file, iter_training_loaders
 from traindoctor.facts.frameworks.static import is_lightning_class
 from traindoctor.static.args import UNKNOWN
+from traindoctor.static.branches import not_taken_by_default
 from traindoctor.static.names import dotted
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -256,6 +257,36 @@ def splits_global_batch(ctx: FileContext) -> bool:
     return False
 
 
+def accumulation_from_total(ctx: FileContext, distributed: bool) -> ast.AST | None:
+    """The statement that derives the accumulation count from a batch the user declares
+    (``grad_accum = total_batch_size // (batch_size * world_size)``,
+    ``accumulation_iters = batch_size // micro_batch_size``), else None.
+
+    Then the effective batch is that declared total, not a product that grows implicitly: the LR
+    is set for it. Under data parallelism the derivation must divide by the world size too
+    (otherwise the total still grows with the number of processes)."""
+    for node in ctx.of(ast.Assign, ast.AnnAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if node.value is None or not any(_accum_named(t) for t in targets):
+            continue
+        divisions = [
+            n for n in ast.walk(node.value) if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.FloorDiv))
+        ]
+        if not any(any("batch" in i.lower() for i in _identifiers(d.left)) for d in divisions):
+            continue
+        if distributed and not any(_world_named(i) for i in _identifiers(node.value)):
+            continue
+        if not_taken_by_default(ctx, node):
+            continue
+        return node
+    return None
+
+
+def _world_named(name: str) -> bool:
+    n = name.lower()
+    return any(w in n for w in ("world", "num_processes", "nprocs", "num_replicas", "gpus", "n_gpu", "ngpu", "devices"))
+
+
 # ---------------------------------------------------------------- learning rate
 _SCALE_WORDS = (
     "batch",
@@ -317,16 +348,18 @@ def lr_related_to_batch(ctx: FileContext) -> bool:
         if any(isinstance(t, ast.Subscript) and any(lr_named(i) for i in _identifiers(t.slice)) for t in targets):
             # ``group["lr"] = lr``: an edit; it relates the LR to the batch when the value does
             # (``lr = args.lr * cos(...)`` in a schedule function is no scaling)
-            if node.value is None or _scaled_value(ctx, node.value):
+            if (node.value is None or _scaled_value(ctx, node.value)) and not not_taken_by_default(ctx, node):
                 return True
             continue
         ids = target_ids + (_identifiers(node.value) if node.value is not None else [])
         if any(lr_named(i) for i in ids) and any(_scale_named(i) for i in ids):
-            return True
+            if not not_taken_by_default(ctx, node):  # ``if args.scale_lr:`` (off by default) is no scaling
+                return True
     for call in ctx.of(ast.Call):
         for kw in call.keywords:
             if kw.arg and lr_named(kw.arg) and any(_scale_named(i) for i in _identifiers(kw.value)):
-                return True
+                if not not_taken_by_default(ctx, call):
+                    return True
     for call in ctx.method_calls("add_argument"):
         if any(
             lr_named(a.value.lstrip("-").replace("-", "_"))

@@ -201,6 +201,7 @@ class LrNotScaled(Rule):
     def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.facts.batching.static import (
             accumulation,
+            accumulation_from_total,
             data_parallel_names,
             distributed,
             lr_related_to_batch,
@@ -219,6 +220,8 @@ class LrNotScaled(Rule):
             return
         if splits_global_batch(ctx) or lr_related_to_batch(ctx):
             return
+        if acc is not None and accumulation_from_total(ctx, dist is not None) is not None:
+            return  # the user declares the total batch and the accumulation follows from it
         per_node = per_node_split(ctx)
         if dist is not None and per_node is not None:
             grows = (

@@ -318,8 +318,9 @@ class WeightDecayOnBiasNorm(Rule):
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.facts.data.static import is_test_file
-        from traindoctor.facts.evaluation.static import freezes_whole
+        from traindoctor.facts.evaluation.grad import self_test
         from traindoctor.facts.models.static import model_of, self_model
+        from traindoctor.facts.optim.frozen import trains_part_of
 
         if is_test_file(ctx.filename):
             return  # optimizer recipes in test code are fixtures, not advice targets
@@ -332,14 +333,16 @@ class WeightDecayOnBiasNorm(Rule):
             model = whole_model_params(ctx, params)
             if model is None:
                 continue
-            if freezes_whole(ctx, dotted(model) or ""):
-                continue  # a frozen model with a new head: the optimizer skips what has no gradient
             default = _DEFAULT_DECAY.get(qn, 0)
             decay = ctx.arg_value(call, "weight_decay", default=default)
             if decay is UNKNOWN or isinstance(decay, bool) or not isinstance(decay, (int, float)):
                 continue
             if decay < NEGLIGIBLE_WEIGHT_DECAY:
                 continue
+            if trains_part_of(ctx, model):
+                continue  # a frozen model with an adapter or a new head: the optimizer skips what has no gradient
+            if self_test(ctx, call):
+                continue  # a library module's ``__main__`` demo (a schedule plotted): nothing trains
             info = self_model(ctx, call) if isinstance(model, ast.Name) and model.id == "self" else model_of(ctx, model)
             if info.known and not info.bias_or_norm_params():
                 continue
