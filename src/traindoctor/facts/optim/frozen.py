@@ -72,13 +72,14 @@ def _freezes(ctx: FileContext, where: ast.AST, text: str, depth: int) -> bool:
     for loop in ctx.of(ast.For, ast.comprehension):
         if not whole_file and not ctx.within(loop.iter, where):
             continue
-        param = _parameter_loop(loop, text)
-        if param is None:
+        found = _parameter_loop(loop, text)
+        if found is None:
             continue
+        name, param = found
         body: list[ast.AST] = list(loop.body) if isinstance(loop, ast.For) else [ctx.parent(loop) or loop]
-        if any(_freezes_param(ctx, n, param) for stmt in body for n in ast.walk(stmt)):
-            if not not_taken_by_default(ctx, loop):
-                return True
+        freezes = [n for stmt in body for n in ast.walk(stmt) if _freezes_param(ctx, n, param)]
+        if freezes and not not_taken_by_default(ctx, loop) and all(_keeps_no_norm(ctx, n, loop, name) for n in freezes):
+            return True
     return False
 
 
@@ -87,8 +88,9 @@ def _false(ctx: FileContext, call: ast.Call) -> bool:
     return arg is not None and ctx.value(arg) is False
 
 
-def _parameter_loop(loop: ast.For | ast.comprehension, text: str) -> str | None:
-    """The loop variable of ``for p in text.parameters()`` / ``for n, p in text.named_parameters()``."""
+def _parameter_loop(loop: ast.For | ast.comprehension, text: str) -> tuple[str | None, str] | None:
+    """(the name variable or None, the parameter variable) of ``for p in text.parameters()`` /
+    ``for n, p in text.named_parameters()``."""
     it = loop.iter
     if not (
         isinstance(it, ast.Call)
@@ -98,9 +100,12 @@ def _parameter_loop(loop: ast.For | ast.comprehension, text: str) -> str | None:
     ):
         return None
     target = loop.target
+    name: str | None = None
     if isinstance(target, ast.Tuple) and len(target.elts) == 2 and it.func.attr == "named_parameters":
+        first = target.elts[0]
+        name = first.id if isinstance(first, ast.Name) else None
         target = target.elts[1]
-    return target.id if isinstance(target, ast.Name) else None
+    return (name, target.id) if isinstance(target, ast.Name) else None
 
 
 def _freezes_param(ctx: FileContext, node: ast.AST, param: str) -> bool:
@@ -117,6 +122,79 @@ def _freezes_param(ctx: FileContext, node: ast.AST, param: str) -> bool:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "requires_grad_":
         return dotted(node.func.value) == param and _false(ctx, node)
     return False
+
+
+#: Words of parameter names that belong to normalisation layers.
+_NORM_WORDS = ("norm", "rms", "bn", "ln")
+
+
+def _keeps_no_norm(ctx: FileContext, freeze: ast.AST, loop: ast.AST, name: str | None) -> bool:
+    """Whether the parameters a name-selective freeze leaves trainable are known to hold no
+    normalisation weights: the selection names them by string constants (``if "lora_" not in n:``,
+    ``p.requires_grad = "adapter" in n``, a head's ``["fc.weight", "fc.bias"]``) none of which reads
+    like a norm layer (``rms_1``, ``ln_f``, ``bn1``). A freeze of everything keeps nothing; a
+    selection by other means (a helper's list, the parameter's shape) is not known."""
+    tests: list[ast.expr] = []
+    positive: list[bool] = []
+    if isinstance(freeze, ast.Assign) and ctx.value(freeze.value) is not False:
+        tests.append(freeze.value)  # requires_grad = <names kept>
+        positive.append(True)
+    for anc in ctx.ancestors(freeze):
+        if anc is loop or isinstance(anc, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            break
+        if isinstance(anc, ast.If):
+            tests.append(anc.test)  # if <names frozen>: ... requires_grad = False
+            positive.append(not any(ctx.within(freeze, s) for s in anc.body))
+    if not tests:
+        return True
+    if name is None:
+        return False
+    for test, kept_when_true in zip(tests, positive):
+        strings = _selection_strings(ctx, test, name, kept_when_true)
+        if strings is None or any(_norm_like(s) for s in strings):
+            return False
+    return True
+
+
+def _selection_strings(ctx: FileContext, test: ast.expr, name: str, kept_when_true: bool) -> list[str] | None:
+    """The strings a name test matches when the names it keeps are those it matches (``"lora_" in
+    n`` keeping, ``"lora_" not in n`` freezing); None when the test is another shape."""
+    negated = False
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        negated, test = not negated, test.operand
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.In, ast.NotIn)):
+        if isinstance(test.ops[0], ast.NotIn):
+            negated = not negated
+        left, right = test.left, test.comparators[0]
+        # ``"lora_" in n`` (a substring of the name) or ``n in ["fc.weight", "fc.bias"]``
+        other = left if isinstance(right, ast.Name) and right.id == name else right
+        if not (isinstance(right, ast.Name) and right.id == name) and not (
+            isinstance(left, ast.Name) and left.id == name
+        ):
+            return None
+    elif isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and not negated:
+        out: list[str] = []
+        for value in test.values:
+            found = _selection_strings(ctx, value, name, kept_when_true)
+            if found is None:
+                return None
+            out += found
+        return out
+    else:
+        return None
+    if negated == kept_when_true:
+        return None  # the test names what is frozen: everything else (norms too) trains
+    value = ctx.value(other)
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return list(value)
+    return None
+
+
+def _norm_like(text: str) -> bool:
+    words = [w for w in text.lower().replace(".", "_").split("_") if w]
+    return any(w.startswith(_NORM_WORDS) or "norm" in w for w in words)
 
 
 def _handed_to_freezer(ctx: FileContext, where: ast.AST, text: str, depth: int) -> bool:

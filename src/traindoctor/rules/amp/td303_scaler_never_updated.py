@@ -307,7 +307,7 @@ def _updated_after(ctx: FileContext, step: ast.Call, name: str) -> bool:
     node: ast.AST = ctx.statement_of(step)
     while True:
         parent = ctx.parent(node)
-        if parent is None or isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)):
+        if parent is None or isinstance(parent, ast.Lambda):
             return False
         for field in _BLOCKS:
             block = getattr(parent, field, None)
@@ -318,6 +318,8 @@ def _updated_after(ctx: FileContext, step: ast.Call, name: str) -> bool:
                 if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)) and field == "body":
                     if _must_update(block[:index], name):
                         return True  # the next pass of the loop updates first
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+            return False
         node = parent
 
 

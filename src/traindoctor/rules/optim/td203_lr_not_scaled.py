@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, cast
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
-from traindoctor.static.names import OPTIMIZERS
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
@@ -211,6 +210,7 @@ class LrNotScaled(Rule):
             splits_global_batch,
             trains,
         )
+        from traindoctor.facts.optim.static import optimizer_calls
 
         if not trains(ctx) and not _drives_project_training(ctx):  # library files stop here
             return
@@ -237,17 +237,16 @@ class LrNotScaled(Rule):
             if acc is not None and isinstance(acc.factor, int):
                 grows += f" by {acc.factor}"
         parallel = data_parallel_names(ctx) if dist is not None else set()
-        for qn, call in ctx.calls_to_prefix(""):
-            lr: object
-            if qn in OPTIMIZERS:
-                steps_parallel = optimizer_is_data_parallel(ctx, call, parallel)
-                lr = ctx.arg(call, "lr")
-            elif qn in _TIMM_FROM_ARGS and len(call.args) >= 2 and isinstance(call.args[0], ast.Name):
+        built: list[tuple[ast.Call, object, bool]] = []
+        for opt in optimizer_calls(ctx):
+            built.append((opt.call, opt.arg(ctx, "lr"), optimizer_is_data_parallel(ctx, opt.call, parallel)))
+        for call in ctx.calls_to(*sorted(_TIMM_FROM_ARGS)):
+            if len(call.args) >= 2 and isinstance(call.args[0], ast.Name):
                 # timm's ``create_optimizer(args, model)`` builds the optimizer with ``args.lr``
                 steps_parallel = any(isinstance(n, ast.Name) and n.id in parallel for n in ast.walk(call.args[1]))
-                lr = _option_read(ctx, call.args[0].id, "lr", call)
-            else:
-                continue
+                built.append((call, _option_read(ctx, call.args[0].id, "lr", call), steps_parallel))
+        built.sort(key=lambda b: (b[0].lineno, b[0].col_offset))
+        for call, lr, steps_parallel in built:
             if dist is not None and not steps_parallel and acc is None:
                 continue
             if not isinstance(lr, ast.expr) or not plain_lr(ctx, lr):
@@ -271,10 +270,12 @@ def _drives_project_training(ctx: FileContext) -> bool:
     view = ctx.project
     if is_test_file(ctx.filename) or view is None or not drives_training(ctx) or not view.imports_project:
         return False
+    from traindoctor.facts.optim.static import optimizer_calls
+
     optimizers = set()
-    for qn, call in ctx.calls_to_prefix(""):
+    for call in [*(o.call for o in optimizer_calls(ctx)), *ctx.calls_to(*sorted(_TIMM_FROM_ARGS))]:
         stmt = ctx.statement_of(call)
-        if (qn in OPTIMIZERS or qn in _TIMM_FROM_ARGS) and isinstance(stmt, ast.Assign):
+        if isinstance(stmt, ast.Assign):
             optimizers |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
     for call, resolved in view.calls():
         if resolved.function is None:

@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from traindoctor.facts.optim import NEGLIGIBLE_WEIGHT_DECAY
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
-from traindoctor.static.args import UNKNOWN
-from traindoctor.static.names import OPTIMIZERS, dotted
+from traindoctor.static.args import MISSING, UNKNOWN
+from traindoctor.static.names import dotted
 
 if TYPE_CHECKING:  # pragma: no cover
     from torch.optim import Optimizer
 
     from traindoctor.static.context import FileContext
-
-#: Optimizers whose ``weight_decay`` default is not zero.
-_DEFAULT_DECAY = {"torch.optim.AdamW": 0.01}
-
 
 def whole_model_params(ctx: FileContext, node: ast.AST, depth: int = 0) -> ast.expr | None:
     """The module ``m`` when ``node`` hands the optimizer all of ``m``'s parameters, else None.
@@ -73,6 +69,59 @@ def _only_requires_grad(cond: ast.AST, param: str) -> bool:
 
 def _requires_grad_filter(fn: ast.AST) -> bool:
     return isinstance(fn, ast.Lambda) and len(fn.args.args) == 1 and _only_requires_grad(fn.body, fn.args.args[0].arg)
+
+
+def _decay_value(ctx: FileContext, node: object, default: object) -> float | None:
+    """A weight decay that matters (known, at least the negligible one), else None."""
+    decay = default if node is MISSING else ctx.value(node)
+    if decay is UNKNOWN or isinstance(decay, bool) or not isinstance(decay, (int, float)):
+        return None
+    return float(decay) if decay >= NEGLIGIBLE_WEIGHT_DECAY else None
+
+
+def _decayed_modules(
+    ctx: FileContext, params: ast.expr, node: object, default: object
+) -> Iterator[tuple[ast.expr, float, bool]]:
+    """(module, decay, passed explicitly) for each module all of whose parameters the optimizer
+    decays: ``model.parameters()`` itself, or parameter groups each made of one whole module's
+    parameters (``[{"params": model.backbone.parameters(), "lr": 1e-5}, {"params":
+    model.head.parameters()}]``), a group's own ``weight_decay`` overriding the optimizer's.
+    Groups that split parameters any other way (by name, by shape) are left alone."""
+    model = whole_model_params(ctx, params)
+    if model is not None:
+        decay = _decay_value(ctx, node, default)
+        if decay is not None:
+            yield model, decay, isinstance(node, ast.expr)
+        return
+    groups = _module_groups(ctx, params)
+    if groups is None:
+        return
+    for module, own in groups:
+        decay = _decay_value(ctx, own, default) if own is not MISSING else _decay_value(ctx, node, default)
+        if decay is not None:
+            yield module, decay, own is not MISSING or isinstance(node, ast.expr)
+
+
+def _module_groups(ctx: FileContext, params: ast.expr) -> list[tuple[ast.expr, object]] | None:
+    """(module, the group's ``weight_decay`` node or MISSING) for a list of parameter-group dicts
+    each holding one whole module's parameters; None for any other ``params``."""
+    if isinstance(params, ast.Name):
+        bound = ctx.binding(params)
+        if bound is None or params.id in ctx.mutated_names:
+            return None
+        params = bound
+    if not isinstance(params, (ast.List, ast.Tuple)) or len(params.elts) < 2:
+        return None
+    out: list[tuple[ast.expr, object]] = []
+    for elt in params.elts:
+        group = ctx.dict_literal(elt)
+        if group is None or "params" not in group:
+            return None
+        module = whole_model_params(ctx, group["params"])
+        if module is None:
+            return None
+        out.append((module, group.get("weight_decay", MISSING)))
+    return out
 
 
 def _owner(ctx: FileContext, model: ast.expr) -> str:
@@ -321,43 +370,35 @@ class WeightDecayOnBiasNorm(Rule):
         from traindoctor.facts.evaluation.grad import self_test
         from traindoctor.facts.models.static import model_of, self_model
         from traindoctor.facts.optim.frozen import trains_part_of
+        from traindoctor.facts.optim.static import optimizer_calls
 
         if is_test_file(ctx.filename):
             return  # optimizer recipes in test code are fixtures, not advice targets
-        for qn, call in ctx.calls_to_prefix(""):
-            if qn not in OPTIMIZERS:
-                continue
-            params = ctx.arg(call, "params")
+        for opt in optimizer_calls(ctx):
+            call = opt.call
+            params = opt.arg(ctx, "params")
             if not isinstance(params, ast.expr):
                 continue
-            model = whole_model_params(ctx, params)
-            if model is None:
-                continue
-            default = _DEFAULT_DECAY.get(qn, 0)
-            decay = ctx.arg_value(call, "weight_decay", default=default)
-            if decay is UNKNOWN or isinstance(decay, bool) or not isinstance(decay, (int, float)):
-                continue
-            if decay < NEGLIGIBLE_WEIGHT_DECAY:
-                continue
-            if trains_part_of(ctx, model):
-                continue  # a frozen model with an adapter or a new head: the optimizer skips what has no gradient
-            if self_test(ctx, call):
-                continue  # a library module's ``__main__`` demo (a schedule plotted): nothing trains
-            info = self_model(ctx, call) if isinstance(model, ast.Name) and model.id == "self" else model_of(ctx, model)
-            if info.known and not info.bias_or_norm_params():
-                continue
-            short = qn.rsplit(".", 1)[-1]
-            detail = f"weight_decay={decay:g}"
-            if not isinstance(ctx.arg(call, "weight_decay"), ast.expr):
-                detail += " (its default)"
-            yield ctx.report(
-                self,
-                call,
-                f"`{short}` applies {detail} to every parameter of {_owner(ctx, model)}, biases and "
-                "normalisation weights included; give those a parameter group with `weight_decay=0` "
-                "(e.g. `traindoctor.recipes.param_groups(model, weight_decay)`).",
-                help="Exclude biases and norm parameters from weight decay",
-            )
+            node = opt.arg(ctx, "weight_decay")
+            for model, decay, explicit in _decayed_modules(ctx, params, node, opt.default_decay()):
+                if trains_part_of(ctx, model):
+                    continue  # a frozen model with an adapter or a new head: the optimizer skips what has no gradient
+                if self_test(ctx, call):
+                    continue  # a library module's ``__main__`` demo (a schedule plotted): nothing trains
+                is_self = isinstance(model, ast.Name) and model.id == "self"
+                info = self_model(ctx, call) if is_self else model_of(ctx, model)
+                if info.known and not info.bias_or_norm_params():
+                    continue
+                detail = f"weight_decay={decay:g}" + ("" if explicit else " (its default)")
+                yield ctx.report(
+                    self,
+                    call,
+                    f"`{opt.name}` applies {detail} to every parameter of {_owner(ctx, model)}, biases and "
+                    "normalisation weights included; give those a parameter group with `weight_decay=0` "
+                    "(e.g. `traindoctor.recipes.param_groups(model, weight_decay)`).",
+                    help="Exclude biases and norm parameters from weight decay",
+                )
+                break  # one finding per optimizer
 
         yield from self._check_hf(ctx)
 
