@@ -78,7 +78,7 @@ def test_in_file_freezes_by_name_list_and_requires_grad_(tmp_path: Path) -> None
     freezes = [
         "model.requires_grad_(False); model.head = torch.nn.Linear(8, 10)",
         "[p.requires_grad_(False) for p in model.parameters()]",
-        'for n, p in model.named_parameters():\n            p.requires_grad = n in KEEP',
+        "for n, p in model.named_parameters():\n            p.requires_grad = n in KEEP",
     ]
     for i, freeze in enumerate(freezes):
         train = _train(freeze).replace("def main", 'KEEP = ["head.weight", "head.bias"]\n\n    def main')
@@ -180,7 +180,10 @@ def test_parameter_groups_of_whole_submodules_decay_their_biases_and_norms(tmp_p
     named = script.replace(
         '{{"params": model.head.parameters()}}', '{{"params": [p for n, p in model.named_parameters() if "bias" in n]}}'
     )
-    assert checked_rows(tmp_path / "c", {"models.py": MODEL, "train.py": named.format(backbone="")}, "train.py", ["TD204"]) == []
+    assert (
+        checked_rows(tmp_path / "c", {"models.py": MODEL, "train.py": named.format(backbone="")}, "train.py", ["TD204"])
+        == []
+    )
 
 
 def test_kwargs_of_a_conditional_dict_leave_the_default_decay_known(tmp_path: Path) -> None:

@@ -265,6 +265,7 @@ def accumulation_from_total(ctx: FileContext, distributed: bool) -> ast.AST | No
     Then the effective batch is that declared total, not a product that grows implicitly: the LR
     is set for it. Under data parallelism the derivation must divide by the world size too
     (otherwise the total still grows with the number of processes)."""
+    node: ast.Assign | ast.AnnAssign
     for node in ctx.of(ast.Assign, ast.AnnAssign):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         if node.value is None or not any(_accum_named(t) for t in targets):
@@ -408,7 +409,7 @@ def plain_lr(ctx: FileContext, node: ast.AST | None, _depth: int = 0, _options: 
         values = _option_assignments(ctx, text)
         if values is None:
             return False
-        v = ctx.argparse_default(node, declared=bool(values))
+        v = ctx.argparse_default(node, declared=bool(values) or _assigned_opt_in(ctx, text))
         plain = isinstance(v, (int, float)) and not isinstance(v, bool)
         if text in _options:
             return plain or v is None  # the option's own value, read again
@@ -419,14 +420,22 @@ def plain_lr(ctx: FileContext, node: ast.AST | None, _depth: int = 0, _options: 
     return False
 
 
+def _assigned_opt_in(ctx: FileContext, text: str) -> bool:
+    """Whether the file assigns ``args.lr`` only in branches the defaults do not take."""
+    return any(
+        dotted(t) == text and not_taken_by_default(ctx, stmt) for stmt in ctx.of(ast.Assign) for t in stmt.targets
+    )
+
+
 def _option_assignments(ctx: FileContext, text: str) -> list[ast.expr] | None:
     """The values the file assigns to ``args.lr`` (dotted ``text``); None when it changes it
-    otherwise (``args.lr *= 2``, ``setattr``)."""
+    otherwise (``args.lr *= 2``, ``setattr``). An assignment in a branch the defaults do not take
+    (``if args.scale_lr:``) is not the value a default run uses."""
     out: list[ast.expr] = []
     for stmt in ctx.of(ast.Assign, ast.AugAssign, ast.AnnAssign):
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
         for target in targets:
-            if dotted(target) != text:
+            if dotted(target) != text or not_taken_by_default(ctx, stmt):
                 continue
             if not isinstance(stmt, ast.Assign) or stmt.value is None:
                 return None

@@ -272,8 +272,7 @@ class ScalerNeverUpdated(Rule):
                 "loss scale stops adapting.",
                 help=f"Call `{name}.update()` on every path after `{name}.step(...)`",
                 related=tuple(
-                    Related(ctx.filename, ctx.location(u), f"`{name}` is updated here, under a condition")
-                    for u in mine
+                    Related(ctx.filename, ctx.location(u), f"`{name}` is updated here, under a condition") for u in mine
                 ),
             )
 

@@ -412,7 +412,9 @@ def _recast_before_training(
     from traindoctor.facts.amp.static import chain_root, pos
 
     scope = ctx.scope_of(cast)
-    training = [c for c in [*optimizers, *(b.call for b in backwards)] if ctx.scope_of(c) is scope and pos(c) > pos(cast)]
+    training = [
+        c for c in [*optimizers, *(b.call for b in backwards)] if ctx.scope_of(c) is scope and pos(c) > pos(cast)
+    ]
     first = min((pos(c) for c in training), default=None)
     for attr in ("float", "double", "to", "type"):
         for call in ctx.method_calls(attr):

@@ -85,9 +85,7 @@ _FIXED_DATASETS = frozenset(
     }
 )
 #: timm's loader and transform factories: training crops and evaluation resizes to one input size.
-_TIMM_FIXED = frozenset(
-    {"create_loader", "create_transform", "transforms_imagenet_train", "transforms_imagenet_eval"}
-)
+_TIMM_FIXED = frozenset({"create_loader", "create_transform", "transforms_imagenet_train", "transforms_imagenet_eval"})
 #: Evidence of inputs whose size changes from batch to batch.
 _VARIABLE_TRANSFORMS = frozenset({"RandomResize", "RandomShortestSize", "ScaleJitter", "RandomIoUCrop"})
 _LIGHTNING = ("lightning.", "pytorch_lightning.")

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from traindoctor.static.context import FileContext
 
+
 def whole_model_params(ctx: FileContext, node: ast.AST, depth: int = 0) -> ast.expr | None:
     """The module ``m`` when ``node`` hands the optimizer all of ``m``'s parameters, else None.
 
