@@ -11,7 +11,9 @@ what it adds or switches back on, the optimizer's settings apply to that part al
 * through a function the model is handed to: PEFT's ``get_peft_model`` / ``prepare_model_for_kbit_training``
   (they freeze the base model in place), or a function of the same file or of another project
   module that freezes its parameter in one of the ways above (``mark_only_lora_as_trainable(model)``);
-* by binding: the model *is* what ``get_peft_model(...)`` returned.
+* by binding: the model *is* what ``get_peft_model(...)`` returned, or a module built from parts
+  of a model the file freezes (``AttnProcsLayers(unet.attn_processors)`` after
+  ``unet.requires_grad_(False)``: the adapters attached to it).
 
 A freeze in a branch the defaults do not take (``if args.use_lora:`` with a ``store_true`` flag)
 does not count: by default the whole model trains.
@@ -52,6 +54,20 @@ def trains_part_of(ctx: FileContext, model: ast.expr) -> bool:
     if _freezes(ctx, ctx.tree, text, 0):
         return True
     return _bound_to_frozen(ctx, model, text)
+
+
+def _built_from_frozen(ctx: FileContext, value: ast.expr) -> bool:
+    """``lora_layers = AttnProcsLayers(unet.attn_processors)`` after ``unet.requires_grad_(False)``:
+    a module made of parts of a frozen model holds what the file attached to it (adapters)."""
+    if not isinstance(value, ast.Call):
+        return False
+    for arg in [*value.args, *(k.value for k in value.keywords)]:
+        root = arg
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if root is not arg and isinstance(root, ast.Name) and _freezes(ctx, ctx.tree, root.id, _DEPTH):
+            return True
+    return False
 
 
 def _freezes(ctx: FileContext, where: ast.AST, text: str, depth: int) -> bool:
@@ -249,4 +265,4 @@ def _bound_to_frozen(ctx: FileContext, model: ast.expr, text: str) -> bool:
             and not not_taken_by_default(ctx, value)
         ):
             return True
-    return False
+    return bool(values) and all(_built_from_frozen(ctx, v) for v in values)
