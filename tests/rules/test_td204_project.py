@@ -282,3 +282,68 @@ def test_a_scheduler_plot_in_a_library_modules_main_block_is_no_training(tmp_pat
     # the same block training the model is training
     trains = schedulers.replace("sched.step()", "model(x).sum().backward(); optimizer.step(); sched.step()")
     assert checked_rows(tmp_path / "t", {"schedulers.py": trains}, "schedulers.py", ["TD204"]) == [("TD204", 18)]
+
+
+FACTORY = """
+    import torch
+
+    def build_optimizer(model, args):
+        return torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=args.weight_decay)
+
+    def make(model, wd, lr=0.1):
+        opt_args = dict(lr=lr, weight_decay=wd)
+        return torch.optim.AdamW(model.parameters(), **opt_args)
+    """
+
+CALLER = """
+    import argparse
+    import torch
+    from models import Net
+    from optim_factory import build_optimizer, make
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--weight_decay", type=float, default={wd})
+
+    def main(args):
+        model = Net()
+        optimizer = {build}
+        for epoch in range(90):
+            for x, y in loader:
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                optimizer.step()
+
+    if __name__ == "__main__":
+        main(parser.parse_args())
+    """
+
+
+def test_an_optimizer_helper_of_another_module_with_the_decay_this_call_passes(tmp_path: Path) -> None:
+    files = {"models.py": MODEL, "optim_factory.py": FACTORY}
+    train = CALLER.format(wd="1e-4", build="build_optimizer(model, args)")
+    result = check(tmp_path / "a", {**files, "train.py": train}, "train.py", ["TD204"])
+    assert [(f.code, f.location.row) for f in result.findings] == [("TD204", 12)]
+    finding = result.findings[0]
+    assert "`build_optimizer` builds `SGD` with weight_decay=0.0001 (from this call)" in finding.message
+    (related,) = finding.related
+    assert related.filename.endswith("optim_factory.py") and related.location.row == 4
+    # through a parameter and a **kwargs dict of the helper
+    train = CALLER.format(wd="1e-4", build="make(model, 0.05)")
+    assert checked_rows(tmp_path / "b", {**files, "train.py": train}, "train.py", ["TD204"]) == [("TD204", 12)]
+    # the helper's own file cannot tell: nothing there
+    assert checked_rows(tmp_path / "a", {**files, "train.py": train}, "optim_factory.py", ["TD204"]) == []
+
+
+def test_helper_calls_with_no_decay_an_unknown_one_or_a_frozen_model(tmp_path: Path) -> None:
+    files = {"models.py": MODEL, "optim_factory.py": FACTORY, "adapters.py": ADAPTERS}
+    cases = [
+        CALLER.format(wd="0.0", build="build_optimizer(model, args)"),
+        CALLER.format(wd="1e-4", build="make(model, cfg.wd)"),
+        CALLER.format(wd="1e-4", build="build_optimizer(model, args)")
+        .replace("model = Net()", "model = Net()\n        mark_only_adapter_as_trainable(model)")
+        .replace(
+            "from models import Net", "from models import Net\n    from adapters import mark_only_adapter_as_trainable"
+        ),
+    ]
+    for i, train in enumerate(cases):
+        assert checked_rows(tmp_path / str(i), {**files, "train.py": train}, "train.py", ["TD204"]) == [], train
