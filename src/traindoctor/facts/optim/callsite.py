@@ -13,6 +13,7 @@ nothing is passed): a parameter, an attribute path read from a parameter (``args
 from __future__ import annotations
 
 import ast
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -106,7 +107,7 @@ def _read_path(site: CallSite, passed: ast.Name, path: list[str]) -> ast.Attribu
     for attr in reversed(path):
         node = ast.Attribute(value=node, attr=attr, ctx=ast.Load())
         nodes.append(node)
-    for inner, outer in zip(nodes, nodes[1:]):
+    for inner, outer in itertools.pairwise(nodes):
         parents[inner] = outer
     parents[nodes[-1]] = site.call
     for n in nodes:
