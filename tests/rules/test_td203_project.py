@@ -165,3 +165,71 @@ def test_accumulation_read_from_a_config_object(tmp_path: Path) -> None:
     result = check(tmp_path, {"engine.py": script}, "engine.py", ["TD203"])
     assert [(f.code, f.location.row) for f in result.findings] == [("TD203", 4)]
     assert "gradient accumulation multiplies the batch" in result.findings[0].message
+
+
+FACTORY = """
+    import torch
+
+    def create_optimizer(args, model):
+        kwargs = dict(lr=args.lr, weight_decay=args.weight_decay)
+        if args.eps is not None:
+            kwargs["eps"] = args.eps
+        name = args.opt.lower()
+        if name == "sgd":
+            kwargs.pop("eps", None)
+            return torch.optim.SGD(model.parameters(), momentum=0.9, **kwargs)
+        elif name == "adafactor":
+            kwargs["lr"] = None
+            return Adafactor(model.parameters(), **kwargs)
+        return torch.optim.AdamW(model.parameters(), **kwargs)
+    """
+
+DRIVER = """
+    import argparse
+    import torch
+    import utils
+    from optim_factory import create_optimizer
+    from engine import train_one_epoch
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lr", type=float, default=1.5e-4)
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--weight_decay", type=float, default=0.05)
+    parser.add_argument("--eps", type=float, default=None)
+    parser.add_argument("--opt", default="adamw")
+
+    def main(args):
+        utils.init_distributed_mode(args)
+        model = Net().cuda()
+        model = torch.nn.parallel.DistributedDataParallel(model)
+        model_without_ddp = model.module
+        {scale}
+        optimizer = create_optimizer(args, model_without_ddp)
+        for epoch in range(100):
+            train_one_epoch(model, loader, optimizer)
+
+    if __name__ == "__main__":
+        main(parser.parse_args())
+    """
+
+ENGINE = """
+    def train_one_epoch(model, loader, optimizer):
+        for x in loader:
+            model(x).mean().backward()
+            optimizer.step()
+    """
+
+
+def test_lr_of_an_optimizer_built_by_a_project_helper_from_args(tmp_path: Path) -> None:
+    files = {"utils.py": UTILS, "optim_factory.py": FACTORY, "engine.py": ENGINE}
+    plain = DRIVER.format(scale="pass")
+    result = check(tmp_path / "a", {**files, "main.py": plain}, "main.py", ["TD203"])
+    assert [(f.code, f.location.row) for f in result.findings] == [("TD203", 20)]
+    finding = result.findings[0]
+    assert "The LR `args.lr` is used unchanged" in finding.message
+    assert finding.related[0].filename.endswith("optim_factory.py") and finding.related[0].location.row == 10
+    scaled = DRIVER.format(scale="args.lr = args.lr * args.batch_size * utils.get_world_size() / 256")
+    assert checked_rows(tmp_path / "b", {**files, "main.py": scaled}, "main.py", ["TD203"]) == []
+    # a helper whose LR the call does not decide
+    fixed = {**files, "optim_factory.py": FACTORY.replace("lr=args.lr", "lr=get_lr()")}
+    assert checked_rows(tmp_path / "c", {**fixed, "main.py": plain}, "main.py", ["TD203"]) == []

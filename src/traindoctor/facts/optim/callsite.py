@@ -98,6 +98,31 @@ def value_at(site: CallSite, expr: ast.AST | None, depth: int = 0) -> Any:
     return UNKNOWN
 
 
+def expression_at(site: CallSite, expr: ast.AST | None, depth: int = 0) -> ast.expr | None:
+    """The caller's expression the callee's ``expr`` stands for at ``site`` (a parameter: what
+    the call passes; ``args.lr`` of a parameter ``args``: the caller's ``args.lr``; a local of the
+    callee bound once to either), else None."""
+    if expr is None or depth > _DEPTH:
+        return None
+    params = site.parameters()
+    if isinstance(expr, ast.Name):
+        if expr.id in params:
+            return None if _rebound(site.fn, expr.id) else site.argument(expr.id)
+        bound = site.callee.binding(expr)
+        return expression_at(site, bound, depth + 1) if bound is not None else None
+    if isinstance(expr, ast.Attribute):
+        path: list[str] = []
+        root: ast.AST = expr
+        while isinstance(root, ast.Attribute):
+            path.append(root.attr)
+            root = root.value
+        if not (isinstance(root, ast.Name) and root.id in params) or _rebound(site.fn, root.id):
+            return None
+        passed = site.argument(root.id)
+        return _read_path(site, passed, path) if isinstance(passed, ast.Name) else None
+    return None
+
+
 def _read_path(site: CallSite, passed: ast.Name, path: list[str]) -> ast.Attribute:
     """``passed.a.b`` as a read of the caller's file, placed at the call (so that the caller's
     look-ups, such as an argparse namespace handed in as a parameter, see where it is read)."""

@@ -61,6 +61,8 @@ def accumulated_argument(ctx: FileContext, call: ast.Call, arg: ast.expr) -> tup
 
 def _sums_into_self(node: ast.AST, param: str) -> bool:
     """``self.sum += val * n`` / ``self.sum = self.sum + val`` with ``val`` not made a number."""
+    target: ast.expr
+    value: ast.expr
     if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add):
         target, value = node.target, node.value
     elif (

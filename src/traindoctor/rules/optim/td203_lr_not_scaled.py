@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING, cast
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
+from traindoctor.static.names import dotted
 
 if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.finding import Related
     from traindoctor.static.context import FileContext
 
 
@@ -245,20 +247,69 @@ class LrNotScaled(Rule):
                 # timm's ``create_optimizer(args, model)`` builds the optimizer with ``args.lr``
                 steps_parallel = any(isinstance(n, ast.Name) and n.id in parallel for n in ast.walk(call.args[1]))
                 built.append((call, _option_read(ctx, call.args[0].id, "lr", call), steps_parallel))
+        helpers = {id(call): related for call, _, related in _helper_built(ctx)}
+        for call, helper_lr, _ in _helper_built(ctx):
+            arguments = [*call.args, *(k.value for k in call.keywords)]
+            steps = any(isinstance(n, ast.Name) and n.id in parallel for a in arguments for n in ast.walk(a))
+            built.append((call, helper_lr, steps))
         built.sort(key=lambda b: (b[0].lineno, b[0].col_offset))
+        reported: set[int] = set()
         for call, lr, steps_parallel in built:
             if dist is not None and not steps_parallel and acc is None:
                 continue
-            if not isinstance(lr, ast.expr) or not plain_lr(ctx, lr):
+            if not isinstance(lr, ast.expr) or id(call) in reported or not plain_lr(ctx, lr):
                 continue
+            reported.add(id(call))
+            helper = id(call) in helpers
             yield ctx.report(
                 self,
-                lr if ctx.within(lr, call) else call,
-                f"The LR `{ctx.segment(lr)}` is used unchanged although {grows}; scale it with the "
-                "effective batch (linear for SGD, square root for Adam-family; e.g. "
-                "`traindoctor.recipes.scale_lr`) and warm it up.",
+                call if helper or not ctx.within(lr, call) else lr,
+                f"The LR `{(dotted(lr) if helper else None) or ctx.segment(lr)}` is used unchanged although "
+                f"{grows}; scale it with the effective batch (linear for SGD, square root for Adam-family; "
+                "e.g. `traindoctor.recipes.scale_lr`) and warm it up.",
                 help="Scale the learning rate with the effective batch",
+                related=helpers.get(id(call), ()),
             )
+
+
+def _helper_built(ctx: FileContext) -> list[tuple[ast.Call, ast.expr, tuple[Related, ...]]]:
+    """(call, the caller's LR expression, related) for each call of a function of this file or
+    of another project module that builds an optimizer whose LR is what the call passes
+    (``create_optimizer(args, model)`` reading ``args.lr``)."""
+    return ctx.shared("td203.helper_built", _find_helper_built)
+
+
+def _find_helper_built(ctx: FileContext) -> list[tuple[ast.Call, ast.expr, tuple[Related, ...]]]:
+    from traindoctor.facts.optim.callsite import CallSite, expression_at
+    from traindoctor.facts.optim.static import optimizer_calls
+    from traindoctor.finding import Related
+    from traindoctor.static.callees import function_definition
+    from traindoctor.static.project import place_of
+
+    out: list[tuple[ast.Call, ast.expr, tuple[Related, ...]]] = []
+    for call in ctx.of(ast.Call):
+        if not isinstance(call.func, (ast.Name, ast.Attribute)) or not (call.args or call.keywords):
+            continue
+        found = function_definition(ctx, call)
+        if found is None:
+            continue
+        callee, fn = found
+        site = CallSite(ctx, call, callee, fn)
+        for opt in optimizer_calls(callee):
+            if callee.function_of(opt.call) is not fn:
+                continue
+            lr = expression_at(site, opt.arg(callee, "lr"))
+            if lr is None:
+                continue
+            message = f"`{opt.name}` is built here with that LR"
+            related = (
+                (Related(ctx.filename, ctx.location(opt.call), message),)
+                if callee is ctx
+                else ctx.project.related(place_of(callee, opt.call), message)
+            )
+            out.append((call, lr, related))
+            break
+    return out
 
 
 def _drives_project_training(ctx: FileContext) -> bool:
@@ -273,7 +324,8 @@ def _drives_project_training(ctx: FileContext) -> bool:
     from traindoctor.facts.optim.static import optimizer_calls
 
     optimizers = set()
-    for call in [*(o.call for o in optimizer_calls(ctx)), *ctx.calls_to(*sorted(_TIMM_FROM_ARGS))]:
+    helpers = [c for c, _, _ in _helper_built(ctx)]
+    for call in [*(o.call for o in optimizer_calls(ctx)), *ctx.calls_to(*sorted(_TIMM_FROM_ARGS)), *helpers]:
         stmt = ctx.statement_of(call)
         if isinstance(stmt, ast.Assign):
             optimizers |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
