@@ -36,7 +36,10 @@ class ScalerNeverUpdated(Rule):
         Finds `scaler.step(optimizer)` on a GradScaler (constructed in the file, or used with
         `scaler.scale(loss)` in the same function) when no `update()` is called on that scaler
         anywhere in the file. It stays silent when the scaler is handed to other code (passed as
-        an argument), which may update it.
+        an argument), which may update it. Where the function that steps the scaler also updates
+        it, every path from the `step()` must reach an `update()`: one under a condition without
+        an `else` (`if scale < limit: scaler.update()`), or in one branch only, is reported at the
+        `step()` with the conditional update as the related location.
     """
     why_bad = """
         `GradScaler.update()` is where the loss scale adapts: it halves the scale after a step
@@ -127,6 +130,22 @@ class ScalerNeverUpdated(Rule):
     )
 
     invalid = (
+        Invalid(
+            """
+            import torch
+
+            class AmpOptimizer:
+                def __init__(self, optimizer):
+                    self.optimizer = optimizer
+                    self.scaler = torch.amp.GradScaler("cuda")
+
+                def step(self, loss):
+                    self.scaler.scale(loss).backward()
+                    self.scaler.step(self.optimizer)  # TD303
+                    if self.scaler.get_scale() < 32768.0:  # the update is skipped above that
+                        self.scaler.update()
+            """
+        ),
         Invalid(
             """
             import torch

@@ -46,7 +46,11 @@ class HalfPrecisionWeights(Rule):
         torchvision/timm/transformers model or a class in the file that subclasses
         `nn.Module`, or one whose `.parameters()` the file reads. Casting input tensors,
         inference-only scripts, a cast after training (an export), and frozen models given to
-        no optimizer are not reported.
+        no optimizer are not reported. Neither is the classic mixed-precision recipe: an fp16
+        optimizer wrapper that keeps float32 master weights and scales the loss (apex's
+        `FP16_Optimizer`, fairseq's `FP16Optimizer`, a project's copy of one), nor a round trip
+        that casts the model back to float32 before it trains (`model.half().float()`, or a
+        `model.float()` after a half-precision load).
     """
     why_bad = """
         float16 has 10 mantissa bits: near 1.0 its spacing is about 1e-3. An update of
@@ -96,6 +100,32 @@ class HalfPrecisionWeights(Rule):
     )
 
     valid = (
+        Valid(
+            """
+            import torch
+            from apex.fp16_utils import FP16_Optimizer
+
+            # float16 weights with float32 master copies and loss scaling: the classic recipe
+            model = Net().cuda().half()
+            optimizer = FP16_Optimizer(torch.optim.SGD(model.parameters(), lr=0.1), dynamic_loss_scale=True)
+            for x, y in loader:
+                loss = criterion(model(x.cuda().half()), y.cuda())
+                optimizer.backward(loss)
+                optimizer.step()
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            # a round trip: the weights train in float32
+            model = Net().cuda().half().float()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                criterion(model(x), y).backward()
+                optimizer.step()
+            """
+        ),
         Valid(
             """
             import torch
@@ -154,6 +184,21 @@ class HalfPrecisionWeights(Rule):
     )
 
     invalid = (
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10)).cuda()
+            model = model.half()  # TD308
+            model.load_state_dict(torch.load("half.pt"))
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            for x, y in loader:
+                nn.functional.cross_entropy(model(x), y).backward()
+                optimizer.step()
+            model.float()  # cast back only after training
+            """
+        ),
         Invalid(
             """
             import torch

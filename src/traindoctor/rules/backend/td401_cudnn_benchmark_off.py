@@ -260,9 +260,13 @@ class CudnnBenchmarkOff(Rule):
 
     what_it_does = """
     Reports a training script that places work on CUDA, builds a convolutional model
-    (`nn.Conv1d/2d/3d`, `nn.ConvTranspose*d`, a torchvision CNN such as `resnet50()`, or
-    `timm.create_model("resnet50")`), shows that its inputs have one fixed size (fixed-size crops
-    or `Resize((h, w))`, a fixed-size dataset such as CIFAR-10 or MNIST, a `TensorDataset`), and
+    (`nn.Conv1d/2d/3d`, `nn.ConvTranspose*d`, a torchvision CNN such as `resnet50()`,
+    `timm.create_model("resnet50")` under any of timm's import paths, a diffusers UNet, ControlNet
+    or VAE built or loaded with `from_pretrained`, a model class or factory of another project
+    module, or `models.__dict__[name]` of a project module whose model factories all have
+    convolutions when the name is not known), shows that its inputs have one fixed size
+    (fixed-size crops or `Resize((h, w))`, a fixed-size dataset such as CIFAR-10 or MNIST, a
+    `TensorDataset`, timm's `create_loader`/`create_transform`), and
     never sets `torch.backends.cudnn.benchmark`. It stays silent when the file shows inputs of
     varying size (detection models, a custom `collate_fn`, padded sequences, multi-scale
     transforms), when it asks for deterministic algorithms (benchmarking would undo that, see
@@ -378,6 +382,18 @@ class CudnnBenchmarkOff(Rule):
         """),
     )
     invalid = (
+        Invalid(
+            """
+            import torch
+            from torchvision import transforms
+            from diffusers import UNet2DConditionModel
+
+            unet = UNet2DConditionModel.from_pretrained("sd-model", subfolder="unet").to("cuda")  # TD401
+            tf = transforms.Compose([transforms.Resize(512), transforms.CenterCrop(512), transforms.ToTensor()])
+            optimizer = torch.optim.AdamW(unet.parameters(), lr=1e-5)
+            loss.backward()
+            """
+        ),
         Invalid(
             """
             import torch

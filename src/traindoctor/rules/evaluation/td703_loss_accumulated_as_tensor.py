@@ -63,7 +63,9 @@ class LossAccumulatedAsTensor(Rule):
     `accelerator.backward(loss)`), or it was just computed by a criterion / loss function in a
     function that runs backward passes. Accumulators that are themselves backpropagated (summing
     several losses on purpose) and code under `no_grad` are not reported, nor is a loss last
-    assigned from `.item()` or `.detach()`.
+    assigned from `.item()` or `.detach()`. The sum may live in another class, often in another
+    module: `losses.update(loss, n)` on an object whose `update` adds its argument into an
+    attribute (`self.sum += val * n`, an average meter) is reported at the call, citing the sum.
     """
     why_bad = """
     A loss tensor carries a reference to the graph that produced it. Adding it to a running

@@ -38,7 +38,13 @@ class LrNotScaled(Rule):
     `Accelerator(split_batches=True)`), that compute the LR from the batch
     (`lr = base_lr * batch / 256`, `traindoctor.recipes.scale_lr`) or that edit `group["lr"]`
     are not reported, and neither is a single-process script that merely exposes `--batch-size`
-    and `--lr`: there the user sets both.
+    and `--lr`: there the user sets both. A script that declares the total batch and derives the
+    accumulation from it (`grad_accum = total_batch_size // (batch_size * world_size)`,
+    `accumulation = batch_size // micro_batch_size` on one device) sets its LR for that declared
+    batch and is not reported either. Scaling in an opt-in branch that is off by default
+    (`if args.scale_lr:` with `action="store_true"`) is no scaling: the default run uses the LR
+    unchanged. An optimizer built by a helper of the file or of another project module from what
+    the call passes (`create_optimizer(args, model)` reading `args.lr`) is judged at the call.
     """
     why_bad = """
     The batch the optimizer averages over is `batch x accumulation x world_size`. Moving a recipe
@@ -143,6 +149,21 @@ class LrNotScaled(Rule):
         """),
         Valid("""
         import torch
+
+        # the user declares the total batch; the accumulation follows from it
+        learning_rate = 3e-4
+        batch_size = 128
+        micro_batch_size = 4
+        gradient_accumulation_iters = batch_size // micro_batch_size
+        optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
+        for i, (x, y) in enumerate(loader):
+            (criterion(model(x), y) / gradient_accumulation_iters).backward()
+            if (i + 1) % gradient_accumulation_iters == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+        """),
+        Valid("""
+        import torch
         from accelerate import Accelerator
 
         accelerator = Accelerator()
@@ -152,6 +173,25 @@ class LrNotScaled(Rule):
         """),
     )
     invalid = (
+        Invalid("""
+        import argparse
+        import torch
+        from accelerate import Accelerator
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--learning_rate", type=float, default=1e-4)
+        parser.add_argument("--scale_lr", action="store_true")  # off unless asked for
+        args = parser.parse_args()
+        accelerator = Accelerator(gradient_accumulation_steps=4)
+        if args.scale_lr:
+            args.learning_rate = args.learning_rate * 4 * accelerator.num_processes
+        optimizer = torch.optim.AdamW(unet.parameters(), lr=args.learning_rate)  # TD203
+        unet, optimizer, loader = accelerator.prepare(unet, optimizer, loader)
+        for batch in loader:
+            with accelerator.accumulate(unet):
+                accelerator.backward(unet(batch).loss)
+                optimizer.step()
+        """),
         Invalid("""
         import torch
         import torch.distributed as dist

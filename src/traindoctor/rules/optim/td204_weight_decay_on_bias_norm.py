@@ -158,7 +158,21 @@ class WeightDecayOnBiasNorm(Rule):
     `weight_decay` is 0.01. `SGD`, `Adam`, the deprecated `transformers.AdamW` and the others
     default to 0 and are not reported unless they pass a nonzero value. Parameter groups built
     by a function (`traindoctor.recipes.param_groups(model, 0.05)`) or by filtering on names
-    are left alone.
+    are left alone; parameter groups that are each one whole submodule's parameters
+    (`[{"params": model.backbone.parameters(), "lr": 1e-5}, {"params": model.head.parameters()}]`)
+    decay every parameter of each and are reported. The optimizer class may be named through a
+    variable (`optimizer_cls = torch.optim.AdamW`, in branches; an opt-in branch off by default
+    does not count), `getattr(torch.optim, args.optimizer)` or a dict of classes. An optimizer
+    built by a helper (`build_optimizer(model, args)`) whose weight decay is what the call passes
+    is reported at the call, citing the helper.
+
+    Only what trains counts: a model frozen as a whole (`model.requires_grad_(False)`, a loop
+    setting `requires_grad` to False or to a test of the name that keeps no normalisation
+    parameter, PEFT's `get_peft_model`, or a project function that does either to the model it is
+    handed, such as `mark_only_lora_as_trainable(model)`), or a module built from parts of a
+    frozen model (`AttnProcsLayers(unet.attn_processors)`), trains its adapters or new head only
+    and is not reported. A library module's `__main__` demo that never runs backward (a schedule
+    plotted) is not training.
 
     Framework forms: Hugging Face `TrainingArguments(weight_decay=w)` with `w > 0` makes the
     Trainer's own optimizer decay every parameter except those it excludes: biases, `nn.LayerNorm`
@@ -286,6 +300,14 @@ class WeightDecayOnBiasNorm(Rule):
         Trainer(model=model, args=args, train_dataset=train_ds).train()
         """),
         Valid("""
+        import torch
+        from peft import LoraConfig, get_peft_model
+
+        # only the LoRA matrices train: the base model is frozen by PEFT
+        model = get_peft_model(base_model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
+        """),
+        Valid("""
         import lightning as L
         import torch
 
@@ -302,6 +324,23 @@ class WeightDecayOnBiasNorm(Rule):
         """),
     )
     invalid = (
+        Invalid("""
+        import argparse
+        import torch
+        import torchvision
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--use_8bit_adam", action="store_true")
+        parser.add_argument("--adam_weight_decay", type=float, default=1e-2)
+        args = parser.parse_args()
+        unet = torchvision.models.resnet50()
+        if args.use_8bit_adam:
+            import bitsandbytes as bnb
+            optimizer_cls = bnb.optim.AdamW8bit
+        else:
+            optimizer_cls = torch.optim.AdamW
+        optimizer = optimizer_cls(unet.parameters(), lr=1e-4, weight_decay=args.adam_weight_decay)  # TD204
+        """),
         Invalid("""
         import torch
         from torch import nn
