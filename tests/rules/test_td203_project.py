@@ -63,7 +63,10 @@ ACCELERATE = """
     parser.add_argument("--learning_rate", type=float, default=1e-4)
     parser.add_argument("--train_batch_size", type=int, default=16)
     parser.add_argument("--gradient_accumulation_steps", type=int, default=4)
-    parser.add_argument("--scale_lr", action="{action}")
+    parser.add_argument("--lr_warmup_steps", type=int, default=500)
+    parser.add_argument(
+        "--scale_lr", action="{action}", help="Scale the learning rate by the number of GPUs, accumulation and batch size."
+    )
     args = parser.parse_args()
     accelerator = Accelerator(gradient_accumulation_steps=args.gradient_accumulation_steps)
     if args.scale_lr:
@@ -71,6 +74,7 @@ ACCELERATE = """
             args.learning_rate * args.gradient_accumulation_steps * args.train_batch_size * accelerator.num_processes
         )
     optimizer = torch.optim.AdamW(unet.parameters(), lr=args.learning_rate)
+    lr_scheduler = get_scheduler(optimizer, num_warmup_steps=args.lr_warmup_steps * args.gradient_accumulation_steps)
     unet, optimizer, loader = accelerator.prepare(unet, optimizer, loader)
     for batch in loader:
         with accelerator.accumulate(unet):
@@ -81,7 +85,7 @@ ACCELERATE = """
 
 def test_lr_scaling_in_an_opt_in_branch_off_by_default_is_no_scaling(tmp_path: Path) -> None:
     result = check(tmp_path / "a", {"train.py": ACCELERATE.format(action="store_true")}, "train.py", ["TD203"])
-    assert [(f.code, f.location.row) for f in result.findings] == [("TD203", 16)]
+    assert [(f.code, f.location.row) for f in result.findings] == [("TD203", 19)]
     assert "`args.learning_rate` is used unchanged" in result.findings[0].message
     # on by default (``store_false``): the run scales its LR
     assert (

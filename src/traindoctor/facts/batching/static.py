@@ -310,6 +310,15 @@ def lr_named(name: str) -> bool:
     return n == "lr" or n.endswith("_lr") or n.startswith("lr_") or "learning_rate" in n
 
 
+#: Words of names that hold a schedule or its length, not a learning rate (``lr_scheduler``,
+#: ``lr_warmup_steps``): scaling those with the accumulation is no scaling of the LR.
+_SCHEDULE_WORDS = ("sched", "step", "warmup", "epoch", "milestone")
+
+
+def _lr_value_named(name: str) -> bool:
+    return lr_named(name) and not any(w in name.lower() for w in _SCHEDULE_WORDS)
+
+
 def _scale_named(name: str) -> bool:
     n = name.lower()
     return any(w in n for w in _SCALE_WORDS)
@@ -353,15 +362,18 @@ def lr_related_to_batch(ctx: FileContext) -> bool:
                 return True
             continue
         ids = target_ids + (_identifiers(node.value) if node.value is not None else [])
-        if any(lr_named(i) for i in ids) and any(_scale_named(i) for i in ids):
+        if any(_lr_value_named(i) for i in ids) and any(_scale_named(i) for i in ids):
             if not not_taken_by_default(ctx, node):  # ``if args.scale_lr:`` (off by default) is no scaling
                 return True
     for call in ctx.of(ast.Call):
         for kw in call.keywords:
-            if kw.arg and lr_named(kw.arg) and any(_scale_named(i) for i in _identifiers(kw.value)):
+            if kw.arg and _lr_value_named(kw.arg) and any(_scale_named(i) for i in _identifiers(kw.value)):
                 if not not_taken_by_default(ctx, call):
                     return True
     for call in ctx.method_calls("add_argument"):
+        action = next((k.value for k in call.keywords if k.arg == "action"), None)
+        if action is not None and not (isinstance(action, ast.Constant) and action.value in ("store", None)):
+            continue  # a switch (``--scale_lr``, ``store_true``): what it does is in the code it guards
         if any(
             lr_named(a.value.lstrip("-").replace("-", "_"))
             for a in call.args
