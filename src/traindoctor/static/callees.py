@@ -20,17 +20,22 @@ _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 def local_function(ctx: FileContext, name: str) -> FuncDef | None:
     """The one top-level function ``name`` of the file, when no other top-level statement binds
     that name (a later assignment or class would make the call run something else)."""
-    found: FuncDef | None = None
+    return ctx.shared("callees.local_functions", _local_functions).get(name)
+
+
+def _local_functions(ctx: FileContext) -> dict[str, FuncDef | None]:
+    """Top-level name -> its function (None: bound more than once, or not only by a ``def``)."""
+    table: dict[str, FuncDef | None] = {}
     for stmt in ctx.tree.body:
-        if isinstance(stmt, _FUNCS) and stmt.name == name:
-            if found is not None:
-                return None
-            found = stmt
-        elif isinstance(stmt, ast.ClassDef) and stmt.name == name:
-            return None
-        elif isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets):
-            return None
-    return found
+        if isinstance(stmt, _FUNCS):
+            table[stmt.name] = None if stmt.name in table else stmt
+        elif isinstance(stmt, ast.ClassDef):
+            table[stmt.name] = None
+        elif isinstance(stmt, ast.Assign):
+            for t in stmt.targets:
+                if isinstance(t, ast.Name):
+                    table[t.id] = None
+    return table
 
 
 def function_definition(ctx: FileContext, call: ast.Call) -> tuple[FileContext, FuncDef] | None:
