@@ -102,3 +102,25 @@ def test_a_round_trip_back_to_float32_is_no_half_training(tmp_path: Path) -> Non
     # cast back only after training: the training ran in float16
     late = HALF.format(cast="model = model.half()", wrap="pass") + "model.float()\n"
     assert checked_rows(tmp_path / "late", {"train.py": late}, "train.py", ["TD308"]) == [("TD308", 8)]
+
+
+def test_a_scaler_switched_with_the_autocast_is_live_when_the_switch_is_on(tmp_path: Path) -> None:
+    script = """
+        import argparse
+        import torch
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--amp", action="store_true")
+        args = parser.parse_args()
+        if args.amp:
+            scaler = torch.cuda.amp.GradScaler()
+        else:
+            scaler = torch.cuda.amp.GradScaler(enabled=False)
+        for x, y in loader:
+            with torch.cuda.amp.autocast(enabled=args.amp):
+                loss = criterion(model(x.cuda()), y.cuda())
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        """
+    assert checked_rows(tmp_path, {"train.py": script}, "train.py", ["TD301"]) == []

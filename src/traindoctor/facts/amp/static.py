@@ -371,22 +371,36 @@ class AmpFacts:
             return False
         if text.split(".", 1)[0] in _parameters(scope):
             return "." not in text and self._inert_argument(text, scope)
-        from traindoctor.static.branches import not_taken_by_default
-
         ctx = self.ctx
         # constructions in a branch the defaults do not take (``if cfg.FSDP.ENABLED:``) do not run
-        mine = [s for s in self.scaler_constructions if s.target == text and not not_taken_by_default(ctx, s.call)]
+        mine = [s for s in self.scaler_constructions if s.target == text and not self._skipped(s.call)]
         if not mine or any(s.enabled is not False for s in mine):
             return False
         # the name is bound by those constructions alone (not also from a helper or a config)
         head = text.split(".", 1)[0]
         if "." not in text:
             bound = [
-                n
-                for n in ctx.of(ast.Name)
-                if n.id == head and isinstance(n.ctx, ast.Store) and not not_taken_by_default(ctx, n)
+                n for n in ctx.of(ast.Name) if n.id == head and isinstance(n.ctx, ast.Store) and not self._skipped(n)
             ]
             return len(bound) == len(mine)
+        return True
+
+    def _skipped(self, node: ast.AST) -> bool:
+        """Whether ``node`` sits in a branch the defaults do not take, decided by a switch that no
+        autocast's ``enabled=`` reads: ``if args.amp: scaler = GradScaler()`` goes with
+        ``autocast(enabled=args.amp)`` (both on or both off), ``if cfg.FSDP.ENABLED:`` does not."""
+        from traindoctor.static.branches import not_taken_by_default
+
+        if not not_taken_by_default(self.ctx, node):
+            return False
+        switches: set[str] = set()
+        for region in self.autocasts:
+            flag = self.arg(region.call, region.qualname, "enabled")
+            if isinstance(flag, ast.expr):
+                switches |= _reads(flag)
+        for anc in self.ctx.ancestors(node):
+            if isinstance(anc, (ast.If, ast.IfExp)) and _reads(anc.test) & switches:
+                return False
         return True
 
     def _inert_argument(self, param: str, fn: ast.AST, depth: int = 0) -> bool:
@@ -552,6 +566,16 @@ def _target_names(target: ast.AST) -> list[str]:
         target = target.value
     text = dotted(target)
     return [text] if text else []
+
+
+def _reads(expr: ast.AST) -> set[str]:
+    """The whole names and attribute paths ``expr`` reads (``cfg.FSDP.ENABLED``, not ``cfg``)."""
+    inner = {id(n.value) for n in ast.walk(expr) if isinstance(n, ast.Attribute)}
+    return {
+        text
+        for n in ast.walk(expr)
+        if isinstance(n, (ast.Name, ast.Attribute)) and id(n) not in inner and (text := dotted(n)) is not None
+    }
 
 
 def mentions(expr: ast.AST) -> set[str]:
