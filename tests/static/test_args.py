@@ -11,7 +11,7 @@ from helpers.scripts import PARSER
 
 from traindoctor.check.engine import file_context
 from traindoctor.config import Settings
-from traindoctor.static.args import UNKNOWN
+from traindoctor.static.args import MISSING, UNKNOWN, find_arg
 from traindoctor.static.context import FileContext
 
 
@@ -47,3 +47,37 @@ def test_an_attribute_of_self_does_not_hide_the_option() -> None:
         PARSER.replace("{reassign}", "pass") + "\nclass Cfg:\n    def __init__(self):\n        self.workers = 2\n"
     )
     assert ctx.argparse_default(_workers_attr(ctx)) == 32
+
+
+def test_kwargs_entries_changed_on_other_paths_or_of_a_conditional_dict() -> None:
+    ctx = context("""
+        def build(args, cuda):
+            kw = dict(lr=args.lr, eps=1e-8, momentum=0.9)
+            if args.opt == "sgd":
+                kw.pop("eps", None)
+                a = SGD(params, **kw)
+            elif args.opt == "adafactor":
+                kw["lr"] = None
+                b = Adafactor(params, **kw)
+            c = AdamW(params, **kw)
+            extra = dict(fused=True) if cuda else dict()
+            d = AdamW(params, lr=0.1, **extra)
+            e = AdamW(params, **(dict(weight_decay=0.0) if cuda else dict()))
+            kw["momentum"] = 0.5
+        """)
+    calls = {}
+    for call in ctx.of(ast.Call):
+        if isinstance(call.func, ast.Name):
+            calls.setdefault(call.func.id, []).append(call)
+    (sgd,), (ada,), adamw = calls["SGD"], calls["Adafactor"], calls["AdamW"]
+    # the adafactor branch's store does not reach the SGD branch; the pop makes eps unknown there
+    assert ctx.segment(find_arg(sgd, "lr", None, ctx)) == "args.lr"
+    assert ctx.value(find_arg(sgd, "eps", None, ctx)) is UNKNOWN
+    assert ctx.value(find_arg(ada, "lr", None, ctx)) is None
+    # after both branches either value may hold; the later store is not on the path yet
+    assert ctx.value(find_arg(adamw[0], "lr", None, ctx)) is UNKNOWN
+    assert ctx.value(find_arg(adamw[0], "momentum", None, ctx)) == 0.9
+    # ``**extra`` of a conditional: a key no alternative holds is not passed, one that one holds is unknown
+    assert find_arg(adamw[1], "weight_decay", None, ctx) is MISSING
+    assert find_arg(adamw[1], "fused", None, ctx) is UNKNOWN
+    assert find_arg(adamw[2], "weight_decay", None, ctx) is UNKNOWN

@@ -110,7 +110,9 @@ def find_arg(
         if kw.arg is None:
             mapping = ctx.dict_literal(kw.value) if ctx is not None else None
             if mapping is None:
-                opaque = True
+                alternatives = ctx.dict_alternatives(kw.value) if ctx is not None else None
+                if alternatives is None or any(name in m for m in alternatives):
+                    opaque = True  # an opaque dict, or one alternative passes it
             elif name in mapping:
                 return mapping[name]
     return UNKNOWN if opaque else MISSING

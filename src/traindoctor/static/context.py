@@ -647,6 +647,10 @@ class FileContext:
         """Keys -> value nodes of a dict the file spells out (``{...}``, ``dict(k=v)``), else None."""
         return self._dicts.dict_literal(node)
 
+    def dict_alternatives(self, node: ast.AST) -> list[dict[str, ast.expr]] | None:
+        """The dicts a conditional picks between (``dict(fused=True) if cuda else dict()``), else None."""
+        return self._dicts.dict_alternatives(node)
+
     def arg(self, call: ast.Call, name: str, qualname: str | None = None) -> ArgResult:
         """The expression passed for ``name`` (keyword, positional or literal ``**kwargs``).
 

@@ -89,13 +89,73 @@ class SpelledDicts:
             return out
         return None
 
+    def dict_alternatives(self, node: ast.AST) -> list[dict[str, ast.expr]] | None:
+        """The spelled-out dicts a conditional expression picks between, each branch followed
+        (``extra = dict(fused=True) if use_fused else dict()``), else None: a ``**extra`` passes
+        a key only when some alternative holds it."""
+        if isinstance(node, ast.Name) and node.id not in self.mutated_names:
+            bound = self.ctx.binding(node)
+            node = bound if bound is not None else node
+        if not isinstance(node, ast.IfExp):
+            return None
+        out: list[dict[str, ast.expr]] = []
+        for branch in (node.body, node.orelse):
+            found = self.dict_literal(branch)
+            if found is not None:
+                out.append(found)
+                continue
+            nested = self.dict_alternatives(branch) if isinstance(branch, ast.IfExp) else None
+            if nested is None:
+                return None
+            out.extend(nested)
+        return out
+
+    def _apart(self, change: ast.AST, use: ast.AST) -> bool:
+        """Whether a change of a dict cannot reach a use of it: the two sit in different arms of
+        one ``if``, or the change comes after the use and no loop around the use runs it again."""
+        arms: dict[int, ast.AST] = {}
+        child, parent = change, self.ctx.parent(change)
+        while parent is not None:
+            arms[id(parent)] = child
+            child, parent = parent, self.ctx.parent(parent)
+        child, parent = use, self.ctx.parent(use)
+        looped = False
+        while parent is not None:
+            if id(parent) in arms:
+                other = arms[id(parent)]
+                if isinstance(parent, ast.If):
+                    sides = [(c in parent.body, c in parent.orelse) for c in (other, child)]
+                    if all(any(s) for s in sides) and sides[0] != sides[1]:
+                        return True
+                break
+            looped = looped or isinstance(parent, (ast.For, ast.AsyncFor, ast.While))
+            child, parent = parent, self.ctx.parent(parent)
+        return _pos(change) > _pos(use) and not looped
+
+    def _dominates(self, stmt: ast.stmt, use: ast.AST) -> bool:
+        """Whether ``stmt`` runs on every path to ``use``: it comes first, in a block of
+        statements that holds the use (directly or in a statement nested in it)."""
+        if (stmt.lineno, stmt.col_offset) > (getattr(use, "lineno", 0), getattr(use, "col_offset", 0)):
+            return False
+        block = self.ctx.parent(stmt)
+        child, parent = use, self.ctx.parent(use)
+        while parent is not None:
+            if parent is block:
+                return any(
+                    isinstance(body, list) and stmt in body and child in body
+                    for body in (getattr(parent, f, None) for f in ("body", "orelse", "finalbody"))
+                )
+            child, parent = parent, self.ctx.parent(parent)
+        return False
+
     def _updated_dict(self, name: ast.Name) -> dict[str, ast.expr] | None:
         """A dict the file spells out and then only extends with spelled-out entries:
         ``kw = {"batch_size": b}; if use_cuda: kw.update({"num_workers": 1, "pin_memory": True})``.
 
         The result holds every entry any path adds (the GPU path of the pytorch/examples idiom);
-        any other in-place change (``pop``, ``setdefault``, ``|=``, an opaque update) makes it
-        unknown (None)."""
+        an entry removed or defaulted by a constant key (``kw.pop("eps", None)``) is held by a name
+        bound nowhere, whose value is unknown; any other in-place change (``popitem``, ``|=``, an
+        opaque update) makes the dict unknown (None)."""
         if self.__dict__.get("_updating") == name.id:
             return None
         bound = self.ctx.binding(name)
@@ -113,19 +173,39 @@ class SpelledDicts:
                     target = receiver(call)
                     if not (isinstance(target, ast.Name) and target.id == name.id):
                         continue
+                    if self._apart(call, name):
+                        continue  # another branch than the use, or after it: not on its path
+                    if attr in ("pop", "setdefault") and self.ctx.scope_of(call) is scope:
+                        key = call.args[0] if call.args else None
+                        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                            # that entry may be gone or set (which, the paths decide); the others stay
+                            merged[key.value] = _uncertain(call)
+                            continue
+                        return None
                     if attr != "update" or len(call.args) > 1 or self.ctx.scope_of(call) is not scope:
                         return None
+                    added: dict[str, ast.expr] = {}
                     if call.args:
                         extra = self.dict_literal(call.args[0])
                         if extra is None:
                             return None
-                        merged.update(extra)
+                        added.update(extra)
                     for kw in call.keywords:
                         if kw.arg is None:
                             return None
-                        merged[kw.arg] = kw.value
+                        added[kw.arg] = kw.value
+                    statement = self.ctx.parent(call)
+                    certain = isinstance(statement, ast.Expr) and self._dominates(statement, name)
+                    for entry, value in added.items():
+                        # a literal entry overridden on some paths only: either value may hold
+                        merged[entry] = value if certain or entry not in base else _uncertain(call)
             for sub in self.ctx.of(ast.Subscript):
-                if isinstance(sub.value, ast.Name) and sub.value.id == name.id and not isinstance(sub.ctx, ast.Load):
+                if (
+                    isinstance(sub.value, ast.Name)
+                    and sub.value.id == name.id
+                    and not isinstance(sub.ctx, ast.Load)
+                    and not self._apart(sub, name)
+                ):
                     key = sub.slice
                     parent = self.ctx.parent(sub)
                     if (
@@ -136,7 +216,10 @@ class SpelledDicts:
                         and len(parent.targets) == 1
                         and self.ctx.scope_of(sub) is scope
                     ):
-                        merged[key.value] = parent.value
+                        if key.value in base and not self._dominates(parent, name):
+                            merged[key.value] = _uncertain(parent)  # the literal's or this one: the path decides
+                        else:
+                            merged[key.value] = parent.value
                     else:
                         return None
             for aug in self.ctx.of(ast.AugAssign):
@@ -184,3 +267,13 @@ def _binds(stmt: ast.AST, name: str) -> bool:
     return any(
         isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) for n in ast.walk(stmt)
     ) or any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in ast.walk(stmt))
+
+def _pos(node: ast.AST) -> tuple[int, int]:
+    return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+
+
+def _uncertain(call: ast.AST) -> ast.expr:
+    """A stand-in for an entry whose presence and value depend on the path (``kw.pop("eps")``):
+    a name bound nowhere, so that evaluating it gives UNKNOWN; placed at the call that changes it."""
+    node = ast.Name(id="__traindoctor_uncertain__", ctx=ast.Load())
+    return ast.copy_location(node, call)

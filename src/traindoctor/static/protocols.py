@@ -21,6 +21,8 @@ class DictSource(Protocol):
 
     def dict_literal(self, node: ast.AST) -> dict[str, ast.expr] | None: ...
 
+    def dict_alternatives(self, node: ast.AST) -> list[dict[str, ast.expr]] | None: ...
+
 
 class ValueSource(DictSource, Protocol):
     """What constant propagation asks about names: their bindings and where else values come from."""

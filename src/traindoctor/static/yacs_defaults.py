@@ -11,12 +11,13 @@ module and read them through a config object handed around as a parameter::
     # slowfast/models/optimizer.py
     torch.optim.SGD(model.parameters(), weight_decay=cfg.SOLVER.WEIGHT_DECAY)
 
-A read such as ``cfg.SOLVER.WEIGHT_DECAY`` (two or more upper-case keys, the yacs convention)
-evaluates to the default the project's one defaults module assigns to that key path, as the
-default of an argparse option does. Unknown stays unknown: no defaults module or two of them, a
-key path it does not assign or assigns twice, a value that is not a constant. A run's YAML file may
-override a default, as a command line overrides an argparse default; rules read a default as the
-value a run gets unless told otherwise.
+A read such as ``cfg.SOLVER.WEIGHT_DECAY`` (two or more keys, the first an upper-case section as
+yacs projects name them; the leaves may be lower-case, ``cfg.TRAIN.weight_decay``) evaluates to
+the default the project's one defaults module assigns to that key path, as the default of an
+argparse option does. Unknown stays unknown: no defaults module or two of them, a key path it does
+not assign or assigns twice, a value that is not a constant. A run's YAML file may override a
+default, as a command line overrides an argparse default; rules read a default as the value a run
+gets unless told otherwise.
 """
 
 from __future__ import annotations
@@ -53,15 +54,19 @@ def yacs_value(ctx: FileContext, node: ast.AST) -> Any:
     while isinstance(cur, ast.Attribute):
         keys.append(cur.attr)
         cur = cur.value
-    if len(keys) < 2 or not isinstance(cur, ast.Name) or not all(_KEY.match(k) for k in keys):
+    # the section right under the root is upper-case (``cfg.TRAIN``); the keys below it follow the
+    # project's own spelling (``cfg.TRAIN.weight_decay``) and must be a path the defaults assign
+    if len(keys) < 2 or not isinstance(cur, ast.Name) or not _KEY.match(keys[-1]):
         return UNKNOWN
     view = ctx.project
     if view is None:
         return UNKNOWN
-    project = view.project
-    if project not in _TABLES:
-        _TABLES[project] = _defaults_table(project.root)
-    table = _TABLES[project]
+    table = _imported_table(view, cur.id)  # ``from pycls.core.config import cfg``
+    if table is None:
+        project = view.project
+        if project not in _TABLES:
+            _TABLES[project] = _defaults_table(project.root)
+        table = _TABLES[project]
     if table is None:
         return UNKNOWN
     path, values = table
@@ -69,6 +74,25 @@ def yacs_value(ctx: FileContext, node: ast.AST) -> Any:
     if value is not UNKNOWN:
         view.dependencies.add(path)
     return value
+
+
+#: module path -> its table (None: not a yacs defaults module), per content-stable process.
+_MODULE_TABLES: dict[str, dict[tuple[str, ...], Any] | None] = {}
+
+
+def _imported_table(view: Any, name: str) -> tuple[str, dict[tuple[str, ...], Any]] | None:
+    """The table of the project module the file imports the config object ``name`` from, when
+    that module is a yacs defaults module (a project with several of them: the one the file reads)."""
+    target = view.bindings.get(name)
+    if target is None or target[1] is None:
+        return None
+    path = target[0]
+    digest = view.project.digest(path)
+    key = f"{path}:{digest}"
+    if key not in _MODULE_TABLES:
+        _MODULE_TABLES[key] = _module_table(path)
+    table = _MODULE_TABLES[key]
+    return (path, table) if table else None
 
 
 def _defaults_table(root: Path) -> tuple[str, dict[tuple[str, ...], Any]] | None:

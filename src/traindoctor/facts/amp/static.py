@@ -371,32 +371,51 @@ class AmpFacts:
             return False
         if text.split(".", 1)[0] in _parameters(scope):
             return "." not in text and self._inert_argument(text, scope)
-        mine = [s for s in self.scaler_constructions if s.target == text]
+        ctx = self.ctx
+        # constructions in a branch the defaults do not take (``if cfg.FSDP.ENABLED:``) do not run
+        mine = [s for s in self.scaler_constructions if s.target == text and not self._skipped(s.call)]
         if not mine or any(s.enabled is not False for s in mine):
             return False
         # the name is bound by those constructions alone (not also from a helper or a config)
         head = text.split(".", 1)[0]
         if "." not in text:
-            bound = [n for n in self.ctx.of(ast.Name) if n.id == head and isinstance(n.ctx, ast.Store)]
+            bound = [
+                n for n in ctx.of(ast.Name) if n.id == head and isinstance(n.ctx, ast.Store) and not self._skipped(n)
+            ]
             return len(bound) == len(mine)
+        return True
+
+    def _skipped(self, node: ast.AST) -> bool:
+        """Whether ``node`` sits in a branch the defaults do not take, decided by a switch that no
+        autocast's ``enabled=`` reads: ``if args.amp: scaler = GradScaler()`` goes with
+        ``autocast(enabled=args.amp)`` (both on or both off), ``if cfg.FSDP.ENABLED:`` does not."""
+        from traindoctor.static.branches import not_taken_by_default
+
+        if not not_taken_by_default(self.ctx, node):
+            return False
+        switches: set[str] = set()
+        for region in self.autocasts:
+            flag = self.arg(region.call, region.qualname, "enabled")
+            if isinstance(flag, ast.expr):
+                switches |= _reads(flag)
+        for anc in self.ctx.ancestors(node):
+            if isinstance(anc, (ast.If, ast.IfExp)) and _reads(anc.test) & switches:
+                return False
         return True
 
     def _inert_argument(self, param: str, fn: ast.AST, depth: int = 0) -> bool:
         """Whether every call of the file's function ``fn`` (by its name) passes an inert
         GradScaler for its parameter ``param`` (``train(..., scaler)`` called with the scaler
         ``run()`` constructs with ``enabled=False``)."""
+        from traindoctor.static.callees import argument_for
+
         if depth > 2 or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return False
-        a = fn.args
-        names = [p.arg for p in [*a.posonlyargs, *a.args]]
         sites = [c for c in self.ctx.of(ast.Call) if isinstance(c.func, ast.Name) and c.func.id == fn.name]
         if not sites:
             return False
         for call in sites:
-            passed = next((k.value for k in call.keywords if k.arg == param), None)
-            if passed is None and param in names and not any(isinstance(x, ast.Starred) for x in call.args):
-                index = names.index(param)
-                passed = call.args[index] if index < len(call.args) else None
+            passed = argument_for(self.ctx, fn, call, param)  # ``train(*params)`` of a spelled-out tuple too
             text = dotted(passed) if passed is not None else None
             if text is None:
                 return False
@@ -547,6 +566,16 @@ def _target_names(target: ast.AST) -> list[str]:
         target = target.value
     text = dotted(target)
     return [text] if text else []
+
+
+def _reads(expr: ast.AST) -> set[str]:
+    """The whole names and attribute paths ``expr`` reads (``cfg.FSDP.ENABLED``, not ``cfg``)."""
+    inner = {id(n.value) for n in ast.walk(expr) if isinstance(n, ast.Attribute)}
+    return {
+        text
+        for n in ast.walk(expr)
+        if isinstance(n, (ast.Name, ast.Attribute)) and id(n) not in inner and (text := dotted(n)) is not None
+    }
 
 
 def mentions(expr: ast.AST) -> set[str]:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from traindoctor.facts.data.static import is_evaluation_name, is_test_file, iter_training_loaders
 from traindoctor.facts.frameworks.static import is_lightning_class
 from traindoctor.static.args import UNKNOWN
+from traindoctor.static.branches import not_taken_by_default
 from traindoctor.static.names import dotted
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -256,6 +257,37 @@ def splits_global_batch(ctx: FileContext) -> bool:
     return False
 
 
+def accumulation_from_total(ctx: FileContext, distributed: bool) -> ast.AST | None:
+    """The statement that derives the accumulation count from a batch the user declares
+    (``grad_accum = total_batch_size // (batch_size * world_size)``,
+    ``accumulation_iters = batch_size // micro_batch_size``), else None.
+
+    Then the effective batch is that declared total, not a product that grows implicitly: the LR
+    is set for it. Under data parallelism the derivation must divide by the world size too
+    (otherwise the total still grows with the number of processes)."""
+    node: ast.Assign | ast.AnnAssign
+    for node in ctx.of(ast.Assign, ast.AnnAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if node.value is None or not any(_accum_named(t) for t in targets):
+            continue
+        divisions = [
+            n for n in ast.walk(node.value) if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.FloorDiv))
+        ]
+        if not any(any("batch" in i.lower() for i in _identifiers(d.left)) for d in divisions):
+            continue
+        if distributed and not any(_world_named(i) for i in _identifiers(node.value)):
+            continue
+        if not_taken_by_default(ctx, node):
+            continue
+        return node
+    return None
+
+
+def _world_named(name: str) -> bool:
+    n = name.lower()
+    return any(w in n for w in ("world", "num_processes", "nprocs", "num_replicas", "gpus", "n_gpu", "ngpu", "devices"))
+
+
 # ---------------------------------------------------------------- learning rate
 _SCALE_WORDS = (
     "batch",
@@ -276,6 +308,15 @@ _SCALE_WORDS = (
 def lr_named(name: str) -> bool:
     n = name.lower()
     return n == "lr" or n.endswith("_lr") or n.startswith("lr_") or "learning_rate" in n
+
+
+#: Words of names that hold a schedule or its length, not a learning rate (``lr_scheduler``,
+#: ``lr_warmup_steps``): scaling those with the accumulation is no scaling of the LR.
+_SCHEDULE_WORDS = ("sched", "step", "warmup", "epoch", "milestone")
+
+
+def _lr_value_named(name: str) -> bool:
+    return lr_named(name) and not any(w in name.lower() for w in _SCHEDULE_WORDS)
 
 
 def _scale_named(name: str) -> bool:
@@ -317,17 +358,22 @@ def lr_related_to_batch(ctx: FileContext) -> bool:
         if any(isinstance(t, ast.Subscript) and any(lr_named(i) for i in _identifiers(t.slice)) for t in targets):
             # ``group["lr"] = lr``: an edit; it relates the LR to the batch when the value does
             # (``lr = args.lr * cos(...)`` in a schedule function is no scaling)
-            if node.value is None or _scaled_value(ctx, node.value):
+            if (node.value is None or _scaled_value(ctx, node.value)) and not not_taken_by_default(ctx, node):
                 return True
             continue
         ids = target_ids + (_identifiers(node.value) if node.value is not None else [])
-        if any(lr_named(i) for i in ids) and any(_scale_named(i) for i in ids):
-            return True
+        if any(_lr_value_named(i) for i in ids) and any(_scale_named(i) for i in ids):
+            if not not_taken_by_default(ctx, node):  # ``if args.scale_lr:`` (off by default) is no scaling
+                return True
     for call in ctx.of(ast.Call):
         for kw in call.keywords:
-            if kw.arg and lr_named(kw.arg) and any(_scale_named(i) for i in _identifiers(kw.value)):
-                return True
+            if kw.arg and _lr_value_named(kw.arg) and any(_scale_named(i) for i in _identifiers(kw.value)):
+                if not not_taken_by_default(ctx, call):
+                    return True
     for call in ctx.method_calls("add_argument"):
+        action = next((k.value for k in call.keywords if k.arg == "action"), None)
+        if action is not None and not (isinstance(action, ast.Constant) and action.value in ("store", None)):
+            continue  # a switch (``--scale_lr``, ``store_true``): what it does is in the code it guards
         if any(
             lr_named(a.value.lstrip("-").replace("-", "_"))
             for a in call.args
@@ -375,7 +421,7 @@ def plain_lr(ctx: FileContext, node: ast.AST | None, _depth: int = 0, _options: 
         values = _option_assignments(ctx, text)
         if values is None:
             return False
-        v = ctx.argparse_default(node, declared=bool(values))
+        v = ctx.argparse_default(node, declared=bool(values) or _assigned_opt_in(ctx, text))
         plain = isinstance(v, (int, float)) and not isinstance(v, bool)
         if text in _options:
             return plain or v is None  # the option's own value, read again
@@ -386,14 +432,22 @@ def plain_lr(ctx: FileContext, node: ast.AST | None, _depth: int = 0, _options: 
     return False
 
 
+def _assigned_opt_in(ctx: FileContext, text: str) -> bool:
+    """Whether the file assigns ``args.lr`` only in branches the defaults do not take."""
+    return any(
+        dotted(t) == text and not_taken_by_default(ctx, stmt) for stmt in ctx.of(ast.Assign) for t in stmt.targets
+    )
+
+
 def _option_assignments(ctx: FileContext, text: str) -> list[ast.expr] | None:
     """The values the file assigns to ``args.lr`` (dotted ``text``); None when it changes it
-    otherwise (``args.lr *= 2``, ``setattr``)."""
+    otherwise (``args.lr *= 2``, ``setattr``). An assignment in a branch the defaults do not take
+    (``if args.scale_lr:``) is not the value a default run uses."""
     out: list[ast.expr] = []
     for stmt in ctx.of(ast.Assign, ast.AugAssign, ast.AnnAssign):
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
         for target in targets:
-            if dotted(target) != text:
+            if dotted(target) != text or not_taken_by_default(ctx, stmt):
                 continue
             if not isinstance(stmt, ast.Assign) or stmt.value is None:
                 return None

@@ -7,7 +7,7 @@ import ast
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from traindoctor.facts.models.info import UNKNOWN_MODEL, ModelInfo, model_built_by
+from traindoctor.facts.models.info import MODEL, UNKNOWN_MODEL, ModelInfo, model_built_by
 from traindoctor.facts.models.torchvision import torchvision_model
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -93,10 +93,11 @@ def registry_entry(ctx: FileContext, func: ast.AST) -> tuple[ast.expr, str] | No
 
 def registry_model(ctx: FileContext, func: ast.AST) -> ModelInfo:
     """What ``models.__dict__[args.arch](...)`` builds: a torchvision constructor or a model of
-    the project's own ``models`` package, named by the key's known value."""
+    the project's own ``models`` package, named by the key's known value; for a key of no known
+    value (a config's ``model_name``), what every model factory of that project module is made of."""
     entry = registry_entry(ctx, func)
     if entry is None:
-        return UNKNOWN_MODEL
+        return _any_registered(ctx, func)
     base, key = entry
     qn = ctx.qualname(base) or ""
     if qn == "torchvision.models":
@@ -106,3 +107,32 @@ def registry_model(ctx: FileContext, func: ast.AST) -> ModelInfo:
         return UNKNOWN_MODEL
     resolved = view.resolve(ast.Attribute(value=base, attr=key, ctx=ast.Load()))
     return model_built_by(resolved) or UNKNOWN_MODEL if resolved is not None else UNKNOWN_MODEL
+
+
+def _any_registered(ctx: FileContext, func: ast.AST) -> ModelInfo:
+    """``deit.__dict__[model_name]`` with ``model_name`` unknown, ``deit`` a project module: the
+    layer kinds all of the module's public model factories have (unknown if one of them is, or
+    if there are none)."""
+    if not (isinstance(func, ast.Subscript) and isinstance(func.value, ast.Attribute)):
+        return UNKNOWN_MODEL
+    holder = func.value
+    view = ctx.project
+    if holder.attr != "__dict__" or not isinstance(holder.value, ast.Name) or view is None:
+        return UNKNOWN_MODEL
+    target = view.bindings.get(holder.value.id)
+    if target is None or target[1] is not None:
+        return UNKNOWN_MODEL  # not a module of the project
+    summary = view.summary(target[0])
+    if summary is None:
+        return UNKNOWN_MODEL
+    names = sorted(n for n in summary.answerable.get(MODEL, ()) if n in summary.functions and not n.startswith("_"))
+    infos: list[ModelInfo] = []
+    for name in names:
+        resolved = view.project.lookup(target[0], name)
+        info = model_built_by(replace(resolved, sink=view.dependencies)) if resolved is not None else None
+        if info is None or not info.kinds:
+            return UNKNOWN_MODEL
+        infos.append(info)
+    if not infos:
+        return UNKNOWN_MODEL
+    return ModelInfo(frozenset.intersection(*(i.kinds for i in infos)), None, infos[0].label)

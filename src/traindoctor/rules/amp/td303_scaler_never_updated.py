@@ -36,7 +36,10 @@ class ScalerNeverUpdated(Rule):
         Finds `scaler.step(optimizer)` on a GradScaler (constructed in the file, or used with
         `scaler.scale(loss)` in the same function) when no `update()` is called on that scaler
         anywhere in the file. It stays silent when the scaler is handed to other code (passed as
-        an argument), which may update it.
+        an argument), which may update it. Where the function that steps the scaler also updates
+        it, every path from the `step()` must reach an `update()`: one under a condition without
+        an `else` (`if scale < limit: scaler.update()`), or in one branch only, is reported at the
+        `step()` with the conditional update as the related location.
     """
     why_bad = """
         `GradScaler.update()` is where the loss scale adapts: it halves the scale after a step
@@ -127,6 +130,22 @@ class ScalerNeverUpdated(Rule):
     )
 
     invalid = (
+        Invalid(
+            """
+            import torch
+
+            class AmpOptimizer:
+                def __init__(self, optimizer):
+                    self.optimizer = optimizer
+                    self.scaler = torch.amp.GradScaler("cuda")
+
+                def step(self, loss):
+                    self.scaler.scale(loss).backward()
+                    self.scaler.step(self.optimizer)  # TD303
+                    if self.scaler.get_scale() < 32768.0:  # the update is skipped above that
+                        self.scaler.update()
+            """
+        ),
         Invalid(
             """
             import torch
@@ -226,6 +245,7 @@ class ScalerNeverUpdated(Rule):
             if _last(name) in handed_on:
                 continue
             missing.setdefault((name, id(facts.scope(call))), []).append(call)
+        yield from self._skipped_on_a_path(ctx, steps, updated, scaled_in)
         for (name, _), calls in missing.items():
             # one finding per scaler and function: one ``update()`` after its last step fixes all
             *others, last = sorted(calls, key=lambda c: (c.lineno, c.col_offset))
@@ -237,6 +257,41 @@ class ScalerNeverUpdated(Rule):
                 help=f"Call `{name}.update()` after `{name}.step(...)`",
                 related=tuple(
                     Related(ctx.filename, ctx.location(c), f"`{name}` also steps an optimizer here") for c in others
+                ),
+            )
+
+    def _skipped_on_a_path(
+        self, ctx: FileContext, steps: list[ast.Call], updated: set[str], scaled_in: dict[str, set[int]]
+    ) -> Iterator[Finding]:
+        """``scaler.step()`` followed by ``update()`` on some paths only (``if scale > limit:
+        pass else: scaler.update()``): the next ``step()`` or ``unscale_()`` of that optimizer
+        raises, and the scale stops adapting. Judged where the same function updates the same
+        scaler (an update left to other code is not known here)."""
+        from traindoctor.facts.amp.static import amp_facts
+
+        facts = amp_facts(ctx)
+        updates = [(c, dotted(receiver(c))) for c in ctx.method_calls("update")]
+        reported: set[tuple[str, int]] = set()
+        for call in steps:
+            name = dotted(receiver(call))
+            if name is None or _last(name) not in updated:
+                continue
+            scope = facts.scope(call)
+            if not (name in facts.scaler_names or id(scope) in scaled_in.get(name, set())):
+                continue
+            mine = [u for u, n in updates if n == name and facts.scope(u) is scope]
+            if not mine or (name, id(scope)) in reported or _updated_after(ctx, call, name):
+                continue
+            reported.add((name, id(scope)))
+            yield ctx.report(
+                self,
+                call,
+                f"`{name}.step()` is followed by `{name}.update()` on some paths only; call "
+                f"`{name}.update()` after every `{name}.step(...)`, or the next step raises and the "
+                "loss scale stops adapting.",
+                help=f"Call `{name}.update()` on every path after `{name}.step(...)`",
+                related=tuple(
+                    Related(ctx.filename, ctx.location(u), f"`{name}` is updated here, under a condition") for u in mine
                 ),
             )
 
@@ -257,6 +312,60 @@ class ScalerNeverUpdated(Rule):
             if ret.value is not None and (name := dotted(ret.value)) is not None:
                 out.add(_last(name))
         return out
+
+
+_BLOCKS = ("body", "orelse", "finalbody", "handlers")
+
+
+def _updated_after(ctx: FileContext, step: ast.Call, name: str) -> bool:
+    """Whether every path from ``step`` to the end of its function calls ``name.update()``
+    (statements after it in its block, then after each enclosing statement; a loop around it also
+    runs its body's earlier statements again). Loops, ``try`` handlers and conditions without an
+    ``else`` may not run."""
+    node: ast.AST = ctx.statement_of(step)
+    while True:
+        parent = ctx.parent(node)
+        if parent is None or isinstance(parent, ast.Lambda):
+            return False
+        for field in _BLOCKS:
+            block = getattr(parent, field, None)
+            if isinstance(block, list) and node in block:
+                index = block.index(node)
+                if _must_update(block[index + 1 :], name):
+                    return True
+                if isinstance(parent, (ast.For, ast.AsyncFor, ast.While)) and field == "body":
+                    if _must_update(block[:index], name):
+                        return True  # the next pass of the loop updates first
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+            return False
+        node = parent
+
+
+def _must_update(stmts: list[ast.stmt], name: str) -> bool:
+    return any(_stmt_updates(s, name) for s in stmts)
+
+
+def _stmt_updates(stmt: ast.stmt, name: str) -> bool:
+    """Whether running ``stmt`` always calls ``name.update()``."""
+    if isinstance(stmt, ast.If):
+        return _must_update(stmt.body, name) and _must_update(stmt.orelse, name)
+    if isinstance(stmt, (ast.With, ast.AsyncWith)):
+        return _must_update(stmt.body, name)
+    if isinstance(stmt, ast.Try):
+        return _must_update(stmt.body, name) or _must_update(stmt.finalbody, name)
+    if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return False
+    for node in ast.walk(stmt):
+        if isinstance(node, (ast.Lambda, ast.IfExp, ast.BoolOp)):
+            return False
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "update"
+            and dotted(node.func.value) == name
+        ):
+            return True
+    return False
 
 
 def _kept_by_callee(ctx: FileContext, call: ast.Call, arg: ast.expr, depth: int = 0) -> bool:

@@ -46,7 +46,11 @@ class HalfPrecisionWeights(Rule):
         torchvision/timm/transformers model or a class in the file that subclasses
         `nn.Module`, or one whose `.parameters()` the file reads. Casting input tensors,
         inference-only scripts, a cast after training (an export), and frozen models given to
-        no optimizer are not reported.
+        no optimizer are not reported. Neither is the classic mixed-precision recipe: an fp16
+        optimizer wrapper that keeps float32 master weights and scales the loss (apex's
+        `FP16_Optimizer`, fairseq's `FP16Optimizer`, a project's copy of one), nor a round trip
+        that casts the model back to float32 before it trains (`model.half().float()`, or a
+        `model.float()` after a half-precision load).
     """
     why_bad = """
         float16 has 10 mantissa bits: near 1.0 its spacing is about 1e-3. An update of
@@ -96,6 +100,32 @@ class HalfPrecisionWeights(Rule):
     )
 
     valid = (
+        Valid(
+            """
+            import torch
+            from apex.fp16_utils import FP16_Optimizer
+
+            # float16 weights with float32 master copies and loss scaling: the classic recipe
+            model = Net().cuda().half()
+            optimizer = FP16_Optimizer(torch.optim.SGD(model.parameters(), lr=0.1), dynamic_loss_scale=True)
+            for x, y in loader:
+                loss = criterion(model(x.cuda().half()), y.cuda())
+                optimizer.backward(loss)
+                optimizer.step()
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            # a round trip: the weights train in float32
+            model = Net().cuda().half().float()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                criterion(model(x), y).backward()
+                optimizer.step()
+            """
+        ),
         Valid(
             """
             import torch
@@ -154,6 +184,21 @@ class HalfPrecisionWeights(Rule):
     )
 
     invalid = (
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10)).cuda()
+            model = model.half()  # TD308
+            model.load_state_dict(torch.load("half.pt"))
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            for x, y in loader:
+                nn.functional.cross_entropy(model(x), y).backward()
+                optimizer.step()
+            model.float()  # cast back only after training
+            """
+        ),
         Invalid(
             """
             import torch
@@ -224,15 +269,23 @@ class HalfPrecisionWeights(Rule):
         casts.sort(key=pos)
         modules = ModuleIndex(ctx)
         optimizers = self._optimizer_calls(ctx)
+        if any(_master_weights(ctx, o) for o in optimizers) or any(
+            _master_weights(ctx, c) for c in ctx.of(ast.Call) if _wrapper_name(c)
+        ):
+            return  # an fp16 optimizer wrapper keeps float32 master weights and scales the loss
         facts = amp_facts(ctx)
         for cast in casts:
             model = receiver(cast)
             if not modules.is_module(model):
                 continue
+            if _cast_back(ctx, cast):
+                continue  # ``model.half().float()``: a round trip, the weights train in float32
             names = self._names_of(ctx, cast, model)
             if not names or self._frozen(ctx, names):
                 continue
             if not self._trained(ctx, cast, names, optimizers, facts.backwards):
+                continue
+            if _recast_before_training(ctx, cast, names, optimizers, facts.backwards):
                 continue
             yield ctx.report(
                 self,
@@ -342,6 +395,80 @@ class HalfPrecisionWeights(Rule):
         if scope is not ctx.tree and not _updates_weights(ctx, scope):
             return False  # gradients computed (e.g. a dtype check in a test) but never applied
         return _not_only_before(ctx, cast, [b.call for b in backwards])
+
+
+#: Optimizer wrappers that keep float32 master copies of float16 weights and scale the loss
+#: (apex's ``FP16_Optimizer``, fairseq's ``FP16Optimizer``, Megatron-style copies in a project):
+#: with one of them the float16 model is the classic mixed-precision recipe, not this mistake.
+_MASTER_WRAPPERS = ("FP16_Optimizer", "FP16Optimizer", "Fp16Optimizer")
+_FLOAT32_CASTS = frozenset({"float", "double"})
+_FP32_NAMES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
+
+
+def _wrapper_name(call: ast.Call) -> bool:
+    leaf = (dotted(call.func) or "").rsplit(".", 1)[-1]
+    return leaf.endswith(_MASTER_WRAPPERS) and not leaf.startswith("MemoryEfficient")
+
+
+def _master_weights(ctx: FileContext, call: ast.Call) -> bool:
+    """Whether ``call`` builds a master-weights fp16 optimizer wrapper (by its class name)."""
+    if not _wrapper_name(call):
+        return False
+    qn = ctx.qualname(call.func) or dotted(call.func) or ""
+    return not qn.startswith("torch.")
+
+
+def _to_float32(ctx: FileContext, call: ast.AST) -> bool:
+    """``x.float()``, ``x.double()``, ``x.to(torch.float32)``, ``x.type(torch.float32)``."""
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
+        return False
+    attr = call.func.attr
+    if attr in _FLOAT32_CASTS:
+        return not call.args and not call.keywords
+    if attr in ("to", "type"):
+        args = [*call.args, *(kw.value for kw in call.keywords if kw.arg in ("dtype", None))]
+        return any(ctx.qualname(a) in _FP32_NAMES for a in args)
+    return False
+
+
+def _cast_back(ctx: FileContext, cast: ast.Call) -> bool:
+    """Whether the method chain goes on to cast the result back to float32 (``.half().float()``)."""
+    node: ast.AST = cast
+    while True:
+        parent = ctx.parent(node)
+        grand = ctx.parent(parent) if parent is not None else None
+        if not (
+            isinstance(parent, ast.Attribute)
+            and parent.value is node
+            and isinstance(grand, ast.Call)
+            and grand.func is parent
+        ):
+            return False
+        if _to_float32(ctx, grand):
+            return True
+        node = grand
+
+
+def _recast_before_training(
+    ctx: FileContext, cast: ast.Call, names: set[str], optimizers: list[ast.Call], backwards: list[Backward]
+) -> bool:
+    """Whether the same function casts the model back to float32 after ``cast`` and before it
+    first trains it there (``model.half(); load(...); model.float()``): a round trip."""
+    from traindoctor.facts.amp.static import chain_root, pos
+
+    scope = ctx.scope_of(cast)
+    training = [
+        c for c in [*optimizers, *(b.call for b in backwards)] if ctx.scope_of(c) is scope and pos(c) > pos(cast)
+    ]
+    first = min((pos(c) for c in training), default=None)
+    for attr in ("float", "double", "to", "type"):
+        for call in ctx.method_calls(attr):
+            if ctx.scope_of(call) is not scope or pos(call) <= pos(cast) or (first is not None and pos(call) > first):
+                continue
+            root = dotted(chain_root(receiver(call)))
+            if root in names and _to_float32(ctx, call):
+                return True
+    return False
 
 
 def _updates_weights(ctx: FileContext, scope: ast.AST) -> bool:

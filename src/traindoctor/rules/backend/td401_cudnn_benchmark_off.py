@@ -84,6 +84,8 @@ _FIXED_DATASETS = frozenset(
         "USPS",
     }
 )
+#: timm's loader and transform factories: training crops and evaluation resizes to one input size.
+_TIMM_FIXED = frozenset({"create_loader", "create_transform", "transforms_imagenet_train", "transforms_imagenet_eval"})
 #: Evidence of inputs whose size changes from batch to batch.
 _VARIABLE_TRANSFORMS = frozenset({"RandomResize", "RandomShortestSize", "ScaleJitter", "RandomIoUCrop"})
 _LIGHTNING = ("lightning.", "pytorch_lightning.")
@@ -92,6 +94,7 @@ _PADDING = frozenset({"torch.nn.utils.rnn.pad_sequence", "torch.nn.utils.rnn.pac
 
 def convolution_evidence(ctx: FileContext) -> ast.Call | None:
     """The first call that builds a convolutional layer or CNN model, if any."""
+    from traindoctor.facts.models.registries import TIMM_FACTORIES
     from traindoctor.facts.models.static import model_built_by, registry_entry, registry_model
 
     found: list[ast.Call] = []
@@ -104,10 +107,15 @@ def convolution_evidence(ctx: FileContext) -> ast.Call | None:
             found.append(call)
         elif qn == "torchvision.models.get_model" and _literal_cnn_name(ctx, call):
             found.append(call)
-    for call in ctx.calls_to("timm.create_model"):
+    for call in ctx.calls_to(*sorted(TIMM_FACTORIES)):
         if _literal_cnn_name(ctx, call):
             found.append(call)
+    for qn, call in ctx.calls_to_prefix("diffusers."):
+        if _diffusers_conv(qn):
+            found.append(call)
     for call in ctx.of(ast.Call):
+        if not isinstance(call.func, ast.Subscript):
+            continue
         entry = registry_entry(ctx, call.func)  # ``models.__dict__[args.arch]()``
         if (
             entry is not None
@@ -115,7 +123,7 @@ def convolution_evidence(ctx: FileContext) -> ast.Call | None:
             and entry[1].startswith(_CNN_FAMILIES)
         ):
             found.append(call)
-        elif entry is not None and any(k in _CONV_LAYERS for k in registry_model(ctx, call.func).kinds):
+        elif any(k in _CONV_LAYERS for k in registry_model(ctx, call.func).kinds):
             found.append(call)
     view = ctx.project
     if not found and view is not None and view.imports_project:
@@ -126,6 +134,30 @@ def convolution_evidence(ctx: FileContext) -> ast.Call | None:
                 found.append(call)
     found.sort(key=lambda c: (c.lineno, c.col_offset))
     return found[0] if found else None
+
+
+#: diffusers models built of convolutions (UNets, ControlNets, VAEs), built or loaded with
+#: ``from_pretrained``: ``diffusers.UNet2DConditionModel.from_pretrained(...)``.
+_DIFFUSERS_CONV = (
+    "UNet1DModel",
+    "UNet2DModel",
+    "UNet2DConditionModel",
+    "UNet3DConditionModel",
+    "UNetSpatioTemporalConditionModel",
+    "UNetMotionModel",
+    "ControlNetModel",
+    "AutoencoderKL",
+    "AsymmetricAutoencoderKL",
+    "VQModel",
+    "T2IAdapter",
+)
+
+
+def _diffusers_conv(qn: str) -> bool:
+    parts = qn.split(".")
+    if parts[-1] == "from_pretrained":
+        parts = parts[:-1]
+    return parts[-1] in _DIFFUSERS_CONV
 
 
 def _literal_cnn_name(ctx: FileContext, call: ast.Call) -> bool:
@@ -197,6 +229,9 @@ def shape_evidence(ctx: FileContext) -> tuple[bool, bool]:
                     fixed = True
         elif qn.startswith("torchvision.datasets.") and leaf in _FIXED_DATASETS:
             fixed = True
+    for qn, _ in ctx.calls_to_prefix("timm.data."):
+        if _leaf(qn) in _TIMM_FIXED:
+            fixed = True  # timm's loaders and transforms crop every image to the model's input size
     if ctx.calls_to("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"):
         fixed = True
     if any(ctx.calls_to(q) for q in sorted(_PADDING)):
@@ -225,9 +260,13 @@ class CudnnBenchmarkOff(Rule):
 
     what_it_does = """
     Reports a training script that places work on CUDA, builds a convolutional model
-    (`nn.Conv1d/2d/3d`, `nn.ConvTranspose*d`, a torchvision CNN such as `resnet50()`, or
-    `timm.create_model("resnet50")`), shows that its inputs have one fixed size (fixed-size crops
-    or `Resize((h, w))`, a fixed-size dataset such as CIFAR-10 or MNIST, a `TensorDataset`), and
+    (`nn.Conv1d/2d/3d`, `nn.ConvTranspose*d`, a torchvision CNN such as `resnet50()`,
+    `timm.create_model("resnet50")` under any of timm's import paths, a diffusers UNet, ControlNet
+    or VAE built or loaded with `from_pretrained`, a model class or factory of another project
+    module, or `models.__dict__[name]` of a project module whose model factories all have
+    convolutions when the name is not known), shows that its inputs have one fixed size
+    (fixed-size crops or `Resize((h, w))`, a fixed-size dataset such as CIFAR-10 or MNIST, a
+    `TensorDataset`, timm's `create_loader`/`create_transform`), and
     never sets `torch.backends.cudnn.benchmark`. It stays silent when the file shows inputs of
     varying size (detection models, a custom `collate_fn`, padded sequences, multi-scale
     transforms), when it asks for deterministic algorithms (benchmarking would undo that, see
@@ -343,6 +382,18 @@ class CudnnBenchmarkOff(Rule):
         """),
     )
     invalid = (
+        Invalid(
+            """
+            import torch
+            from torchvision import transforms
+            from diffusers import UNet2DConditionModel
+
+            unet = UNet2DConditionModel.from_pretrained("sd-model", subfolder="unet").to("cuda")  # TD401
+            tf = transforms.Compose([transforms.Resize(512), transforms.CenterCrop(512), transforms.ToTensor()])
+            optimizer = torch.optim.AdamW(unet.parameters(), lr=1e-5)
+            loss.backward()
+            """
+        ),
         Invalid(
             """
             import torch

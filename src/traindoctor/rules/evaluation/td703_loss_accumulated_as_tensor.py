@@ -63,7 +63,9 @@ class LossAccumulatedAsTensor(Rule):
     `accelerator.backward(loss)`), or it was just computed by a criterion / loss function in a
     function that runs backward passes. Accumulators that are themselves backpropagated (summing
     several losses on purpose) and code under `no_grad` are not reported, nor is a loss last
-    assigned from `.item()` or `.detach()`.
+    assigned from `.item()` or `.detach()`. The sum may live in another class, often in another
+    module: `losses.update(loss, n)` on an object whose `update` adds its argument into an
+    attribute (`self.sum += val * n`, an average meter) is reported at the call, citing the sum.
     """
     why_bad = """
     A loss tensor carries a reference to the graph that produced it. Adding it to a running
@@ -220,3 +222,46 @@ class LossAccumulatedAsTensor(Rule):
                 fix=ctx.fix_replace(name, f"{name.id}.detach()", f"Use `{name.id}.detach()`", applicability="unsafe"),
                 help=f"Accumulate `{name.id}.detach()`",
             )
+        yield from self._meters(ctx)
+
+    def _meters(self, ctx: FileContext) -> Iterable[Finding]:
+        """``losses.update(loss, n)`` where the meter's ``update`` sums its argument into an
+        attribute (``self.sum += val * n``), in this file or another project module."""
+        from traindoctor.facts.evaluation.static import attached_loss, grad_enabled_at
+        from traindoctor.facts.training.meters import accumulated_argument
+        from traindoctor.finding import Related
+        from traindoctor.static.project import place_of
+
+        for call in ctx.of(ast.Call):
+            func = call.func
+            if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
+                continue
+            names = [a for a in call.args if isinstance(a, ast.Name)]
+            if not names or not ctx.enclosing_loops(call):
+                continue
+            stmt = ctx.statement_of(call)
+            if grad_enabled_at(ctx, stmt) is False:
+                continue
+            fn = ctx.function_of(stmt)
+            for name in names:
+                found = accumulated_argument(ctx, call, name)
+                if found is None or not attached_loss(ctx, name.id, stmt, fn):
+                    continue
+                module, where = found
+                message = f"`{func.attr}` sums it here"
+                if module is ctx:
+                    related: tuple[Related, ...] = (Related(ctx.filename, ctx.location(where), message),)
+                else:
+                    related = ctx.project.related(place_of(module, where), message)
+                yield ctx.report(
+                    self,
+                    stmt,
+                    f"`{ctx.segment(func)}` sums the loss tensor `{name.id}` into its object with its autograd "
+                    f"graph; pass `{name.id}.item()` (or `{name.id}.detach()`) instead.",
+                    fix=ctx.fix_replace(
+                        name, f"{name.id}.detach()", f"Use `{name.id}.detach()`", applicability="unsafe"
+                    ),
+                    help=f"Pass `{name.id}.detach()`",
+                    related=related,
+                )
+                break

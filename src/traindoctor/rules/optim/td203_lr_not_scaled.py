@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, cast
 
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
-from traindoctor.static.names import OPTIMIZERS
+from traindoctor.static.names import dotted
 
 if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.finding import Related
     from traindoctor.static.context import FileContext
 
 
@@ -37,7 +38,13 @@ class LrNotScaled(Rule):
     `Accelerator(split_batches=True)`), that compute the LR from the batch
     (`lr = base_lr * batch / 256`, `traindoctor.recipes.scale_lr`) or that edit `group["lr"]`
     are not reported, and neither is a single-process script that merely exposes `--batch-size`
-    and `--lr`: there the user sets both.
+    and `--lr`: there the user sets both. A script that declares the total batch and derives the
+    accumulation from it (`grad_accum = total_batch_size // (batch_size * world_size)`,
+    `accumulation = batch_size // micro_batch_size` on one device) sets its LR for that declared
+    batch and is not reported either. Scaling in an opt-in branch that is off by default
+    (`if args.scale_lr:` with `action="store_true"`) is no scaling: the default run uses the LR
+    unchanged. An optimizer built by a helper of the file or of another project module from what
+    the call passes (`create_optimizer(args, model)` reading `args.lr`) is judged at the call.
     """
     why_bad = """
     The batch the optimizer averages over is `batch x accumulation x world_size`. Moving a recipe
@@ -142,6 +149,21 @@ class LrNotScaled(Rule):
         """),
         Valid("""
         import torch
+
+        # the user declares the total batch; the accumulation follows from it
+        learning_rate = 3e-4
+        batch_size = 128
+        micro_batch_size = 4
+        gradient_accumulation_iters = batch_size // micro_batch_size
+        optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
+        for i, (x, y) in enumerate(loader):
+            (criterion(model(x), y) / gradient_accumulation_iters).backward()
+            if (i + 1) % gradient_accumulation_iters == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+        """),
+        Valid("""
+        import torch
         from accelerate import Accelerator
 
         accelerator = Accelerator()
@@ -151,6 +173,25 @@ class LrNotScaled(Rule):
         """),
     )
     invalid = (
+        Invalid("""
+        import argparse
+        import torch
+        from accelerate import Accelerator
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--learning_rate", type=float, default=1e-4)
+        parser.add_argument("--scale_lr", action="store_true")  # off unless asked for
+        args = parser.parse_args()
+        accelerator = Accelerator(gradient_accumulation_steps=4)
+        if args.scale_lr:
+            args.learning_rate = args.learning_rate * 4 * accelerator.num_processes
+        optimizer = torch.optim.AdamW(unet.parameters(), lr=args.learning_rate)  # TD203
+        unet, optimizer, loader = accelerator.prepare(unet, optimizer, loader)
+        for batch in loader:
+            with accelerator.accumulate(unet):
+                accelerator.backward(unet(batch).loss)
+                optimizer.step()
+        """),
         Invalid("""
         import torch
         import torch.distributed as dist
@@ -201,6 +242,7 @@ class LrNotScaled(Rule):
     def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.facts.batching.static import (
             accumulation,
+            accumulation_from_total,
             data_parallel_names,
             distributed,
             lr_related_to_batch,
@@ -210,6 +252,7 @@ class LrNotScaled(Rule):
             splits_global_batch,
             trains,
         )
+        from traindoctor.facts.optim.static import optimizer_calls
 
         if not trains(ctx) and not _drives_project_training(ctx):  # library files stop here
             return
@@ -219,6 +262,8 @@ class LrNotScaled(Rule):
             return
         if splits_global_batch(ctx) or lr_related_to_batch(ctx):
             return
+        if acc is not None and accumulation_from_total(ctx, dist is not None) is not None:
+            return  # the user declares the total batch and the accumulation follows from it
         per_node = per_node_split(ctx)
         if dist is not None and per_node is not None:
             grows = (
@@ -234,29 +279,77 @@ class LrNotScaled(Rule):
             if acc is not None and isinstance(acc.factor, int):
                 grows += f" by {acc.factor}"
         parallel = data_parallel_names(ctx) if dist is not None else set()
-        for qn, call in ctx.calls_to_prefix(""):
-            lr: object
-            if qn in OPTIMIZERS:
-                steps_parallel = optimizer_is_data_parallel(ctx, call, parallel)
-                lr = ctx.arg(call, "lr")
-            elif qn in _TIMM_FROM_ARGS and len(call.args) >= 2 and isinstance(call.args[0], ast.Name):
+        built: list[tuple[ast.Call, object, bool]] = []
+        for opt in optimizer_calls(ctx):
+            built.append((opt.call, opt.arg(ctx, "lr"), optimizer_is_data_parallel(ctx, opt.call, parallel)))
+        for call in ctx.calls_to(*sorted(_TIMM_FROM_ARGS)):
+            if len(call.args) >= 2 and isinstance(call.args[0], ast.Name):
                 # timm's ``create_optimizer(args, model)`` builds the optimizer with ``args.lr``
                 steps_parallel = any(isinstance(n, ast.Name) and n.id in parallel for n in ast.walk(call.args[1]))
-                lr = _option_read(ctx, call.args[0].id, "lr", call)
-            else:
-                continue
+                built.append((call, _option_read(ctx, call.args[0].id, "lr", call), steps_parallel))
+        helpers = {id(call): related for call, _, related in _helper_built(ctx)}
+        for call, helper_lr, _ in _helper_built(ctx):
+            arguments = [*call.args, *(k.value for k in call.keywords)]
+            steps = any(isinstance(n, ast.Name) and n.id in parallel for a in arguments for n in ast.walk(a))
+            built.append((call, helper_lr, steps))
+        built.sort(key=lambda b: (b[0].lineno, b[0].col_offset))
+        reported: set[int] = set()
+        for call, lr, steps_parallel in built:
             if dist is not None and not steps_parallel and acc is None:
                 continue
-            if not isinstance(lr, ast.expr) or not plain_lr(ctx, lr):
+            if not isinstance(lr, ast.expr) or id(call) in reported or not plain_lr(ctx, lr):
                 continue
+            reported.add(id(call))
+            helper = id(call) in helpers
             yield ctx.report(
                 self,
-                lr if ctx.within(lr, call) else call,
-                f"The LR `{ctx.segment(lr)}` is used unchanged although {grows}; scale it with the "
-                "effective batch (linear for SGD, square root for Adam-family; e.g. "
-                "`traindoctor.recipes.scale_lr`) and warm it up.",
+                call if helper or not ctx.within(lr, call) else lr,
+                f"The LR `{(dotted(lr) if helper else None) or ctx.segment(lr)}` is used unchanged although "
+                f"{grows}; scale it with the effective batch (linear for SGD, square root for Adam-family; "
+                "e.g. `traindoctor.recipes.scale_lr`) and warm it up.",
                 help="Scale the learning rate with the effective batch",
+                related=helpers.get(id(call), ()),
             )
+
+
+def _helper_built(ctx: FileContext) -> list[tuple[ast.Call, ast.expr, tuple[Related, ...]]]:
+    """(call, the caller's LR expression, related) for each call of a function of this file or
+    of another project module that builds an optimizer whose LR is what the call passes
+    (``create_optimizer(args, model)`` reading ``args.lr``)."""
+    return ctx.shared("td203.helper_built", _find_helper_built)
+
+
+def _find_helper_built(ctx: FileContext) -> list[tuple[ast.Call, ast.expr, tuple[Related, ...]]]:
+    from traindoctor.facts.optim.callsite import CallSite, expression_at
+    from traindoctor.facts.optim.static import optimizer_calls
+    from traindoctor.finding import Related
+    from traindoctor.static.callees import function_definition
+    from traindoctor.static.project import place_of
+
+    out: list[tuple[ast.Call, ast.expr, tuple[Related, ...]]] = []
+    for call in ctx.of(ast.Call):
+        if not isinstance(call.func, (ast.Name, ast.Attribute)) or not (call.args or call.keywords):
+            continue
+        found = function_definition(ctx, call)
+        if found is None:
+            continue
+        callee, fn = found
+        site = CallSite(ctx, call, callee, fn)
+        for opt in optimizer_calls(callee):
+            if callee.function_of(opt.call) is not fn:
+                continue
+            lr = expression_at(site, opt.arg(callee, "lr"))
+            if lr is None:
+                continue
+            message = f"`{opt.name}` is built here with that LR"
+            related = (
+                (Related(ctx.filename, ctx.location(opt.call), message),)
+                if callee is ctx
+                else ctx.project.related(place_of(callee, opt.call), message)
+            )
+            out.append((call, lr, related))
+            break
+    return out
 
 
 def _drives_project_training(ctx: FileContext) -> bool:
@@ -268,10 +361,13 @@ def _drives_project_training(ctx: FileContext) -> bool:
     view = ctx.project
     if is_test_file(ctx.filename) or view is None or not drives_training(ctx) or not view.imports_project:
         return False
+    from traindoctor.facts.optim.static import optimizer_calls
+
     optimizers = set()
-    for qn, call in ctx.calls_to_prefix(""):
+    helpers = [c for c, _, _ in _helper_built(ctx)]
+    for call in [*(o.call for o in optimizer_calls(ctx)), *ctx.calls_to(*sorted(_TIMM_FROM_ARGS)), *helpers]:
         stmt = ctx.statement_of(call)
-        if (qn in OPTIMIZERS or qn in _TIMM_FROM_ARGS) and isinstance(stmt, ast.Assign):
+        if isinstance(stmt, ast.Assign):
             optimizers |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
     for call, resolved in view.calls():
         if resolved.function is None:

@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from traindoctor.facts.optim import NEGLIGIBLE_WEIGHT_DECAY
 from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
-from traindoctor.static.args import UNKNOWN
-from traindoctor.static.names import OPTIMIZERS, dotted
+from traindoctor.static.args import MISSING, UNKNOWN
+from traindoctor.static.names import dotted
 
 if TYPE_CHECKING:  # pragma: no cover
     from torch.optim import Optimizer
 
     from traindoctor.static.context import FileContext
-
-#: Optimizers whose ``weight_decay`` default is not zero.
-_DEFAULT_DECAY = {"torch.optim.AdamW": 0.01}
 
 
 def whole_model_params(ctx: FileContext, node: ast.AST, depth: int = 0) -> ast.expr | None:
@@ -75,6 +72,62 @@ def _requires_grad_filter(fn: ast.AST) -> bool:
     return isinstance(fn, ast.Lambda) and len(fn.args.args) == 1 and _only_requires_grad(fn.body, fn.args.args[0].arg)
 
 
+def _decay_value(ctx: FileContext, node: object, default: object) -> float | None:
+    """A weight decay that matters (known, at least the negligible one), else None."""
+    return _significant(default if node is MISSING else ctx.value(node))
+
+
+def _significant(decay: object) -> float | None:
+    if decay is UNKNOWN or isinstance(decay, bool) or not isinstance(decay, (int, float)):
+        return None
+    return float(decay) if decay >= NEGLIGIBLE_WEIGHT_DECAY else None
+
+
+def _decayed_modules(
+    ctx: FileContext, params: ast.expr, node: object, default: object
+) -> Iterator[tuple[ast.expr, float, bool]]:
+    """(module, decay, passed explicitly) for each module all of whose parameters the optimizer
+    decays: ``model.parameters()`` itself, or parameter groups each made of one whole module's
+    parameters (``[{"params": model.backbone.parameters(), "lr": 1e-5}, {"params":
+    model.head.parameters()}]``), a group's own ``weight_decay`` overriding the optimizer's.
+    Groups that split parameters any other way (by name, by shape) are left alone."""
+    model = whole_model_params(ctx, params)
+    if model is not None:
+        decay = _decay_value(ctx, node, default)
+        if decay is not None:
+            yield model, decay, isinstance(node, ast.expr)
+        return
+    groups = _module_groups(ctx, params)
+    if groups is None:
+        return
+    for module, own in groups:
+        decay = _decay_value(ctx, own, default) if own is not MISSING else _decay_value(ctx, node, default)
+        if decay is not None:
+            yield module, decay, own is not MISSING or isinstance(node, ast.expr)
+
+
+def _module_groups(ctx: FileContext, params: ast.expr) -> list[tuple[ast.expr, object]] | None:
+    """(module, the group's ``weight_decay`` node or MISSING) for a list of parameter-group dicts
+    each holding one whole module's parameters; None for any other ``params``."""
+    if isinstance(params, ast.Name):
+        bound = ctx.binding(params)
+        if bound is None or params.id in ctx.mutated_names:
+            return None
+        params = bound
+    if not isinstance(params, (ast.List, ast.Tuple)) or len(params.elts) < 2:
+        return None
+    out: list[tuple[ast.expr, object]] = []
+    for elt in params.elts:
+        group = ctx.dict_literal(elt)
+        if group is None or "params" not in group:
+            return None
+        module = whole_model_params(ctx, group["params"])
+        if module is None:
+            return None
+        out.append((module, group.get("weight_decay", MISSING)))
+    return out
+
+
 def _owner(ctx: FileContext, model: ast.expr) -> str:
     """How a message names the module whose parameters are decayed."""
     if isinstance(model, ast.Name) and model.id == "self":
@@ -105,7 +158,21 @@ class WeightDecayOnBiasNorm(Rule):
     `weight_decay` is 0.01. `SGD`, `Adam`, the deprecated `transformers.AdamW` and the others
     default to 0 and are not reported unless they pass a nonzero value. Parameter groups built
     by a function (`traindoctor.recipes.param_groups(model, 0.05)`) or by filtering on names
-    are left alone.
+    are left alone; parameter groups that are each one whole submodule's parameters
+    (`[{"params": model.backbone.parameters(), "lr": 1e-5}, {"params": model.head.parameters()}]`)
+    decay every parameter of each and are reported. The optimizer class may be named through a
+    variable (`optimizer_cls = torch.optim.AdamW`, in branches; an opt-in branch off by default
+    does not count), `getattr(torch.optim, args.optimizer)` or a dict of classes. An optimizer
+    built by a helper (`build_optimizer(model, args)`) whose weight decay is what the call passes
+    is reported at the call, citing the helper.
+
+    Only what trains counts: a model frozen as a whole (`model.requires_grad_(False)`, a loop
+    setting `requires_grad` to False or to a test of the name that keeps no normalisation
+    parameter, PEFT's `get_peft_model`, or a project function that does either to the model it is
+    handed, such as `mark_only_lora_as_trainable(model)`), or a module built from parts of a
+    frozen model (`AttnProcsLayers(unet.attn_processors)`), trains its adapters or new head only
+    and is not reported. A library module's `__main__` demo that never runs backward (a schedule
+    plotted) is not training.
 
     Framework forms: Hugging Face `TrainingArguments(weight_decay=w)` with `w > 0` makes the
     Trainer's own optimizer decay every parameter except those it excludes: biases, `nn.LayerNorm`
@@ -233,6 +300,14 @@ class WeightDecayOnBiasNorm(Rule):
         Trainer(model=model, args=args, train_dataset=train_ds).train()
         """),
         Valid("""
+        import torch
+        from peft import LoraConfig, get_peft_model
+
+        # only the LoRA matrices train: the base model is frozen by PEFT
+        model = get_peft_model(base_model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
+        """),
+        Valid("""
         import lightning as L
         import torch
 
@@ -249,6 +324,23 @@ class WeightDecayOnBiasNorm(Rule):
         """),
     )
     invalid = (
+        Invalid("""
+        import argparse
+        import torch
+        import torchvision
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--use_8bit_adam", action="store_true")
+        parser.add_argument("--adam_weight_decay", type=float, default=1e-2)
+        args = parser.parse_args()
+        unet = torchvision.models.resnet50()
+        if args.use_8bit_adam:
+            import bitsandbytes as bnb
+            optimizer_cls = bnb.optim.AdamW8bit
+        else:
+            optimizer_cls = torch.optim.AdamW
+        optimizer = optimizer_cls(unet.parameters(), lr=1e-4, weight_decay=args.adam_weight_decay)  # TD204
+        """),
         Invalid("""
         import torch
         from torch import nn
@@ -318,45 +410,105 @@ class WeightDecayOnBiasNorm(Rule):
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
         from traindoctor.facts.data.static import is_test_file
-        from traindoctor.facts.evaluation.static import freezes_whole
+        from traindoctor.facts.evaluation.grad import self_test
         from traindoctor.facts.models.static import model_of, self_model
+        from traindoctor.facts.optim.frozen import trains_part_of
+        from traindoctor.facts.optim.static import optimizer_calls
 
         if is_test_file(ctx.filename):
             return  # optimizer recipes in test code are fixtures, not advice targets
-        for qn, call in ctx.calls_to_prefix(""):
-            if qn not in OPTIMIZERS:
-                continue
-            params = ctx.arg(call, "params")
+        for opt in optimizer_calls(ctx):
+            call = opt.call
+            params = opt.arg(ctx, "params")
             if not isinstance(params, ast.expr):
                 continue
-            model = whole_model_params(ctx, params)
-            if model is None:
-                continue
-            if freezes_whole(ctx, dotted(model) or ""):
-                continue  # a frozen model with a new head: the optimizer skips what has no gradient
-            default = _DEFAULT_DECAY.get(qn, 0)
-            decay = ctx.arg_value(call, "weight_decay", default=default)
-            if decay is UNKNOWN or isinstance(decay, bool) or not isinstance(decay, (int, float)):
-                continue
-            if decay < NEGLIGIBLE_WEIGHT_DECAY:
-                continue
-            info = self_model(ctx, call) if isinstance(model, ast.Name) and model.id == "self" else model_of(ctx, model)
-            if info.known and not info.bias_or_norm_params():
-                continue
-            short = qn.rsplit(".", 1)[-1]
-            detail = f"weight_decay={decay:g}"
-            if not isinstance(ctx.arg(call, "weight_decay"), ast.expr):
-                detail += " (its default)"
-            yield ctx.report(
-                self,
-                call,
-                f"`{short}` applies {detail} to every parameter of {_owner(ctx, model)}, biases and "
-                "normalisation weights included; give those a parameter group with `weight_decay=0` "
-                "(e.g. `traindoctor.recipes.param_groups(model, weight_decay)`).",
-                help="Exclude biases and norm parameters from weight decay",
-            )
+            node = opt.arg(ctx, "weight_decay")
+            for model, decay, explicit in _decayed_modules(ctx, params, node, opt.default_decay()):
+                if trains_part_of(ctx, model):
+                    continue  # a frozen model with an adapter or a new head: the optimizer skips what has no gradient
+                if self_test(ctx, call):
+                    continue  # a library module's ``__main__`` demo (a schedule plotted): nothing trains
+                is_self = isinstance(model, ast.Name) and model.id == "self"
+                info = self_model(ctx, call) if is_self else model_of(ctx, model)
+                if info.known and not info.bias_or_norm_params():
+                    continue
+                detail = f"weight_decay={decay:g}" + ("" if explicit else " (its default)")
+                yield ctx.report(
+                    self,
+                    call,
+                    f"`{opt.name}` applies {detail} to every parameter of {_owner(ctx, model)}, biases and "
+                    "normalisation weights included; give those a parameter group with `weight_decay=0` "
+                    "(e.g. `traindoctor.recipes.param_groups(model, weight_decay)`).",
+                    help="Exclude biases and norm parameters from weight decay",
+                )
+                break  # one finding per optimizer
 
         yield from self._check_hf(ctx)
+        yield from self._check_helpers(ctx)
+
+    def _check_helpers(self, ctx: FileContext) -> Iterable[Finding]:
+        """``optimizer = build_optimizer(model, args)``: a helper of this file or of another
+        project module builds the optimizer over all of a model's parameters with a weight decay
+        its own file cannot tell (a parameter, ``args.weight_decay``); at this call it is the
+        value this file passes. Reported at the call, citing the helper's optimizer."""
+        from traindoctor.facts.data.static import drives_training, is_test_file
+        from traindoctor.facts.models.static import model_of
+        from traindoctor.facts.optim.callsite import CallSite, value_at
+        from traindoctor.facts.optim.frozen import trains_part_of
+        from traindoctor.facts.optim.static import optimizer_calls
+        from traindoctor.finding import Related
+        from traindoctor.static.callees import function_definition
+        from traindoctor.static.project import place_of
+
+        if is_test_file(ctx.filename) or not drives_training(ctx):
+            return
+        for call in ctx.of(ast.Call):
+            if not isinstance(call.func, (ast.Name, ast.Attribute)) or not (call.args or call.keywords):
+                continue
+            found = function_definition(ctx, call)
+            if found is None:
+                continue
+            callee, fn = found
+            site = CallSite(ctx, call, callee, fn)
+            params = site.parameters()
+            for opt in optimizer_calls(callee):
+                if callee.function_of(opt.call) is not fn:
+                    continue
+                node = opt.arg(callee, "weight_decay")
+                if not isinstance(node, ast.expr) or callee.value(node) is not UNKNOWN:
+                    continue  # the helper's own file judges it
+                decay = _significant(value_at(site, node))
+                given = opt.arg(callee, "params")
+                model = whole_model_params(callee, given) if isinstance(given, ast.expr) else None
+                if decay is None or model is None:
+                    continue
+                if isinstance(model, ast.Name) and model.id in params:
+                    passed = site.argument(model.id)
+                    if passed is None or trains_part_of(ctx, passed):
+                        continue
+                    info, owner = model_of(ctx, passed), f"`{ctx.segment(passed)}`"
+                else:
+                    info, owner = model_of(callee, model), _owner(callee, model)
+                if trains_part_of(callee, model) or (info.known and not info.bias_or_norm_params()):
+                    continue
+                name = ctx.segment(call.func)
+                message = f"`{opt.name}` is built here over every parameter of the model"
+                related = (
+                    (Related(ctx.filename, ctx.location(opt.call), message),)
+                    if callee is ctx
+                    else ctx.project.related(place_of(callee, opt.call), message)
+                )
+                yield ctx.report(
+                    self,
+                    call,
+                    f"`{name}` builds `{opt.name}` with weight_decay={decay:g} (from this call) over every "
+                    f"parameter of {owner}, biases and normalisation weights included; give those a "
+                    "parameter group with `weight_decay=0` (e.g. `traindoctor.recipes.param_groups(model, "
+                    "weight_decay)`).",
+                    help="Exclude biases and norm parameters from weight decay",
+                    related=related,
+                )
+                break
 
     def _check_hf(self, ctx: FileContext) -> Iterable[Finding]:
         """``TrainingArguments(weight_decay=w)``: the Trainer's own AdamW excludes biases and
