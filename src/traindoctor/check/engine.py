@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from traindoctor.check.fix import apply_edits, select_fixes
 from traindoctor.config import Settings
+from traindoctor.facts.checkpoint.static.summary import CHECKPOINT_SAVES_QUERY
 from traindoctor.facts.data.static import drives_training
 from traindoctor.facts.data.summariser import DATA_SUMMARISER
 from traindoctor.facts.evaluation.modes import PARAMETER_MODES_QUERY
@@ -238,7 +239,10 @@ def check_source(
 #: the same framework conventions, summarised by the topics' facts (what a function's DataLoader is
 #: built with, whether a Dataset holds its data; what model a class builds, on first use).
 READER = ModuleReader(
-    parse, frameworks=HOOKS, summarisers=(DATA_SUMMARISER,), queries=(MODEL_QUERY, PARAMETER_MODES_QUERY)
+    parse,
+    frameworks=HOOKS,
+    summarisers=(DATA_SUMMARISER,),
+    queries=(MODEL_QUERY, PARAMETER_MODES_QUERY, CHECKPOINT_SAVES_QUERY),
 )
 
 

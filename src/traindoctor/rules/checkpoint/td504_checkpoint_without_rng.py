@@ -249,7 +249,7 @@ torch.save(
         from traindoctor.static.vocab import RNG_KINDS
 
         idx = checkpoint_index(ctx)
-        sites = idx.checkpoints.resume_checkpoints()
+        sites = idx.checkpoints.rng_checkpoints()
         if not sites:
             return
         draws = file_draws(ctx)

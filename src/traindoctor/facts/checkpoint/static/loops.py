@@ -135,6 +135,30 @@ class TrainingLoops(IndexPart):
         training, _ = self._loops
         return any(id(l) in training for l in self.ctx.enclosing_loops(node))
 
+    @cached_property
+    def training_loops(self) -> list[ast.AST]:
+        """The training loops of the file, in source order."""
+        training, _ = self._loops
+        return [loop for loop in self.ctx.of(ast.For, ast.AsyncFor, ast.While) if id(loop) in training]
+
+    def trains_in(self, fn: ast.AST) -> bool:
+        """Whether a training loop runs in the function ``fn`` itself."""
+        return any(self.ctx.function_of(loop) is fn for loop in self.training_loops)
+
+    def after_training(self, node: ast.AST) -> bool:
+        """Whether ``node`` runs once after a training loop of its own function (in no loop)."""
+        ctx = self.ctx
+        if ctx.enclosing_loops(node):
+            return False
+        scope = ctx.scope_of(node)
+        end = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+        return any(
+            ctx.scope_of(loop) is scope
+            and (getattr(loop, "end_lineno", 0) or 0, 0) < end
+            and not ctx.within(node, loop)
+            for loop in self.training_loops
+        )
+
     def in_periodic_hook(self, node: ast.AST) -> bool:
         """A save in a framework hook the trainer calls every epoch or step (Lightning's
         ``on_train_epoch_end``, a ``TrainerCallback``'s ``on_epoch_end``) repeats like a save in

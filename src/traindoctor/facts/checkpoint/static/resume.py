@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+from typing import TYPE_CHECKING
 
 from traindoctor.facts.checkpoint.static.base import IndexPart, TrainingObjects, arg_of
 from traindoctor.facts.checkpoint.static.saves import Saves, SaveSite, after_training_loop
@@ -22,6 +23,9 @@ from traindoctor.facts.checkpoint.static.vocabulary import (
 )
 from traindoctor.static.names import dotted, receiver
 from traindoctor.static.vocab import MODEL, OPTIMIZER, RNG_ANY, RNG_KINDS, SCALER, SCHEDULER
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.static.project import Place
 
 #: Names of configs (``config``, ``cfg``, ``train_cfg``, ``args``): a key read off one is no checkpoint entry.
 _RX_CONFIG_NAME = re.compile(
@@ -37,6 +41,8 @@ class ResumeAnalysis(IndexPart):
     def __init__(self, objects: TrainingObjects, saves: Saves) -> None:
         super().__init__(objects)
         self.saves = saves
+        #: Model restore (id) -> the saves of project helpers that write the state it skips.
+        self.saved_by: dict[int, list[Place]] = {}
 
     def kept_on_resume(self, kind: str) -> bool:
         """Whether a resumed run can get ``kind`` back: some save may hold it, and the resume
@@ -141,16 +147,20 @@ class ResumeAnalysis(IndexPart):
             restored = {self.objects.classify(receiver(c)) for c in on_path}
             read_keys = {k for node, k in key_reads if not self._exclusive(node, call)}
             gaps: set[tuple[str, str]] = set()
-            for site in self.saves.sites:
+            via: list[Place] = []
+            for site in [*self.saves.sites, *self.saves.project_sites]:
                 if not keys & site.saved.weight_keys() or site.saved.is_opaque:
                     continue
                 if after_training_loop(ctx, call, site):
                     continue  # reading the result back for evaluation, not resuming
+                before = len(gaps)
                 for kind in (OPTIMIZER, SCHEDULER, SCALER):
                     if kind in restored:
                         gaps.update((kind, k) for k in self._named_left(site, kind, on_path) if k not in read_keys)
                         continue
                     gaps.update((kind, k) for k in site.saved.keys_of(kind) if k not in read_keys)
+                if len(gaps) > before and site.via is not None and site.via not in via:
+                    via.append(site.via)
             if gaps:
                 # (a model restored in two branches, ``model.module.load_state_dict`` or not, or
                 # two models of one checkpoint, ``model`` and ``model_ema``: once)
@@ -158,6 +168,7 @@ class ResumeAnalysis(IndexPart):
                 if any(ctx.function_of(c) is fn and g == sorted(gaps) for c, g in out):
                     continue
                 out.append((call, sorted(gaps)))
+                self.saved_by[id(call)] = via
         return out + dcp_gaps
 
     def _key_reads(self) -> list[tuple[ast.AST, str]]:
@@ -290,6 +301,8 @@ class ResumeAnalysis(IndexPart):
 
         if here(ctx.method_calls("backward")) or here(ctx.method_calls("step")):
             return False
+        if self.saves.loops.trains_in(fn):
+            return False  # it trains, through a helper it calls in a loop (``train_one_epoch(...)``)
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
             kind_from_name(p.arg) == OPTIMIZER for p in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)
         ):

@@ -34,6 +34,10 @@ DCP_LOADS = (
     "torch.distributed.checkpoint.load_state_dict",
     "torch.distributed.checkpoint.state_dict_loader.load",
 )
+#: A callee whose name says it may write a checkpoint.
+RX_SAVE_WORD = re.compile(r"save|checkpoint|ckpt")
+#: Callee names that say the call reads a checkpoint back (load/restore/resume): no save.
+RX_READS_CHECKPOINT = re.compile(r"load|restore|resume|restart")
 #: Unresolved wrappers with torch.save's (obj, f) signature, by receiver-or-function name.
 SAVE_WRAPPERS = {"save_on_master", "save_on_main_process"}  # all spell "save_on_ma" (see saves.py)
 
