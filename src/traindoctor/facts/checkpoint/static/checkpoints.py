@@ -90,6 +90,20 @@ class TrainingCheckpoints(IndexPart):
             if not self._uncalled(s) or self._holds_position(s) or self.paths.read_back(s)
         ]
 
+    def _last_iteration_only(self, node: ast.AST) -> bool:
+        """``node`` runs in the training loop only on its last pass: an ``if`` between it and the
+        loop tests a last-step flag (``if last_step:``) or compares a step/epoch with the end
+        (``if epoch == args.epochs - 1:``), with no ``or`` that lets it run at other steps too."""
+        ctx = self.ctx
+        child = node
+        for anc in ctx.ancestors(node):
+            if isinstance(anc, (*FUNCTION_DEFS, ast.For, ast.AsyncFor, ast.While)):
+                return False
+            if isinstance(anc, ast.If) and any(child is b for b in anc.body) and _tests_last_pass(anc.test):
+                return True
+            child = anc
+        return False
+
     def _uncalled(self, site: SaveSite) -> bool:
         """The save sits in a function (or method) that nothing in this file calls, outside any
         loop and framework hook: how often it runs is decided elsewhere."""
@@ -107,8 +121,16 @@ class TrainingCheckpoints(IndexPart):
         that makes it does): the run's final result, which the catalog calls an export unless a
         resume path reads it back."""
         if site.in_training_loop:
-            return False
-        return self.loops.after_training(site.call) or all(self.loops.after_training(c) for c in site.contexts)
+            return all(self._last_iteration_only(c) for c in site.contexts)
+        ctx = self.ctx
+        fn = ctx.function_of(site.call)
+        callers = self.objects.callers_of(fn) if isinstance(fn, FUNCTION_DEFS) else []
+        once = fn is None or (bool(callers) and not any(ctx.enclosing_loops(c) for c in callers))
+        if self.loops.after_training(site.call, once):
+            return True
+        return site.contexts != [site.call] and all(
+            self.loops.after_training(c, ctx.function_of(c) is None) for c in site.contexts
+        )
 
     def holds_resume_state(self, site: SaveSite) -> bool:
         """Whether a save holds something a resumed run reads besides the weights."""
@@ -125,7 +147,7 @@ class TrainingCheckpoints(IndexPart):
         ``kind`` the save holds is ``<name>.state_dict()`` of an object the file builds under
         that name; plain SGD without momentum keeps no state and is never missing."""
         built = [(n, c) for n, c in self.objects.exists(kind) if not n.startswith("<")]
-        if len(built) < 2 or self.saves.complete_saves or self.in_test_code:
+        if not built or self.saves.complete_saves or self.in_test_code:
             return []
         stateful = {n for n, c in built if kind != OPTIMIZER or not self.objects.stateless(c)}
         out: list[tuple[SaveSite, list[str]]] = []
@@ -142,12 +164,34 @@ class TrainingCheckpoints(IndexPart):
                     saved = set()
                     break
                 saved.add(dotted(node.func.value) or "")
-            if not saved or not saved <= {n for n, _ in built}:
+            # (an object of the kind the file does not build, an EMA schedule ``ema_sched =
+            # EMAWarmup(...)``, still counts as one of several: the built one is left out)
+            if not saved or len(saved | {n for n, _ in built}) < 2:
+                continue
+            if not all(n in {b for b, _ in built} or self._constructed_apart(n, kind) for n in saved):
                 continue
             missing = [n for n, _ in built if n not in saved and n in stateful]
             if missing:
                 out.append((site, missing))
         return out
+
+    def _constructed_apart(self, name: str, kind: str) -> bool:
+        """``name`` is named like ``kind`` and bound in the file only to constructions of a class
+        (``ema_sched = EMAWarmup(power=0.75)``): an object of its own, no alias of a built one
+        (``self.lr_scheduler = lr_scheduler``) and no object made elsewhere."""
+        if kind_from_name(name) != kind:
+            return False
+        values = []
+        for node in self.ctx.of(ast.Assign):
+            for target in node.targets:
+                if dotted(target) == name:
+                    values.append(node.value)
+                elif isinstance(target, ast.Tuple) and any(dotted(t) == name for t in target.elts):
+                    return False
+        # (a class constructed, ``EMAWarmup(...)``: a factory may hand back an object built elsewhere)
+        return bool(values) and all(
+            isinstance(v, ast.Call) and (dotted(v.func) or "").rsplit(".", 1)[-1][:1].isupper() for v in values
+        )
 
     def missing_beside_best(self, kind: str) -> list[SaveSite]:
         """Periodic checkpoints in the training loop (weights and resume state, no best-so-far
@@ -234,8 +278,7 @@ class TrainingCheckpoints(IndexPart):
             handed += self._held_by_self(fn, kind)
             if not handed or not self._holds_position(site):
                 continue
-            facts = self.save_facts(site)
-            if facts.quality_guarded or facts.export_name:
+            if self._export_like(site):
                 continue
             out.append((site, handed[0]))
         return self._pairs_first_of_repeats(out)
@@ -500,6 +543,39 @@ class TrainingCheckpoints(IndexPart):
         binding = since if since is not None else tuple(position(b) for b in bound if b is not None)
         loops = tuple(id(l) for l in ctx.enclosing_loops(site.call))
         return (obj.id, id(ctx.scope_of(obj)), binding, loops)
+
+
+#: A flag that says the loop is on its last pass (``last_step``, ``is_last_epoch``, ``final_iter``).
+_RX_LAST_FLAG = re.compile(r"^(is_)?(last|final)(_(step|epoch|iter|iteration|batch|round))?$")
+#: A name that counts the loop's position, and one that says where it ends.
+_RX_COUNTER = re.compile(r"(^|_)(epochs?|steps?|iters?|iterations?|it|i|e|ep|step_num|iter_num)$")
+_RX_END = re.compile(r"(^|_)(epochs|num_\w+|max_\w+|total_\w+|n_\w+|end_\w+|\w+_steps|\w+_iters|iterations)$")
+
+
+def _tests_last_pass(test: ast.expr) -> bool:
+    """Whether an ``if`` test is true only on the loop's last pass (see
+    :meth:`TrainingCheckpoints._last_iteration_only`): a last-step flag or ``counter == end``
+    (``- 1`` and ``+ 1`` allowed), alone or in an ``and``."""
+    if isinstance(test, ast.BoolOp):
+        return isinstance(test.op, ast.And) and any(_tests_last_pass(v) for v in test.values)
+    if isinstance(test, (ast.Name, ast.Attribute)):
+        text = dotted(test)
+        return text is not None and bool(_RX_LAST_FLAG.match(text.rsplit(".", 1)[-1].lower()))
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+        sides = [_names_in(test.left), _names_in(test.comparators[0])]
+        return any(
+            any(_RX_COUNTER.search(n) for n in a) and any(_RX_END.search(n) for n in b) for a, b in (sides, sides[::-1])
+        )
+    return False
+
+
+def _names_in(expr: ast.expr) -> list[str]:
+    """The last parts of the names an expression reads (``args.epochs - 1`` -> ``["epochs"]``)."""
+    return [
+        (n.id if isinstance(n, ast.Name) else n.attr).lower()
+        for n in ast.walk(expr)
+        if isinstance(n, (ast.Name, ast.Attribute))
+    ]
 
 
 def _value_key(node: ast.AST) -> str | None:

@@ -145,17 +145,22 @@ class TrainingLoops(IndexPart):
         """Whether a training loop runs in the function ``fn`` itself."""
         return any(self.ctx.function_of(loop) is fn for loop in self.training_loops)
 
-    def after_training(self, node: ast.AST) -> bool:
-        """Whether ``node`` runs once after a training loop of its own function (in no loop)."""
+    def after_training(self, node: ast.AST, runs_once: bool) -> bool:
+        """Whether ``node`` runs after the training of its own function, in no loop: after a
+        training loop that is more than a batch loop (an epoch loop around one, the whole run), or
+        after any training loop when the function ``runs_once`` (module level, or called here only
+        outside loops). A function whose only training loop is one pass over the batches, called
+        from elsewhere, is an epoch function: what follows its loop runs every epoch."""
         ctx = self.ctx
         if ctx.enclosing_loops(node):
             return False
         scope = ctx.scope_of(node)
-        end = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+        start = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+        _, batch = self._loops
         return any(
             ctx.scope_of(loop) is scope
-            and (getattr(loop, "end_lineno", 0) or 0, 0) < end
-            and not ctx.within(node, loop)
+            and ((getattr(loop, "end_lineno", 0) or 0), 0) < start
+            and (runs_once or id(loop) not in batch)
             for loop in self.training_loops
         )
 

@@ -33,18 +33,33 @@ CHECKPOINT_SAVES = "checkpoint-saves"
 class SaveHelper:
     """What one function does with a checkpoint.
 
-    ``saves_param``: the parameter whose value it saves as it is handed (``torch.save(state,
-    filename)``), and ``path_param`` the parameter that names the file (None: the helper picks
-    it). ``written``: (key, kind) of the states it saves in a dict it builds itself (model
+    ``saves_params``: the parameters whose values it saves as it is handed them
+    (``torch.save(state, filename)``; a model's and an optimizer's state in two files), and
+    ``path_param`` the parameter that names the file (None: the helper picks it). ``written``: (key, kind) of the states it saves in a dict it builds itself (model
     weights, optimizer, scheduler, scaler), empty when it builds none it can read. ``place``:
     where it saves."""
 
     positional: tuple[str, ...]
     keyword_only: tuple[str, ...]
-    saves_param: str | None
+    saves_params: tuple[str, ...]
     path_param: str | None
     written: tuple[tuple[str, str], ...]
     place: Place
+
+    def saved_object(self, call: ast.Call, method: bool) -> ast.expr | None:
+        """What ``call`` hands the helper to save: the argument for its one saved parameter, or
+        a tuple of the arguments for several (``None`` passed for one leaves it out); None when
+        an argument cannot be told."""
+        values = []
+        for param in self.saves_params:
+            value = self.argument(call, param, method)
+            if value is None:
+                return None
+            if not (isinstance(value, ast.Constant) and value.value is None):
+                values.append(value)
+        if len(values) == 1 and len(self.saves_params) == 1:
+            return values[0]
+        return ast.copy_location(ast.Tuple(elts=values, ctx=ast.Load()), call)
 
     def argument(self, call: ast.Call, param: str | None, method: bool) -> ast.expr | None:
         """What ``call`` passes for ``param`` (None: nothing, or it cannot be told)."""

@@ -151,8 +151,8 @@ class Saves(IndexPart):
         for call, helper, method in self._project_calls:
             if id(call) in known:
                 continue
-            if helper.saves_param is not None:
-                obj = helper.argument(call, helper.saves_param, method)
+            if helper.saves_params:
+                obj = helper.saved_object(call, method)
                 path = helper.argument(call, helper.path_param, method)
                 if obj is not None:
                     through.append((call, obj, path, helper.place))
@@ -289,7 +289,9 @@ class Saves(IndexPart):
 
     @cached_property
     def _schedule_position_set_by_hand(self) -> bool:
-        """``scheduler.last_epoch = start_epoch - 1``: the schedule is restored from the epoch."""
+        """``scheduler.last_epoch = start_epoch - 1``, or a replay (``for _ in range(start_epoch *
+        ipe): scheduler.step()`` in a loop that trains nothing): the schedule is restored from the
+        epoch."""
         for node in self.ctx.of(ast.Assign):
             for t in node.targets:
                 if (
@@ -298,7 +300,19 @@ class Saves(IndexPart):
                     and self.objects.classify(t.value) == SCHEDULER
                 ):
                     return True
+        for call in self.ctx.method_calls("step"):
+            loops = self.ctx.enclosing_loops(call)
+            if (
+                loops
+                and self.objects.classify(receiver(call)) == SCHEDULER
+                and not any(self.loops.in_training_loop(loop) or id(loop) in self._training_loop_ids for loop in loops)
+            ):
+                return True
         return False
+
+    @cached_property
+    def _training_loop_ids(self) -> set[int]:
+        return {id(loop) for loop in self.loops.training_loops}
 
 
 def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:

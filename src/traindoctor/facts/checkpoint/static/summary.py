@@ -30,7 +30,7 @@ def save_helper(ctx: FileContext, fn: FuncDef) -> SaveHelper | None:
     positional = tuple(p.arg for p in [*a.posonlyargs, *a.args])
     keyword_only = tuple(p.arg for p in a.kwonlyargs)
     params = set(positional) | set(keyword_only)
-    saves_param: str | None = None
+    saves_params: list[str] = []
     path_param: str | None = None
     written: dict[str, str] = {}
     first: ast.Call | None = None
@@ -39,7 +39,8 @@ def save_helper(ctx: FileContext, fn: FuncDef) -> SaveHelper | None:
             continue
         first = first or call
         if isinstance(obj, ast.Name) and obj.id in params and idx.objects.is_param_only(obj):
-            saves_param = saves_param or obj.id
+            if obj.id not in saves_params:
+                saves_params.append(obj.id)
             if isinstance(path, ast.Name) and path.id in params and idx.objects.is_param_only(path):
                 path_param = path_param or path.id
     for site in idx.saves.sites:
@@ -50,10 +51,10 @@ def save_helper(ctx: FileContext, fn: FuncDef) -> SaveHelper | None:
                 written.setdefault(piece.key, piece.kind)
         for key in site.saved.weight_keys():
             written.setdefault(key, MODEL)
-    if first is None or (saves_param is None and not written):
+    if first is None or (not saves_params and not written):
         return None
     return SaveHelper(
-        positional, keyword_only, saves_param, path_param, tuple(sorted(written.items())), place_of(ctx, first)
+        positional, keyword_only, tuple(saves_params), path_param, tuple(sorted(written.items())), place_of(ctx, first)
     )
 
 
