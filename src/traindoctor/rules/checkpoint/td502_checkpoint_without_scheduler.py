@@ -212,7 +212,7 @@ torch.save(
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.facts.checkpoint.static.advice import left_out_by_helper, left_out_of_several
+        from traindoctor.facts.checkpoint.static.advice import left_out_by_helper, left_out_of_several, via_related
         from traindoctor.facts.checkpoint.static.index import checkpoint_index
         from traindoctor.static.vocab import SCHEDULER
 
@@ -224,7 +224,7 @@ torch.save(
             if id(site.report) in reported:
                 continue
             reported.add(id(site.report))
-            yield ctx.report(self, site.report, message, help=help)
+            yield ctx.report(self, site.report, message, help=help, related=via_related(ctx, site))
         for site in idx.checkpoints.missing_beside_best(SCHEDULER):
             owner = idx.objects.first_name(SCHEDULER, "scheduler")
             if id(site.report) in reported:
@@ -237,12 +237,13 @@ torch.save(
                 f"holds it), so a run resumed from it restarts the schedule; save "
                 f"`{owner}.state_dict()` with it.",
                 help=f"Save `{owner}.state_dict()` in the checkpoint",
+                related=via_related(ctx, site),
             )
         for site, message, help in left_out_by_helper(idx.checkpoints, SCHEDULER, "the schedule"):
             if id(site.report) in reported:
                 continue
             reported.add(id(site.report))
-            yield ctx.report(self, site.report, message, help=help)
+            yield ctx.report(self, site.report, message, help=help, related=via_related(ctx, site))
         schedulers = idx.objects.exists(SCHEDULER)
         if not schedulers or idx.saves.may_hold_anywhere(SCHEDULER):
             return
@@ -257,6 +258,7 @@ torch.save(
                 f"This checkpoint does not save the LR scheduler's state, so a resumed run "
                 f"restarts the schedule; save `{name}.state_dict()` with it.",
                 help=f"Save `{name}.state_dict()` in the checkpoint",
+                related=via_related(ctx, site),
             )
 
 

@@ -188,7 +188,7 @@ torch.save(
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.facts.checkpoint.static.advice import left_out_by_helper, left_out_of_several
+        from traindoctor.facts.checkpoint.static.advice import left_out_by_helper, left_out_of_several, via_related
         from traindoctor.facts.checkpoint.static.index import checkpoint_index
         from traindoctor.static.vocab import SCALER
 
@@ -200,7 +200,7 @@ torch.save(
             if id(site.report) in reported:
                 continue
             reported.add(id(site.report))
-            yield ctx.report(self, site.report, message, help=help)
+            yield ctx.report(self, site.report, message, help=help, related=via_related(ctx, site))
         for site in idx.checkpoints.missing_beside_best(SCALER):
             owner = idx.objects.first_name(SCALER, "scaler")
             if id(site.report) in reported:
@@ -213,12 +213,13 @@ torch.save(
                 f"holds it), so a run resumed from it restarts the loss scale at its initial value; save "
                 f"`{owner}.state_dict()` with it.",
                 help=f"Save `{owner}.state_dict()` in the checkpoint",
+                related=via_related(ctx, site),
             )
         for site, message, help in left_out_by_helper(idx.checkpoints, SCALER, "the loss scale at its initial value"):
             if id(site.report) in reported:
                 continue
             reported.add(id(site.report))
-            yield ctx.report(self, site.report, message, help=help)
+            yield ctx.report(self, site.report, message, help=help, related=via_related(ctx, site))
         if not idx.objects.exists(SCALER) or idx.resume.kept_on_resume(SCALER):
             return
         name = idx.objects.first_name(SCALER, "scaler")
@@ -232,6 +233,7 @@ torch.save(
                 f"This checkpoint does not save the GradScaler's state, so a resumed run restarts "
                 f"the loss scale at its initial value; save `{name}.state_dict()` with it.",
                 help=f"Save `{name}.state_dict()` in the checkpoint",
+                related=via_related(ctx, site),
             )
 
 

@@ -7,9 +7,14 @@ what a resumed run loses differ, so each rule passes those and reports what is y
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from traindoctor.facts.checkpoint.static.checkpoints import TrainingCheckpoints
 from traindoctor.facts.checkpoint.static.saves import SaveSite
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.finding import Related
+    from traindoctor.static.context import FileContext
 
 
 def left_out_of_several(
@@ -46,3 +51,12 @@ def left_out_by_helper(checkpoints: TrainingCheckpoints, kind: str, loss: str) -
             f"{said}, so a resumed run restarts {loss}; save `{param}.state_dict()` with them.",
             f"Save `{param}.state_dict()` in the checkpoint",
         )
+
+
+def via_related(ctx: FileContext, site: SaveSite) -> tuple[Related, ...]:
+    """The project helper's save that writes the file, when the save is a call of one (cited
+    beside a finding reported at the call)."""
+    view = ctx.project
+    if site.via is None or view is None:
+        return ()
+    return tuple(view.related(site.via, "the project helper that writes the checkpoint saves it here"))

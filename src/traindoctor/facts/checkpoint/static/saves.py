@@ -289,8 +289,8 @@ class Saves(IndexPart):
 
     @cached_property
     def _schedule_position_set_by_hand(self) -> bool:
-        """``scheduler.last_epoch = start_epoch - 1``, or a replay (``for _ in range(start_epoch *
-        ipe): scheduler.step()`` in a loop that trains nothing): the schedule is restored from the
+        """``scheduler.last_epoch = start_epoch - 1``, or a replay (a loop that only steps schedules,
+        ``for _ in range(start_epoch * ipe): scheduler.step()``): the schedule is restored from the
         epoch."""
         for node in self.ctx.of(ast.Assign):
             for t in node.targets:
@@ -301,18 +301,29 @@ class Saves(IndexPart):
                 ):
                     return True
         for call in self.ctx.method_calls("step"):
-            loops = self.ctx.enclosing_loops(call)
+            stmt = self.ctx.parent(call)
+            loop = self.ctx.parent(stmt) if stmt is not None else None
             if (
-                loops
+                isinstance(loop, (ast.For, ast.While))
                 and self.objects.classify(receiver(call)) == SCHEDULER
-                and not any(self.loops.in_training_loop(loop) or id(loop) in self._training_loop_ids for loop in loops)
+                and all(self._replays(stmt) for stmt in loop.body)
             ):
                 return True
         return False
 
-    @cached_property
-    def _training_loop_ids(self) -> set[int]:
-        return {id(loop) for loop in self.loops.training_loops}
+    def _replays(self, stmt: ast.stmt) -> bool:
+        """A statement of a replay loop: ``scheduler.step()`` (no epoch) or ``next(schedule)``."""
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if not isinstance(call, ast.Call):
+            return False
+        if isinstance(call.func, ast.Name):
+            return call.func.id == "next"
+        return (
+            isinstance(call.func, ast.Attribute)
+            and call.func.attr == "step"
+            and not call.args
+            and self.objects.classify(call.func.value) == SCHEDULER
+        )
 
 
 def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:
