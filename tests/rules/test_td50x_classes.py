@@ -295,3 +295,51 @@ POSITION_KEY = """
 def test_a_position_key_of_any_spelling_holds_no_optimizer(tmp_path: Path) -> None:
     # the counter read back on resume is saved again: a number under a key that says so
     assert _rows(tmp_path, POSITION_KEY) == [("TD501", 16)]
+
+
+# DETR's shape: the evaluator's results are saved beside the checkpoint every epoch.
+EVAL_DUMP = """
+    import torch
+    import utils
+    from engine import train_one_epoch, evaluate
+
+    def main(args, model, criterion, data_loader_train, data_loader_val, base_ds, output_dir):
+        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+        for epoch in range(args.start_epoch, args.epochs):
+            train_one_epoch(model, criterion, data_loader_train, optimizer, epoch)
+            utils.save_on_master({"model": model.state_dict(), "epoch": epoch, "args": args,
+                                  "rng": torch.get_rng_state()}, output_dir / "checkpoint.pth")
+            test_stats, coco_evaluator = evaluate(model, criterion, data_loader_val, base_ds)
+            if "bbox" in coco_evaluator.coco_eval:
+                torch.save(coco_evaluator.coco_eval["bbox"].eval, output_dir / "eval" / "latest.pth")
+    """
+
+
+DETR_ENGINE = """
+    import torch
+
+    def train_one_epoch(model, criterion, data_loader, optimizer, epoch):
+        model.train()
+        for samples, targets in data_loader:
+            losses = criterion(model(samples), targets)
+            optimizer.zero_grad()
+            losses.backward()
+            optimizer.step()
+
+    @torch.no_grad()
+    def evaluate(model, criterion, data_loader, base_ds):
+        model.eval()
+        return {}, CocoEvaluator(base_ds)
+    """
+DETR_UTILS = """
+    import torch
+
+    def save_on_master(*args, **kwargs):
+        torch.save(*args, **kwargs)
+    """
+
+
+def test_saved_evaluation_results_hold_no_training_state(tmp_path: Path) -> None:
+    files = {"main.py": EVAL_DUMP, "engine.py": DETR_ENGINE, "utils.py": DETR_UTILS, "pyproject.toml": ""}
+    result = check(tmp_path, files, "main.py", CODES)
+    assert [(f.code, f.location.row) for f in result.findings] == [("TD501", 9)]
