@@ -343,3 +343,37 @@ def test_saved_evaluation_results_hold_no_training_state(tmp_path: Path) -> None
     files = {"main.py": EVAL_DUMP, "engine.py": DETR_ENGINE, "utils.py": DETR_UTILS, "pyproject.toml": ""}
     result = check(tmp_path, files, "main.py", CODES)
     assert [(f.code, f.location.row) for f in result.findings] == [("TD501", 9)]
+
+
+# msn's shape: the step is a closure run through a timing helper, the checkpoint a nested helper.
+CLOSURE_STEP = """
+    import torch
+    from src.utils import gpu_timer
+
+    def main(args, encoder, unsupervised_loader):
+        optimizer = torch.optim.AdamW(encoder.parameters())
+        batch_size = args["criterion"]["batch_size"]
+        temperature = args["criterion"]["temperature"]
+
+        def save_checkpoint(epoch):
+            save_dict = {"encoder": encoder.state_dict(), "epoch": epoch, "batch_size": batch_size,
+                         "temperature": temperature, "rng": torch.get_rng_state()}
+            torch.save(save_dict, "latest.pth.tar")
+
+        for epoch in range(args["epochs"]):
+            for itr, udata in enumerate(unsupervised_loader):
+                def train_step():
+                    optimizer.zero_grad()
+                    loss = encoder(udata).mean()
+                    loss.backward()
+                    optimizer.step()
+                    return float(loss)
+                loss, etime = gpu_timer(train_step)
+                if itr % 100 == 0:
+                    save_checkpoint(epoch)
+            save_checkpoint(epoch + 1)
+    """
+
+
+def test_a_step_closure_run_through_a_helper_trains(tmp_path: Path) -> None:
+    assert _rows(tmp_path, CLOSURE_STEP, "msn_train.py") == [("TD501", 12)]

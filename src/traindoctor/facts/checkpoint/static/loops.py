@@ -86,7 +86,7 @@ class TrainingLoops(IndexPart):
         seen: set[int] = set()
         while changed:
             changed = False
-            for name, call in self.objects.local_calls:
+            for name, call in [*self.objects.local_calls, *self._handed_functions]:
                 if name not in level or id(call) in seen:
                     continue
                 seen.add(id(call))
@@ -100,6 +100,18 @@ class TrainingLoops(IndexPart):
                 if isinstance(fn, FUNCTION_DEFS) and fn.name not in level:
                     level[fn.name] = "step" if (not loops and level[name] == "step") else "epoch"
         return training, batch
+
+    @cached_property
+    def _handed_functions(self) -> list[tuple[str, ast.Call]]:
+        """(local function, call) where a call is handed a function the file defines to run it
+        (``gpu_timer(train_step)``, ``retry(step_fn, 3)``): the function runs there."""
+        out = []
+        defined = self.objects.local_functions
+        for call in self.ctx.of(ast.Call):
+            for arg in call.args:
+                if isinstance(arg, ast.Name) and arg.id in defined and arg.id not in self.ctx.imports.names:
+                    out.append((arg.id, call))
+        return out
 
     @cached_property
     def project_training_calls(self) -> list[ast.Call]:
