@@ -377,3 +377,37 @@ CLOSURE_STEP = """
 
 def test_a_step_closure_run_through_a_helper_trains(tmp_path: Path) -> None:
     assert _rows(tmp_path, CLOSURE_STEP, "msn_train.py") == [("TD501", 12)]
+
+
+# Several trainer classes in one file, each saving the optimizers it builds.
+TRAINERS = """
+    import torch
+    from torch import optim
+
+    class DecompTrainer:
+        def __init__(self, enc, dec):
+            self.enc, self.dec = enc, dec
+            self.opt_enc = optim.Adam(self.enc.parameters(), lr=1e-4)
+            self.opt_dec = optim.Adam(self.dec.parameters(), lr=1e-4)
+
+        def save(self, file_name, ep):
+            torch.save({"enc": self.enc.state_dict(), "dec": self.dec.state_dict(),
+                        "opt_enc": self.opt_enc.state_dict(), DEC_OPT "ep": ep}, file_name)
+
+    class EstimatorTrainer:
+        def __init__(self, estimator):
+            self.estimator = estimator
+            self.opt_estimator = optim.Adam(self.estimator.parameters(), lr=1e-4)
+
+        def save(self, model_dir, epoch):
+            torch.save({"estimator": self.estimator.state_dict(),
+                        "opt_estimator": self.opt_estimator.state_dict(), "epoch": epoch}, model_dir)
+    """
+
+
+def test_each_class_is_compared_with_the_optimizers_it_builds(tmp_path: Path) -> None:
+    full = TRAINERS.replace("DEC_OPT", '"opt_dec": self.opt_dec.state_dict(),')
+    assert _rows(tmp_path, full, "trainers.py", ["TD501"]) == []
+    result = check(tmp_path, {"trainers.py": TRAINERS.replace("DEC_OPT", "")}, "trainers.py", ["TD501"])
+    assert [(f.code, f.location.row) for f in result.findings] == [("TD501", 11)]
+    assert "not of `self.opt_dec`" in result.findings[0].message

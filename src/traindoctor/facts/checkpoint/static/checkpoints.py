@@ -145,13 +145,16 @@ class TrainingCheckpoints(IndexPart):
         (optimizers, schedulers, scalers) but not of another it builds (a GAN's ``sched_G``
         saved, ``sched_D`` not): (save, missing names). Judged by name only where every state of
         ``kind`` the save holds is ``<name>.state_dict()`` of an object the file builds under
-        that name; plain SGD without momentum keeps no state and is never missing."""
+        that name, among the objects the save's own class builds when it is a method; plain SGD
+        without momentum keeps no state and is never missing."""
         built = [(n, c) for n, c in self.objects.exists(kind) if not n.startswith("<")]
         if not built or self.saves.complete_saves or self.in_test_code:
             return []
         stateful = {n for n, c in built if kind != OPTIMIZER or not self.objects.stateless(c)}
+        everything = built
         out: list[tuple[SaveSite, list[str]]] = []
         for site in self._holding_checkpoints(kind):
+            built = self._built_beside(site, everything)
             pieces = [p for p in site.saved.pieces if p.kind == kind]
             saved: set[str] = set()
             for piece in pieces:
@@ -174,6 +177,16 @@ class TrainingCheckpoints(IndexPart):
             if missing:
                 out.append((site, missing))
         return out
+
+    def _built_beside(self, site: SaveSite, built: list[tuple[str, ast.Call]]) -> list[tuple[str, ast.Call]]:
+        """The objects of ``built`` that the save could hold: those its class builds when it is a
+        method (a file of several trainer classes, each with its own optimizers), else those no
+        class builds."""
+        ctx = self.ctx
+        cls = ctx.enclosing(site.call, ast.ClassDef)
+        if cls is not None:
+            return [(n, c) for n, c in built if ctx.within(c, cls)]
+        return [(n, c) for n, c in built if ctx.enclosing(c, ast.ClassDef) is None]
 
     def _constructed_apart(self, name: str, kind: str) -> bool:
         """``name`` is named like ``kind`` and bound in the file only to constructions of a class
