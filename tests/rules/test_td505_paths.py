@@ -194,3 +194,48 @@ def test_a_config_key_named_like_the_state_is_no_restore(tmp_path: Path) -> None
     assert "optimizer" in result.findings[0].message
     restored = CONFIG_READ.replace("RESTORE", 'self.optimizer.load_state_dict(checkpoint["optimizer"])')
     assert check(tmp_path, {"trainer.py": restored}, "trainer.py", CODES).findings == []
+
+
+# Several trainer classes in one file, each resuming its own checkpoint.
+TRAINERS = """
+    import torch
+    from torch import optim
+
+    class DecompTrainer:
+        def __init__(self, enc):
+            self.enc = enc
+            self.opt_enc = optim.Adam(self.enc.parameters(), lr=1e-4)
+
+        def resume(self, model_dir):
+            checkpoint = torch.load(model_dir)
+            self.enc.load_state_dict(checkpoint["enc"])
+            self.opt_enc.load_state_dict(checkpoint["opt_enc"])
+            return checkpoint["ep"]
+
+        def save(self, file_name, ep):
+            torch.save({"enc": self.enc.state_dict(), "opt_enc": self.opt_enc.state_dict(), "ep": ep}, file_name)
+
+    class EstimatorTrainer:
+        def __init__(self, estimator):
+            self.estimator = estimator
+            self.opt_estimator = optim.Adam(self.estimator.parameters(), lr=1e-4)
+
+        def resume(self, model_dir):
+            checkpoints = torch.load(model_dir)
+            self.estimator.load_state_dict(checkpoints["estimator"])
+            RESTORE
+            return checkpoints["epoch"]
+
+        def save(self, model_dir, epoch):
+            torch.save({"estimator": self.estimator.state_dict(),
+                        "opt_estimator": self.opt_estimator.state_dict(), "epoch": epoch}, model_dir)
+    """
+
+
+def test_a_restore_in_another_class_does_not_restore_this_resume(tmp_path: Path) -> None:
+    missing = TRAINERS.replace("RESTORE", "pass")
+    result = check(tmp_path, {"trainers.py": missing, "pyproject.toml": ""}, "trainers.py", ["TD505"])
+    assert [(f.code, f.location.row) for f in result.findings] == [("TD505", 25)]
+    assert 'optimizer (saved as "opt_estimator")' in result.findings[0].message
+    restored = TRAINERS.replace("RESTORE", 'self.opt_estimator.load_state_dict(checkpoints["opt_estimator"])')
+    assert check(tmp_path, {"trainers.py": restored}, "trainers.py", ["TD505"]).findings == []

@@ -120,7 +120,8 @@ class ResumeAnalysis(IndexPart):
         restored when a ``<object of that kind>.load_state_dict`` or a read of its key off a
         checkpoint (``ckpt["optimizer"]``, ``ckpt.get("optimizer")``) may run on the same path as
         the model restore: anywhere in the file but in another branch of an ``if`` around both (a
-        resume from the run's own checkpoint beside a ``--continue-from`` of another run's). A
+        resume from the run's own checkpoint beside a ``--continue-from`` of another run's) or in
+        a method of another class (several trainers in one file). A
         generous reading, so only a resume that plainly ignores the saved state is reported; a key
         read off a config (``config["optimizer"]["type"]``) or off an entry of the checkpoint
         (``ckpt["config"]["optimizer"]``) is no restore of that state. One finding per function
@@ -143,9 +144,9 @@ class ResumeAnalysis(IndexPart):
             keys = {key} if key is not None else self._keys_read_beside(call)
             if not keys or self._inference_only(call) or self._frozen_after(call):
                 continue
-            on_path = [c for c in loads if not self._exclusive(c, call)]
+            on_path = [c for c in loads if self._on_path(c, call)]
             restored = {self.objects.classify(receiver(c)) for c in on_path}
-            read_keys = {k for node, k in key_reads if not self._exclusive(node, call)}
+            read_keys = {k for node, k in key_reads if self._on_path(node, call)}
             gaps: set[tuple[str, str]] = set()
             via: list[Place] = []
             for site in [*self.saves.sites, *self.saves.project_sites]:
@@ -208,6 +209,16 @@ class ResumeAnalysis(IndexPart):
         if text.split(".", 1)[0] in self.ctx.parsed_args_names:
             return False
         return not _RX_CONFIG_NAME.search(text.rsplit(".", 1)[-1].lower())
+
+    def _on_path(self, node: ast.AST, call: ast.Call) -> bool:
+        """Whether ``node`` (a restore, a key read) may run on the resume path of the model
+        restore ``call``: not in another branch of an ``if`` around both, and not in a method of
+        another class (a file of several trainer classes, each resuming its own checkpoint)."""
+        ctx = self.ctx
+        return not self._exclusive(node, call) and ctx.enclosing(node, ast.ClassDef) in (
+            None,
+            ctx.enclosing(call, ast.ClassDef),
+        )
 
     def _exclusive(self, a: ast.AST, b: ast.AST) -> bool:
         """Whether ``a`` and ``b`` lie in different branches of one ``if`` (they never run on the
