@@ -36,3 +36,23 @@ def test_unsafe_torch_load_variable_value_is_silent_but_constant_is_read():
     result = checkpoint_run(src)
     assert [(f.code, f.location.row) for f in result.findings] == [("TD506", 4)]
     assert result.findings[0].fix is None  # never rewrite a shared constant
+
+
+def test_test_code_reading_back_its_own_file_is_left_alone(tmp_path):
+    from helpers.project_tree import checked_rows
+
+    round_trip = """
+    import torch
+
+    def test_incremental_write(tmp_path):
+        fn = str(tmp_path / "test.pt")
+        write_state(fn)
+        state = torch.load(fn, weights_only=False)
+        assert state.keys() == {"0", "1"}
+
+    def load_for_eval(path):
+        return torch.load(path, weights_only=False)  # TD506
+    """
+    # a test module: silent; the same code in a library module: the non-test load only
+    assert checked_rows(tmp_path, {"tests/test_utils.py": round_trip}, "tests/test_utils.py", ["TD506"]) == []
+    assert checked_rows(tmp_path, {"lib/utils.py": round_trip}, "lib/utils.py", ["TD506"]) == [("TD506", 10)]

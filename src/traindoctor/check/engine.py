@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from traindoctor.check.fix import apply_edits, select_fixes
 from traindoctor.config import Settings
+from traindoctor.facts.checkpoint.static.summary import CHECKPOINT_SAVES_QUERY
 from traindoctor.facts.data.static import drives_training
 from traindoctor.facts.data.summariser import DATA_SUMMARISER
 from traindoctor.facts.evaluation.flow import RETURNED_MODE_QUERY
@@ -242,7 +243,7 @@ READER = ModuleReader(
     parse,
     frameworks=HOOKS,
     summarisers=(DATA_SUMMARISER,),
-    queries=(MODEL_QUERY, PARAMETER_MODES_QUERY, RETURNED_MODE_QUERY),
+    queries=(MODEL_QUERY, PARAMETER_MODES_QUERY, RETURNED_MODE_QUERY, CHECKPOINT_SAVES_QUERY),
 )
 
 

@@ -295,8 +295,9 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.facts.checkpoint.static.advice import left_out_by_helper, left_out_of_several
+        from traindoctor.facts.checkpoint.static.advice import left_out_by_helper, left_out_of_several, via_related
         from traindoctor.facts.checkpoint.static.index import checkpoint_index
+        from traindoctor.finding import Related
         from traindoctor.static.vocab import OPTIMIZER
 
         yield from _hf_save_only_model(self, ctx)
@@ -317,6 +318,11 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
                 f"This checkpoint saves model weights without the optimizer state, so a resumed "
                 f"run restarts momentum/Adam moments; save `{save}` with them.",
                 help=f"Save `{save}` in the checkpoint",
+                related=via_related(ctx, site)
+                + tuple(
+                    Related(ctx.filename, ctx.location(other.report), "another weights file of this checkpoint")
+                    for other in idx.checkpoints.written_with(site)
+                ),
             )
         reported = {id(site.report) for site in idx.checkpoints.model_only_in_loop()}
         for site in idx.checkpoints.missing_beside_best(OPTIMIZER):
@@ -327,17 +333,18 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
                 self,
                 site.report,
                 f"This checkpoint saves model weights without the optimizer state (only the "
-                f"best-so-far save holds it), so a run resumed from it restarts momentum/Adam "
+                f"best-so-far or final save holds it), so a run resumed from it restarts momentum/Adam "
                 f"moments; save `{opt}.state_dict()` with them.",
                 help=f"Save `{opt}.state_dict()` in the checkpoint",
+                related=via_related(ctx, site),
             )
         for site, message, help in left_out_by_helper(idx.checkpoints, OPTIMIZER, "momentum/Adam moments"):
             if id(site.report) not in reported:
-                yield ctx.report(self, site.report, message, help=help)
+                yield ctx.report(self, site.report, message, help=help, related=via_related(ctx, site))
         for site, message, help in left_out_of_several(
             idx.checkpoints, OPTIMIZER, "optimizers", "its momentum/Adam moments"
         ):
-            yield ctx.report(self, site.report, message, help=help)
+            yield ctx.report(self, site.report, message, help=help, related=via_related(ctx, site))
 
 
 def _hf_save_only_model(rule: Rule, ctx: FileContext) -> Iterable[Finding]:

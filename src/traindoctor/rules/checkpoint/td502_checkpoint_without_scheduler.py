@@ -212,38 +212,53 @@ torch.save(
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.facts.checkpoint.static.advice import left_out_by_helper, left_out_of_several
+        from traindoctor.facts.checkpoint.static.advice import left_out_by_helper, left_out_of_several, via_related
         from traindoctor.facts.checkpoint.static.index import checkpoint_index
         from traindoctor.static.vocab import SCHEDULER
 
         idx = checkpoint_index(ctx)
+        reported: set[int] = set()  # one finding per save
         for site, message, help in left_out_of_several(
             idx.checkpoints, SCHEDULER, "LR schedulers", "the schedule of each"
         ):
-            yield ctx.report(self, site.report, message, help=help)
+            if id(site.report) in reported:
+                continue
+            reported.add(id(site.report))
+            yield ctx.report(self, site.report, message, help=help, related=via_related(ctx, site))
         for site in idx.checkpoints.missing_beside_best(SCHEDULER):
             owner = idx.objects.first_name(SCHEDULER, "scheduler")
+            if id(site.report) in reported:
+                continue
+            reported.add(id(site.report))
             yield ctx.report(
                 self,
                 site.report,
-                f"This checkpoint does not save the LR scheduler's state (only the best-so-far save "
+                f"This checkpoint does not save the LR scheduler's state (only the best-so-far or final save "
                 f"holds it), so a run resumed from it restarts the schedule; save "
                 f"`{owner}.state_dict()` with it.",
                 help=f"Save `{owner}.state_dict()` in the checkpoint",
+                related=via_related(ctx, site),
             )
         for site, message, help in left_out_by_helper(idx.checkpoints, SCHEDULER, "the schedule"):
-            yield ctx.report(self, site.report, message, help=help)
+            if id(site.report) in reported:
+                continue
+            reported.add(id(site.report))
+            yield ctx.report(self, site.report, message, help=help, related=via_related(ctx, site))
         schedulers = idx.objects.exists(SCHEDULER)
         if not schedulers or idx.saves.may_hold_anywhere(SCHEDULER):
             return
         name = idx.objects.first_name(SCHEDULER, "scheduler")
         for site in idx.checkpoints.resume_checkpoints():
+            if id(site.report) in reported:
+                continue
+            reported.add(id(site.report))
             yield ctx.report(
                 self,
                 site.report,
                 f"This checkpoint does not save the LR scheduler's state, so a resumed run "
                 f"restarts the schedule; save `{name}.state_dict()` with it.",
                 help=f"Save `{name}.state_dict()` in the checkpoint",
+                related=via_related(ctx, site),
             )
 
 

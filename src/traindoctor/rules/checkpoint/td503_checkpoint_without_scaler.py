@@ -188,37 +188,52 @@ torch.save(
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        from traindoctor.facts.checkpoint.static.advice import left_out_by_helper, left_out_of_several
+        from traindoctor.facts.checkpoint.static.advice import left_out_by_helper, left_out_of_several, via_related
         from traindoctor.facts.checkpoint.static.index import checkpoint_index
         from traindoctor.static.vocab import SCALER
 
         idx = checkpoint_index(ctx)
+        reported: set[int] = set()  # one finding per save
         for site, message, help in left_out_of_several(
             idx.checkpoints, SCALER, "GradScalers", "the loss scale of each"
         ):
-            yield ctx.report(self, site.report, message, help=help)
+            if id(site.report) in reported:
+                continue
+            reported.add(id(site.report))
+            yield ctx.report(self, site.report, message, help=help, related=via_related(ctx, site))
         for site in idx.checkpoints.missing_beside_best(SCALER):
             owner = idx.objects.first_name(SCALER, "scaler")
+            if id(site.report) in reported:
+                continue
+            reported.add(id(site.report))
             yield ctx.report(
                 self,
                 site.report,
-                f"This checkpoint does not save the GradScaler's state (only the best-so-far save "
+                f"This checkpoint does not save the GradScaler's state (only the best-so-far or final save "
                 f"holds it), so a run resumed from it restarts the loss scale at its initial value; save "
                 f"`{owner}.state_dict()` with it.",
                 help=f"Save `{owner}.state_dict()` in the checkpoint",
+                related=via_related(ctx, site),
             )
         for site, message, help in left_out_by_helper(idx.checkpoints, SCALER, "the loss scale at its initial value"):
-            yield ctx.report(self, site.report, message, help=help)
+            if id(site.report) in reported:
+                continue
+            reported.add(id(site.report))
+            yield ctx.report(self, site.report, message, help=help, related=via_related(ctx, site))
         if not idx.objects.exists(SCALER) or idx.resume.kept_on_resume(SCALER):
             return
         name = idx.objects.first_name(SCALER, "scaler")
         for site in idx.checkpoints.resume_checkpoints():
+            if id(site.report) in reported:
+                continue
+            reported.add(id(site.report))
             yield ctx.report(
                 self,
                 site.report,
                 f"This checkpoint does not save the GradScaler's state, so a resumed run restarts "
                 f"the loss scale at its initial value; save `{name}.state_dict()` with it.",
                 help=f"Save `{name}.state_dict()` in the checkpoint",
+                related=via_related(ctx, site),
             )
 
 

@@ -244,12 +244,13 @@ torch.save(
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
+        from traindoctor.facts.checkpoint.static.advice import via_related
         from traindoctor.facts.checkpoint.static.index import checkpoint_index
         from traindoctor.facts.checkpoint.static.rng import file_draws
         from traindoctor.static.vocab import RNG_KINDS
 
         idx = checkpoint_index(ctx)
-        sites = idx.checkpoints.resume_checkpoints()
+        sites = idx.checkpoints.rng_checkpoints()
         if not sites:
             return
         draws = file_draws(ctx)
@@ -271,7 +272,13 @@ torch.save(
             else:
                 what = ", ".join(_LABEL[k] for k in missing)
                 message = f"This checkpoint misses {what}, so a resumed run diverges; save {remedy} with it."
-            yield ctx.report(self, site.report, message, help="Save the missing RNG state in the checkpoint")
+            yield ctx.report(
+                self,
+                site.report,
+                message,
+                help="Save the missing RNG state in the checkpoint",
+                related=via_related(ctx, site),
+            )
 
 
 def _is_counter(expr: object) -> bool:

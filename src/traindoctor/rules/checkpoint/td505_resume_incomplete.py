@@ -207,10 +207,14 @@ start_epoch = ckpt["epoch"] + 1
                     help="Load the saved optimizer/scheduler/scaler state on resume",
                 )
                 continue
+            via = idx.resume.saved_by.get(id(call), [])
+            related = tuple(r for place in via for r in ctx.project.related(place, "the checkpoint is written here"))
             yield ctx.report(
                 self,
                 call,
-                f"The resume restores the model but not the {what} that this file saves; call "
+                f"The resume restores the model but not the {what} that "
+                f"{'the checkpoint this file writes holds' if via else 'this file saves'}; call "
                 f"`{owner}.load_state_dict(...)` for each.",
                 help="Load the saved optimizer/scheduler/scaler state on resume",
+                related=related,
             )

@@ -33,7 +33,8 @@ Reports `torch.load(..., weights_only=False)`, and a `torch.load` call without `
 when the code must support a PyTorch older than 2.6 (where the default is `False`). The minimum
 version comes from `--min-torch-version` or `min-torch-version` in `[tool.traindoctor]`, else from
 the installed torch's package metadata, else it is assumed current. A `weights_only` whose value the
-checker cannot determine is left alone.
+checker cannot determine is left alone, and so are test modules (`test_*.py`, `*_test.py`) and
+`test_*` functions: they read back the files they wrote themselves.
 """
     why_bad = """
 With `weights_only=False`, `torch.load` unpickles the file, and unpickling can import and call
@@ -161,8 +162,15 @@ plain state dicts.
         calls = ctx.calls_to(*LOAD_FUNCS)
         if not calls:
             return
+        from traindoctor.facts.data.static import is_test_module
+
+        if is_test_module(ctx.filename):
+            return  # a test reads back the file it wrote
         old_default = ctx.settings.torch_below("2.6")
         for call in calls:
+            fn = ctx.function_of(call)
+            if fn is not None and getattr(fn, "name", "").startswith("test_"):
+                continue
             node = ctx.arg(call, "weights_only", "torch.load")
             if node is UNKNOWN:
                 continue

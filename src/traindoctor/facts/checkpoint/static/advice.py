@@ -7,9 +7,14 @@ what a resumed run loses differ, so each rule passes those and reports what is y
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from traindoctor.facts.checkpoint.static.checkpoints import TrainingCheckpoints
 from traindoctor.facts.checkpoint.static.saves import SaveSite
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.finding import Related
+    from traindoctor.static.context import FileContext
 
 
 def left_out_of_several(
@@ -30,14 +35,28 @@ def left_out_of_several(
 
 
 def left_out_by_helper(checkpoints: TrainingCheckpoints, kind: str, loss: str) -> Iterator[tuple[SaveSite, str, str]]:
-    """(save, message, help) for each checkpoint helper handed an object of ``kind`` that saves
-    the weights and the position without its state (:meth:`TrainingCheckpoints.left_out_by_helper`);
+    """(save, message, help) for each checkpoint helper handed an object of ``kind`` (or a method
+    of an object holding one) that saves the weights and the position without its state (:meth:`TrainingCheckpoints.left_out_by_helper`);
     ``loss`` is what a resumed run restarts ("the schedule")."""
     for site, param in checkpoints.left_out_by_helper(kind):
+        if param.startswith("self."):
+            said = (
+                f"This checkpoint saves the weights and the training position but not the state of "
+                f"`{param}`, which the object that saves it holds"
+            )
+        else:
+            said = f"This checkpoint helper is handed `{param}` but saves the weights and the training position without its state"
         yield (
             site,
-            f"This checkpoint helper is handed `{param}` but saves the weights and the training "
-            f"position without its state, so a resumed run restarts {loss}; save "
-            f"`{param}.state_dict()` with them.",
+            f"{said}, so a resumed run restarts {loss}; save `{param}.state_dict()` with them.",
             f"Save `{param}.state_dict()` in the checkpoint",
         )
+
+
+def via_related(ctx: FileContext, site: SaveSite) -> tuple[Related, ...]:
+    """The project helper's save that writes the file, when the save is a call of one (cited
+    beside a finding reported at the call)."""
+    view = ctx.project
+    if site.via is None or view is None:
+        return ()
+    return tuple(view.related(site.via, "the project helper that writes the checkpoint saves it here"))

@@ -22,7 +22,7 @@ from traindoctor.facts.checkpoint.static.vocabulary import (
     constructor_kind,
     kind_from_name,
 )
-from traindoctor.static.names import dotted
+from traindoctor.static.names import dotted, receiver
 from traindoctor.static.vocab import DATA, MODEL, OPTIMIZER, SCALER, SCHEDULER
 
 if TYPE_CHECKING:
@@ -44,14 +44,18 @@ class TrainingObjects:
     def find(self) -> None:
         """File every training object the file builds (only files that save or load do)."""
         ctx = self.ctx
+        stepped: list[tuple[str, ast.Call]] = []
         for call in ctx.of(ast.Call):
             qn = ctx.qualname(call.func)
             kind = constructor_kind(qn) if qn else None
             if kind is None:
                 if isinstance(call.func, (ast.Name, ast.Attribute)):
                     target = _assigned_name(ctx, call)
-                    if target is not None and kind_from_name(target) == OPTIMIZER:
+                    named = kind_from_name(target) if target is not None else None
+                    if target is not None and named == OPTIMIZER:
                         self.named_optimizers.add(target)
+                    elif target is not None and named == SCHEDULER and self._handed_optimizer(call):
+                        stepped.append((target, call))
                 continue
             target = _assigned_name(ctx, call)
             if kind == SCALER and ctx.value(ctx.arg(call, "enabled")) is False:
@@ -59,6 +63,25 @@ class TrainingObjects:
             if kind == SCHEDULER and qn and qn.split(".")[-1].startswith("create_scheduler"):
                 target = _assigned_name(ctx, call, first_of_tuple=True)
             self.built[kind].setdefault(target or f"<{kind}@{call.lineno}>", call)
+        # A schedule built by a project's or library's own class or factory (``sched =
+        # K.utils.InverseLR(opt, ...)``, ``scheduler = build_scheduler(cfg, optimizer)``): named
+        # like one, handed the optimizer, and advanced by itself here (``sched.step()``, no epoch).
+        steps = {dotted(receiver(c)) for c in ctx.method_calls("step") if not c.args and not c.keywords}
+        for target, call in stepped:
+            if target in steps:
+                self.built[SCHEDULER].setdefault(target, call)
+
+    def _handed_optimizer(self, call: ast.Call) -> bool:
+        """Whether a call is handed an optimizer the file builds or names as one (first argument or
+        ``optimizer=``)."""
+        args = [*call.args[:1], *(k.value for k in call.keywords if k.arg == "optimizer")]
+        for arg in args:
+            text = dotted(arg)
+            if text is not None and (
+                text in self.built[OPTIMIZER] or text in self.named_optimizers or kind_from_name(text) == OPTIMIZER
+            ):
+                return True
+        return False
 
     @property
     def has_optimizer(self) -> bool:

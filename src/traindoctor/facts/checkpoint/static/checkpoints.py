@@ -20,7 +20,7 @@ from traindoctor.facts.checkpoint.static.loops import TrainingLoops
 from traindoctor.facts.checkpoint.static.paths import CheckpointPaths
 from traindoctor.facts.checkpoint.static.saves import Saves, SaveSite
 from traindoctor.facts.checkpoint.static.vocabulary import kind_from_name
-from traindoctor.static.names import dotted
+from traindoctor.static.names import dotted, receiver
 from traindoctor.static.vocab import DATA, MODEL, OPTIMIZER, RNG_ANY, RNG_KINDS, SCALER, SCHEDULER
 
 #: Keys of a step/epoch counter saved beside the weights: the save is meant to be resumed from.
@@ -70,10 +70,67 @@ class TrainingCheckpoints(IndexPart):
             or self.holds_resume_state(s)
             or any(p.key is not None and _RX_POSITION_WORD.search(p.key.lower()) for p in s.saved.pieces)
         ]
+        # A save written once after training and never read back here is the run's result (the
+        # next stage reads its weights), no resume point.
+        sites = [s for s in sites if self.paths.read_back(s) or not self.after_training(s)]
         # A best-so-far save (``if acc >= best: save(..., "best_model.pth")``) beside the periodic
         # checkpoint the run resumes from: the same omission, said once, at the periodic one.
         periodic = [s for s in sites if not self.save_facts(s).quality_guarded]
         return periodic or sites
+
+    def rng_checkpoints(self) -> list[SaveSite]:
+        """The :meth:`resume_checkpoints` whose random state a resumed run needs (TD504): not a
+        save in a helper this file never calls (``Trainer.save``, called by a script only when the
+        metric improves) that keeps no training position and is not read back here. How often it
+        runs is decided elsewhere, and a run resumed from it does not know where it was: it
+        cannot draw the same random numbers again anyway."""
+        return [
+            s
+            for s in self.resume_checkpoints()
+            if not self._uncalled(s) or self._holds_position(s) or self.paths.read_back(s)
+        ]
+
+    def _last_iteration_only(self, node: ast.AST) -> bool:
+        """``node`` runs in the training loop only on its last pass: an ``if`` between it and the
+        loop tests a last-step flag (``if last_step:``) or compares a step/epoch with the end
+        (``if epoch == args.epochs - 1:``), with no ``or`` that lets it run at other steps too."""
+        ctx = self.ctx
+        child = node
+        for anc in ctx.ancestors(node):
+            if isinstance(anc, (*FUNCTION_DEFS, ast.For, ast.AsyncFor, ast.While)):
+                return False
+            if isinstance(anc, ast.If) and any(child is b for b in anc.body) and _tests_last_pass(anc.test):
+                return True
+            child = anc
+        return False
+
+    def _uncalled(self, site: SaveSite) -> bool:
+        """The save sits in a function (or method) that nothing in this file calls, outside any
+        loop and framework hook: how often it runs is decided elsewhere."""
+        fn = self.ctx.function_of(site.call)
+        return (
+            isinstance(fn, FUNCTION_DEFS)
+            and site.contexts == [site.call]
+            and not site.in_training_loop
+            and not self.ctx.enclosing_loops(site.call)
+            and not self.objects.callers_of(fn)
+        )
+
+    def after_training(self, site: SaveSite) -> bool:
+        """The save runs once, after the training loop of its function (every call of a helper
+        that makes it does): the run's final result, which the catalog calls an export unless a
+        resume path reads it back."""
+        if site.in_training_loop:
+            return all(self._last_iteration_only(c) for c in site.contexts)
+        ctx = self.ctx
+        fn = ctx.function_of(site.call)
+        callers = self.objects.callers_of(fn) if isinstance(fn, FUNCTION_DEFS) else []
+        once = fn is None or (bool(callers) and not any(ctx.enclosing_loops(c) for c in callers))
+        if self.loops.after_training(site.call, once):
+            return True
+        return site.contexts != [site.call] and all(
+            self.loops.after_training(c, ctx.function_of(c) is None) for c in site.contexts
+        )
 
     def holds_resume_state(self, site: SaveSite) -> bool:
         """Whether a save holds something a resumed run reads besides the weights."""
@@ -88,13 +145,16 @@ class TrainingCheckpoints(IndexPart):
         (optimizers, schedulers, scalers) but not of another it builds (a GAN's ``sched_G``
         saved, ``sched_D`` not): (save, missing names). Judged by name only where every state of
         ``kind`` the save holds is ``<name>.state_dict()`` of an object the file builds under
-        that name; plain SGD without momentum keeps no state and is never missing."""
+        that name, among the objects the save's own class builds when it is a method; plain SGD
+        without momentum keeps no state and is never missing."""
         built = [(n, c) for n, c in self.objects.exists(kind) if not n.startswith("<")]
-        if len(built) < 2 or self.saves.complete_saves or self.in_test_code:
+        if not built or self.saves.complete_saves or self.in_test_code:
             return []
         stateful = {n for n, c in built if kind != OPTIMIZER or not self.objects.stateless(c)}
+        everything = built
         out: list[tuple[SaveSite, list[str]]] = []
         for site in self._holding_checkpoints(kind):
+            built = self._built_beside(site, everything)
             pieces = [p for p in site.saved.pieces if p.kind == kind]
             saved: set[str] = set()
             for piece in pieces:
@@ -107,12 +167,44 @@ class TrainingCheckpoints(IndexPart):
                     saved = set()
                     break
                 saved.add(dotted(node.func.value) or "")
-            if not saved or not saved <= {n for n, _ in built}:
+            # (an object of the kind the file does not build, an EMA schedule ``ema_sched =
+            # EMAWarmup(...)``, still counts as one of several: the built one is left out)
+            if not saved or len(saved | {n for n, _ in built}) < 2:
+                continue
+            if not all(n in {b for b, _ in built} or self._constructed_apart(n, kind) for n in saved):
                 continue
             missing = [n for n, _ in built if n not in saved and n in stateful]
             if missing:
                 out.append((site, missing))
         return out
+
+    def _built_beside(self, site: SaveSite, built: list[tuple[str, ast.Call]]) -> list[tuple[str, ast.Call]]:
+        """The objects of ``built`` that the save could hold: those its class builds when it is a
+        method (a file of several trainer classes, each with its own optimizers), else those no
+        class builds."""
+        ctx = self.ctx
+        cls = ctx.enclosing(site.call, ast.ClassDef)
+        if cls is not None:
+            return [(n, c) for n, c in built if ctx.within(c, cls)]
+        return [(n, c) for n, c in built if ctx.enclosing(c, ast.ClassDef) is None]
+
+    def _constructed_apart(self, name: str, kind: str) -> bool:
+        """``name`` is named like ``kind`` and bound in the file only to constructions of a class
+        (``ema_sched = EMAWarmup(power=0.75)``): an object of its own, no alias of a built one
+        (``self.lr_scheduler = lr_scheduler``) and no object made elsewhere."""
+        if kind_from_name(name) != kind:
+            return False
+        values = []
+        for node in self.ctx.of(ast.Assign):
+            for target in node.targets:
+                if dotted(target) == name:
+                    values.append(node.value)
+                elif isinstance(target, ast.Tuple) and any(dotted(t) == name for t in target.elts):
+                    return False
+        # (a class constructed, ``EMAWarmup(...)``: a factory may hand back an object built elsewhere)
+        return bool(values) and all(
+            isinstance(v, ast.Call) and (dotted(v.func) or "").rsplit(".", 1)[-1][:1].isupper() for v in values
+        )
 
     def missing_beside_best(self, kind: str) -> list[SaveSite]:
         """Periodic checkpoints in the training loop (weights and resume state, no best-so-far
@@ -123,7 +215,11 @@ class TrainingCheckpoints(IndexPart):
             return []
         if kind == SCHEDULER and self.saves._schedule_position_set_by_hand:
             return []
-        holders = [s for s in self.saves.sites if s.saved.may_hold(kind) and not self._passes_through(s)]
+        holders = [
+            s
+            for s in self.saves.sites
+            if s.saved.may_hold(kind) and not self._passes_through(s) and not self.saves.copies_load(s)
+        ]
         if not holders or any(not self._export_like(s) for s in holders):
             return []
         sites = [
@@ -140,9 +236,10 @@ class TrainingCheckpoints(IndexPart):
         return self._first_of_repeats(sites)
 
     def _export_like(self, site: SaveSite) -> bool:
-        """A best-so-far save or one whose path says export (``best``, ``final``, ...)."""
+        """A best-so-far save, one whose path says export (``best``, ``final``, ...), or one
+        written once after training."""
         facts = self.save_facts(site)
-        return facts.quality_guarded or facts.export_name
+        return facts.quality_guarded or facts.export_name or self.after_training(site)
 
     def _holding_checkpoints(self, kind: str) -> list[SaveSite]:
         """The training checkpoints, and the saves that hold weights beside a state of ``kind``
@@ -155,16 +252,16 @@ class TrainingCheckpoints(IndexPart):
         for site in self.saves.sites:
             if id(site) in seen or not site.saved.has(kind) or not self._holds_weights(site):
                 continue
-            facts = self.save_facts(site)
-            if not (facts.quality_guarded or facts.export_name):
+            if not self._export_like(site):
                 sites.append(site)
         return self._first_of_repeats(sites)
 
     def left_out_by_helper(self, kind: str) -> list[tuple[SaveSite, str]]:
         """Saves in a checkpoint helper that is handed an optimizer (scheduler, scaler) as a
-        parameter but writes the weights and the training position without its state
+        parameter, or in a method of a class whose attribute holds one (``self.optimizer`` of a
+        trainer), but writes the weights and the training position without its state
         (``def save_checkpoint(model, optimizer, epoch, path): torch.save({"model": ...,
-        "epoch": epoch}, path)``): (save, parameter name).
+        "epoch": epoch}, path)``): (save, parameter or ``self.<attribute>`` name).
 
         The helper may sit in a module that builds nothing (``utils.py``); what it is handed says
         what it should save. Silent where any save of the file may hold ``kind``, for a save whose
@@ -172,7 +269,11 @@ class TrainingCheckpoints(IndexPart):
         and for a save read at the callers of a local helper (those callers are judged instead)."""
         if self.saves.complete_saves or self.saves.opaque_saves or self.in_test_code:
             return []
-        if any(s.saved.may_hold(kind) for s in self.saves.sites if not self._passes_through(s)):
+        if any(
+            s.saved.may_hold(kind)
+            for s in self.saves.sites
+            if not self._passes_through(s) and not self.saves.copies_load(s)
+        ):
             return []
         if kind == SCHEDULER and self.saves.may_hold_anywhere(SCHEDULER):
             return []  # (the schedule's position set by hand)
@@ -187,13 +288,51 @@ class TrainingCheckpoints(IndexPart):
                 continue
             names = [p.arg for p in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]
             handed = [n for n in names if n not in ("self", "cls") and n not in config and kind_from_name(n) == kind]
+            handed += self._held_by_self(fn, kind)
             if not handed or not self._holds_position(site):
                 continue
-            facts = self.save_facts(site)
-            if facts.quality_guarded or facts.export_name:
+            if self._export_like(site):
                 continue
             out.append((site, handed[0]))
         return self._pairs_first_of_repeats(out)
+
+    def _held_by_self(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, kind: str) -> list[str]:
+        """``self.<attribute>`` names of ``kind`` that the class of the method ``fn`` stores
+        (``self.optimizer = build_optimizer(...)``, ``self.model, self.optimizer = model,
+        optimizer``): what the object that saves holds. Judged by the stored value where the
+        file builds it, else by the attribute's name."""
+        cls = self.ctx.parent(fn)
+        args = [*fn.args.posonlyargs, *fn.args.args]
+        if not isinstance(cls, ast.ClassDef) or not args or args[0].arg != "self":
+            return []
+        out: list[str] = []
+        for node in ast.walk(cls):
+            if not isinstance(node, (ast.Assign, ast.AnnAssign)):
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                pairs: list[tuple[ast.expr, ast.expr | None]] = [(target, node.value)]
+                if isinstance(target, ast.Tuple):
+                    values = node.value.elts if isinstance(node.value, ast.Tuple) else [None] * len(target.elts)
+                    if len(values) != len(target.elts):
+                        values = [None] * len(target.elts)
+                    pairs = list(zip(target.elts, values))
+                for t, value in pairs:
+                    if not (isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"):
+                        continue
+                    name = f"self.{t.attr}"
+                    if name in out:
+                        continue
+                    told = self.objects.classify(value) if isinstance(value, ast.Call) else None
+                    if (told == kind and told != MODEL) or (told in (None, MODEL) and kind_from_name(t.attr) == kind):
+                        out.append(name)
+        if kind == SCHEDULER:
+            # A schedule stepped with an explicit epoch (``step(epoch)``), or stepped elsewhere (a
+            # subclass in another module), may be put back from the saved epoch: only a schedule
+            # this file advances by itself is lost.
+            steps = self.ctx.method_calls("step")
+            out = [n for n in out if any(dotted(receiver(c)) == n and not c.args and not c.keywords for c in steps)]
+        return out
 
     def _holds_weights(self, site: SaveSite) -> bool:
         """Model weights, or a value saved under a key that names them."""
@@ -225,10 +364,22 @@ class TrainingCheckpoints(IndexPart):
 
     def model_only_in_loop(self) -> list[SaveSite]:
         """Model-weight saves in the training loop of a training file with no optimizer state
-        saved anywhere, that are checkpoints rather than exports (see ``traindoctor.facts.checkpoint.kinds``)."""
+        saved anywhere, that are checkpoints rather than exports (see ``traindoctor.facts.checkpoint.kinds``).
+        Several weight files written together (``encoder_epoch_{n}.pth`` and ``decoder_epoch_{n}.pth``
+        by one function, in the same loops) are one checkpoint: its first save stands for it, the
+        others are :meth:`written_with` it."""
+        return self._model_only_groups[0]
+
+    def written_with(self, site: SaveSite) -> list[SaveSite]:
+        """The other weight files of the checkpoint whose first save is ``site`` (see
+        :meth:`model_only_in_loop`)."""
+        return self._model_only_groups[1].get(id(site), [])
+
+    @cached_property
+    def _model_only_groups(self) -> tuple[list[SaveSite], dict[int, list[SaveSite]]]:
         if not self.loops.trains or self.saves.may_hold_anywhere(OPTIMIZER) or self.in_test_code:
-            return []
-        return self._first_of_repeats(
+            return [], {}
+        sites = self._first_of_repeats(
             [
                 s
                 for s in self.saves.sites
@@ -238,6 +389,23 @@ class TrainingCheckpoints(IndexPart):
                 and self.save_kind(s) == kinds.CHECKPOINT
             ]
         )
+        ctx = self.ctx
+        firsts: dict[tuple[int, tuple[int, ...], tuple[int, ...]], SaveSite] = {}
+        out: list[SaveSite] = []
+        together: dict[int, list[SaveSite]] = {}
+        for site in sites:
+            key = (
+                id(ctx.function_of(site.call)),
+                tuple(id(c) for c in site.contexts),
+                tuple(id(loop) for loop in ctx.enclosing_loops(site.call)),
+            )
+            first = firsts.get(key)
+            if first is None:
+                firsts[key] = site
+                out.append(site)
+            else:
+                together.setdefault(id(first), []).append(site)
+        return out, together
 
     @cached_property
     def in_test_code(self) -> bool:
@@ -388,6 +556,39 @@ class TrainingCheckpoints(IndexPart):
         binding = since if since is not None else tuple(position(b) for b in bound if b is not None)
         loops = tuple(id(l) for l in ctx.enclosing_loops(site.call))
         return (obj.id, id(ctx.scope_of(obj)), binding, loops)
+
+
+#: A flag that says the loop is on its last pass (``last_step``, ``is_last_epoch``, ``final_iter``).
+_RX_LAST_FLAG = re.compile(r"^(is_)?(last|final)(_(step|epoch|iter|iteration|batch|round))?$")
+#: A name that counts the loop's position, and one that says where it ends.
+_RX_COUNTER = re.compile(r"(^|_)(epochs?|steps?|iters?|iterations?|it|i|e|ep|step_num|iter_num)$")
+_RX_END = re.compile(r"(^|_)(epochs|num_\w+|max_\w+|total_\w+|n_\w+|end_\w+|\w+_steps|\w+_iters|iterations)$")
+
+
+def _tests_last_pass(test: ast.expr) -> bool:
+    """Whether an ``if`` test is true only on the loop's last pass (see
+    :meth:`TrainingCheckpoints._last_iteration_only`): a last-step flag or ``counter == end``
+    (``- 1`` and ``+ 1`` allowed), alone or in an ``and``."""
+    if isinstance(test, ast.BoolOp):
+        return isinstance(test.op, ast.And) and any(_tests_last_pass(v) for v in test.values)
+    if isinstance(test, (ast.Name, ast.Attribute)):
+        text = dotted(test)
+        return text is not None and bool(_RX_LAST_FLAG.match(text.rsplit(".", 1)[-1].lower()))
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+        sides = [_names_in(test.left), _names_in(test.comparators[0])]
+        return any(
+            any(_RX_COUNTER.search(n) for n in a) and any(_RX_END.search(n) for n in b) for a, b in (sides, sides[::-1])
+        )
+    return False
+
+
+def _names_in(expr: ast.expr) -> list[str]:
+    """The last parts of the names an expression reads (``args.epochs - 1`` -> ``["epochs"]``)."""
+    return [
+        (n.id if isinstance(n, ast.Name) else n.attr).lower()
+        for n in ast.walk(expr)
+        if isinstance(n, (ast.Name, ast.Attribute))
+    ]
 
 
 def _value_key(node: ast.AST) -> str | None:

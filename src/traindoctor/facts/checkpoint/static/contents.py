@@ -69,7 +69,7 @@ _RX_DATA_KEY = re.compile(r"step|iter|batch|sampler|loader|data_?state|position|
 _RX_DATAISH = re.compile(
     r"feat|cache|dataset|embed|tensor|result|pred|output|logit|stat|vocab|token|label|image|img|"
     r"metric|hist|mean|std|buffer|activation|grad|mask|index|sample|example|input|target|score|"
-    r"audio|text|corpus|dump|record|quant|scale|calib|graph|trace|export|onnx|config|meta"
+    r"audio|text|corpus|dump|record|quant|scale|calib|graph|trace|export|onnx|config|meta|eval"
 )
 #: Calls whose value is plain metadata (a number, a string, a time), never training state.
 _HARMLESS_CALLS = {
@@ -248,7 +248,8 @@ class SaveContents(IndexPart):
             if node.attr == "state" and isinstance(node.value, ast.Attribute) and node.value.attr == "bit_generator":
                 add(Piece(RNG_NUMPY, key, node))
                 return
-            text = dotted(node) or ""
+            # (through a subscript, ``evaluator.coco_eval["bbox"].eval``: the last name says it)
+            text = dotted(node) or node.attr
             self._named_object(text, node, key, out, top)
             return
         if isinstance(node, (ast.DictComp, ast.ListComp, ast.GeneratorExp, ast.Subscript, ast.Starred)):

@@ -86,7 +86,7 @@ class TrainingLoops(IndexPart):
         seen: set[int] = set()
         while changed:
             changed = False
-            for name, call in self.objects.local_calls:
+            for name, call in [*self.objects.local_calls, *self._handed_functions]:
                 if name not in level or id(call) in seen:
                     continue
                 seen.add(id(call))
@@ -100,6 +100,18 @@ class TrainingLoops(IndexPart):
                 if isinstance(fn, FUNCTION_DEFS) and fn.name not in level:
                     level[fn.name] = "step" if (not loops and level[name] == "step") else "epoch"
         return training, batch
+
+    @cached_property
+    def _handed_functions(self) -> list[tuple[str, ast.Call]]:
+        """(local function, call) where a call is handed a function the file defines to run it
+        (``gpu_timer(train_step)``, ``retry(step_fn, 3)``): the function runs there."""
+        out = []
+        defined = self.objects.local_functions
+        for call in self.ctx.of(ast.Call):
+            for arg in call.args:
+                if isinstance(arg, ast.Name) and arg.id in defined and arg.id not in self.ctx.imports.names:
+                    out.append((arg.id, call))
+        return out
 
     @cached_property
     def project_training_calls(self) -> list[ast.Call]:
@@ -134,6 +146,35 @@ class TrainingLoops(IndexPart):
         """Whether ``node`` runs inside a training loop."""
         training, _ = self._loops
         return any(id(l) in training for l in self.ctx.enclosing_loops(node))
+
+    @cached_property
+    def training_loops(self) -> list[ast.AST]:
+        """The training loops of the file, in source order."""
+        training, _ = self._loops
+        return [loop for loop in self.ctx.of(ast.For, ast.AsyncFor, ast.While) if id(loop) in training]
+
+    def trains_in(self, fn: ast.AST) -> bool:
+        """Whether a training loop runs in the function ``fn`` itself."""
+        return any(self.ctx.function_of(loop) is fn for loop in self.training_loops)
+
+    def after_training(self, node: ast.AST, runs_once: bool) -> bool:
+        """Whether ``node`` runs after the training of its own function, in no loop: after a
+        training loop that is more than a batch loop (an epoch loop around one, the whole run), or
+        after any training loop when the function ``runs_once`` (module level, or called here only
+        outside loops). A function whose only training loop is one pass over the batches, called
+        from elsewhere, is an epoch function: what follows its loop runs every epoch."""
+        ctx = self.ctx
+        if ctx.enclosing_loops(node):
+            return False
+        scope = ctx.scope_of(node)
+        start = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+        _, batch = self._loops
+        return any(
+            ctx.scope_of(loop) is scope
+            and ((getattr(loop, "end_lineno", 0) or 0), 0) < start
+            and (runs_once or id(loop) not in batch)
+            for loop in self.training_loops
+        )
 
     def in_periodic_hook(self, node: ast.AST) -> bool:
         """A save in a framework hook the trainer calls every epoch or step (Lightning's

@@ -9,6 +9,8 @@ beside the model is an incomplete resume (:meth:`ResumeAnalysis.resume_gaps`).
 from __future__ import annotations
 
 import ast
+import re
+from typing import TYPE_CHECKING
 
 from traindoctor.facts.checkpoint.static.base import IndexPart, TrainingObjects, arg_of
 from traindoctor.facts.checkpoint.static.saves import Saves, SaveSite, after_training_loop
@@ -22,6 +24,13 @@ from traindoctor.facts.checkpoint.static.vocabulary import (
 from traindoctor.static.names import dotted, receiver
 from traindoctor.static.vocab import MODEL, OPTIMIZER, RNG_ANY, RNG_KINDS, SCALER, SCHEDULER
 
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.static.project import Place
+
+#: Names of configs (``config``, ``cfg``, ``train_cfg``, ``args``): a key read off one is no checkpoint entry.
+_RX_CONFIG_NAME = re.compile(
+    r"^(configs?|cfg|conf|args|hparams|hps|hyper_?params|settings|options|opts?|kwargs)$|(^|_)(cfg|config|conf|args)$|^(cfg|config|conf)_"
+)
 #: Calls whose value is a loaded checkpoint dict.
 _CHECKPOINT_READS = (*LOAD_FUNCS, "torch.hub.load_state_dict_from_url")
 
@@ -32,6 +41,8 @@ class ResumeAnalysis(IndexPart):
     def __init__(self, objects: TrainingObjects, saves: Saves) -> None:
         super().__init__(objects)
         self.saves = saves
+        #: Model restore (id) -> the saves of project helpers that write the state it skips.
+        self.saved_by: dict[int, list[Place]] = {}
 
     def kept_on_resume(self, kind: str) -> bool:
         """Whether a resumed run can get ``kind`` back: some save may hold it, and the resume
@@ -88,7 +99,7 @@ class ResumeAnalysis(IndexPart):
         ctx = self.ctx
         for _ in range(4):
             if isinstance(arg, ast.Name):
-                bound = [b for b in ctx.bindings_of(arg) or () if b is not None]
+                bound = [b for b in self._reaching(arg) or () if b is not None]
                 if not bound:
                     return False
                 arg = bound[0]
@@ -106,9 +117,15 @@ class ResumeAnalysis(IndexPart):
         """Model restores from a loaded checkpoint that skip state the file saves beside the model.
 
         Returns ``(model.load_state_dict call, [(kind, saved key), ...])``. A saved piece counts as
-        restored when any ``<object of that kind>.load_state_dict`` exists in the file or its key
-        is read anywhere (``ckpt["optimizer"]``, ``ckpt.get("optimizer")``): a generous reading,
-        so only a resume that plainly ignores the saved state is reported.
+        restored when a ``<object of that kind>.load_state_dict`` or a read of its key off a
+        checkpoint (``ckpt["optimizer"]``, ``ckpt.get("optimizer")``) may run on the same path as
+        the model restore: anywhere in the file but in another branch of an ``if`` around both (a
+        resume from the run's own checkpoint beside a ``--continue-from`` of another run's) or in
+        a method of another class (several trainers in one file). A
+        generous reading, so only a resume that plainly ignores the saved state is reported; a key
+        read off a config (``config["optimizer"]["type"]``) or off an entry of the checkpoint
+        (``ckpt["config"]["optimizer"]``) is no restore of that state. One finding per function
+        for the restores it makes of one checkpoint (``model`` and ``model_ema``).
         """
         ctx = self.ctx
         if self.saves.complete_saves or ctx.calls_to(*COMPLETE_LOADS):
@@ -117,19 +134,7 @@ class ResumeAnalysis(IndexPart):
         if not self.saves.loads:
             return dcp_gaps
         loads = ctx.method_calls("load_state_dict")
-        restored = {self.objects.classify(receiver(c)) for c in loads}
-        read_keys: set[str] = set()
-        for sub in ctx.of(ast.Subscript):
-            if (
-                isinstance(sub.ctx, ast.Load)
-                and isinstance(sub.slice, ast.Constant)
-                and isinstance(sub.slice.value, str)
-            ):
-                read_keys.add(sub.slice.value)
-        for attr in ("get", "pop"):
-            for call in ctx.method_calls(attr):
-                if call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
-                    read_keys.add(call.args[0].value)
+        key_reads = self._key_reads()
         out: list[tuple[ast.Call, list[tuple[str, str]]]] = []
         for call in loads:
             if self.objects.classify(receiver(call)) != MODEL:
@@ -139,25 +144,94 @@ class ResumeAnalysis(IndexPart):
             keys = {key} if key is not None else self._keys_read_beside(call)
             if not keys or self._inference_only(call) or self._frozen_after(call):
                 continue
+            on_path = [c for c in loads if self._on_path(c, call)]
+            restored = {self.objects.classify(receiver(c)) for c in on_path}
+            read_keys = {k for node, k in key_reads if self._on_path(node, call)}
             gaps: set[tuple[str, str]] = set()
-            for site in self.saves.sites:
+            via: list[Place] = []
+            for site in [*self.saves.sites, *self.saves.project_sites]:
                 if not keys & site.saved.weight_keys() or site.saved.is_opaque:
                     continue
                 if after_training_loop(ctx, call, site):
                     continue  # reading the result back for evaluation, not resuming
+                before = len(gaps)
                 for kind in (OPTIMIZER, SCHEDULER, SCALER):
                     if kind in restored:
-                        gaps.update((kind, k) for k in self._named_left(site, kind, loads) if k not in read_keys)
+                        gaps.update((kind, k) for k in self._named_left(site, kind, on_path) if k not in read_keys)
                         continue
                     gaps.update((kind, k) for k in site.saved.keys_of(kind) if k not in read_keys)
-            if gaps and key is None:
-                # (a model restored in two branches, ``model.module.load_state_dict`` or not: once)
+                if len(gaps) > before and site.via is not None and site.via not in via:
+                    via.append(site.via)
+            if gaps:
+                # (a model restored in two branches, ``model.module.load_state_dict`` or not, or
+                # two models of one checkpoint, ``model`` and ``model_ema``: once)
                 fn = ctx.function_of(call)
                 if any(ctx.function_of(c) is fn and g == sorted(gaps) for c, g in out):
                     continue
-            if gaps:
                 out.append((call, sorted(gaps)))
+                self.saved_by[id(call)] = via
         return out + dcp_gaps
+
+    def _key_reads(self) -> list[tuple[ast.AST, str]]:
+        """(node, key) of every read of a string key that may read a checkpoint's entry:
+        ``x["k"]``, ``x.get("k")``, ``x.pop("k")``, where ``x`` is no entry of a dict
+        (``ckpt["config"]["optimizer"]``) and is not named like a config (``config``, ``cfg``,
+        ``self.config``, ``args``, the script's parsed arguments)."""
+        ctx = self.ctx
+        out: list[tuple[ast.AST, str]] = []
+        for sub in ctx.of(ast.Subscript):
+            if (
+                isinstance(sub.ctx, ast.Load)
+                and isinstance(sub.slice, ast.Constant)
+                and isinstance(sub.slice.value, str)
+                and self._may_be_checkpoint(sub.value)
+            ):
+                out.append((sub, sub.slice.value))
+        for attr in ("get", "pop"):
+            for call in ctx.method_calls(attr):
+                if (
+                    call.args
+                    and isinstance(call.args[0], ast.Constant)
+                    and isinstance(call.args[0].value, str)
+                    and isinstance(call.func, ast.Attribute)
+                    and self._may_be_checkpoint(call.func.value)
+                ):
+                    out.append((call, call.args[0].value))
+        return out
+
+    def _may_be_checkpoint(self, base: ast.expr) -> bool:
+        """Whether a dict whose key is read may be a loaded checkpoint (see :meth:`_key_reads`)."""
+        if isinstance(base, (ast.Subscript, ast.Call)):
+            return False
+        text = dotted(base)
+        if text is None:
+            return True
+        if text.split(".", 1)[0] in self.ctx.parsed_args_names:
+            return False
+        return not _RX_CONFIG_NAME.search(text.rsplit(".", 1)[-1].lower())
+
+    def _on_path(self, node: ast.AST, call: ast.Call) -> bool:
+        """Whether ``node`` (a restore, a key read) may run on the resume path of the model
+        restore ``call``: not in another branch of an ``if`` around both, and not in a method of
+        another class (a file of several trainer classes, each resuming its own checkpoint)."""
+        ctx = self.ctx
+        return not self._exclusive(node, call) and ctx.enclosing(node, ast.ClassDef) in (
+            None,
+            ctx.enclosing(call, ast.ClassDef),
+        )
+
+    def _exclusive(self, a: ast.AST, b: ast.AST) -> bool:
+        """Whether ``a`` and ``b`` lie in different branches of one ``if`` (they never run on the
+        same path)."""
+        ctx = self.ctx
+        for anc in ctx.ancestors(a):
+            if isinstance(anc, ast.If) and ctx.within(b, anc):
+                a_body = any(ctx.within(a, s) for s in anc.body)
+                b_body = any(ctx.within(b, s) for s in anc.body)
+                a_else = any(ctx.within(a, s) for s in anc.orelse)
+                b_else = any(ctx.within(b, s) for s in anc.orelse)
+                return (a_body and b_else) or (a_else and b_body)
+        return False
 
     def owner_of(self, kind: str, key: str) -> str | None:
         """The object whose ``state_dict()`` a save of the file writes under ``key`` (for advice)."""
@@ -238,6 +312,8 @@ class ResumeAnalysis(IndexPart):
 
         if here(ctx.method_calls("backward")) or here(ctx.method_calls("step")):
             return False
+        if self.saves.loops.trains_in(fn):
+            return False  # it trains, through a helper it calls in a loop (``train_one_epoch(...)``)
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
             kind_from_name(p.arg) == OPTIMIZER for p in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)
         ):
@@ -349,12 +425,15 @@ class ResumeAnalysis(IndexPart):
         return False
 
     def _is_loaded_checkpoint(self, name: ast.Name) -> bool:
-        """Every binding of ``name`` is a ``torch.load`` (or hub read), one load or one per branch
-        (``torch.hub.load_state_dict_from_url`` for an https ``--resume``, ``torch.load``
-        otherwise: DeiT-style scripts), and the loaded dict is never handed to an unknown call of
-        its scope (where it may be restored: stay silent)."""
+        """Every binding of ``name`` that reaches this use is a ``torch.load`` (or hub read), one
+        load or one per branch (``torch.hub.load_state_dict_from_url`` for an https ``--resume``,
+        ``torch.load`` otherwise: DeiT-style scripts), and the loaded dict is never handed to an
+        unknown call of its scope (where it may be restored: stay silent). The name may be bound
+        to other things elsewhere in its scope (``checkpoint = None`` to free memory after the
+        resume, ``ckpt = safetensors.load_file(...)`` in a weights-only branch, the dict the
+        training loop saves): only the binding that reaches the read counts."""
         ctx = self.ctx
-        bound = ctx.bindings_of(name)
+        bound = self._reaching(name)
         if not bound or not all(isinstance(b, ast.Call) and ctx.qualname(b.func) in _CHECKPOINT_READS for b in bound):
             return False
         if not any(isinstance(b, ast.Call) and ctx.qualname(b.func) in LOAD_FUNCS for b in bound):
@@ -375,12 +454,16 @@ class ResumeAnalysis(IndexPart):
                 return False
         return True
 
+    def _reaching(self, name: ast.Name) -> list[ast.expr | None] | None:
+        """The bindings of ``name`` that may reach this use (see :meth:`SaveContents.reaching`)."""
+        return self.saves.contents.reaching(name)[0]
+
     def _loaded_key(self, arg: ast.AST) -> str | None:
         """``"model"`` for ``ckpt["model"]`` / ``ckpt.get("model")`` where ``ckpt = torch.load(...)``."""
         ctx = self.ctx
         for _ in range(3):
             if isinstance(arg, ast.Name):
-                bound = ctx.bindings_of(arg)
+                bound = self._reaching(arg)
                 if not bound or len(bound) != 1 or bound[0] is None:
                     return None
                 arg = bound[0]

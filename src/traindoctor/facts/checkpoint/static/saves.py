@@ -12,7 +12,6 @@ checkpoint.
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -26,13 +25,15 @@ from traindoctor.facts.checkpoint.static.base import (
     end_position,
     position,
 )
-from traindoctor.facts.checkpoint.static.contents import SaveContents, Saved
+from traindoctor.facts.checkpoint.static.contents import Piece, SaveContents, Saved
 from traindoctor.facts.checkpoint.static.loops import TrainingLoops
 from traindoctor.facts.checkpoint.static.vocabulary import (
     COMPLETE_SAVES,
     DCP_LOADS,
     DCP_SAVES,
     LOAD_FUNCS,
+    RX_READS_CHECKPOINT,
+    RX_SAVE_WORD,
     SAVE_FUNCS,
     SAVE_WRAPPERS,
 )
@@ -40,14 +41,12 @@ from traindoctor.static.names import dotted, receiver
 from traindoctor.static.vocab import OPTIMIZER, RNG_KINDS, SCALER, SCHEDULER
 
 if TYPE_CHECKING:
+    from traindoctor.facts.checkpoint.static.project import SaveHelper
     from traindoctor.static.context import FileContext
+    from traindoctor.static.project import Place
 
 #: Methods that save the whole training state of a framework object (``accelerator.save_state``).
 _COMPLETE_METHODS = {"save_state": ("accelerator",), "save_checkpoint": ("trainer", "engine", "deepspeed")}
-#: A callee whose name says it may write a checkpoint.
-_RX_SAVE_WORD = re.compile(r"save|checkpoint|ckpt")
-#: Callee names that say the call reads a checkpoint back (load/restore/resume): no save.
-_RX_READS_CHECKPOINT = re.compile(r"load|restore|resume|restart")
 
 
 @dataclass
@@ -67,6 +66,9 @@ class SaveSite:
     saved: Saved
     in_training_loop: bool = False
     mid_epoch: bool = False
+    #: The save of the project helper that writes the file, when ``call`` is a call of one
+    #: (``utils.save_checkpoint(state, filename)`` saving the dict built here).
+    via: Place | None = None
 
     @property
     def is_full(self) -> bool:
@@ -105,17 +107,62 @@ class Saves(IndexPart):
         #: ``torch.load`` calls, and ``torch.distributed.checkpoint`` loads.
         self.loads: list[ast.Call] = list(self.ctx.calls_to(*LOAD_FUNCS))
         self.dcp_loads: list[ast.Call] = list(self.ctx.calls_to(*DCP_LOADS))
+        #: Saves by project helpers that build their own dict, as their summary tells it (read by
+        #: the resume only: the helper's own file judges what it saves).
+        self.project_sites: list[SaveSite] = []
+        self._through_ids: set[int] = set()
 
     @property
     def found_any(self) -> bool:
         """Whether the file saves or loads a checkpoint at all (if not, the index stays empty)."""
-        return bool(self._save_calls or self.loads or self.complete_saves or self.dcp_loads)
+        return bool(self._save_calls or self.loads or self.complete_saves or self.dcp_loads or self._project_calls)
+
+    @cached_property
+    def _project_calls(self) -> list[tuple[ast.Call, SaveHelper, bool]]:
+        """Calls of project helpers that save (asked once per file)."""
+        from traindoctor.facts.checkpoint.static.project import project_save_calls
+
+        return project_save_calls(self.ctx)
+
+    @property
+    def save_calls(self) -> list[tuple[ast.Call, ast.expr | None, ast.expr | None]]:
+        """(call, saved object, path) of every save the file makes itself, in source order."""
+        return self._save_calls
 
     def find(self) -> None:
         """Read every save, once the file's training objects are known."""
+        through = self._find_project_saves()
         self._find_other_saves()
         for call, obj, path in self._save_calls:
             self._add_sites(call, obj, path)
+        for call, obj, path, place in through:
+            before = len(self.sites)
+            self._add_sites(call, obj, path)
+            for site in self.sites[before:]:
+                site.via = place
+
+    def _find_project_saves(self) -> list[tuple[ast.Call, ast.expr | None, ast.expr | None, Place]]:
+        """Calls of project helpers that save (see :mod:`~traindoctor.facts.checkpoint.static.project`):
+        one that saves the dict it is handed is a save of that dict, here (returned: call, object,
+        path, the helper's save); one that builds its own dict is a save whose contents its
+        summary tells (``project_sites``, for the resume to compare against)."""
+        through: list[tuple[ast.Call, ast.expr | None, ast.expr | None, Place]] = []
+        known = {id(c) for c, _, _ in self._save_calls}
+        for call, helper, method in self._project_calls:
+            if id(call) in known:
+                continue
+            if helper.saves_params:
+                obj = helper.saved_object(call, method)
+                path = helper.argument(call, helper.path_param, method)
+                if obj is not None:
+                    through.append((call, obj, path, helper.place))
+                    known.add(id(call))
+            elif helper.written:
+                pieces = [Piece(kind, key, call) for key, kind in helper.written]
+                site = SaveSite(call, call, [call], None, None, Saved(pieces), via=helper.place)
+                self._append(site, into=self.project_sites)
+        self._through_ids = known
+        return through
 
     def _find_save_calls(self) -> list[tuple[ast.Call, ast.expr | None, ast.expr | None]]:
         """(call, saved object, path) of every save, in source order; fills ``complete_saves``."""
@@ -175,25 +222,26 @@ class Saves(IndexPart):
             contexts = list(callers) if callers else [call]
             self._append(SaveSite(call, call, contexts, obj, path, self.contents.analyze(obj)))
 
-    def _append(self, site: SaveSite) -> None:
-        """Add ``site``, placed in the training loop (or not) by its contexts."""
+    def _append(self, site: SaveSite, into: list[SaveSite] | None = None) -> None:
+        """Add ``site`` (to ``sites`` unless told ``into``), placed in the training loop (or not)
+        by its contexts."""
         site.in_training_loop = any(
             self.loops.in_training_loop(c) for c in site.contexts
         ) or self.loops.in_periodic_hook(site.call)
         site.mid_epoch = any(self.loops.mid_epoch(c) for c in site.contexts)
-        self.sites.append(site)
+        (self.sites if into is None else into).append(site)
 
     def _find_other_saves(self) -> None:
         """External calls like ``utils.save_checkpoint(model, optimizer, ...)`` may save anything."""
         ctx = self.ctx
-        save_ids = {id(c) for c, _, _ in self._save_calls}
+        save_ids = {id(c) for c, _, _ in self._save_calls} | self._through_ids
         for call in ctx.of(ast.Call):
             name = (callee_name(call) or "").lower()
-            if not _RX_SAVE_WORD.search(name) or name in ("save_pretrained",):
+            if not RX_SAVE_WORD.search(name) or name in ("save_pretrained",):
                 continue
             if id(call) in save_ids or self.objects.local_target(call) is not None:
                 continue
-            if _RX_READS_CHECKPOINT.search(name) and "save" not in name:
+            if RX_READS_CHECKPOINT.search(name) and "save" not in name:
                 continue  # ``restart_from_checkpoint(path, optimizer=...)`` reads a file, writes none
             if ctx.qualname(call.func) in COMPLETE_SAVES:
                 continue
@@ -226,11 +274,24 @@ class Saves(IndexPart):
             return True
         if kind == SCHEDULER and self._schedule_position_set_by_hand:
             return True
-        return any(s.saved.may_hold(kind) for s in self.sites)
+        return any(s.saved.may_hold(kind) for s in self.sites if not self.copies_load(s))
+
+    def copies_load(self, site: SaveSite) -> bool:
+        """The save writes back a checkpoint the file loaded (``best = torch.load(f); best["model_state"]
+        = ...; torch.save(best, f)``): it holds what an earlier save wrote, no state of its own."""
+        obj = site.obj
+        if not isinstance(obj, ast.Name) or site.report is not site.call:
+            return False
+        bound = self.contents.reaching(obj)[0]
+        return bool(bound) and all(
+            isinstance(b, ast.Call) and self.ctx.qualname(b.func) in LOAD_FUNCS for b in bound or ()
+        )
 
     @cached_property
     def _schedule_position_set_by_hand(self) -> bool:
-        """``scheduler.last_epoch = start_epoch - 1``: the schedule is restored from the epoch."""
+        """``scheduler.last_epoch = start_epoch - 1``, or a replay (a loop that only steps schedules,
+        ``for _ in range(start_epoch * ipe): scheduler.step()``): the schedule is restored from the
+        epoch."""
         for node in self.ctx.of(ast.Assign):
             for t in node.targets:
                 if (
@@ -239,7 +300,30 @@ class Saves(IndexPart):
                     and self.objects.classify(t.value) == SCHEDULER
                 ):
                     return True
+        for call in self.ctx.method_calls("step"):
+            stmt = self.ctx.parent(call)
+            loop = self.ctx.parent(stmt) if stmt is not None else None
+            if (
+                isinstance(loop, (ast.For, ast.While))
+                and self.objects.classify(receiver(call)) == SCHEDULER
+                and all(self._replays(stmt) for stmt in loop.body)
+            ):
+                return True
         return False
+
+    def _replays(self, stmt: ast.stmt) -> bool:
+        """A statement of a replay loop: ``scheduler.step()`` (no epoch) or ``next(schedule)``."""
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if not isinstance(call, ast.Call):
+            return False
+        if isinstance(call.func, ast.Name):
+            return call.func.id == "next"
+        return (
+            isinstance(call.func, ast.Attribute)
+            and call.func.attr == "step"
+            and not call.args
+            and self.objects.classify(call.func.value) == SCHEDULER
+        )
 
 
 def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:

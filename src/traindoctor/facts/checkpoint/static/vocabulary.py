@@ -34,6 +34,10 @@ DCP_LOADS = (
     "torch.distributed.checkpoint.load_state_dict",
     "torch.distributed.checkpoint.state_dict_loader.load",
 )
+#: A callee whose name says it may write a checkpoint.
+RX_SAVE_WORD = re.compile(r"save|checkpoint|ckpt")
+#: Callee names that say the call reads a checkpoint back (load/restore/resume): no save.
+RX_READS_CHECKPOINT = re.compile(r"load|restore|resume|restart")
 #: Unresolved wrappers with torch.save's (obj, f) signature, by receiver-or-function name.
 SAVE_WRAPPERS = {"save_on_master", "save_on_main_process"}  # all spell "save_on_ma" (see saves.py)
 
@@ -74,8 +78,10 @@ _RX_META_KEY = re.compile(
     r"name|model_name|version|\w*time\w*|date|seed|opts?_args|num_\w+|\w*perplexity\w*|\w*bleu\w*|"
     r"\w*f1\w*|\w*auc\w*|\w*map\w*|tokenizer\w*|vocab\w*|classes|class_names|labels?|git\w*|"
     r"commit|\w*info|notes?|host\w*|user|desc\w*|tags?|\w*_id|id|env\w*|platform|torch_version|"
-    r"world_size|\w*count\w*|updates)$"
+    r"world_size|\w*count\w*|updates|\w*stats|elapsed\w*|\w*_elapsed|\w*_size|temperature)$"
 )
+#: Keys that name a training position in any spelling (``iter_num``, ``cur_epoch``, ``global_step_count``).
+_RX_POSITION_KEY = re.compile(r"(^|_)(epochs?|steps?|iters?|iterations?)(_|$)")
 
 
 def kind_from_name(name: str) -> str | None:
@@ -100,6 +106,8 @@ def key_rules_out(key: str | None, kind: str) -> bool:
     if _RX_META_KEY.match(low):
         return True
     named = kind_from_name(low)
+    if named is None and _RX_POSITION_KEY.search(low):
+        return True  # a training position in any spelling (``iter_num``, ``cur_epoch``): a number
     if named is None and RX_RNG.search(low):
         named = RNG_ANY
     if (named is None and RX_MODELISH.search(low)) or low in ("state_dict", "model_state", "weights"):
