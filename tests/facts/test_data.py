@@ -325,7 +325,9 @@ def test_kwargs_dict_with_item_assignment_is_read():
 
 
 def test_kwargs_dict_changed_opaquely_or_elsewhere_stays_opaque():
-    for change in ("kw.update(extra)", 'kw.pop("pin_memory")', "kw |= extra", "kw[key] = 8"):
+    for change in ("kw.update(extra)", 'kw.pop("num_workers")', "kw |= extra", "kw[key] = 8"):
+        # pop("num_workers") changes that entry only: pin_memory is still unset (TD101 stands)
+        codes = ["TD102"] if "pop" in change else ["TD101", "TD102"]
         src = f"""
         import torch
         from torch.utils.data import DataLoader
@@ -336,7 +338,19 @@ def test_kwargs_dict_changed_opaquely_or_elsewhere_stays_opaque():
             for x in loader:
                 model(x.cuda()).sum().backward()
         """
-        assert data_rows(src, ["TD101", "TD102"]) == [], change
+        assert data_rows(src, codes) == [], change
+    # an entry popped is unknown; the other entries keep their values (num_workers=0 is still read)
+    src = """
+    import torch
+    from torch.utils.data import DataLoader
+    kw = {"batch_size": 64, "num_workers": 0, "pin_memory": False}
+    kw.pop("pin_memory", None)
+    loader = DataLoader(train_set, **kw)
+    for epoch in range(10):
+        for x in loader:
+            model(x.cuda()).sum().backward()
+    """
+    assert data_rows(src, ["TD101", "TD102"]) == [("TD102", 6)]
     # the same name changed in another function: not this dict's change
     src = """
     import torch

@@ -75,8 +75,18 @@ def test_a_machine_busy_with_other_programs_is_not_judged(threads, monkeypatch):
     # the same oversubscribed, uneven run, while the machine's load is 2 beyond its own 3 threads
     monkeypatch.setattr(os, "getloadavg", lambda: (5.0, 5.0, 5.0))
     assert codes(_run(threads_n=2, workers=1, cores=2)) == []
-    monkeypatch.setattr(os, "getloadavg", lambda: (3.5, 3.5, 3.5))  # 0.5 beyond: judged
+    # quiet before the run, 3.5 at its end: 0.5 beyond its own threads and worker, judged
+    loads = iter([0.0] + [3.5] * 100)
+    monkeypatch.setattr(os, "getloadavg", lambda: (next(loads),) * 3)
     assert codes(_run(threads_n=2, workers=1, cores=2)) == ["TD107"]
+
+
+def test_a_machine_busy_before_the_run_started_is_not_judged(threads, monkeypatch):
+    # a short run barely moves the 1-minute average: at its end the load (3.3) is below this
+    # run's own 3 threads + worker count, yet it was 2.5 before the run began (other programs)
+    loads = iter([2.5] + [3.3] * 100)
+    monkeypatch.setattr(os, "getloadavg", lambda: (next(loads),) * 3)
+    assert codes(_run(threads_n=2, workers=1, cores=2)) == []
 
 
 def test_threads_that_leave_the_worker_its_core_are_silent(threads):

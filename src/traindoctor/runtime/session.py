@@ -24,8 +24,8 @@ from types import CodeType
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from traindoctor.finding import Finding, sort_findings
+from traindoctor.machine import load_average, usable_cores
 from traindoctor.machine import machine_cores as _machine_cores
-from traindoctor.machine import usable_cores
 from traindoctor.runtime.device import DeviceInfo
 from traindoctor.runtime.environment import current_dir, relative_filename, run_environment
 from traindoctor.runtime.events import Monitor
@@ -123,6 +123,9 @@ class Session:
         self.device: DeviceInfo = device or DeviceInfo()
         self.cpu_count: int = cpu_count or usable_cores()
         self.machine_cores: int = machine_cores or _machine_cores()
+        #: The machine's 1-minute load average before the script ran: other programs' load
+        #: (None where unknown); rules that judge contention stay silent on a busy machine.
+        self.load_at_start: float | None = load_average()
         self.rank = _env_int("RANK", 0)
         self.world_size = _env_int("WORLD_SIZE", 1)
         self.local_rank = _env_int("LOCAL_RANK", 0)

@@ -243,7 +243,7 @@ def block_binding(ctx: FileIndex, name: ast.Name) -> ast.expr | None:
     node: ast.AST = name
     parent = ctx.parent(node)
     while parent is not None:
-        block = next((getattr(parent, f) for f in _BLOCKS if node in getattr(parent, f, ())), None)
+        block = next((b for f in _BLOCKS if isinstance(b := getattr(parent, f, None), list) and node in b), None)
         if block is not None:
             for stmt in reversed(block[: block.index(node)]):
                 if (

@@ -130,7 +130,12 @@ def load_elsewhere(session: Any, own: int) -> float | None:
     load = load_average()
     if load is None:
         return None
-    return max(0.0, load - own * max(int(session.local_world_size), 1))
+    now = max(0.0, load - own * max(int(session.local_world_size), 1))
+    # A 1-minute average moves slowly: at the end of a short run it holds little of the run's
+    # own threads, so subtracting them all hides other programs' load. The load before the run
+    # started (:attr:`Session.load_at_start`) is other programs' alone.
+    before = getattr(session, "load_at_start", None)
+    return max(now, float(before)) if isinstance(before, (int, float)) else now
 
 
 def compute_spread(session: Any) -> tuple[float, float, int] | None:

@@ -28,9 +28,9 @@ class ThreadsOversubscribed(Rule):
     the contention too: the slowest tenth of the steady steps' compute (forward and backward)
     takes twice the median or more, the signature of threads waiting for a core that a worker holds.
     Runs whose model computes on a GPU are not judged; workers alone beyond the cores are TD104.
-    Nor are runs on a machine that other programs keep busy (a 1-minute load average beyond this
-    run's own threads and workers of half the machine's cores or more): uneven steps there tell
-    nothing about this run's split.
+    Nor are runs on a machine that other programs keep busy (a 1-minute load average of half the
+    machine's cores or more before the run started, or beyond this run's own threads and workers
+    at its end): uneven steps there tell nothing about this run's split.
     """
     why_bad = """
     PyTorch's CPU kernels split each operation over all intra-op threads and wait for the last
