@@ -12,9 +12,11 @@ breaks, the remaining files are checked in-process.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -61,6 +63,41 @@ def automatic_jobs(total_bytes: int, cores: int | None = None, load: float | Non
     return max(1, min(cores, int(cores - load + 0.5)))
 
 
+# -- the garbage collector ---------------------------------------------------------------------------
+#: Files checked between two full collections while the collector is paused.
+COLLECT_EVERY = 256
+
+
+@contextmanager
+def paused_collector() -> Iterator[None]:
+    """The cyclic garbage collector off while files are checked, as it was afterwards.
+
+    Parsing allocates millions of AST nodes, and each burst of allocations starts a collection
+    that walks every object still alive (the project summaries, the module trees of the file in
+    hand): on torch's 2,328 files that was 30% of ``check``'s time. The trees hold no reference
+    cycles, so little is left for the collector to find: :func:`checked_one` collects once every
+    :data:`COLLECT_EVERY` files."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()  # what :func:`checked_one` froze may be freed again (a long-lived server)
+        if was:
+            gc.enable()
+
+
+_CHECKED = [0]
+
+
+def checked_one() -> None:
+    """Count a checked file; a full collection every :data:`COLLECT_EVERY` files."""
+    _CHECKED[0] += 1
+    if _CHECKED[0] % COLLECT_EVERY == 0:
+        gc.collect()
+        gc.freeze()  # the survivors are the run's long-lived memos: never walked again
+
+
 # -- worker side -----------------------------------------------------------------------------------
 class _WorkerSetup:
     """What a worker process checks with, set once per process by :func:`_init_worker`."""
@@ -74,6 +111,7 @@ _WORKER = _WorkerSetup()
 
 
 def _init_worker(settings: Settings, options: CheckOptions) -> None:
+    gc.disable()  # a worker process only checks files: collected by :func:`checked_one`
     _WORKER.settings = settings
     _WORKER.options = options
     _WORKER.rules = instantiate(settings.enabled_codes())
@@ -93,7 +131,9 @@ def _check_guarded(
 
 
 def _work(task: tuple[str, bytes]) -> FileOutcome:
-    return _check_guarded(task[0], task[1], _WORKER.settings, _WORKER.rules, _WORKER.options)
+    outcome = _check_guarded(task[0], task[1], _WORKER.settings, _WORKER.rules, _WORKER.options)
+    checked_one()
+    return outcome
 
 
 # -- parent side -----------------------------------------------------------------------------------
@@ -160,7 +200,11 @@ def check_many(
             results = None  # no processes here (sandbox, limits): check in-process
     if results is None:
         rules = rules if rules is not None else instantiate(settings.enabled_codes())
-        results = [_check_guarded(name, data, settings, rules, options) for name, data in tasks]
+        results = []
+        with paused_collector():
+            for name, data in tasks:
+                results.append(_check_guarded(name, data, settings, rules, options))
+                checked_one()
 
     for i, outcome in zip(todo, results):
         outcomes[i] = outcome

@@ -166,6 +166,16 @@ class Query(Protocol):
         ...
 
 
+class SettlingQuery(Query, Protocol):
+    """A :class:`Query` that also knows, with the summary, the answers for which it needs no
+    context (a function that cannot have any: its answer is known empty without reading the
+    module again, which is the costly part of an answer)."""
+
+    def settled(self, ctx: FileContext) -> Mapping[str, Any]:
+        """Top-level name -> its answer, for names outside :meth:`candidates`."""
+        ...
+
+
 @dataclass(frozen=True)
 class ModuleSummary:
     """Immutable facts about one project module (see the module docstring)."""
@@ -189,6 +199,8 @@ class ModuleSummary:
     answerable: Mapping[str, frozenset[str]] = field(default_factory=dict)
     #: (path, content digest) of the other project files whose content went into this summary.
     dependency_digests: tuple[tuple[str, str], ...] = ()
+    #: Query name -> top-level name -> the answer known with the summary (:class:`SettlingQuery`).
+    settled: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     #: (query, name) -> (answer, the (path, digest) of the files it depends on); see :meth:`answer`.
     _memo: dict[tuple[str, str], tuple[Any, tuple[tuple[str, str], ...]]] = field(
@@ -209,7 +221,7 @@ class ModuleSummary:
         Memoised per question and validated against the current content of those files, so a
         changed dependency recomputes only this answer (the Salsa shape)."""
         if name not in self.answerable.get(query, ()):
-            return None, frozenset()
+            return self.settled.get(query, {}).get(name), frozenset()
         entry = self._memo.get((query, name))
         if entry is not None and all(project.digest(p) == d for p, d in entry[1]):
             return entry[0], frozenset(p for p, _ in entry[1])
@@ -519,20 +531,22 @@ class ProjectView:
     def calls(self) -> list[tuple[ast.Call, Resolved]]:
         """Every call in the file whose callee is a function or class of another project module."""
         if self._calls is None:
-            self._calls = []
-            if self.imports_project:
-                for call in self.ctx.of(ast.Call):
-                    head = call.func
-                    while isinstance(head, ast.Attribute):
-                        head = head.value
-                    if not isinstance(head, ast.Name) or head.id in ("self", "cls"):
-                        continue
-                    if head.id not in self.bindings and head.id in self.ctx.imports.names:
-                        continue
-                    resolved = self.resolve(call.func)
-                    if resolved is not None:
-                        self._calls.append((call, resolved))
+            self._calls = [(c, r) for c in self._project_calls() if (r := self.resolve(c.func)) is not None]
         return self._calls
+
+    def _project_calls(self) -> Iterator[ast.Call]:
+        """The calls whose callee may be defined in another project module (not yet looked up)."""
+        if not self.imports_project:
+            return
+        for call in self.ctx.of(ast.Call):
+            head = call.func
+            while isinstance(head, ast.Attribute):
+                head = head.value
+            if not isinstance(head, ast.Name) or head.id in ("self", "cls"):
+                continue
+            if head.id not in self.bindings and head.id in self.ctx.imports.names:
+                continue
+            yield call
 
     def _star_modules(self) -> list[str]:
         """Project modules this file imports with ``from x import *``."""
@@ -779,6 +793,7 @@ def _summarize(project: Project, path: str, data: bytes, digest: str) -> ModuleS
                     defined.add(target.id)
     functions = _close_over_local_calls(functions, local_calls)
     answerable = {q.name: q.candidates(ctx) for q in reader.queries}
+    settled = {q.name: settle(ctx) for q in reader.queries if (settle := getattr(q, "settled", None)) is not None}
     view = ctx.__dict__["project"]
     return ModuleSummary(
         path=path,
@@ -790,6 +805,7 @@ def _summarize(project: Project, path: str, data: bytes, digest: str) -> ModuleS
         defined=frozenset(defined),
         external=external,
         answerable=answerable,
+        settled=settled,
         dependency_digests=tuple(
             sorted((p, d) for p in view.dependencies - {path} if (d := project.digest(p)) is not None)
         ),

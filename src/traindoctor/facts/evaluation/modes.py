@@ -105,16 +105,27 @@ class ParameterModesQuery:
     name = PARAMETER_MODES
 
     def candidates(self, ctx: FileContext) -> frozenset[str]:
-        """Top-level functions with parameters (test files have none: they are not training)."""
+        """Top-level functions with parameters that call one of them or set some module's mode
+        (test files have none: they are not training); the others are :meth:`settled`."""
+        return frozenset(name for name, fn in self._with_parameters(ctx).items() if _may_have_modes(fn))
+
+    def settled(self, ctx: FileContext) -> dict[str, ParameterModes]:
+        """The functions with parameters that neither call a parameter nor call ``.eval()`` /
+        ``.train()``: they evaluate none and set no mode (answered with the summary, no need to
+        read the module again)."""
+        return {name: _NO_MODES for name, fn in self._with_parameters(ctx).items() if not _may_have_modes(fn)}
+
+    @staticmethod
+    def _with_parameters(ctx: FileContext) -> dict[str, FuncDef]:
         from traindoctor.facts.data.static import is_test_file
 
         if is_test_file(ctx.filename):
-            return frozenset()
-        return frozenset(
-            s.name
-            for s in ctx.tree.body
-            if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and (s.args.args or s.args.kwonlyargs)
-        )
+            return {}
+        out: dict[str, FuncDef] = {}
+        for s in ctx.tree.body:
+            if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and (s.args.args or s.args.kwonlyargs):
+                out.setdefault(s.name, s)  # the first definition, as :meth:`answer` reads
+        return out
 
     def answer(self, ctx: FileContext, name: str, fresh: bool) -> ParameterModes | None:
         """The :class:`ParameterModes` of the top-level function ``name``."""
@@ -125,6 +136,24 @@ class ParameterModesQuery:
 
 
 PARAMETER_MODES_QUERY = ParameterModesQuery()
+
+#: The answer for a function that evaluates no parameter and sets no mode.
+_NO_MODES = ParameterModes((), ())
+
+
+def _may_have_modes(fn: FuncDef) -> bool:
+    """A syntactic superset of :func:`parameter_modes`' evidence: a call of one of ``fn``'s
+    parameters (``model(x)``) or a ``.eval()`` / ``.train()`` call anywhere in its body."""
+    a = fn.args
+    params = {p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
+    for sub in ast.walk(fn):
+        if isinstance(sub, ast.Call):
+            func = sub.func
+            if isinstance(func, ast.Name) and func.id in params:
+                return True
+            if isinstance(func, ast.Attribute) and func.attr in ("eval", "train"):
+                return True
+    return False
 
 
 def helper_modes(ctx: FileContext, call: ast.Call) -> tuple[ParameterModes, Callable[[str], ast.expr | None]] | None:
