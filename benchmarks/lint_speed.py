@@ -49,6 +49,7 @@ from traindoctor.check.engine import instantiate
 from traindoctor.check.runner import CheckOptions, check_many
 from traindoctor.config import Settings
 from traindoctor.machine import usable_cores
+from traindoctor.static.project import forget_projects
 from traindoctor.static.source import decode_source
 
 
@@ -96,6 +97,7 @@ def time_check(
 ) -> tuple[float, int, int]:
     """Seconds to check every file; with ``cache_dir``, through the cache stored there."""
     timer = clock if jobs == 1 else time.perf_counter  # workers' CPU time is not this process's
+    forget_projects()  # each run reads the project anew (a warm memo made repeats 2-3x faster)
     start = timer()
     cache = Cache.open(cache_dir, settings) if cache_dir is not None else None
     outcomes = check_many(files, settings, CheckOptions(jobs=jobs), cache=cache, rules=rules)

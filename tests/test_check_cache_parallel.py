@@ -360,3 +360,45 @@ def test_default_jobs_follow_the_load(project, monkeypatch):
     quiet = check_many(items, settings)
     assert used == [2]
     assert [o.findings for o in quiet] == [o.findings for o in busy]
+
+
+def test_collector_is_paused_while_checking_and_restored_after(project, monkeypatch):
+    """Checking in-process pauses the cyclic garbage collector (a full collection every
+    COLLECT_EVERY files) and leaves it as it found it, findings unchanged."""
+    import gc
+
+    seen: list[bool] = []
+    collected: list[int] = []
+    real = runner._check_guarded
+
+    def recording(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "_check_guarded", recording)
+    monkeypatch.setattr(runner, "COLLECT_EVERY", 3)
+    monkeypatch.setattr(runner.gc, "collect", lambda *a: collected.append(1) or 0)
+    items = [(str(p), p.read_bytes()) for p in sorted(project.rglob("*.py"))]
+    settings = Settings(min_torch_version="2.13")
+    assert gc.isenabled()
+    paused = check_many(items, settings, CheckOptions(jobs=1))
+    assert seen == [False] * len(items) and len(items) == 8
+    assert gc.isenabled()
+    assert len(collected) >= len(items) // 3 - 1
+    gc.disable()
+    try:
+        check_many(items, settings, CheckOptions(jobs=1))
+        assert not gc.isenabled()  # a caller's own choice is kept
+    finally:
+        gc.enable()
+    monkeypatch.setattr(runner, "_check_guarded", real)
+    monkeypatch.setattr(runner, "paused_collector", _unpaused)
+    unpaused = check_many(items, settings, CheckOptions(jobs=1))
+    assert [[f.code for f in o.findings] for o in paused] == [[f.code for f in o.findings] for o in unpaused]
+    assert sum(len(o.findings) for o in paused) == 13  # 12 deprecated calls and one TD000
+
+
+def _unpaused():
+    import contextlib
+
+    return contextlib.nullcontext()

@@ -439,6 +439,15 @@ class Project:
 #: imported by many checked files is summarised once. Entries are reused only while the files they
 #: depend on still have the content they were built from.
 _BY_CONTENT: dict[tuple[ModuleReader | None, str, str], ModuleSummary] = {}
+
+
+def forget_projects() -> None:
+    """Forget every summary and project root this process memoised (a benchmark that times
+    several runs in one process: each must read the project anew, as a fresh ``check`` does)."""
+    _BY_CONTENT.clear()
+    _ROOTS.clear()
+
+
 _ROOTS: dict[str, Path] = {}
 
 
