@@ -115,3 +115,69 @@ def test_diffusers_unet_loaded_by_from_pretrained_is_convolutional(tmp_path: Pat
     # a padding collate: shapes may vary, the rule stays silent
     padded = DIFFUSERS.format(collate=", collate_fn=pad_batch")
     assert checked_rows(tmp_path / "b", {"train.py": padded}, "train.py", ["TD401"]) == []
+
+
+RUNNER = """
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader
+    from torchvision import transforms
+
+    train_tf = transforms.Compose([transforms.RandomResizedCrop(32), transforms.ToTensor()])
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 64, 3)
+
+        def forward(self, x):
+            return self.conv(x).mean()
+
+
+    def train(dataset):
+        model = Net().cuda()
+        opt = torch.optim.Adam(model.parameters())
+        loader = DataLoader(dataset, batch_size=64, shuffle=True, drop_last=True)
+        for epoch in range(10):
+            for x in loader:
+                model(x.cuda()).backward()
+                opt.step()
+                opt.zero_grad()
+    """
+
+
+def test_benchmark_set_by_the_entry_script_that_imports_the_runner(tmp_path: Path) -> None:
+    # ddim's shape: main.py sets the process-wide flag, then calls the runner module's training
+    entry = """
+    import torch
+    from runners.diffusion import train
+
+    def main():
+        torch.backends.cudnn.benchmark = True
+        train(dataset)
+
+    if __name__ == "__main__":
+        main()
+    """
+    files = {"setup.py": "", "runners/__init__.py": "", "runners/diffusion.py": RUNNER, "main.py": entry}
+    assert checked_rows(tmp_path / "a", files, "runners/diffusion.py", ["TD401"]) == []
+    unset = {**files, "main.py": entry.replace("torch.backends.cudnn.benchmark = True", "pass")}
+    assert checked_rows(tmp_path / "b", unset, "runners/diffusion.py", ["TD401"]) == [("TD401", 12)]
+
+
+def test_benchmark_set_by_a_project_helper_the_script_imports(tmp_path: Path) -> None:
+    # sam's shape: the script calls utility.initialize(), which sets the flag
+    helper = """
+    import torch
+
+    def initialize(seed):
+        torch.manual_seed(seed)
+        torch.backends.cudnn.benchmark = True
+    """
+    script = RUNNER.replace("import torch\n", "import torch\n    from utility.initialize import initialize\n", 1)
+    script += "\n    initialize(42)\n    train(dataset)\n"
+    files = {"utility/__init__.py": "", "utility/initialize.py": helper, "train.py": script}
+    assert checked_rows(tmp_path / "a", files, "train.py", ["TD401"]) == []
+    plain = {**files, "utility/initialize.py": helper.replace("torch.backends.cudnn.benchmark = True", "pass")}
+    assert checked_rows(tmp_path / "b", plain, "train.py", ["TD401"]) == [("TD401", 13)]

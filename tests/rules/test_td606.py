@@ -31,6 +31,59 @@ def test_td606_accumulation_under_ddp_without_no_sync() -> None:
     assert check_rows(no_ddp, ["TD606"]) == []
 
 
+SWIN_STYLE = """
+import torch
+
+model = torch.nn.parallel.DistributedDataParallel(net)
+for idx, (x, y) in enumerate(loader):
+    loss = criterion(model(x), y)
+    if config.ACCUMULATION_STEPS > 1:
+        loss = loss / config.ACCUMULATION_STEPS
+        if config.AMP:
+            with amp.scale_loss(loss, optimizer) as scaled:
+                scaled.backward()
+        else:
+            loss.backward()
+        if (idx + 1) % config.ACCUMULATION_STEPS == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+    else:
+        optimizer.zero_grad()
+        if config.AMP:
+            with amp.scale_loss(loss, optimizer) as scaled:
+                scaled.backward()
+        else:
+            loss.backward()
+        optimizer.step()
+"""
+
+
+def test_td606_one_finding_per_accumulation_step_and_none_on_the_path_that_steps_every_batch() -> None:
+    # the AMP and plain backwards of the accumulating arm are one mistake (one no_sync fixes
+    # both); the arm taken without accumulation steps after every backward: nothing to sync
+    assert check_rows(SWIN_STYLE, ["TD606"]) == [("TD606", 11)]
+
+
+def test_td606_and_td207_a_backward_followed_by_its_optimizer_step_accumulates_nothing() -> None:
+    # TD3/DDPG shape: the critic steps after every backward; only the actor's update is delayed
+    src = """
+    import torch
+
+    actor = torch.nn.parallel.DistributedDataParallel(actor_net)
+    for step in range(total_steps):
+        q_loss = critic_loss(batch)
+        q_optimizer.zero_grad()
+        q_loss.backward()
+        q_optimizer.step()
+        if step % policy_frequency == 0:
+            actor_loss = -critic(obs, actor(obs)).mean()
+            actor_optimizer.zero_grad()
+            actor_loss.backward()
+            actor_optimizer.step()
+    """
+    assert check_rows(src, ["TD606", "TD207"]) == []
+
+
 def test_td606_multi_file_project(tmp_path: Path) -> None:
     files = {
         "engine.py": """

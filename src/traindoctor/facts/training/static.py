@@ -9,7 +9,7 @@ runs only when called). Helpers are followed one level: a function of the file c
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -104,16 +104,64 @@ def calls_method(node: ast.AST, attr: str, *, helpers: list[ast.AST] | None = No
 
 
 def accumulation_divisor(ctx: FileContext, loop: ast.AST, backward: ast.Call) -> ast.expr | None:
-    """The divisor of an ``if ... % k == 0:`` in ``loop``'s own code that steps an optimizer and
-    does not contain ``backward``."""
+    """The divisor of :func:`accumulation_step`'s ``if``."""
+    step = accumulation_step(ctx, loop, backward)
+    return step[1] if step is not None else None
+
+
+def accumulation_step(ctx: FileContext, loop: ast.AST, backward: ast.Call) -> tuple[ast.If, ast.expr] | None:
+    """The ``if ... % k == 0:`` in ``loop``'s own code that steps an optimizer every ``k``
+    backward passes of ``backward``, and ``k``: not containing ``backward``, on its path (not
+    the other arm of an ``if`` around both: ``if accum > 1: ... else: loss.backward();
+    optimizer.step()``), and no optimizer step runs unconditionally after ``backward`` on its
+    way through the loop's body (``q_loss.backward(); q_opt.step()`` beside a delayed
+    ``if step % 2 == 0:`` actor update accumulates nothing)."""
     from traindoctor.facts.batching.static import is_optimizer_step, modulo_divisor
 
+    if _steps_after(ctx, loop, backward, is_optimizer_step):
+        return None
     for node in own_nodes(loop):
         if not isinstance(node, ast.If) or ctx.within(backward, node):
             continue
         divisor = modulo_divisor(node.test)
         if divisor is None or (isinstance(divisor, ast.Constant) and divisor.value in (0, 1)):
             continue
-        if any(is_optimizer_step(ctx, s) for s in node.body):
-            return divisor
+        if any(is_optimizer_step(ctx, s) for s in node.body) and not _other_arms(ctx, backward, node, loop):
+            return node, divisor
     return None
+
+
+def _other_arms(ctx: FileContext, a: ast.AST, b: ast.AST, stop: ast.AST) -> bool:
+    """Whether an ``if`` (or ``try``) inside ``stop`` holds ``a`` and ``b`` in different arms,
+    so that one pass runs at most one of them."""
+    node, parent = a, ctx.parent(a)
+    while parent is not None and node is not stop:
+        if isinstance(parent, (ast.If, ast.Try)) and ctx.within(b, parent):
+            arms = [parent.body, parent.orelse] + (
+                [h.body for h in parent.handlers] if isinstance(parent, ast.Try) else []
+            )
+            mine = next((arm for arm in arms if node in arm), None)
+            theirs = next((arm for arm in arms if any(ctx.within(b, s) for s in arm)), None)
+            if mine is not None and theirs is not None and mine is not theirs:
+                return True
+        if parent is stop:
+            break
+        node, parent = parent, ctx.parent(parent)
+    return False
+
+
+def _steps_after(ctx: FileContext, loop: ast.AST, call: ast.AST, is_step: Callable[..., bool]) -> bool:
+    """Whether an optimizer step statement follows ``call`` unconditionally: later in the block
+    holding it, or in a block around that one, up to ``loop``'s body."""
+    node, parent = call, ctx.parent(call)
+    while parent is not None and node is not loop:
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(parent, field, None)
+            if isinstance(block, list) and node in block:
+                if any(is_step(ctx, stmt) for stmt in block[block.index(node) + 1 :]):
+                    return True
+                break
+        if parent is loop:
+            return False
+        node, parent = parent, ctx.parent(parent)
+    return False

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from traindoctor.finding import Finding, Severity
@@ -270,7 +272,10 @@ class CudnnBenchmarkOff(Rule):
     never sets `torch.backends.cudnn.benchmark`. It stays silent when the file shows inputs of
     varying size (detection models, a custom `collate_fn`, padded sequences, multi-scale
     transforms), when it asks for deterministic algorithms (benchmarking would undo that, see
-    TD403), and when the flag is assigned anywhere, to any value, since that is a decision.
+    TD403), and when the flag is assigned anywhere, to any value, since that is a decision:
+    in this file, in a project module that imports it (the entry script `main.py` that sets
+    the flag and then runs `runners/diffusion.py`, up to three importers up) or in a project
+    module it imports (a `utility.initialize()` helper). The flag is global to the process.
     The finding is placed at the first convolution or CNN constructor.
 
     Framework forms: Lightning's `Trainer(benchmark=...)` and
@@ -466,6 +471,8 @@ class CudnnBenchmarkOff(Rule):
         fixed, variable = shape_evidence(ctx)
         if not fixed or variable:
             return
+        if set_on_the_way(ctx):
+            return  # the entry script that imports this module, or a helper it imports, sets it
         yield ctx.report(
             self,
             conv,
@@ -474,6 +481,45 @@ class CudnnBenchmarkOff(Rule):
             "cuDNN times its algorithms and keeps the fastest.",
             help="Set `torch.backends.cudnn.benchmark = True`",
         )
+
+
+#: An assignment of the flag (``torch.backends.cudnn.benchmark = True``, ``cudnn.benchmark = cfg.X``).
+_SETS_BENCHMARK = re.compile(rb"cudnn\s*\.\s*benchmark\s*=(?!=)")
+
+
+def set_on_the_way(ctx: FileContext, depth: int = 3) -> bool:
+    """Whether a project module on the way to this file's training sets the process-wide flag:
+    a module that imports this one (``main.py`` importing ``runners/diffusion.py``), up to
+    ``depth`` importers up, or a project module this file imports (``utility.initialize``, whose
+    ``initialize()`` the script calls). The flag is global to the process, so one assignment on
+    the way is enough; which value it sets is the user's choice (TD403 judges the combination)."""
+    from traindoctor.static.importers import importers_of
+
+    view = ctx.project
+    if view is None:
+        return False
+    here = str(view.path)
+    seen = {here}
+    candidates = [path for path, _ in view.bindings.values()]
+    frontier = [here]
+    for _ in range(depth):
+        found: list[str] = []
+        for module in frontier:
+            importers = importers_of(view.project, module)
+            if importers is None:
+                return False  # too big a tree to tell: keep the finding as the file alone says
+            found += [p for p in importers if p not in seen]
+        seen.update(found)
+        candidates += found
+        frontier = found
+    for path in dict.fromkeys(candidates):
+        try:
+            data = Path(path).read_bytes()
+        except OSError:
+            continue
+        if _SETS_BENCHMARK.search(data):
+            return True
+    return False
 
 
 # ---------------------------------------------------------------- runtime half (R2)

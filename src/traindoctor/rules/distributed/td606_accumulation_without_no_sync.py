@@ -36,7 +36,10 @@ class AccumulationWithoutNoSync(Rule):
     under an accumulation condition (`if (i + 1) % k == 0: optimizer.step()`), in a file that
     wraps its model in `DistributedDataParallel` and never skips the gradient sync (no
     `no_sync()`, `require_backward_grad_sync`, accelerate's `accumulate()`). Test files are
-    skipped.
+    skipped. The condition must be on the backward's path: a backward in the other arm of an
+    `if` (the branch taken without accumulation) or followed by an unconditional optimizer step
+    accumulates nothing. One finding per accumulation step: its AMP and plain backwards are one
+    mistake, fixed by one `no_sync()`.
 
     At run time the rule counts, per optimizer step, the forwards of the DDP model run with
     autograd on and gradient sync enabled (each one makes the following backward all-reduce every
@@ -146,7 +149,11 @@ class AccumulationWithoutNoSync(Rule):
 
         if is_test_file(ctx.filename) or not ctx.calls_to(*DDP) or any(w in ctx.source for w in SYNC_CONTROL):
             return
-        for backward, divisor in _accumulating_backwards(ctx):
+        reported: set[int] = set()
+        for backward, step, divisor in _accumulating_backwards(ctx):
+            if id(step) in reported:
+                continue  # one finding per accumulation step (an AMP and a plain backward of it)
+            reported.add(id(step))
             k = ast.unparse(divisor)
             yield ctx.report(
                 self,
@@ -158,16 +165,16 @@ class AccumulationWithoutNoSync(Rule):
             )
 
 
-def _accumulating_backwards(ctx: FileContext) -> Iterator[tuple[ast.Call, ast.expr]]:
-    from traindoctor.facts.training.static import accumulation_divisor, enclosing_loops
+def _accumulating_backwards(ctx: FileContext) -> Iterator[tuple[ast.Call, ast.If, ast.expr]]:
+    from traindoctor.facts.training.static import accumulation_step, enclosing_loops
 
-    for call in ctx.method_calls("backward"):
+    for call in sorted(ctx.method_calls("backward"), key=lambda c: (c.lineno, c.col_offset)):
         if call.args:
             continue  # ``accelerator.backward(loss)``, DeepSpeed: their own sync handling
         loops = enclosing_loops(ctx, call)
-        divisor = accumulation_divisor(ctx, loops[0], call) if loops else None
-        if divisor is not None:
-            yield call, divisor
+        step = accumulation_step(ctx, loops[0], call) if loops else None
+        if step is not None:
+            yield call, step[0], step[1]
 
 
 # ---------------------------------------------------------------- runtime half
