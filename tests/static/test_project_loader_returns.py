@@ -254,3 +254,73 @@ def _loader_index(root: Path, files: dict[str, str], target: str) -> LoaderIndex
     assert not isinstance(parsed, Exception) and isinstance(parsed, tuple)
     source, lines, tree = parsed
     return loader_index(file_context(str(path), source, tree, Settings(), lines))
+
+
+DISPATCH = {
+    "data/__init__.py": """
+from .data_pretrain import build_loader_pretrain
+from .data_finetune import build_loader_finetune
+
+
+def build_loader(config, is_pretrain):
+    if is_pretrain:
+        return build_loader_pretrain(config)
+    else:
+        return build_loader_finetune(config)
+""",
+    "data/data_pretrain.py": """
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+def build_loader_pretrain(config):
+    dataset = make_dataset(config)
+    sampler = DistributedSampler(dataset, shuffle=True)
+    return DataLoader(dataset, sampler=sampler, batch_size=64, num_workers=8, pin_memory=True)
+""",
+    "data/data_finetune.py": """
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+def build_loader_finetune(config):
+    train_set, val_set = make_datasets(config)
+    sampler_train = DistributedSampler(train_set, shuffle=True)
+    sampler_val = DistributedSampler(val_set, shuffle=False)
+    train_loader = DataLoader(train_set, sampler=sampler_train, batch_size=64, num_workers=8,
+                              pin_memory=True, persistent_workers=True)
+    val_loader = DataLoader(val_set, sampler=sampler_val, batch_size=64, num_workers=8,
+                            pin_memory=True, persistent_workers=True)
+    return train_set, val_set, train_loader, val_loader, None
+""",
+    "main_finetune.py": """
+import torch
+from data import build_loader
+
+
+def main(config, model, optimizer):
+    train_set, val_set, train_loader, val_loader, mixup = build_loader(config, {switch})
+    for epoch in range(config.EPOCHS):
+        {set_epoch}
+        for x, y in train_loader:
+            model(x.cuda()).sum().backward()
+            optimizer.step()
+""",
+}
+
+
+def _dispatch(switch: str, set_epoch: str) -> dict[str, str]:
+    script = DISPATCH["main_finetune.py"].format(switch=switch, set_epoch=set_epoch)
+    return {**DISPATCH, "setup.py": "", "main_finetune.py": script}
+
+
+def test_a_dispatch_on_a_constant_argument_returns_the_arm_it_takes(tmp_path: Path) -> None:
+    # SimMIM's build_loader(config, logger, is_pretrain=False): the two arms return values of
+    # different shapes (a loader, a 5-tuple); the call's constant picks the finetune arm
+    files = _dispatch("is_pretrain=False", "pass")
+    result = check(tmp_path / "a", files, "main_finetune.py", ["TD601"])
+    assert rows(result) == [("TD601", 6)]
+    assert [(Path(r.filename).name, r.location.row) for r in result.findings[0].related] == [("data_finetune.py", 6)]
+    kept = _dispatch("is_pretrain=False", "train_loader.sampler.set_epoch(epoch)")
+    assert rows(check(tmp_path / "b", kept, "main_finetune.py", ["TD601"])) == []
+    # the switch not known at the call: the returned value's shape cannot be told, nothing said
+    unknown = _dispatch("config.PRETRAIN", "pass")
+    assert rows(check(tmp_path / "c", unknown, "main_finetune.py", ["TD601"])) == []

@@ -8,7 +8,10 @@ appends its loader to a list and returns the list; ``create_sampler(ds, cfg)`` r
 travel up through each call, with the callee's parameters bound to what the call passes (a
 constant, the caller's own parameter, the callee's default); anything else stays unknown. A
 return that gives something other than a loader (``return ffcv.Loader(...)`` in another branch)
-is left out: the loader facts describe the branches that do build a DataLoader.
+is left out: the loader facts describe the branches that do build a DataLoader. A dispatch on a
+parameter whose arms return values of different shapes (``if is_pretrain: return a(cfg)`` /
+``else: return b(cfg)``) keeps each arm's returns apart, and a call that passes a constant for
+the parameter takes its arm (:meth:`Returns.switched`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from traindoctor.facts.data.names import is_evaluation_name
-from traindoctor.facts.data.project import LoaderFacts, function_data
+from traindoctor.facts.data.project import LoaderFacts, function_data, switched_returns
 from traindoctor.static.args import MISSING, UNKNOWN, find_arg
 from traindoctor.static.project import place_of
 
@@ -88,13 +91,45 @@ class Returns:
         return found
 
     def _loaders_of(self, fn: FuncDef, depth: int) -> tuple[Entry, ...]:
+        return self._collect(fn, self._returns(fn), depth)
+
+    def switched(self, fn: FuncDef, depth: int = 0) -> tuple[str, tuple[Entry, ...], tuple[Entry, ...]] | None:
+        """A dispatch on a parameter at the top of ``fn``'s body (``if is_pretrain: return
+        a(cfg)`` then ``return b(cfg)``, or an ``else`` arm): each arm's returns, collected apart
+        (see :attr:`FunctionData.switched`); None when ``fn`` has no such dispatch or neither
+        arm returns a loader."""
+        ctx = self.ctx
+        params = set(signature_of(ctx, fn).names)
+        returns = self._returns(fn)
+        for stmt in fn.body:
+            if not isinstance(stmt, ast.If):
+                if any(ctx.within(r, stmt) for r in returns):
+                    return None  # a return before the dispatch
+                continue
+            test, negated = stmt.test, False
+            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                test, negated = test.operand, True
+            if not (isinstance(test, ast.Name) and test.id in params) or not stmt.body:
+                return None
+            if not isinstance(stmt.body[-1], ast.Return):
+                return None  # the true arm may fall through to the code after the if
+            then = [r for r in returns if any(ctx.within(r, s) for s in stmt.body)]
+            rest = [r for r in returns if r not in then]
+            truthy = self._collect(fn, then, depth)
+            falsy = self._collect(fn, rest, depth)
+            if not (truthy or falsy):
+                return None
+            return (test.id, falsy, truthy) if negated else (test.id, truthy, falsy)
+        return None
+
+    def _collect(self, fn: FuncDef, returns: list[ast.Return], depth: int) -> tuple[Entry, ...]:
         ctx = self.ctx
         params = set(signature_of(ctx, fn).names)
         found: dict[tuple[int | str | None, int], Entry] = {}
         # The shape of the returns: "?" before the first, None for plain values, the indices or
         # keys of a returned container ("*" for one forwarded from a callee, shape unknown).
         shape: object = "?"
-        for ret in self._returns(fn):
+        for ret in returns:
             value = cast(ast.expr, ret.value)
             elements = self._elements(value)
             if elements is not None:
@@ -221,6 +256,10 @@ class Returns:
         if local is not None:
             entries = self.loaders(local, depth + 1)
             sig = signature_of(self.ctx, local)
+            if not entries and (switch := self.switched(local, depth + 1)) is not None:
+                param, truthy, falsy = switch
+                value = self._passed_value(call, sig, param)
+                entries = () if value is UNKNOWN else truthy if value else falsy
         else:
             view = self.ctx.project
             resolved = view.resolve(call.func) if view is not None else None
@@ -228,13 +267,24 @@ class Returns:
             data = function_data(fn)
             if fn is None or data is None:
                 return None
+            sig = Signature(fn.positional, frozenset((*fn.positional, *fn.keyword_only)), fn.defaults)
             entries = data.returns
             if not entries and data.loader is not None:
                 entries = ((None, data.loader),)
-            sig = Signature(fn.positional, frozenset((*fn.positional, *fn.keyword_only)), fn.defaults)
+            if not entries:
+                entries = switched_returns(data, lambda p: self._passed_value(call, sig, p))
         if not entries:
             return None
         return [(i, self._bind(f, call, sig, params)) for i, f in entries]
+
+    def _passed_value(self, call: ast.Call, sig: Signature, param: str) -> Any:
+        """The constant ``call`` passes for ``param`` (its default when not passed), else UNKNOWN."""
+        node = find_arg(call, param, sig.positional, self.ctx)
+        if node is MISSING:
+            return sig.defaults.get(param, UNKNOWN)
+        if node is UNKNOWN:
+            return UNKNOWN
+        return self.ctx.value(node)
 
     def _local_def(self, call: ast.Call) -> FuncDef | None:
         """The top-level function of this module a plain-name call invokes."""

@@ -67,6 +67,29 @@ class FunctionData:
     #: Parameters the function only reads attributes of (``loader.sampler``, ``len(loader)``):
     #: it neither iterates them nor hands them on.
     reads_only: frozenset[str] = frozenset()
+    #: A dispatch on one of its parameters whose arms return differently shaped values
+    #: (``if is_pretrain: return build_a(cfg)`` / ``return build_b(cfg)``): (the parameter, the
+    #: arm's returns when it is true, when it is false); set only when :attr:`returns` cannot
+    #: be told as a whole. A call that passes a constant picks the arm (:func:`switched_returns`).
+    switched: (
+        tuple[str, tuple[tuple[int | str | None, LoaderFacts], ...], tuple[tuple[int | str | None, LoaderFacts], ...]]
+        | None
+    ) = None
+
+
+def switched_returns(data: FunctionData | None, value_of: Any) -> tuple[tuple[int | str | None, LoaderFacts], ...]:
+    """The returns of the dispatch arm a call takes: ``value_of(param)`` is the value the call
+    passes for the switch parameter (UNKNOWN or MISSING-free: the caller resolves defaults);
+    empty when the value is not known."""
+    from traindoctor.static.args import UNKNOWN
+
+    if data is None or data.switched is None:
+        return ()
+    param, truthy, falsy = data.switched
+    value = value_of(param)
+    if value is UNKNOWN or not isinstance(value, (bool, int, str, type(None))):
+        return ()
+    return truthy if value else falsy
 
 
 def function_data(fn: FunctionFacts | None) -> FunctionData | None:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, cast
+from functools import partial
+from typing import TYPE_CHECKING, Any, cast
 
 from traindoctor.facts.data.datasets import (
     binding_chain,
@@ -45,7 +46,7 @@ from traindoctor.facts.data.passes import (
     is_iter_call,
 )
 from traindoctor.facts.data.passes import inert_read as inert_read
-from traindoctor.facts.data.project import function_data
+from traindoctor.facts.data.project import function_data, switched_returns
 from traindoctor.facts.data.training import (
     callee_name,
     decorator_name,
@@ -652,9 +653,13 @@ class LoaderIndex:
         out = []
         for call, resolved in view.calls():
             data = function_data(resolved.function)
-            if data is None or not (data.returns or data.loader):
+            if data is None:
                 continue
-            returns = data.returns or ((None, data.loader),)
+            returns = data.returns or (((None, data.loader),) if data.loader is not None else ())
+            if not returns and resolved.function is not None:
+                returns = switched_returns(data, partial(_passed_value, self.ctx, call, resolved.function))
+            if not returns:
+                continue
             seen: list[tuple[int | str | None, object]] = []
             for index, facts in returns:
                 if facts is None:
@@ -804,3 +809,14 @@ def iter_training_loaders(ctx: FileContext) -> Iterable[Loader]:
         # A Lightning ``train_dataloader`` is the training input wherever it is defined.
         return [l for l in loader_index(ctx).training_loaders() if any(s.kind == "hook" for s in l.sites)]
     return loader_index(ctx).training_loaders()
+
+
+def _passed_value(ctx: FileContext, call: ast.Call, fn: FunctionFacts, param: str) -> Any:
+    """The constant ``call`` passes to the project function ``fn`` for ``param`` (the default
+    when it passes none), else UNKNOWN."""
+    node = fn.argument(call, param)
+    if node is None:
+        if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
+            return UNKNOWN
+        return fn.defaults.get(param, UNKNOWN)
+    return ctx.value(node)

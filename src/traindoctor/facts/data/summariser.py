@@ -54,6 +54,7 @@ class DataSummariser:
             sets_epoch=sets_epoch,
             sampler=sampler,
             reads_only=_reads_only(ctx, node, (*facts.positional, *facts.keyword_only)),
+            switched=returns_of(ctx, _facts).switched(node) if not returns and _returns_a_call(node) else None,
         )
 
     def cls(self, ctx: FileContext, node: ast.ClassDef) -> bool:
@@ -74,6 +75,15 @@ def returned_loaders(ctx: FileContext, fn: FuncDef) -> tuple[tuple[int | str | N
     ):
         return ()
     return returns_of(ctx, _facts).loaders(fn)
+
+
+def _returns_a_call(fn: FuncDef) -> bool:
+    """A cheap filter for a dispatch: ``fn``'s body holds an ``if`` and it returns some value."""
+    return (
+        bool(fn.body)
+        and any(isinstance(s, ast.If) for s in fn.body)
+        and any(isinstance(r, ast.Return) and r.value is not None for r in ast.walk(fn))
+    )
 
 
 def _reads_only(ctx: FileContext, fn: FuncDef, params: tuple[str, ...]) -> frozenset[str]:
