@@ -443,3 +443,41 @@ def test_a_peeked_loader_that_is_also_trained_on_is_reported(tmp_path):
     )
     got = checked_rows(tmp_path, {"train.py": source}, "train.py", ["TD102"])
     assert ("TD102", 22) in got
+
+
+CUDA_ITEMS = """
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class TextSamplerDataset(Dataset):
+    def __init__(self, data, seq_len):
+        self.data, self.seq_len = data, seq_len
+
+    def __getitem__(self, index):
+        start = torch.randint(0, self.data.size(0) - self.seq_len, (1,))
+        return {ret}
+
+    def __len__(self):
+        return self.data.size(0) // self.seq_len
+
+
+loader = DataLoader(TextSamplerDataset(data, 1024), batch_size=4)
+for step in range(10000):
+    for x in loader:
+        model(x.cuda()).sum().backward()
+"""
+
+
+@pytest.mark.parametrize(
+    "ret",
+    [
+        "self.data[start : start + self.seq_len].long().cuda()",
+        "self.data[start : start + self.seq_len].to(self.device)",
+    ],
+)
+def test_a_dataset_whose_items_are_on_cuda_gets_no_pinning_or_worker_advice(ret):
+    # PaLM-pytorch's enwik8 sampler: batches come out of __getitem__ on the GPU already
+    assert data_rows(CUDA_ITEMS.format(ret=ret), ["TD101", "TD102"]) == []
+    on_host = CUDA_ITEMS.format(ret="self.data[start : start + self.seq_len].long()")
+    assert data_rows(on_host, ["TD101", "TD102"]) == [("TD101", 18), ("TD102", 18)]

@@ -233,6 +233,39 @@ def moves_to_device(ctx: FileContext, expr: ast.AST) -> bool:
             return True
         if isinstance(n, ast.keyword) and n.arg == "device":
             return True
+    return _items_on_device(ctx, expr)
+
+
+def _items_on_device(ctx: FileContext, call: ast.Call) -> bool:
+    """A Dataset class of this file whose ``__getitem__`` returns a value moved to CUDA
+    (``return full_seq.cuda()``): its batches are on the device already (no pinning, no workers:
+    CUDA does not survive a forked worker)."""
+    if not isinstance(call.func, ast.Name):
+        return False
+    for cls in ctx.of(ast.ClassDef):
+        if cls.name != call.func.id:
+            continue
+        for item in cls.body:
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == "__getitem__":
+                for ret in ast.walk(item):
+                    if isinstance(ret, ast.Return) and ret.value is not None and _cuda_value(ret.value):
+                        return True
+    return False
+
+
+def _cuda_value(value: ast.expr) -> bool:
+    """``x.cuda()``, ``x.to("cuda")``, ``x.to(self.device)`` or a tuple of such."""
+    if isinstance(value, (ast.Tuple, ast.List)):
+        return bool(value.elts) and any(_cuda_value(e) for e in value.elts)
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        if value.func.attr == "cuda":
+            return True
+        if value.func.attr == "to" and value.args:
+            first = value.args[0]
+            if isinstance(first, ast.Constant):
+                return isinstance(first.value, str) and first.value.startswith("cuda")
+            text = (dotted(first) or "").lower()
+            return "device" in text or "cuda" in text  # ``.to(self.device)``
     return False
 
 

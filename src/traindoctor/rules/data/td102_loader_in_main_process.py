@@ -70,8 +70,9 @@ class LoaderInMainProcess(Rule):
     loader benchmark), for a loader that
     is only used once for `next(iter(loader))` (a batch to look at, not a pass that trains), for
     datasets of in-memory tensors (indexing them takes microseconds and worker processes would
-    only add inter-process copies) and for `IterableDataset` subclasses (workers need sharding
-    code), and in files with no sign of training (no `backward()`, no optimizer). In-memory
+    only add inter-process copies), for `IterableDataset` subclasses (workers need sharding
+    code) and for datasets whose items are already on the GPU (a `__getitem__` that returns
+    `x.cuda()` or `x.to(device)`: CUDA does not work in forked workers), and in files with no sign of training (no `backward()`, no optimizer). In-memory
     datasets are `TensorDataset`, Lightning's demo datasets (`WikiText2`, `RandomDataset`), and
     `Dataset` classes of the file or of a project module whose `__getitem__` only slices data the
     instance holds (with cheap conversions such as `torch.tensor(...)` or `torch.flip(...)`),
@@ -308,8 +309,8 @@ class LoaderInMainProcess(Rule):
         from traindoctor.facts.frameworks.static import hf_training_args
 
         for loader in iter_training_loaders(ctx):
-            if loader.in_memory or loader.iterable:
-                continue
+            if loader.in_memory or loader.iterable or loader.on_device:
+                continue  # in memory, iterable, or already on the device: workers cannot help
             call = loader.call
             node = loader.arg(ctx, "num_workers")
             if node is UNKNOWN:
