@@ -58,6 +58,25 @@ def project_root(path: Path) -> Path:
     return start
 
 
+def passed_argument(call: ast.Call, positional: tuple[str, ...], param: str, method: bool = False) -> ast.expr | None:
+    """The expression ``call`` passes for the parameter ``param`` of a function whose positional
+    parameters are ``positional`` (``method``: the first, ``self``, is bound already); None when
+    it passes none or a ``*args`` hides which."""
+    for kw in call.keywords:
+        if kw.arg == param:
+            return kw.value
+    names = list(positional[1:] if method else positional)
+    if param not in names:
+        return None
+    index = names.index(param)
+    for i, value in enumerate(call.args):
+        if isinstance(value, ast.Starred):
+            return None
+        if i == index:
+            return value
+    return None
+
+
 # ---------------------------------------------------------------------------------------- facts
 
 
@@ -92,19 +111,7 @@ class FunctionFacts:
 
     def argument(self, call: ast.Call, param: str, method: bool = False) -> ast.expr | None:
         """The expression ``call`` passes for the parameter ``param`` (None when it cannot be told)."""
-        for kw in call.keywords:
-            if kw.arg == param:
-                return kw.value
-        positional = list(self.positional[1:] if method else self.positional)
-        if param not in positional:
-            return None
-        index = positional.index(param)
-        for i, value in enumerate(call.args):
-            if isinstance(value, ast.Starred):
-                return None
-            if i == index:
-                return value
-        return None
+        return passed_argument(call, self.positional, param, method)
 
     def param_for(self, call: ast.Call, arg: ast.AST, method: bool = False) -> str | None:
         """The parameter that receives ``arg`` at ``call`` (None when it cannot be told)."""

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import ast
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from traindoctor.static.args import UNKNOWN
 
 if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.finding import Related
     from traindoctor.static.callees import FuncDef
     from traindoctor.static.context import FileContext
 
@@ -84,17 +86,8 @@ def value_at(site: CallSite, expr: ast.AST | None, depth: int = 0) -> Any:
             return UNKNOWN
         return first
     if isinstance(expr, ast.Attribute):
-        path: list[str] = []
-        root: ast.AST = expr
-        while isinstance(root, ast.Attribute):
-            path.append(root.attr)
-            root = root.value
-        if not (isinstance(root, ast.Name) and root.id in params) or _rebound(site.fn, root.id):
-            return UNKNOWN
-        passed = site.argument(root.id)
-        if not isinstance(passed, ast.Name):
-            return UNKNOWN
-        return site.caller.value(_read_path(site, passed, path))
+        read = _parameter_path(site, expr, params)
+        return site.caller.value(read) if read is not None else UNKNOWN
     return UNKNOWN
 
 
@@ -111,16 +104,55 @@ def expression_at(site: CallSite, expr: ast.AST | None, depth: int = 0) -> ast.e
         bound = site.callee.binding(expr)
         return expression_at(site, bound, depth + 1) if bound is not None else None
     if isinstance(expr, ast.Attribute):
-        path: list[str] = []
-        root: ast.AST = expr
-        while isinstance(root, ast.Attribute):
-            path.append(root.attr)
-            root = root.value
-        if not (isinstance(root, ast.Name) and root.id in params) or _rebound(site.fn, root.id):
-            return None
-        passed = site.argument(root.id)
-        return _read_path(site, passed, path) if isinstance(passed, ast.Name) else None
+        return _parameter_path(site, expr, params)
     return None
+
+
+def _parameter_path(site: CallSite, expr: ast.Attribute, params: list[str]) -> ast.Attribute | None:
+    """``args.optim.lr`` of the callee's parameter ``args`` as the caller's expression (the same
+    attribute path read off the name the call passes); None when the root is no parameter, is
+    rebound, or the call passes no plain name."""
+    path: list[str] = []
+    root: ast.AST = expr
+    while isinstance(root, ast.Attribute):
+        path.append(root.attr)
+        root = root.value
+    if not (isinstance(root, ast.Name) and root.id in params) or _rebound(site.fn, root.id):
+        return None
+    passed = site.argument(root.id)
+    return _read_path(site, passed, path) if isinstance(passed, ast.Name) else None
+
+
+def helper_optimizers(ctx: FileContext) -> Iterator[tuple[CallSite, Any]]:
+    """(the call site, the optimizer construction) for each call of this file to a function (of
+    this file or of a project module) that builds an optimizer in its own body, the optimizers
+    in source order: ``build_optimizer(model, args)`` whose settings come from this call."""
+    from traindoctor.facts.optim.static import optimizer_calls
+    from traindoctor.static.callees import function_definition
+
+    for call in ctx.of(ast.Call):
+        if not isinstance(call.func, (ast.Name, ast.Attribute)) or not (call.args or call.keywords):
+            continue
+        found = function_definition(ctx, call)
+        if found is None:
+            continue
+        callee, fn = found
+        site = CallSite(ctx, call, callee, fn)
+        for opt in optimizer_calls(callee):
+            if callee.function_of(opt.call) is fn:
+                yield site, opt
+
+
+def related_in_callee(site: CallSite, node: ast.AST, message: str) -> tuple[Related, ...]:
+    """``node`` of the callee as the related location of a finding at ``site``'s call."""
+    from traindoctor.finding import Related
+    from traindoctor.static.project import place_of
+
+    ctx = site.caller
+    if site.callee is ctx:
+        return (Related(ctx.filename, ctx.location(node), message),)
+    related: tuple[Related, ...] = ctx.project.related(place_of(site.callee, node), message)
+    return related
 
 
 def _read_path(site: CallSite, passed: ast.Name, path: list[str]) -> ast.Attribute:

@@ -320,35 +320,18 @@ def _helper_built(ctx: FileContext) -> list[tuple[ast.Call, ast.expr, tuple[Rela
 
 
 def _find_helper_built(ctx: FileContext) -> list[tuple[ast.Call, ast.expr, tuple[Related, ...]]]:
-    from traindoctor.facts.optim.callsite import CallSite, expression_at
-    from traindoctor.facts.optim.static import optimizer_calls
-    from traindoctor.finding import Related
-    from traindoctor.static.callees import function_definition
-    from traindoctor.static.project import place_of
+    from traindoctor.facts.optim.callsite import expression_at, helper_optimizers, related_in_callee
 
     out: list[tuple[ast.Call, ast.expr, tuple[Related, ...]]] = []
-    for call in ctx.of(ast.Call):
-        if not isinstance(call.func, (ast.Name, ast.Attribute)) or not (call.args or call.keywords):
+    done: set[int] = set()
+    for site, opt in helper_optimizers(ctx):
+        if id(site.call) in done:
+            continue  # the first optimizer of the helper that takes its LR from the call
+        lr = expression_at(site, opt.arg(site.callee, "lr"))
+        if lr is None:
             continue
-        found = function_definition(ctx, call)
-        if found is None:
-            continue
-        callee, fn = found
-        site = CallSite(ctx, call, callee, fn)
-        for opt in optimizer_calls(callee):
-            if callee.function_of(opt.call) is not fn:
-                continue
-            lr = expression_at(site, opt.arg(callee, "lr"))
-            if lr is None:
-                continue
-            message = f"`{opt.name}` is built here with that LR"
-            related = (
-                (Related(ctx.filename, ctx.location(opt.call), message),)
-                if callee is ctx
-                else ctx.project.related(place_of(callee, opt.call), message)
-            )
-            out.append((call, lr, related))
-            break
+        done.add(id(site.call))
+        out.append((site.call, lr, related_in_callee(site, opt.call, f"`{opt.name}` is built here with that LR")))
     return out
 
 

@@ -453,62 +453,47 @@ class WeightDecayOnBiasNorm(Rule):
         value this file passes. Reported at the call, citing the helper's optimizer."""
         from traindoctor.facts.data.static import drives_training, is_test_file
         from traindoctor.facts.models.static import model_of
-        from traindoctor.facts.optim.callsite import CallSite, value_at
+        from traindoctor.facts.optim.callsite import helper_optimizers, related_in_callee, value_at
         from traindoctor.facts.optim.frozen import trains_part_of
-        from traindoctor.facts.optim.static import optimizer_calls
-        from traindoctor.finding import Related
-        from traindoctor.static.callees import function_definition
-        from traindoctor.static.project import place_of
 
         if is_test_file(ctx.filename) or not drives_training(ctx):
             return
-        for call in ctx.of(ast.Call):
-            if not isinstance(call.func, (ast.Name, ast.Attribute)) or not (call.args or call.keywords):
+        done: set[int] = set()
+        for site, opt in helper_optimizers(ctx):
+            call, callee, params = site.call, site.callee, site.parameters()
+            if id(call) in done:
+                continue  # one finding per call
+            node = opt.arg(callee, "weight_decay")
+            if not isinstance(node, ast.expr) or callee.value(node) is not UNKNOWN:
+                continue  # the helper's own file judges it
+            decay = _significant(value_at(site, node))
+            given = opt.arg(callee, "params")
+            model = whole_model_params(callee, given) if isinstance(given, ast.expr) else None
+            if decay is None or model is None:
                 continue
-            found = function_definition(ctx, call)
-            if found is None:
+            if isinstance(model, ast.Name) and model.id in params:
+                passed = site.argument(model.id)
+                if passed is None or trains_part_of(ctx, passed):
+                    continue
+                info, owner = model_of(ctx, passed), f"`{ctx.segment(passed)}`"
+            else:
+                info, owner = model_of(callee, model), _owner(callee, model)
+            if trains_part_of(callee, model) or (info.known and not info.bias_or_norm_params()):
                 continue
-            callee, fn = found
-            site = CallSite(ctx, call, callee, fn)
-            params = site.parameters()
-            for opt in optimizer_calls(callee):
-                if callee.function_of(opt.call) is not fn:
-                    continue
-                node = opt.arg(callee, "weight_decay")
-                if not isinstance(node, ast.expr) or callee.value(node) is not UNKNOWN:
-                    continue  # the helper's own file judges it
-                decay = _significant(value_at(site, node))
-                given = opt.arg(callee, "params")
-                model = whole_model_params(callee, given) if isinstance(given, ast.expr) else None
-                if decay is None or model is None:
-                    continue
-                if isinstance(model, ast.Name) and model.id in params:
-                    passed = site.argument(model.id)
-                    if passed is None or trains_part_of(ctx, passed):
-                        continue
-                    info, owner = model_of(ctx, passed), f"`{ctx.segment(passed)}`"
-                else:
-                    info, owner = model_of(callee, model), _owner(callee, model)
-                if trains_part_of(callee, model) or (info.known and not info.bias_or_norm_params()):
-                    continue
-                name = ctx.segment(call.func)
-                message = f"`{opt.name}` is built here over every parameter of the model"
-                related = (
-                    (Related(ctx.filename, ctx.location(opt.call), message),)
-                    if callee is ctx
-                    else ctx.project.related(place_of(callee, opt.call), message)
-                )
-                yield ctx.report(
-                    self,
-                    call,
-                    f"`{name}` builds `{opt.name}` with weight_decay={decay:g} (from this call) over every "
-                    f"parameter of {owner}, biases and normalisation weights included; give those a "
-                    "parameter group with `weight_decay=0` (e.g. `traindoctor.recipes.param_groups(model, "
-                    "weight_decay)`).",
-                    help="Exclude biases and norm parameters from weight decay",
-                    related=related,
-                )
-                break
+            name = ctx.segment(call.func)
+            message = f"`{opt.name}` is built here over every parameter of the model"
+            related = related_in_callee(site, opt.call, message)
+            done.add(id(call))
+            yield ctx.report(
+                self,
+                call,
+                f"`{name}` builds `{opt.name}` with weight_decay={decay:g} (from this call) over every "
+                f"parameter of {owner}, biases and normalisation weights included; give those a "
+                "parameter group with `weight_decay=0` (e.g. `traindoctor.recipes.param_groups(model, "
+                "weight_decay)`).",
+                help="Exclude biases and norm parameters from weight decay",
+                related=related,
+            )
 
     def _check_hf(self, ctx: FileContext) -> Iterable[Finding]:
         """``TrainingArguments(weight_decay=w)``: the Trainer's own AdamW excludes biases and

@@ -63,21 +63,11 @@ class SaveHelper:
 
     def argument(self, call: ast.Call, param: str | None, method: bool) -> ast.expr | None:
         """What ``call`` passes for ``param`` (None: nothing, or it cannot be told)."""
+        from traindoctor.static.project import passed_argument
+
         if param is None:
             return None
-        for kw in call.keywords:
-            if kw.arg == param:
-                return kw.value
-        positional = list(self.positional[1:] if method else self.positional)
-        if param not in positional:
-            return None
-        index = positional.index(param)
-        for i, value in enumerate(call.args):
-            if isinstance(value, ast.Starred):
-                return None
-            if i == index:
-                return value
-        return None
+        return passed_argument(call, tuple(self.positional), param, method)
 
 
 #: A top-level class's answer: (method name, what it saves) for each method that saves.
