@@ -60,17 +60,11 @@ def function_definition(ctx: FileContext, call: ast.Call) -> tuple[FileContext, 
 def parameter_for(fn: FuncDef, call: ast.Call, arg: ast.expr) -> str | None:
     """The parameter of ``fn`` that receives ``arg`` at ``call`` (None when it cannot be told:
     ``*args`` before it, or an argument ``fn`` takes through ``*args``/``**kwargs``)."""
+    from traindoctor.static.project import receiving_parameter
+
     a = fn.args
-    positional = [p.arg for p in [*a.posonlyargs, *a.args]]
-    for i, value in enumerate(call.args):
-        if isinstance(value, ast.Starred):
-            return None
-        if value is arg:
-            return positional[i] if i < len(positional) else None
-    for kw in call.keywords:
-        if kw.value is arg and kw.arg is not None:
-            return kw.arg if kw.arg in positional or kw.arg in {p.arg for p in a.kwonlyargs} else None
-    return None
+    positional = tuple(p.arg for p in [*a.posonlyargs, *a.args])
+    return receiving_parameter(call, arg, positional, tuple(p.arg for p in a.kwonlyargs))
 
 
 def positional_arguments(ctx: FileContext, call: ast.Call) -> list[ast.expr] | None:

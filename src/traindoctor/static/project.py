@@ -77,6 +77,23 @@ def passed_argument(call: ast.Call, positional: tuple[str, ...], param: str, met
     return None
 
 
+def receiving_parameter(
+    call: ast.Call, arg: ast.AST, positional: tuple[str, ...], keyword_only: tuple[str, ...], method: bool = False
+) -> str | None:
+    """The parameter that receives ``arg`` at ``call`` (None when it cannot be told: a ``*args``
+    before it, or an argument the function takes through ``*args``/``**kwargs``)."""
+    names = list(positional[1:] if method else positional)
+    for i, value in enumerate(call.args):
+        if isinstance(value, ast.Starred):
+            return None
+        if value is arg:
+            return names[i] if i < len(names) else None
+    for kw in call.keywords:
+        if kw.value is arg and kw.arg is not None:
+            return kw.arg if kw.arg in (*positional, *keyword_only) else None
+    return None
+
+
 # ---------------------------------------------------------------------------------------- facts
 
 
@@ -115,16 +132,7 @@ class FunctionFacts:
 
     def param_for(self, call: ast.Call, arg: ast.AST, method: bool = False) -> str | None:
         """The parameter that receives ``arg`` at ``call`` (None when it cannot be told)."""
-        positional = list(self.positional[1:] if method else self.positional)
-        for i, value in enumerate(call.args):
-            if isinstance(value, ast.Starred):
-                return None
-            if value is arg:
-                return positional[i] if i < len(positional) else None
-        for kw in call.keywords:
-            if kw.value is arg and kw.arg is not None:
-                return kw.arg if kw.arg in (*self.positional, *self.keyword_only) else None
-        return None
+        return receiving_parameter(call, arg, self.positional, self.keyword_only, method)
 
 
 @dataclass(frozen=True)
