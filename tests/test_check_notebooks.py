@@ -143,6 +143,20 @@ def test_syntax_error_in_a_cell_is_td000_located_in_that_cell(tmp_path, capsys):
     assert code_ == 1 and f"{nb}:cell 3:2:5: TD000 SyntaxError" in out and "Traceback" not in err
 
 
+def test_a_cell_marked_as_another_language_is_not_checked(tmp_path, capsys):
+    # a pasted training log kept in a code cell that VS Code marks "plaintext" (Time-Series-Library)
+    log = code(["\titers: 100, epoch: 1 | loss: 0.4701951\n", "Epoch: 1 cost time: 30.09\n"])
+    log["metadata"] = {"vscode": {"languageId": "plaintext"}}
+    nb = tmp_path / "nb.ipynb"
+    nb.write_text(notebook(code(["import torch\n", DEPRECATED]), log, code(["x = 1\n"])))
+    code_, out, _ = run(capsys, str(nb), "--select", "TD000,TD304")
+    assert "TD000" not in out and f"{nb}:cell 1:2" in out and "TD304" in out
+    log["metadata"] = {"vscode": {"languageId": "python"}}
+    nb.write_text(notebook(code(["import torch\n", DEPRECATED]), log, code(["x = 1\n"])))
+    code_, out, _ = run(capsys, str(nb), "--select", "TD000,TD304")
+    assert "TD000" in out  # marked Python: a syntax error is still one
+
+
 @pytest.mark.parametrize(
     "content, reason",
     [

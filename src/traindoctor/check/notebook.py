@@ -355,6 +355,15 @@ def _looks_magic(line: str) -> bool:
     return bool(_MAGIC_START.match(line) or _MAGIC_ASSIGN.match(line) or _HELP_SUFFIX.match(line))
 
 
+def _other_language(cell: dict[str, object]) -> bool:
+    """A code cell its editor marks as another language (VS Code's ``"languageId": "plaintext"``
+    for pasted training logs, ``"markdown"``, ``"shellscript"``): not Python, not checked."""
+    metadata = cell.get("metadata")
+    editor = metadata.get("vscode") if isinstance(metadata, dict) else None
+    language = editor.get("languageId") if isinstance(editor, dict) else None
+    return isinstance(language, str) and language.lower() not in ("python", "python3", "ipython")
+
+
 def read_notebook(data: bytes) -> Notebook:
     """Parse a notebook's bytes; raise :class:`NotebookError` with a reason when it cannot be read."""
     bom = data.startswith(codecs.BOM_UTF8)
@@ -375,7 +384,7 @@ def read_notebook(data: bytes) -> Notebook:
     notebook = Notebook(raw, bom, [])
     virtual: list[str] = []
     for position, cell in enumerate(doc["cells"]):
-        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code" or _other_language(cell):
             continue
         source = cell.get("source", "")
         if isinstance(source, list) and all(isinstance(s, str) for s in source):
