@@ -142,7 +142,7 @@ def step_syncs(ctx: FileContext) -> list[list[SyncSite]]:
                     text = c.segment(node.test if isinstance(node, ast.If) else node)
                 else:
                     continue
-                if _every_step(c, node, loop):
+                if _every_step(c, node, loop) and not _feeds_environment(c, node, loop):
                     found.append(SyncSite(node, loop, text))
             if found:
                 found.sort(key=lambda s: (getattr(s.node, "lineno", 0), getattr(s.node, "col_offset", 0)))
@@ -150,6 +150,33 @@ def step_syncs(ctx: FileContext) -> list[list[SyncSite]]:
         return out
 
     return ctx.shared("gpu.step_syncs", build)
+
+
+def _feeds_environment(ctx: FileContext, node: ast.AST, loop: ast.AST) -> bool:
+    """Whether the value read at ``node`` goes to an environment's ``step()`` in the same loop
+    (``actions = q.argmax(1).cpu().numpy()`` ... ``envs.step(actions)``): the host needs it to go
+    on, so the sync cannot be deferred (reinforcement learning's acting step)."""
+    from traindoctor.facts.training.static import own_nodes
+    from traindoctor.static.names import dotted
+
+    steps = [
+        n
+        for n in own_nodes(loop)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "step"
+        and "env" in (dotted(n.func.value) or "").lower()
+    ]
+    if not steps:
+        return False
+    if any(ctx.within(node, s) for s in steps):
+        return True
+    stmt = ctx.statement_of(node)
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+    names = {t.id for target in targets for t in ast.walk(target) if isinstance(t, ast.Name)}
+    return bool(names) and any(
+        isinstance(a, ast.Name) and a.id in names for s in steps for a in ast.walk(s) if a is not s.func
+    )
 
 
 __all__ = ["SYNC_METHODS", "SyncSite", "step_syncs"]

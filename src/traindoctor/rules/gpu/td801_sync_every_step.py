@@ -33,8 +33,10 @@ class SyncEveryStep(Rule):
     `x.cpu()`, `x.to("cpu")`, `print(loss)` or `f"{loss}"` of the backpropagated loss tensor, or an
     `if` that compares that tensor itself (`if loss > limit:`, `if torch.isnan(loss):`). Calls
     behind an `if` (`if step % log_every == 0:`), in another branch, a nested loop or function,
-    and calls after the loop are left alone, as are test files. One finding per loop, at its first
-    such call; the message counts them.
+    and calls after the loop are left alone, as are test files and a read whose value an
+    environment's `step()` needs in the same loop (`envs.step(q.argmax(1).cpu().numpy())`: the
+    acting step of reinforcement learning cannot go on without it). One finding per loop, at its
+    first such call; the message counts them.
 
     At run time (GPU): the device timer brackets every `.item()`, `.tolist()`, `.cpu()`,
     device-to-host `.to()` and `Tensor.__bool__` of a device tensor on timed steps, tagged with
