@@ -228,44 +228,6 @@ def test_several_weight_files_of_one_checkpoint_are_one_finding(tmp_path: Path) 
     ]
 
 
-# StarGAN's shape: a GAN's two weight files written side by side in the training loop of a method.
-GAN_FILES = """
-    import os
-    import torch
-
-    class Solver:
-        def train(self):
-            self.g_optimizer = torch.optim.Adam(self.G.parameters(), 1e-4)
-            self.d_optimizer = torch.optim.Adam(self.D.parameters(), 1e-4)
-            for i in range(self.num_iters):
-                self.d_optimizer.zero_grad()
-                self.D(next(self.data)).mean().backward()
-                self.d_optimizer.step()
-                self.g_optimizer.zero_grad()
-                self.G(self.z).mean().backward()
-                self.g_optimizer.step()
-                if (i + 1) % self.model_save_step == 0:
-                    torch.save(self.G.state_dict(), os.path.join(self.dir, f"{{i + 1}}-G.ckpt"))
-                    torch.save(self.D.state_dict(), os.path.join(self.dir, f"{{i + 1}}-D.ckpt"))
-                {other}
-    """
-
-
-def test_two_weight_files_saved_side_by_side_are_one_checkpoint(tmp_path: Path) -> None:
-    result = check(
-        tmp_path / "a", {"solver.py": GAN_FILES.format(other=""), "pyproject.toml": ""}, "solver.py", ["TD501"]
-    )
-    assert [(f.code, f.location.row) for f in result.findings] == [("TD501", 16)]
-    assert [(r.location.row, r.message) for r in result.findings[0].related] == [
-        (17, "another weights file of this checkpoint")
-    ]
-    # a save in another block (a best-model export beside the periodic one) is not the same file set
-    best = 'if self.best:\n                    torch.save(self.G.state_dict(), "best-G.ckpt")'
-    files = {"solver.py": GAN_FILES.format(other=best), "pyproject.toml": ""}
-    rows = [(f.code, f.location.row) for f in check(tmp_path / "b", files, "solver.py", ["TD501"]).findings]
-    assert ("TD501", 16) in rows and ("TD501", 17) not in rows
-
-
 # k-diffusion's shape: the schedule is a class of the project handed the optimizer; an EMA
 # warm-up schedule of another class is saved beside it.
 OWN_SCHEDULE = """

@@ -394,12 +394,9 @@ class TrainingCheckpoints(IndexPart):
         out: list[SaveSite] = []
         together: dict[int, list[SaveSite]] = {}
         for site in sites:
-            # a direct save's context is its own call: saves of one block are written together
-            # (``torch.save(G, g_path); torch.save(D, d_path)``); a helper's saves by its call
-            direct = site.contexts == [site.call]
             key = (
                 id(ctx.function_of(site.call)),
-                (id(ctx.parent(ctx.statement_of(site.call))),) if direct else tuple(id(c) for c in site.contexts),
+                tuple(id(c) for c in site.contexts),
                 tuple(id(loop) for loop in ctx.enclosing_loops(site.call)),
             )
             first = firsts.get(key)
