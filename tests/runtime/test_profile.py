@@ -121,3 +121,14 @@ def test_no_steps_gives_no_verdict_but_a_reason() -> None:
         pass
     assert doctor.profile.steps == 0
     assert doctor.profile.verdict == "unknown" and doctor.profile.reason
+
+
+def test_doctor_time_inside_a_measured_phase_is_not_taken_out_twice() -> None:
+    """A step of 12 ms whose .item() wait (sync, 8 ms) and optimizer (3 ms) were measured, with
+    1.5 ms of the doctor's own work, part of it inside those phases: the step is never shorter
+    than its measured phases, so the profile's rows add up to the step."""
+    record = StepRecord(1, 0.0, 0.012, 0.0, 0.0, 0.003, 1, 8, 1, sync_s=0.008, doctor_s=0.0015)
+    assert record.own_s == pytest.approx(0.0110)  # 12 - 1.5 = 10.5 < 11 measured: 11
+    assert record.remainder_s == 0.0
+    plain = StepRecord(1, 0.0, 0.012, 0.0, 0.0, 0.003, 1, 8, 1, sync_s=0.006, doctor_s=0.0015)
+    assert plain.own_s == pytest.approx(0.0105) and plain.remainder_s == pytest.approx(0.0015)

@@ -144,8 +144,12 @@ class StepRecord:
 
     @property
     def own_s(self) -> float:
-        """The step's time without the doctor's own work: what the script takes unwatched."""
-        return max(self.wall_s - self.doctor_s, 0.0)
+        """The step's time without the doctor's own work: what the script takes unwatched. Never
+        less than the phases measured inside the step (data wait, copies, optimizer, GPU waits):
+        the doctor's work that ran inside one of them is in that phase's time too, and taking it
+        out twice would make the profile's rows add up to more than the step."""
+        measured = self.data_s + self.transfer_s + self.optimizer_s + self.sync_s
+        return max(self.wall_s - self.doctor_s, min(measured, self.wall_s), 0.0)
 
     @property
     def remainder_s(self) -> float:
