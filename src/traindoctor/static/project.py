@@ -889,16 +889,23 @@ def _calls_in(ctx: FileContext, node: ast.AST) -> dict[str, Place]:
     return out
 
 
-def _function_facts(ctx: FileContext, fn: FuncDef, summarisers: tuple[Summariser, ...]) -> FunctionFacts:
+def parameter_defaults(ctx: FileContext, fn: FuncDef) -> dict[str, Any]:
+    """Parameter -> the value of its default (UNKNOWN when not constant); absent: no default."""
     a = fn.args
-    positional = tuple(p.arg for p in [*a.posonlyargs, *a.args])
-    keyword_only = tuple(p.arg for p in a.kwonlyargs)
     defaults: dict[str, Any] = {}
     for p, d in zip(reversed([*a.posonlyargs, *a.args]), reversed(a.defaults)):
         defaults[p.arg] = ctx.value(d)
     for p, kw_default in zip(a.kwonlyargs, a.kw_defaults):
         if kw_default is not None:
             defaults[p.arg] = ctx.value(kw_default)
+    return defaults
+
+
+def _function_facts(ctx: FileContext, fn: FuncDef, summarisers: tuple[Summariser, ...]) -> FunctionFacts:
+    a = fn.args
+    positional = tuple(p.arg for p in [*a.posonlyargs, *a.args])
+    keyword_only = tuple(p.arg for p in a.kwonlyargs)
+    defaults = parameter_defaults(ctx, fn)
     params = set(positional) | set(keyword_only)
     iterates: dict[str, Place] = {}
     stored: set[str] = set()

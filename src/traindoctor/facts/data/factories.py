@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any, cast
 from traindoctor.facts.data.names import is_evaluation_name
 from traindoctor.facts.data.project import LoaderFacts, function_data, switched_returns
 from traindoctor.static.args import MISSING, UNKNOWN, find_arg
-from traindoctor.static.project import place_of
+from traindoctor.static.project import parameter_defaults, place_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from traindoctor.static.context import FileContext
-    from traindoctor.static.project import FuncDef, Place
+    from traindoctor.static.project import FuncDef, FunctionFacts, Place
 
 DATALOADER = "torch.utils.data.DataLoader"
 DISTRIBUTED_SAMPLER = "torch.utils.data.DistributedSampler"
@@ -54,13 +54,23 @@ class Signature:
 def signature_of(ctx: FileContext, fn: FuncDef) -> Signature:
     a = fn.args
     positional = tuple(p.arg for p in [*a.posonlyargs, *a.args])
-    defaults: dict[str, Any] = {}
-    for p, d in zip(reversed([*a.posonlyargs, *a.args]), reversed(a.defaults)):
-        defaults[p.arg] = ctx.value(d)
-    for p, kw_default in zip(a.kwonlyargs, a.kw_defaults):
-        if kw_default is not None:
-            defaults[p.arg] = ctx.value(kw_default)
-    return Signature(positional, frozenset([*positional, *(p.arg for p in a.kwonlyargs)]), defaults)
+    names = frozenset([*positional, *(p.arg for p in a.kwonlyargs)])
+    return Signature(positional, names, parameter_defaults(ctx, fn))
+
+
+def facts_signature(fn: FunctionFacts) -> Signature:
+    """The :class:`Signature` of a project function from its summary."""
+    return Signature(fn.positional, frozenset((*fn.positional, *fn.keyword_only)), fn.defaults)
+
+
+def passed_value(ctx: FileContext, call: ast.Call, sig: Signature, param: str) -> Any:
+    """The constant ``call`` passes for ``param`` (its default when not passed), else UNKNOWN."""
+    node = find_arg(call, param, sig.positional, ctx)
+    if node is MISSING:
+        return sig.defaults.get(param, UNKNOWN)
+    if node is UNKNOWN:
+        return UNKNOWN
+    return ctx.value(node)
 
 
 class Returns:
@@ -258,7 +268,7 @@ class Returns:
             sig = signature_of(self.ctx, local)
             if not entries and (switch := self.switched(local, depth + 1)) is not None:
                 param, truthy, falsy = switch
-                value = self._passed_value(call, sig, param)
+                value = passed_value(self.ctx, call, sig, param)
                 entries = () if value is UNKNOWN else truthy if value else falsy
         else:
             view = self.ctx.project
@@ -267,24 +277,15 @@ class Returns:
             data = function_data(fn)
             if fn is None or data is None:
                 return None
-            sig = Signature(fn.positional, frozenset((*fn.positional, *fn.keyword_only)), fn.defaults)
+            sig = facts_signature(fn)
             entries = data.returns
             if not entries and data.loader is not None:
                 entries = ((None, data.loader),)
             if not entries:
-                entries = switched_returns(data, lambda p: self._passed_value(call, sig, p))
+                entries = switched_returns(data, lambda p: passed_value(self.ctx, call, sig, p))
         if not entries:
             return None
         return [(i, self._bind(f, call, sig, params)) for i, f in entries]
-
-    def _passed_value(self, call: ast.Call, sig: Signature, param: str) -> Any:
-        """The constant ``call`` passes for ``param`` (its default when not passed), else UNKNOWN."""
-        node = find_arg(call, param, sig.positional, self.ctx)
-        if node is MISSING:
-            return sig.defaults.get(param, UNKNOWN)
-        if node is UNKNOWN:
-            return UNKNOWN
-        return self.ctx.value(node)
 
     def _local_def(self, call: ast.Call) -> FuncDef | None:
         """The top-level function of this module a plain-name call invokes."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from traindoctor.facts.data.datasets import (
     binding_chain,
@@ -657,7 +657,10 @@ class LoaderIndex:
                 continue
             returns = data.returns or (((None, data.loader),) if data.loader is not None else ())
             if not returns and resolved.function is not None:
-                returns = switched_returns(data, partial(_passed_value, self.ctx, call, resolved.function))
+                from traindoctor.facts.data.factories import facts_signature, passed_value
+
+                sig = facts_signature(resolved.function)
+                returns = switched_returns(data, partial(passed_value, self.ctx, call, sig))
             if not returns:
                 continue
             seen: list[tuple[int | str | None, object]] = []
@@ -809,14 +812,3 @@ def iter_training_loaders(ctx: FileContext) -> Iterable[Loader]:
         # A Lightning ``train_dataloader`` is the training input wherever it is defined.
         return [l for l in loader_index(ctx).training_loaders() if any(s.kind == "hook" for s in l.sites)]
     return loader_index(ctx).training_loaders()
-
-
-def _passed_value(ctx: FileContext, call: ast.Call, fn: FunctionFacts, param: str) -> Any:
-    """The constant ``call`` passes to the project function ``fn`` for ``param`` (the default
-    when it passes none), else UNKNOWN."""
-    node = fn.argument(call, param)
-    if node is None:
-        if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
-            return UNKNOWN
-        return fn.defaults.get(param, UNKNOWN)
-    return ctx.value(node)
