@@ -117,6 +117,7 @@ def accumulation_step(ctx: FileContext, loop: ast.AST, backward: ast.Call) -> tu
     way through the loop's body (``q_loss.backward(); q_opt.step()`` beside a delayed
     ``if step % 2 == 0:`` actor update accumulates nothing)."""
     from traindoctor.facts.batching.static import is_optimizer_step, modulo_divisor
+    from traindoctor.facts.data.training import exclusive_branches
 
     if _steps_after(ctx, loop, backward, is_optimizer_step):
         return None
@@ -126,28 +127,9 @@ def accumulation_step(ctx: FileContext, loop: ast.AST, backward: ast.Call) -> tu
         divisor = modulo_divisor(node.test)
         if divisor is None or (isinstance(divisor, ast.Constant) and divisor.value in (0, 1)):
             continue
-        if any(is_optimizer_step(ctx, s) for s in node.body) and not _other_arms(ctx, backward, node, loop):
+        if any(is_optimizer_step(ctx, s) for s in node.body) and not exclusive_branches(ctx, backward, node):
             return node, divisor
     return None
-
-
-def _other_arms(ctx: FileContext, a: ast.AST, b: ast.AST, stop: ast.AST) -> bool:
-    """Whether an ``if`` (or ``try``) inside ``stop`` holds ``a`` and ``b`` in different arms,
-    so that one pass runs at most one of them."""
-    node, parent = a, ctx.parent(a)
-    while parent is not None and node is not stop:
-        if isinstance(parent, (ast.If, ast.Try)) and ctx.within(b, parent):
-            arms = [parent.body, parent.orelse] + (
-                [h.body for h in parent.handlers] if isinstance(parent, ast.Try) else []
-            )
-            mine = next((arm for arm in arms if node in arm), None)
-            theirs = next((arm for arm in arms if any(ctx.within(b, s) for s in arm)), None)
-            if mine is not None and theirs is not None and mine is not theirs:
-                return True
-        if parent is stop:
-            break
-        node, parent = parent, ctx.parent(parent)
-    return False
 
 
 def _steps_after(ctx: FileContext, loop: ast.AST, call: ast.AST, is_step: Callable[..., bool]) -> bool:
