@@ -16,8 +16,10 @@ decoding and augmentation of images generated at start, a small CNN), all in one
    is the median over rounds of samples trained / the process's wall time (forked from a
    process that imported torch, so torch's import is left out of all three alike).
 
-The machine's load average is recorded before and after every whole run and printed with the
-table: numbers measured on shared cores are those of a busy machine.
+The machine's load average is recorded before and after every whole run, and the cores other
+programs kept busy during it (the machine's CPU time less that of the benchmark's own processes,
+:func:`traindoctor.machine.others_cores`), and printed with the table: numbers measured on shared
+cores are those of a busy machine.
 
 Targets: tuned >= 0.95 x grid-best samples/s, found in <= 1/4 of the grid's wall time.
 
@@ -81,14 +83,16 @@ def trial(runner: Runner, config: dict, site: list | None) -> tuple[float | None
     return (seg or {}).get("samples_per_s"), time.perf_counter() - start
 
 
-def whole(runner: Runner, config: dict, site: list | None) -> tuple[float | None, list]:
-    """samples/s of one whole run of the script under ``config``, and the load before and after it."""
+def whole(runner: Runner, config: dict, site: list | None) -> tuple[float | None, list, float | None]:
+    """samples/s of one whole run of the script under ``config``, the load before and after it,
+    and the cores other programs kept busy while it ran."""
     out = runner.run({"mode": "whole", "config": config, "site": site})
     seconds = runner.durations[-1]
     samples = out.get("samples_seen") or 0
+    load, others = out.get("load") or [None, None], out.get("others")
     if out.get("status") == "failed" or not samples:
-        return None, out.get("load") or [None, None]
-    return samples / seconds, out.get("load") or [None, None]
+        return None, load, others
+    return samples / seconds, load, others
 
 
 def _load(value: float | None) -> str:
@@ -150,6 +154,7 @@ def main() -> int:
         names = list(contenders)
         rates: dict[str, list[float]] = {name: [] for name in names}
         loads: list[float] = []
+        others: list[float] = []
         (Path(scratch) / "whole").mkdir()
         whole_runner = Runner(
             args.script,
@@ -162,10 +167,13 @@ def main() -> int:
             order = names[r % len(names) :] + names[: r % len(names)]
             for name in order:
                 progress.start(f"round {r + 1} {name}")
-                rate, load_pair = whole(whole_runner, contenders[name], site)
+                rate, load_pair, busy = whole(whole_runner, contenders[name], site)
                 loads.extend(x for x in load_pair if x is not None)
+                if busy is not None:
+                    others.append(busy)
                 progress.done(
-                    (f"{rate:.1f} samples/s" if rate else "failed") + f" (load {'-'.join(map(_load, load_pair))})"
+                    (f"{rate:.1f} samples/s" if rate else "failed")
+                    + f" (load {'-'.join(map(_load, load_pair))}, other programs {_load(busy)} cores)"
                 )
                 if rate:
                     rates[name].append(rate)
@@ -180,10 +188,18 @@ def main() -> int:
     load_end = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
     low, high = (min(loads), max(loads)) if loads else (None, None)
+    o_low, o_high = (min(others), max(others)) if others else (None, None)
     print(
         f"whole runs ({' '.join([os.path.relpath(args.script), *args.script_args, args.whole_args])}), "
-        f"measured at load average {_load(low)} to {_load(high)} on {cores} usable cores"
-        + (" (a busy machine: more than half the cores' load)" if high is not None and high > cores / 2 else "")
+        f"measured at load average {_load(low)} to {_load(high)} (the runs' own processes included) on "
+        f"{cores} usable cores; other programs kept {_load(o_low)} to {_load(o_high)} cores busy"
+        + (
+            " (a busy machine: other programs used more than a quarter of the cores)"
+            if o_high is not None and o_high > cores / 4
+            else " (a quiet machine)"
+            if o_high is not None
+            else ""
+        )
     )
     print(f"| configuration | settings | samples/s (median of {args.rounds} whole runs) | runs | vs default |")
     print("|---|---|---:|---|---:|")
@@ -202,7 +218,8 @@ def main() -> int:
     print(f"speed-up of the tuned configuration over the script's default: {speedup:.2f}x")
     print(
         f"load average {load:.1f} at start, {load_end:.1f} at the end, {_load(low)} to {_load(high)} "
-        "during the whole runs"
+        f"during the whole runs; other programs: up to {_load(tuned.conditions.get('others_peak'))} cores during "
+        f"tune's trials, {_load(o_low)} to {_load(o_high)} during the whole runs"
     )
     notes = [n for n in tuned.notes if "contention" in n]
     for note in notes:
@@ -224,6 +241,7 @@ def main() -> int:
                     "speedup": speedup,
                     "load_average": [load, load_end],
                     "whole_run_load": [low, high],
+                    "whole_run_others": [o_low, o_high],
                     "whole_args": args.whole_args,
                     "tune": tuned.to_dict(),
                 },

@@ -36,7 +36,9 @@ class Stalling(nn.Module):
 @pytest.fixture()
 def threads(monkeypatch):
     """The intra-op threads, restored afterwards; the machine reads as quiet (a busy one is judged
-    apart: :func:`test_a_machine_busy_with_other_programs_is_not_judged`)."""
+    apart: :func:`test_a_machine_busy_with_other_programs_is_not_judged`): other programs' CPU
+    use unknown (the load average decides) and the load average 0."""
+    monkeypatch.setattr("traindoctor.facts.data.runtime.others_cores", lambda before, after: None)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     before = torch.get_num_threads()
     yield torch.set_num_threads
@@ -79,6 +81,23 @@ def test_a_machine_busy_with_other_programs_is_not_judged(threads, monkeypatch):
     loads = iter([0.0] + [3.5] * 100)
     monkeypatch.setattr(os, "getloadavg", lambda: (next(loads),) * 3)
     assert codes(_run(threads_n=2, workers=1, cores=2)) == ["TD107"]
+
+
+def test_other_programs_cpu_use_during_the_run_decides_where_measured(threads, monkeypatch):
+    # measured (Linux /proc): the machine's CPU time less this process tree's, whatever the load
+    # average says (it counts the run's own threads and moves over a minute)
+    monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    seen = []
+
+    def others(before, after):
+        seen.append((before, after))
+        return 0.2
+
+    monkeypatch.setattr("traindoctor.facts.data.runtime.others_cores", others)
+    assert codes(_run(threads_n=2, workers=1, cores=2)) == ["TD107"]
+    assert seen and seen[0][0] is not None  # the snapshot taken when the watch started
+    monkeypatch.setattr("traindoctor.facts.data.runtime.others_cores", lambda before, after: 1.2)
+    assert codes(_run(threads_n=2, workers=1, cores=2)) == []  # another program kept a core busy
 
 
 def test_a_machine_busy_before_the_run_started_is_not_judged(threads, monkeypatch):

@@ -74,6 +74,9 @@ def test_the_cgroup_quota_and_the_load_that_counts_as_contention(tmp_path: Path)
     assert cores.effective == 1.5 and cores.whole == 1 and "quota of 1.5" in cores.describe()
     assert contended(0.8, cores) and not contended(0.7, cores) and not contended(None, cores)
     assert Cores(2).effective == 2.0 and not contended(1.0, Cores(2))
+    # where other programs' CPU use is known, it decides: a trial's own 3 processes raise the
+    # load average to 2.5 on a quiet 2-core machine, which is no contention
+    assert not contended(2.5, Cores(2), others=0.3) and contended(0.2, Cores(2), others=0.6)
 
 
 def test_the_worker_ceiling_keeps_the_scripts_own_workers_out_of_the_choice() -> None:
@@ -84,3 +87,22 @@ def test_the_worker_ceiling_keeps_the_scripts_own_workers_out_of_the_choice() ->
     assert choice.leader == "own" and choice.best == "plain"
     with pytest.raises(ValueError):
         choose({"own": [1500.0], "plain": []}, configs, script_threads=2, tie=0.03, gain=1.1, ceiling=1)
+
+
+def test_finalists_undecided_only_in_the_loaders_queue_need_no_more_rounds() -> None:
+    from traindoctor.tune.decide import undecided_minor
+
+    p2 = {"num_workers": 2, "prefetch_factor": 2, "torch_threads": 1}
+    p4 = {"num_workers": 2, "prefetch_factor": 4, "torch_threads": 1}
+    base = {"num_workers": 0, "torch_threads": 2}
+    configs = {"p2": p2, "p4": p4, "base": base}
+    # the jpeg pipeline on a quiet machine: the two prefetch factors overlap, the default is slower
+    runs = {"p2": [936.0, 950.0, 1013.0], "p4": [884.0, 1007.0, 953.0], "base": [785.0, 681.0, 674.0]}
+    assert undecided_minor(runs, configs, 0.05) == ["p2"]
+    # the default still undecided (two runs): more rounds may change the workers advised
+    assert undecided_minor(dict(runs, base=[785.0, 681.0]), configs, 0.05) == []
+    # one thread instead of two undecided: that is the advice itself
+    configs_t = dict(configs, p2=dict(p2, torch_threads=2))
+    assert undecided_minor(runs, configs_t, 0.05) == []
+    # nothing undecided: [] (decided() ends the rounds)
+    assert undecided_minor({"p4": [1000.0, 1001.0], "p2": [1002.0, 1003.0]}, configs, 0.05) == []

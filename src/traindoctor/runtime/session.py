@@ -24,7 +24,7 @@ from types import CodeType
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from traindoctor.finding import Finding, sort_findings
-from traindoctor.machine import load_average, usable_cores
+from traindoctor.machine import cpu_snapshot, load_average, usable_cores
 from traindoctor.machine import machine_cores as _machine_cores
 from traindoctor.runtime.device import DeviceInfo
 from traindoctor.runtime.environment import current_dir, relative_filename, run_environment
@@ -126,6 +126,9 @@ class Session:
         #: The machine's 1-minute load average before the script ran: other programs' load
         #: (None where unknown); rules that judge contention stay silent on a busy machine.
         self.load_at_start: float | None = load_average()
+        #: The machine's and this process tree's CPU time when the watch started: with a second
+        #: snapshot, the cores other programs kept busy during the run (None where unknown).
+        self.cpu_at_start = cpu_snapshot()
         self.rank = _env_int("RANK", 0)
         self.world_size = _env_int("WORLD_SIZE", 1)
         self.local_rank = _env_int("LOCAL_RANK", 0)

@@ -2,10 +2,14 @@
 
 A measurement of speed is only as good as the machine was quiet: on shared cores, two intra-op
 threads may spin-wait for each other, and a worker that gains 2x on an idle machine loses on a
-busy one. tune therefore records, for every trial, the load average before and after it
-(:func:`traindoctor.machine.load_average`) and the cores this process may use: its affinity mask and, inside a
-container, the cgroup's CPU quota (:func:`cores_got`). A trial ran *contended* when the load was
-above half the cores it got (:func:`contended`); advice measured so depends on that load.
+busy one. tune therefore records, for every trial, the cores other programs kept busy while it
+ran (:func:`traindoctor.machine.others_cores`: the machine's CPU time less that of tune's own
+processes, so a trial's own workers and threads never count as contention), the load average
+before and after it (:func:`traindoctor.machine.load_average`, which does count them) and the
+cores this process may use: its affinity mask and, inside a container, the cgroup's CPU quota
+(:func:`cores_got`). A trial ran *contended* when other programs used more than a quarter of the
+cores it got (or, where their use is unknown, the load average was above half of them:
+:func:`contended`); advice measured so depends on that load.
 """
 
 from __future__ import annotations
@@ -16,8 +20,11 @@ from pathlib import Path
 
 from traindoctor.machine import usable_cores
 
-#: A trial is contended when the load average exceeds this share of the cores tune got.
+#: A trial is contended when the load average exceeds this share of the cores tune got (used
+#: only where other programs' CPU use is unknown: the load average counts the trial's own threads).
 CONTENDED_SHARE = 0.5
+#: A trial is contended when other programs kept more than this share of the cores tune got busy.
+OTHERS_SHARE = 0.25
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
@@ -104,6 +111,10 @@ def cores_got() -> Cores:
     return Cores(usable_cores(), cpu_quota())
 
 
-def contended(load: float | None, cores: Cores) -> bool:
-    """Whether a load average means the trial shared its cores (above :data:`CONTENDED_SHARE` of them)."""
+def contended(load: float | None, cores: Cores, others: float | None = None) -> bool:
+    """Whether the trial shared its cores with other programs: they kept more than
+    :data:`OTHERS_SHARE` of the cores busy (``others``, in cores) or, where that is unknown, the
+    load average was above :data:`CONTENDED_SHARE` of them."""
+    if others is not None:
+        return others > cores.effective * OTHERS_SHARE
     return load is not None and load > cores.effective * CONTENDED_SHARE

@@ -8,6 +8,9 @@ tested without running anything:
   own configuration (the baseline);
 * :func:`decided`: whether every finalist's runs are told apart from the fastest's, or tied
   (:func:`traindoctor.tune.repeats.compare`), so that no further round is needed;
+  :func:`undecided_minor`: the finalists still undecided against the fastest differ from it only
+  in the loader's queue (``prefetch_factor``, ``persistent_workers``), not in the workers and
+  threads the advice is about, so more rounds would not change those either;
 * :func:`choose`: the simplest finalist (fewest workers, then the script's own thread count) that
   the fastest is not *measured* faster than. A difference the runs do not show (undecided,
   tied, or within the tie margin) is no reason for more processes or another thread count, so
@@ -53,6 +56,22 @@ def decided(runs: Mapping[K, Sequence[float]], tie: float) -> bool:
     """Whether each finalist is measured faster, slower or tied against the fastest."""
     leader = max(runs, key=lambda k: median(runs[k]))
     return all(compare(runs[leader], runs[k], tie) != UNDECIDED for k in runs if k != leader)
+
+
+def _major(config: Mapping[str, Any]) -> tuple[int, Any]:
+    """What the advice is about: the loader's workers and the intra-op threads."""
+    return int(config.get("num_workers", 0) or 0), config.get("torch_threads")
+
+
+def undecided_minor(runs: Mapping[K, Sequence[float]], configs: Mapping[K, Mapping[str, Any]], tie: float) -> list[K]:
+    """The finalists still undecided against the fastest, when each has the fastest's workers and
+    threads (only its prefetch factor or persistent workers differ); [] when any undecided one
+    differs in workers or threads (more rounds are needed) or none is undecided."""
+    leader = max(runs, key=lambda k: median(runs[k]))
+    open_ = [k for k in runs if k != leader and compare(runs[leader], runs[k], tie) == UNDECIDED]
+    if any(_major(configs[k]) != _major(configs[leader]) for k in open_):
+        return []
+    return open_
 
 
 @dataclass
@@ -110,4 +129,4 @@ def choose(
     return Choice(best, leader, verdicts)
 
 
-__all__ = ["FASTER", "TIED", "UNDECIDED", "Choice", "choose", "choose_finalists", "decided"]
+__all__ = ["FASTER", "TIED", "UNDECIDED", "Choice", "choose", "choose_finalists", "decided", "undecided_minor"]

@@ -3,7 +3,8 @@
 :class:`Runner` starts :mod:`traindoctor.tune._trial` children (forked from a zygote that imported
 torch once, :mod:`traindoctor.tune._zygote`, where ``os.fork`` exists), keeps their logs in the
 scratch folder and records the machine's load average before and after each one
-(:func:`traindoctor.machine.load_average`).
+(:func:`traindoctor.machine.load_average`) and the cores other programs kept busy while it ran
+(:func:`traindoctor.machine.others_cores`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import traindoctor
-from traindoctor.machine import load_average
+from traindoctor.machine import cpu_snapshot, load_average, others_cores
 from traindoctor.sandbox import PARENT_LEVELS, build
 from traindoctor.sandbox import choose as choose_sandbox
 
@@ -107,11 +108,13 @@ class Runner:
         argv = [str(folder / "spec.json"), view.to_view(self.script), *view.redirect_args(self.args, cwd)]
         start = time.perf_counter()
         load_before = load_average()
+        cpu_before = cpu_snapshot()
         if self.use_zygote:
             code = self._run_forked(argv, log, timeout, view.root)
         else:
             code = self._run_fresh(argv, log, timeout, view.root)
         self.durations.append(time.perf_counter() - start)
+        others = others_cores(cpu_before, cpu_snapshot())
         result_path = folder / "result.json"
         if not result_path.exists():
             raise TuneScriptError(
@@ -120,6 +123,7 @@ class Runner:
         result: dict[str, Any] = json.loads(result_path.read_text(encoding="utf-8"))
         result["log"] = str(log)
         result["load"] = [load_before, load_average()]
+        result["others"] = None if others is None else round(others, 3)
         if result.get("status") == "failed" and not result.get("segments"):
             raise TuneScriptError(f"the script failed: {result.get('error')}; last lines of its output:\n{_tail(log)}")
         return result

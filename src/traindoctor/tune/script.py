@@ -42,8 +42,8 @@ from traindoctor.facts.data.pipeline import MEASURED_GAIN, MEASURED_TIE, Bounds,
 from traindoctor.machine import load_average
 from traindoctor.sandbox import SandboxUnavailable
 from traindoctor.tune._trial import BASE_WARMUP, MIN_STEPS, steps_needed
-from traindoctor.tune.conditions import CONTENDED_SHARE, Cores, contended, cores_got
-from traindoctor.tune.decide import Choice, choose, choose_finalists, decided
+from traindoctor.tune.conditions import CONTENDED_SHARE, OTHERS_SHARE, Cores, contended, cores_got
+from traindoctor.tune.decide import Choice, choose, choose_finalists, decided, undecided_minor
 from traindoctor.tune.measure import LOADER_KEYS, worker_counts
 from traindoctor.tune.repeats import TIED, compare, flipped, interval, median
 from traindoctor.tune.runner import Runner, TuneScriptError, TuneSettings
@@ -71,6 +71,8 @@ class Trial:
     verdict: str
     #: The machine's load average before and after the trial's process (None: unknown).
     load: tuple[float | None, float | None] = (None, None)
+    #: The cores other programs kept busy during the trial (None: unknown).
+    others: float | None = None
 
     @property
     def peak_load(self) -> float | None:
@@ -85,7 +87,12 @@ class Trial:
             "data_wait_share": None if self.data_wait_share is None else round(self.data_wait_share, 4),
             "verdict": self.verdict,
             "load": [None if x is None else round(x, 2) for x in self.load],
+            "others": None if self.others is None else round(self.others, 2),
         }
+
+    def contended(self, cores: Cores) -> bool:
+        """Whether other programs shared the cores while the trial ran (:func:`contended`)."""
+        return contended(self.peak_load, cores, self.others)
 
 
 def config_key(config: dict[str, Any]) -> tuple[Any, ...]:
@@ -331,11 +338,12 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
     if script_steps is not None:
         result.notes.append(f"the script trains {script_steps} optimizer steps: each trial times fewer steps")
     load = _load_of(probe)
+    others = _others_of(probe)
     script_threads = int(training["config"].get("torch_threads") or probe.get("script_threads") or 1)
     own = dict(training["config"], torch_threads=script_threads)
     base_share = base_seg.get("data_wait_share")
     result.trials.append(
-        Trial(own, "baseline", base_seg.get("samples_per_s"), base_share, verdict_of(own, base_share), load)
+        Trial(own, "baseline", base_seg.get("samples_per_s"), base_share, verdict_of(own, base_share), load, others)
     )
     loader_rates: dict[int, float] = {}
     compute_rates: dict[int, float] = {}
@@ -348,7 +356,7 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
         if seg["phase"] == "bound-loader":
             w = int(seg["config"]["num_workers"])
             cfg = dict(loader_kwargs_of(seg["config"]), torch_threads=script_threads)
-            result.trials.append(Trial(cfg, "bound-loader", rate, None, "loader alone", load))
+            result.trials.append(Trial(cfg, "bound-loader", rate, None, "loader alone", load, others))
             if rate:
                 loader_rates[w] = rate
                 if w == 0:
@@ -360,7 +368,15 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
             t = int(seg["config"]["torch_threads"])
             cfg = dict(seg["config"])
             result.trials.append(
-                Trial(cfg, "bound-compute", rate, seg.get("data_wait_share"), "compute alone (cached batches)", load)
+                Trial(
+                    cfg,
+                    "bound-compute",
+                    rate,
+                    seg.get("data_wait_share"),
+                    "compute alone (cached batches)",
+                    load,
+                    others,
+                )
             )
             if rate:
                 compute_rates[t] = rate
@@ -380,7 +396,7 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
     # The share of a core a loading process uses is CPU time over the time it could run: on
     # shared cores the wall time grows with its turns waited for a core (read from schedstat and
     # left out); where that is unknown, a contended probe counts loading as busy (TD104's case).
-    probe_contended = contended(result.trials[0].peak_load, got)
+    probe_contended = result.trials[0].contended(got)
     # known where the loading's time queued for a core was read (schedstat), or measured quietly
     busy = bounds.worker_busy if loader_queued is not None or not probe_contended else None
     ceilings = {t: bounds.ceiling(t, busy) for t in sorted(compute_rates)}
@@ -502,7 +518,17 @@ def _search(runner: Runner, script: str, args: list[str], settings: TuneSettings
                 this_round[key] = trial.samples_per_s
         tick.skip(MAX_FINALISTS - len(order))
         rounds.append(this_round)
-        if decided({k: rates_of(measured[k]) for k in finalists}, MEASURED_TIE):
+        now_runs = {k: rates_of(measured[k]) for k in finalists}
+        if decided(now_runs, MEASURED_TIE):
+            break
+        minor = undecided_minor(now_runs, configs, MEASURED_TIE)
+        if minor:
+            leader = max(now_runs, key=lambda k: median(now_runs[k]))
+            result.notes.append(
+                f"{label(configs[leader])} and {', '.join(label(configs[k]) for k in minor)} were not measured "
+                "apart; they differ only in the loader's queue (prefetch factor, persistent workers), so the "
+                "workers and threads advised do not depend on it and no more rounds were run"
+            )
             break
     tick.skip((MAX_CONFIRM_ROUNDS - len(rounds)) * MAX_FINALISTS)
     if overran:
@@ -616,6 +642,11 @@ def _load_of(out: dict[str, Any]) -> tuple[float | None, float | None]:
     return (load[0], load[1])
 
 
+def _others_of(out: dict[str, Any]) -> float | None:
+    others = out.get("others")
+    return float(others) if isinstance(others, (int, float)) else None
+
+
 def _judge_limit(result: Tuned, best_rate: float) -> None:
     """The share of the limit the best reaches, never above 100%: a best measured faster than the
     limit (beyond the tie margin) means the bounds were measured under other conditions."""
@@ -643,11 +674,12 @@ def _judge_contention(
     choice: Choice,
     configs: dict[tuple[Any, ...], dict[str, Any]],
 ) -> None:
-    """Whether the advice depends on contention: a load above half the cores during a trial, or
-    finalists whose order flipped between rounds."""
-    loads = [t.peak_load for t in result.trials if t.phase in ("baseline", "search", "confirm")]
-    known = [x for x in loads if x is not None]
-    busy = [x for x in known if contended(x, got)]
+    """Whether the advice depends on contention: other programs busy on the cores during a trial
+    (:meth:`Trial.contended`), or finalists whose order flipped between rounds."""
+    judged = [t for t in result.trials if t.phase in ("baseline", "search", "confirm")]
+    known = [x for x in (t.peak_load for t in judged) if x is not None]
+    busy = [t for t in judged if t.contended(got)]
+    others = [t.others for t in judged if t.others is not None]
     flips = []
     for key in choice.verdicts:
         pairs = [(r[choice.leader], r[key]) for r in rounds if choice.leader in r and key in r]
@@ -656,15 +688,24 @@ def _judge_contention(
     result.conditions.update(
         load_end=_round(load_average()),
         peak_load=_round(max(known)) if known else None,
+        others_peak=_round(max(others)) if others else None,
         contended_trials=len(busy),
-        trials=len(known),
+        trials=len(judged),
         flipped=flips,
         depends_on_contention=bool(busy or flips),
     )
-    if busy:
+    if busy and others:
+        result.notes.append(
+            f"advice depends on contention: other programs kept more than {got.effective * OTHERS_SHARE:g} "
+            f"of {got.describe()} busy during {len(busy)} of {len(judged)} trials, up to "
+            f"{max(t.others or 0.0 for t in busy):.1f} cores; the numbers are those of a busy machine: "
+            "tune again when it is quiet, or under the load you train with"
+        )
+    elif busy:
         result.notes.append(
             f"advice depends on contention: the load average was above {got.effective * CONTENDED_SHARE:g} "
-            f"(half of {got.describe()}) during {len(busy)} of {len(known)} trials, up to {max(busy):.1f}; "
+            f"(half of {got.describe()}) during {len(busy)} of {len(judged)} trials, up to "
+            f"{max(t.peak_load or 0.0 for t in busy):.1f}; "
             "other processes shared the cores, so the numbers are those of a busy machine: tune again "
             "when it is quiet, or under the load you train with"
         )
@@ -684,13 +725,14 @@ def _run_trial(
         spec["max_steps"] = timed
     out = runner.run(spec)
     load = _load_of(out)
+    others = _others_of(out)
     seg = next((s for s in out.get("segments", []) if s["phase"] == "search"), None)
     if seg is None:
         why = out.get("error") or "; ".join(out.get("notes", [])) or "the script ended too soon"
-        trial = Trial(cfg, phase, None, None, f"failed: {why}", load)
+        trial = Trial(cfg, phase, None, None, f"failed: {why}", load, others)
     else:
         share = seg.get("data_wait_share")
-        trial = Trial(cfg, phase, seg.get("samples_per_s"), share, verdict_of(cfg, share), load)
+        trial = Trial(cfg, phase, seg.get("samples_per_s"), share, verdict_of(cfg, share), load, others)
     tick.done(_rate(trial.samples_per_s) if trial.samples_per_s else trial.verdict)
     return trial
 

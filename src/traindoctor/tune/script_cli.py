@@ -165,6 +165,14 @@ def _speedup_text(data: dict[str, Any]) -> str:
     )
 
 
+def _others_text(conditions: dict[str, Any]) -> str:
+    """How busy other programs kept the cores, where measured."""
+    peak = conditions.get("others_peak")
+    if not isinstance(peak, (int, float)):
+        return ""
+    return f"; other programs kept up to {peak:.1f} cores busy during a trial"
+
+
 def render_text(data: dict[str, Any], output: str | None) -> str:
     from traindoctor.tune.script import label
 
@@ -181,13 +189,14 @@ def render_text(data: dict[str, Any], output: str | None) -> str:
         f"{len(data['trials'])} measurements in {data['elapsed_s']:.1f} s",
         f"load average: {_fmt_load(conditions.get('load_start'))} at start, "
         f"{_fmt_load(conditions.get('load_end'))} at the end, up to {_fmt_load(conditions.get('peak_load'))} "
-        "during the trials",
+        "during the trials (the trials' own processes included)" + _others_text(conditions),
         f"training DataLoader: {where} (batch_size={loader.get('batch_size')})",
         "",
     ]
-    rows = [("phase", "configuration", "samples/s", "data wait", "load", "verdict")]
+    rows = [("phase", "configuration", "samples/s", "data wait", "load", "others", "verdict")]
     for t in data["trials"]:
         load = t.get("load") or [None, None]
+        others = t.get("others")
         rows.append(
             (
                 t["phase"],
@@ -195,14 +204,15 @@ def render_text(data: dict[str, Any], output: str | None) -> str:
                 _fmt_rate(t["samples_per_s"]),
                 _fmt_share(t["data_wait_share"]),
                 "-".join(_fmt_load(x) for x in load),
+                "?" if others is None else f"{others:.1f}",
                 t["verdict"],
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(6)]
+    widths = [max(len(r[i]) for r in rows) for i in range(7)]
     for r in rows:
         lines.append(
             f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]:>{widths[3]}}  "
-            f"{r[4]:>{widths[4]}}  {r[5]}".rstrip()
+            f"{r[4]:>{widths[4]}}  {r[5]:>{widths[5]}}  {r[6]}".rstrip()
         )
     lines.append("")
     base, best = data["baseline"], data["best"]

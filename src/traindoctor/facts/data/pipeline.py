@@ -223,8 +223,9 @@ class Advice:
         return (min(self.low_speedup, high) if self.low_speedup is not None else high, high)
 
     def speedup_text(self) -> str:
-        """``1.8x``, or ``0.9-1.8x`` when the machine's load makes the gain uncertain."""
-        low, high = self.speedup_range
+        """``1.8x``, or ``0.9-1.8x`` when the machine's load makes the gain uncertain (from the
+        range as the evidence gives it, to 2 decimals, so that text and evidence never disagree)."""
+        low, high = (round(x, 2) for x in self.speedup_range)
         return f"{high:.1f}x" if round(low, 1) == round(high, 1) else f"{low:.1f}-{high:.1f}x"
 
 

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from traindoctor.machine import load_average
+from traindoctor.machine import cpu_snapshot, load_average, others_cores
 from traindoctor.runtime.live import fields_repr
 
 
@@ -124,13 +124,23 @@ def cores_per_rank(session: Any) -> int:
 
 
 def load_elsewhere(session: Any, own: int) -> float | None:
-    """The machine's 1-minute load average beyond ``own`` (the runnable threads and processes
-    this run itself accounts for), or None where the load is unknown. Uneven steps on a machine
-    that other programs keep busy tell nothing about this run's own split of the cores."""
+    """The cores other programs kept busy during the run, or None where unknown. Uneven steps on
+    a machine that other programs keep busy tell nothing about this run's own split of the cores.
+
+    Measured as the machine's CPU time since the watch started less that of this process and its
+    workers (:func:`traindoctor.machine.others_cores`). Where that cannot be read (not Linux, or
+    several local ranks, whose siblings are not this process's children), the 1-minute load
+    average beyond ``own`` (the runnable threads and processes this run itself accounts for)."""
+    local = max(int(session.local_world_size), 1)
+    start = getattr(session, "cpu_at_start", None)
+    if start is not None and local == 1:
+        others = others_cores(start, cpu_snapshot())
+        if others is not None:
+            return others
     load = load_average()
     if load is None:
         return None
-    now = max(0.0, load - own * max(int(session.local_world_size), 1))
+    now = max(0.0, load - own * local)
     # A 1-minute average moves slowly: at the end of a short run it holds little of the run's
     # own threads, so subtracting them all hides other programs' load. The load before the run
     # started (:attr:`Session.load_at_start`) is other programs' alone.
