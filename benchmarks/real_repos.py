@@ -164,23 +164,25 @@ def first_round_heldout(repos: list[Repo]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``--verify``: whether ``repos.tsv`` keeps its deal: round 1 dealt by :func:`assign_halves` (both
-    halves now tuned on), every later round held out."""
+    """``--verify``: whether ``repos.tsv`` keeps its deal: the latest round held out, every earlier
+    round tuned on (round 1 was dealt by :func:`assign_halves`; its held-out half and later held-out
+    rounds, once spent, joined the tune half)."""
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--verify", action="store_true", help="check the halves of repos.tsv")
     args = parser.parse_args(argv)
     repos = read_repos()
-    wrong = [r.name for r in repos if r.half != ("tune" if r.round == 1 else "heldout")]
     rounds = sorted({r.round for r in repos})
+    latest = rounds[-1] if rounds else 0
+    wrong = [r.name for r in repos if r.half != ("heldout" if r.round == latest and latest > 1 else "tune")]
     counts = {h: sum(r.half == h for r in repos) for h in HALVES}
     per_round = ", ".join(f"round {n}: {sum(r.round == n for r in repos)}" for n in rounds)
     spent = first_round_heldout(repos)
     print(
         f"{len(repos)} repositories ({per_round}): {counts}; halves {'differ for ' + ', '.join(wrong) if wrong else 'as dealt'}"
     )
-    print(f"round 1's held-out half (spent, now tuned on): {len(spent)} repositories")
+    print(f"round 1's held-out half (spent, now tuned on): {len(spent)} repositories; held out: round {latest}")
     return 1 if (args.verify and wrong) else 0
 
 
