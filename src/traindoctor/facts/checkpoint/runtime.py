@@ -453,23 +453,37 @@ def _numpy_state(np: Any) -> tuple[Any, tuple[Any, ...]]:
 
 
 # ---------------------------------------------------------------- checkpoint or export
-_STATIC_FACTS: dict[tuple[str, int, float], list[Any]] = {}
+_STATIC_FACTS: dict[tuple[str, int, float], tuple[list[Any], frozenset[int] | None]] = {}
 
 
 def static_save_facts(filename: str, row: int) -> list[Any] | None:
     """The checker's :class:`~traindoctor.facts.checkpoint.kinds.SaveFacts` for the save(s) at
     ``filename:row`` (the ``torch.save`` line the doctor saw), or None when the source cannot be
     read or holds no save there. Parsed once per file version."""
+    facts, _ = _static_view(filename, row)
+    return facts or None
+
+
+def written_together_rows(filename: str, row: int) -> frozenset[int] | None:
+    """The lines of the saves the checker counts as one checkpoint with the save at
+    ``filename:row`` (``TrainingCheckpoints.written_together``: the files written one after
+    another in one statement block), or None when the source cannot tell."""
+    _, rows = _static_view(filename, row)
+    return rows
+
+
+def _static_view(filename: str, row: int) -> tuple[list[Any], frozenset[int] | None]:
     import os
 
     try:
         mtime = os.stat(filename).st_mtime
     except (OSError, ValueError, TypeError):
-        return None
+        return [], None
     key = (filename, row, mtime)
     if key in _STATIC_FACTS:
-        return _STATIC_FACTS[key] or None
+        return _STATIC_FACTS[key]
     facts: list[Any] = []
+    rows: frozenset[int] | None = None
     try:
         from traindoctor.facts.checkpoint.static.index import checkpoint_index
         from traindoctor.static.context import FileContext
@@ -485,12 +499,14 @@ def static_save_facts(filename: str, row: int) -> list[Any] | None:
                 call = site.call
                 if call.lineno <= row <= (getattr(call, "end_lineno", None) or call.lineno):
                     facts.append(idx.checkpoints.save_facts(site))
+                    if site.report is call:
+                        rows = frozenset(s.call.lineno for s in idx.checkpoints.written_together(site))
     except Exception:  # fail-open: fall back to what the run observed
-        facts = []
+        facts, rows = [], None
     if len(_STATIC_FACTS) > 256:
         _STATIC_FACTS.clear()
-    _STATIC_FACTS[key] = facts
-    return facts or None
+    _STATIC_FACTS[key] = (facts, rows)
+    return facts, rows
 
 
 def save_kind_of(session: Any, contents: Contents, path: str | None, site: Any) -> str:
@@ -514,3 +530,92 @@ def save_kind_of(session: Any, contents: Contents, path: str | None, site: Any) 
         }
         return CHECKPOINT if CHECKPOINT in kinds else EXPORT
     return save_kind(SaveFacts(holds_resume_state=holds, export_name=export_name(path)))
+
+
+def merged_contents(parts: list[Contents]) -> Contents:
+    """What several saved objects hold together (the files of one checkpoint)."""
+    out = Contents()
+    for part in parts:
+        out.models.extend(m for m in part.models if all(m is not seen for seen in out.models))
+        out.optimizer_states.extend(part.optimizer_states)
+        out.optimizer_objects.extend(part.optimizer_objects)
+        out.has_scheduler = out.has_scheduler or part.has_scheduler
+        out.has_scaler = out.has_scaler or part.has_scaler
+        out.rng |= part.rng
+        out.int_keys.extend(part.int_keys)
+        out.nodes += part.nodes
+    return out
+
+
+class SeenSave:
+    """One ``torch.save`` the run made: what it held, where, and what the monitor read then."""
+
+    __slots__ = ("contents", "extra", "path", "site", "step")
+
+    def __init__(self, contents: Contents, path: str, site: Any, step: int, extra: Any = None) -> None:
+        self.contents = contents
+        self.path = path
+        self.site = site
+        self.step = step
+        #: What a monitor read at the save (the RNG streams in use, the data position).
+        self.extra = extra
+
+
+class WrittenTogether:
+    """The saves made since the last training step: the files of one checkpoint.
+
+    A script that writes its checkpoint as several files one after another (``netG.pt``,
+    ``optG.pt``, ``netD.pt``, ``optD.pt``) saves one checkpoint: judged file by file, the weights
+    file misses the optimizer that the next file holds. The TD501/TD504 monitors collect the
+    saves here and judge them together at the next ``backward()`` or optimizer step (or the run's
+    end), as the checker judges the saves of one statement block; the finding goes to the first
+    file that holds weights.
+    """
+
+    def __init__(self) -> None:
+        self.saves: list[SeenSave] = []
+
+    def add(self, save: SeenSave) -> list[SeenSave]:
+        """Collect ``save``; the saves collected before it when it starts another checkpoint (the
+        checker puts its line in another statement block: a best-so-far copy under its own
+        ``if``), to be judged now; [] otherwise."""
+        done: list[SeenSave] = []
+        if self.saves and (
+            not _same_checkpoint(self.saves[0], save) or any(_overlap(s.contents, save.contents) for s in self.saves)
+        ):
+            done = self.take()
+        self.saves.append(save)
+        return done
+
+    def take(self) -> list[SeenSave]:
+        """The saves collected so far, leaving none."""
+        saves, self.saves = self.saves, []
+        return saves
+
+
+def _same_checkpoint(first: SeenSave, save: SeenSave) -> bool:
+    """Whether ``save`` is another file of the checkpoint whose first file is ``first``: saves
+    on the same line are (one helper called twice), saves in two source files are not, and
+    otherwise the checker's grouping of the lines decides (without readable source, the saves
+    between two training steps are one checkpoint)."""
+    a, b = first.site, save.site
+    if not a or not b or not a[0] or not b[0] or not a[1] or not b[1]:
+        return True
+    if a[0] != b[0]:
+        return False
+    if a[1] == b[1]:
+        return True
+    rows = written_together_rows(a[0], a[1])
+    return rows is None or b[1] in rows
+
+
+def _overlap(a: Contents, b: Contents) -> bool:
+    """Whether two saved objects hold some of the same state: a model's weights, an optimizer's
+    state (matched by object, or by its groups' sizes), RNG states."""
+    if any(m is n for m in a.models for n in b.models):
+        return True
+    if any(o is p for o in a.optimizer_objects for p in b.optimizer_objects):
+        return True
+    if set(a.optimizer_states) & set(b.optimizer_states):
+        return True
+    return bool(a.rng & b.rng)

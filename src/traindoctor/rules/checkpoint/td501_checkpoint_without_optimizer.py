@@ -9,6 +9,9 @@ from traindoctor.finding import Finding, Severity
 from traindoctor.rules.base import Invalid, Rule, Valid
 
 if TYPE_CHECKING:  # pragma: no cover
+    from torch.optim import Optimizer
+
+    from traindoctor.facts.checkpoint.runtime import SeenSave
     from traindoctor.runtime.live import Site
     from traindoctor.static.context import FileContext
 
@@ -44,6 +47,13 @@ A weights-only save is treated as an *export*, not a checkpoint, and is not repo
 
 A lone weights-only save inside the training loop is reported, whatever its file is called: it is
 the only thing a crashed run could resume from.
+
+A checkpoint written as several files one after another, in one block (a GAN's `netG.pt` and
+`netD.pt`, or melgan's `netG.pt`, `optG.pt`, `netD.pt`, `optD.pt`), is one checkpoint: judged as
+a whole (an optimizer saved in its own file counts), reported once, at its first file, naming the
+optimizer of each model, with the other files as related locations. `traindoctor run` groups the
+saves made between two training steps the same way. Files that hold the same state (`last.pt` and
+`epoch_10.pt` with the same model) are copies, each judged alone.
 
 Framework forms: Hugging Face `TrainingArguments(save_only_model=True)` makes every Trainer
 checkpoint weights-only (no optimizer, scheduler, scaler or RNG state), so
@@ -308,10 +318,14 @@ traindoctor.checkpoint.save("checkpoint.pt", model=model, optimizer=optimizer, e
         from traindoctor.facts.checkpoint.static.vocabulary import DCP_SAVES
 
         for site in idx.checkpoints.model_only_in_loop():
-            save = f"{idx.checkpoints.optimizer_for(site, opt)}.state_dict()"
+            files = [site, *idx.checkpoints.written_with(site)]
+            # one optimizer per weights file of the checkpoint (a GAN's G and D files)
+            names = list(dict.fromkeys(idx.checkpoints.optimizer_for(s, opt) for s in files))
+            saves = [f"{n}.state_dict()" for n in names]
             if ctx.qualname(site.call.func) in DCP_SAVES:
                 # Sharded (FSDP/DTensor) optimizer state needs DCP's own getter.
-                save = f"get_optimizer_state_dict(model, {idx.checkpoints.optimizer_for(site, opt)})"
+                saves = [f"get_optimizer_state_dict(model, {n})" for n in names]
+            save = "` and `".join(saves)
             yield ctx.report(
                 self,
                 site.report,
@@ -369,45 +383,75 @@ from traindoctor.runtime.events import Monitor, SessionView  # noqa: E402
 
 
 class CheckpointWithoutOptimizerMonitor(Monitor):
-    """``torch.save`` of an object that holds a live model's weights but not the state of a live
-    optimizer that updates that model (see ``facts.checkpoint.runtime``). One finding per
-    ``torch.save`` line."""
+    """``torch.save`` of objects that hold a live model's weights but not the state of a live
+    optimizer that updates that model (see ``facts.checkpoint.runtime``). The saves made between
+    two training steps are one checkpoint (``WrittenTogether``): judged together, reported once,
+    at the first file that holds weights. One finding per ``torch.save`` line."""
 
     rule = CheckpointWithoutOptimizer
 
     def __init__(self, session: SessionView) -> None:
         super().__init__(session)
+        from traindoctor.facts.checkpoint.runtime import WrittenTogether
+
         self.sites: set[Site | None] = set()
+        self.pending = WrittenTogether()
 
     def on_checkpoint_save(self, obj: object, path: str | None, site: Site | None = None) -> None:
-        if path is None or site in self.sites:
-            return
-        from traindoctor.facts.checkpoint.runtime import contents_for, missing_optimizers
-
-        contents = contents_for(self.session, obj)
-        if not contents.has_model:
-            return
-        missing = missing_optimizers(self.session, contents)
-        if not missing:
+        if path is None:
             return
         from traindoctor.facts.checkpoint.kinds import EXPORT
-        from traindoctor.facts.checkpoint.runtime import save_kind_of
+        from traindoctor.facts.checkpoint.runtime import SeenSave, contents_for, save_kind_of
 
-        if save_kind_of(self.session, contents, path, site) == EXPORT:
+        contents = contents_for(self.session, obj)
+        if not (contents.has_model or contents.has_optimizer):
+            return  # samples, metrics: no part of a checkpoint
+        if contents.has_model and save_kind_of(self.session, contents, path, site) == EXPORT:
             return  # a weights export (best/final model, never read back): not a checkpoint
+        done = self.pending.add(SeenSave(contents, path, site, self.session.step))
+        if done:
+            self._judge(done)
+
+    def on_backward(self) -> None:
+        if self.pending.saves:
+            self._judge(self.pending.take())
+
+    def on_before_optimizer_step(self, optimizer: Optimizer) -> None:
+        if self.pending.saves:
+            self._judge(self.pending.take())
+
+    def on_run_end(self) -> None:
+        if self.pending.saves:
+            self._judge(self.pending.take())
+
+    def _judge(self, saves: list[SeenSave]) -> None:
+        from traindoctor.facts.checkpoint.runtime import merged_contents, missing_optimizers
+
+        weights = [s for s in saves if s.contents.has_model]
+        if not weights or weights[0].site in self.sites:
+            return
+        first = weights[0]
+        missing = missing_optimizers(self.session, merged_contents([s.contents for s in saves]))
+        if not missing:
+            return
         from traindoctor.runtime.live import site_kwargs
 
-        self.sites.add(site)
+        self.sites.add(first.site)
         names = [type(o).__name__ for o in missing]
+        # the other files of the checkpoint, when it is written as several
+        files = {"files": [s.path for s in saves]} if len(saves) > 1 else {}
         self.report(
             f"This checkpoint holds the model's weights but not the state of its {', '.join(names)} "
-            "optimizer, so momentum/moments restart on resume; save `optimizer.state_dict()` too "
-            "(`traindoctor.checkpoint.save(path, model=..., optimizer=...)`).",
+            "optimizer" + ("s" if len(names) > 1 else "") + ", so momentum/moments restart on resume; save "
+            "`optimizer.state_dict()` too (`traindoctor.checkpoint.save(path, model=..., optimizer=...)`).",
             evidence={
-                "path": path,
+                "path": first.path,
+                **files,
                 "missing_optimizers": names,
-                "optimizer_states_saved": len(contents.optimizer_states) + len(contents.optimizer_objects),
+                "optimizer_states_saved": sum(
+                    len(s.contents.optimizer_states) + len(s.contents.optimizer_objects) for s in saves
+                ),
             },
-            step=self.session.step,
-            **site_kwargs(site),
+            step=first.step,
+            **site_kwargs(first.site),
         )

@@ -12,6 +12,7 @@ from traindoctor.static.vocab import DATA, RNG_CPU, RNG_CUDA, RNG_NUMPY, RNG_PYT
 if TYPE_CHECKING:  # pragma: no cover
     from torch.optim import Optimizer
 
+    from traindoctor.facts.checkpoint.runtime import SeenSave
     from traindoctor.facts.checkpoint.static.index import CheckpointIndex
     from traindoctor.facts.checkpoint.static.saves import SaveSite
     from traindoctor.runtime.live import Site
@@ -61,7 +62,9 @@ not checkpoints) that misses part of the random state the run draws from:
   an epoch boundary the saved epoch counter is the data position.
 
 Weight exports (saves after the training loop, or weights-only files next to a full checkpoint)
-are not checked, and `traindoctor.checkpoint.save(...)` saves all of it.
+are not checked, and `traindoctor.checkpoint.save(...)` saves all of it. A checkpoint written as
+several files one after another (`netG.pt`, `optG.pt`, `netD.pt`, `optD.pt`; an `rng.pt` beside
+them counts) is judged as one and reported once, at its first file, by `check` and `run` alike.
 """
     why_bad = """
 Without the generator states a resumed run is a different run: data order (a shuffling sampler
@@ -330,37 +333,63 @@ class CheckpointWithoutRngMonitor(Monitor):
 
     def __init__(self, session: SessionView) -> None:
         super().__init__(session)
-        from traindoctor.facts.checkpoint.runtime import RngUse
+        from traindoctor.facts.checkpoint.runtime import RngUse, WrittenTogether
 
         self.rng = RngUse()
         self.sites: set[Site | None] = set()
+        #: The saves since the last training step: one checkpoint, judged together (TD501's way).
+        self.pending = WrittenTogether()
 
     def on_optimizer_found(self, optimizer: Optimizer) -> None:
         if not self.rng.taken:
             self.rng.snapshot(bool(getattr(self.session, "uses_cuda", False)))
 
     def on_checkpoint_save(self, obj: object, path: str | None, site: Site | None = None) -> None:
-        if path is None or site in self.sites or not self.rng.taken:
+        if path is None or not self.rng.taken:
             return
-        from traindoctor.facts.checkpoint.runtime import contents_for, mid_epoch_position
+        from traindoctor.facts.checkpoint.kinds import EXPORT
+        from traindoctor.facts.checkpoint.runtime import SeenSave, contents_for, mid_epoch_position, save_kind_of
 
         contents = contents_for(self.session, obj)
+        if not (contents.has_model or contents.has_optimizer or contents.rng or contents.int_keys):
+            return  # samples, metrics: no part of a checkpoint
+        if contents.has_model and save_kind_of(self.session, contents, path, site) == EXPORT:
+            return  # the checker's definition: periodic or read back is a checkpoint
+        # the streams in use and the data position as they were at this save
+        extra = (self.rng.used(), mid_epoch_position(self.session))
+        done = self.pending.add(SeenSave(contents, path, site, self.session.step, extra))
+        if done:
+            self._judge(done)
+
+    def on_backward(self) -> None:
+        if self.pending.saves:
+            self._judge(self.pending.take())
+
+    def on_before_optimizer_step(self, optimizer: Optimizer) -> None:
+        if self.pending.saves:
+            self._judge(self.pending.take())
+
+    def on_run_end(self) -> None:
+        if self.pending.saves:
+            self._judge(self.pending.take())
+
+    def _judge(self, saves: list[SeenSave]) -> None:
+        from traindoctor.facts.checkpoint.runtime import merged_contents
+
+        contents = merged_contents([s.contents for s in saves])
         if not contents.is_training_checkpoint:
             return  # no model, or bare weights: TD501's alone (its full-state fix saves the RNG too)
-        from traindoctor.facts.checkpoint.kinds import EXPORT
-        from traindoctor.facts.checkpoint.runtime import save_kind_of
-
-        if save_kind_of(self.session, contents, path, site) == EXPORT:
-            return  # the checker's definition: periodic or read back is a checkpoint
-        used = self.rng.used()
+        first = next((s for s in saves if s.contents.has_model), saves[0])
+        if first.site in self.sites:
+            return
+        used, position = first.extra
         missing = [name for name in used if name not in contents.rng]
-        position = mid_epoch_position(self.session)
         need_position = position is not None and not contents.has_position()
         if not missing and not need_position:
             return
         from traindoctor.runtime.live import site_kwargs
 
-        self.sites.add(site)
+        self.sites.add(first.site)
         parts = []
         if missing:
             parts.append(f"the {', '.join(missing)} RNG state(s) the run draws from")
@@ -370,12 +399,13 @@ class CheckpointWithoutRngMonitor(Monitor):
             f"This checkpoint misses {' and '.join(parts)}, so a resumed run does not continue "
             "the same random stream; save them too (`traindoctor.checkpoint.save` does).",
             evidence={
-                "path": path,
+                "path": first.path,
+                **({"files": [s.path for s in saves]} if len(saves) > 1 else {}),
                 "missing_rng": missing,
                 "rng_in_use": used,
                 "rng_saved": sorted(contents.rng),
                 "mid_epoch": list(position) if position else None,
             },
-            step=self.session.step,
-            **site_kwargs(site),
+            step=first.step,
+            **site_kwargs(first.site),
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import re
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from traindoctor.facts.checkpoint import kinds
 from traindoctor.facts.checkpoint.static.base import FUNCTION_DEFS, IndexPart, TrainingObjects, position
@@ -22,6 +23,9 @@ from traindoctor.facts.checkpoint.static.saves import Saves, SaveSite
 from traindoctor.facts.checkpoint.static.vocabulary import kind_from_name
 from traindoctor.static.names import dotted, receiver
 from traindoctor.static.vocab import DATA, MODEL, OPTIMIZER, RNG_ANY, RNG_KINDS, SCALER, SCHEDULER
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traindoctor.static.context import FileContext
 
 #: Keys of a step/epoch counter saved beside the weights: the save is meant to be resumed from.
 _RX_COUNTER_KEY = re.compile(r"^(epochs?|steps?|global_steps?|iters?|iterations?|iter_num|it)$")
@@ -84,11 +88,14 @@ class TrainingCheckpoints(IndexPart):
         metric improves) that keeps no training position and is not read back here. How often it
         runs is decided elsewhere, and a run resumed from it does not know where it was: it
         cannot draw the same random numbers again anyway."""
-        return [
-            s
-            for s in self.resume_checkpoints()
-            if not self._uncalled(s) or self._holds_position(s) or self.paths.read_back(s)
-        ]
+        out: list[SaveSite] = []
+        for site in self.resume_checkpoints():
+            if self._uncalled(site) and not self._holds_position(site) and not self.paths.read_back(site):
+                continue
+            first = self.first_written(site)
+            if all(first is not s for s in out):
+                out.append(first)
+        return out
 
     def _last_iteration_only(self, node: ast.AST) -> bool:
         """``node`` runs in the training loop only on its last pass: an ``if`` between it and the
@@ -153,9 +160,14 @@ class TrainingCheckpoints(IndexPart):
         stateful = {n for n, c in built if kind != OPTIMIZER or not self.objects.stateless(c)}
         everything = built
         out: list[tuple[SaveSite, list[str]]] = []
+        reported: set[int] = set()
         for site in self._holding_checkpoints(kind):
+            together = self.written_together(site)
+            first = together[0]
+            if id(first) in reported:
+                continue  # another file of a checkpoint already judged as a whole
             built = self._built_beside(site, everything)
-            pieces = [p for p in site.saved.pieces if p.kind == kind]
+            pieces = [p for s in together for p in s.saved.pieces if p.kind == kind]
             saved: set[str] = set()
             for piece in pieces:
                 node = piece.node
@@ -174,8 +186,9 @@ class TrainingCheckpoints(IndexPart):
             if not all(n in {b for b, _ in built} or self._constructed_apart(n, kind) for n in saved):
                 continue
             missing = [n for n, _ in built if n not in saved and n in stateful]
+            reported.add(id(first))
             if missing:
-                out.append((site, missing))
+                out.append((first, missing))
         return out
 
     def _built_beside(self, site: SaveSite, built: list[tuple[str, ast.Call]]) -> list[tuple[str, ast.Call]]:
@@ -389,16 +402,11 @@ class TrainingCheckpoints(IndexPart):
                 and self.save_kind(s) == kinds.CHECKPOINT
             ]
         )
-        ctx = self.ctx
-        firsts: dict[tuple[int, tuple[int, ...], tuple[int, ...]], SaveSite] = {}
+        firsts: dict[tuple[int, ...], SaveSite] = {}
         out: list[SaveSite] = []
         together: dict[int, list[SaveSite]] = {}
         for site in sites:
-            key = (
-                id(ctx.function_of(site.call)),
-                tuple(id(c) for c in site.contexts),
-                tuple(id(loop) for loop in ctx.enclosing_loops(site.call)),
-            )
+            key = self._group_key(site)
             first = firsts.get(key)
             if first is None:
                 firsts[key] = site
@@ -406,6 +414,46 @@ class TrainingCheckpoints(IndexPart):
             else:
                 together.setdefault(id(first), []).append(site)
         return out, together
+
+    def _group_key(self, site: SaveSite) -> tuple[int, ...]:
+        """What the saves of one checkpoint written as several files share: the statement block
+        they sit in (``torch.save(netG...)``, ``torch.save(optG...)``, ... one after the other),
+        the calls of the helper they sit in (none for a save written where it runs) and the loops
+        around them. A save under its own ``if`` (a best-so-far copy) is another block."""
+        ctx = self.ctx
+        helper = () if site.contexts == [site.call] else tuple(id(c) for c in site.contexts)
+        return (
+            _block_of(ctx, site.report),
+            *helper,
+            -1,
+            *(id(loop) for loop in ctx.enclosing_loops(site.call)),
+        )
+
+    def written_together(self, site: SaveSite) -> list[SaveSite]:
+        """The saves of the checkpoint ``site`` belongs to, in source order (``site`` alone when
+        it is written as one file): the files of one checkpoint are judged together. Files that
+        hold the same state (the same model's weights, the same optimizer, RNG states in both)
+        are copies of a checkpoint (``last.pt`` and ``step_100.pt``), each judged alone."""
+        return self._groups.get(id(site), [site])
+
+    def first_written(self, site: SaveSite) -> SaveSite:
+        """The first save of the checkpoint ``site`` belongs to: where its findings go."""
+        return self.written_together(site)[0]
+
+    @cached_property
+    def _groups(self) -> dict[int, list[SaveSite]]:
+        current: dict[tuple[int, ...], list[SaveSite]] = {}
+        out: dict[int, list[SaveSite]] = {}
+        for site in sorted(self.saves.sites, key=lambda s: (s.report.lineno, s.report.col_offset)):
+            if site.report is not site.call:
+                continue
+            key = self._group_key(site)
+            group = current.get(key)
+            if group is None or any(_overlap(site, other) for other in group):
+                group = current[key] = []
+            group.append(site)
+            out[id(site)] = group
+        return out
 
     @cached_property
     def in_test_code(self) -> bool:
@@ -420,19 +468,13 @@ class TrainingCheckpoints(IndexPart):
         """The name of the optimizer that updates the model this save writes (``optimizerG``
         for ``netG.state_dict()`` when ``optimizerG = Adam(netG.parameters())``), else
         ``default``: with two models and two optimizers, advice must name the right one."""
-        models = {
-            n.id for p in site.saved.pieces if p.kind == MODEL for n in ast.walk(p.node) if isinstance(n, ast.Name)
-        }
+        models = {n for p in site.saved.pieces if p.kind == MODEL for n in _referenced(p.node)}
         if not models:
             return default
         matches = []
         for name, call in self.objects.exists(OPTIMIZER):
             params = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "params"), None)
-            if (
-                params is not None
-                and not name.startswith("<")
-                and models & {n.id for n in ast.walk(params) if isinstance(n, ast.Name)}
-            ):
+            if params is not None and not name.startswith("<") and models & _referenced(params):
                 matches.append(name)
         return matches[0] if len(matches) == 1 else default
 
@@ -556,6 +598,48 @@ class TrainingCheckpoints(IndexPart):
         binding = since if since is not None else tuple(position(b) for b in bound if b is not None)
         loops = tuple(id(l) for l in ctx.enclosing_loops(site.call))
         return (obj.id, id(ctx.scope_of(obj)), binding, loops)
+
+
+def _state_of(site: SaveSite) -> dict[str, set[str]]:
+    """What a save holds, by kind: the models' and optimizers' names, ``rng`` for RNG states."""
+    out: dict[str, set[str]] = {MODEL: set(), OPTIMIZER: set(), "rng": set()}
+    for piece in site.saved.pieces:
+        if piece.kind in (MODEL, OPTIMIZER):
+            out[piece.kind] |= _referenced(piece.node) or {"?"}
+        elif piece.kind in (RNG_ANY, *RNG_KINDS):
+            out["rng"].add("rng")
+    return out
+
+
+def _overlap(a: SaveSite, b: SaveSite) -> bool:
+    """Whether two saves hold some of the same state (so they are two copies, not two parts)."""
+    sa, sb = _state_of(a), _state_of(b)
+    return any(sa[k] & sb[k] for k in sa)
+
+
+def _referenced(expr: ast.AST) -> set[str]:
+    """The names and attribute chains ``expr`` reads (``self.G`` in ``self.G.state_dict()``),
+    without a bare ``self``/``cls``: two methods' models are told apart by their attributes."""
+    out = set()
+    for node in ast.walk(expr):
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            text = dotted(node)
+            if text and text not in ("self", "cls"):
+                out.add(text)
+    return out
+
+
+def _block_of(ctx: FileContext, node: ast.AST) -> int:
+    """The id of the statement list holding the statement of ``node`` (a body, an ``else``)."""
+    child: ast.AST = node
+    for anc in ctx.ancestors(node):
+        if isinstance(child, ast.stmt):
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                block = getattr(anc, field, None)
+                if isinstance(block, list) and any(x is child for x in block):
+                    return id(block)
+        child = anc
+    return 0
 
 
 #: A flag that says the loop is on its last pass (``last_step``, ``is_last_epoch``, ``final_iter``).
