@@ -180,3 +180,30 @@ def test_a_failed_write_rotates_nothing(tmp_path: Path, monkeypatch: pytest.Monk
     checkpoint.save(path, model=model, step=4, keep_last=3)
     steps = [torch.load(tmp_path / n, weights_only=True)["step"] for n in sorted(os.listdir(tmp_path))]
     assert steps == [4, 3, 2]
+
+
+def test_two_saves_killed_before_their_prune_leave_one_checkpoint_too_many_at_most(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A kill after a save's commit and before its prune leaves K+1 checkpoints; a second such
+    # kill in the next save must not leave K+2 (the sigkill test saw 5 with keep_last=3 once)
+    from traindoctor import checkpoint
+    from traindoctor.checkpoint import atomic
+
+    model = torch.nn.Linear(2, 2)
+    path = tmp_path / "last.pt"
+    for step in (1, 2, 3):
+        checkpoint.save(path, model=model, step=step, keep_last=3)
+
+    def killed(folder: object) -> None:  # the commit is done; the process dies before its prune
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(atomic, "fsync_dir", killed)
+    for step in (4, 5):
+        with pytest.raises(KeyboardInterrupt):
+            checkpoint.save(path, model=model, step=step, keep_last=3)
+        steps = sorted(torch.load(tmp_path / n, weights_only=True)["step"] for n in os.listdir(tmp_path))
+        assert steps == list(range(step - 3, step + 1)), steps  # K+1 at most, nothing lost
+    monkeypatch.undo()
+    checkpoint.save(path, model=model, step=6, keep_last=3)
+    assert sorted(torch.load(tmp_path / n, weights_only=True)["step"] for n in os.listdir(tmp_path)) == [4, 5, 6]

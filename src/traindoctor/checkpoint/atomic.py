@@ -133,7 +133,8 @@ def atomic_write(
 
     ``keep_last=N`` keeps N checkpoints of ``path``'s naming pattern (see :func:`rotate`); the
     backups are shifted only once the new file is complete, and the oldest is removed only once
-    it is in place, so a save killed or failed at any moment leaves the previous N intact.
+    it is in place, so a save killed or failed at any moment leaves the previous N intact (and at
+    most one more, which the next save removes before it shifts anything).
     """
     if keep_last is not None and keep_last < 1:
         raise ValueError("keep_last must be >= 1")
@@ -144,6 +145,10 @@ def atomic_write(
     numbered = LAST_DIGITS.search(dest.name) is not None
     try:
         _write_temporary(tmp, dest, obj, write)
+        if keep_last is not None:
+            # A save killed after its commit and before its prune left one checkpoint too many:
+            # prune it now, so that two such kills in a row never leave two too many.
+            prune(dest, keep_last)
         if keep_last is not None and keep_last > 1 and not numbered:
             shift_backups(dest)
         os.replace(tmp, dest)
