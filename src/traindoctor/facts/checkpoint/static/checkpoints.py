@@ -402,11 +402,11 @@ class TrainingCheckpoints(IndexPart):
                 and self.save_kind(s) == kinds.CHECKPOINT
             ]
         )
-        firsts: dict[tuple[int, ...], SaveSite] = {}
+        firsts: dict[int, SaveSite] = {}
         out: list[SaveSite] = []
         together: dict[int, list[SaveSite]] = {}
         for site in sites:
-            key = self._group_key(site)
+            key = id(self.first_written(site))  # copies of one model's weights stay apart, as at run time
             first = firsts.get(key)
             if first is None:
                 firsts[key] = site
