@@ -244,6 +244,13 @@ class StepTimer:
             self._tokens += tokens
             self._token_batches += 1
 
+    def add_data_wait(self, wait_s: float, t_end: float) -> None:
+        """Time inside a DataLoader's ``next()`` that brought no batch: the call that ends an
+        epoch (a worker loader shuts its worker processes down in it). Data wait, no batch."""
+        if self._start is None:
+            self._start = t_end - wait_s
+        self._data += wait_s
+
     def add_sync(self, seconds: float, phase: int) -> None:
         """The host waited ``seconds`` for the GPU (``.item()``, ...) inside ``phase``: the wait
         leaves that phase's row (a wait inside a DataLoader fetch or a copy stays there)."""

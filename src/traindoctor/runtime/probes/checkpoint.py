@@ -6,6 +6,9 @@ unwatched; only after it returned does the probe emit ``on_checkpoint_save(obj, 
 site is the user line that put the saved object together (a helper that saves the object it was
 handed reports its caller's line, as the checker does).
 Monitors inspect ``obj`` in place (keys, types, tensor identity); nothing is copied or converted.
+What the probe and its monitors do after the save returned (the user line, the checker's index
+of the file that the checkpoint rules ask, the first time hundreds of milliseconds) is the
+doctor's own time (:mod:`traindoctor.runtime.step_timer`), never the step's other host work.
 Saves into unnamed in-memory buffers (``io.BytesIO``, used for deep copies) are emitted with
 ``path=None`` and monitors ignore them. Saves made by a framework's own checkpoint writer
 (``accelerator.save_state``, the Hugging Face ``Trainer``'s checkpoints, Lightning's
@@ -19,6 +22,7 @@ which does not call its base's ``__init__``): ``on_scheduler_created(scheduler, 
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -59,9 +63,21 @@ class CheckpointProbe(Probe):
                 result = original(obj, f, *args, **kwargs)
             finally:
                 probe._saving -= 1
-            if probe._saving == 0 and not probe._framework_save():
+            if probe._saving == 0:
+                probe._after_save(obj, f)
+            return result
+
+        return save
+
+    def _after_save(self, obj: Any, f: Any) -> None:
+        """Emit the save (the caller of ``save`` is three frames up) and count the time it took
+        as the doctor's own."""
+        probe = self
+        start = time.perf_counter()
+        try:
+            if not probe._framework_save(3):
                 try:
-                    site = handed_over_site(obj, 2)
+                    site = handed_over_site(obj, 3)
                     probe.emit("on_checkpoint_save", obj, describe_path(f), site=site)
                 except Exception as exc:  # fail-open
                     probe.fail("torch.save", exc)
@@ -70,9 +86,10 @@ class CheckpointProbe(Probe):
                         clear_save_cache(probe.session)
                 except Exception as exc:  # fail-open
                     probe.fail("torch.save cleanup", exc)
-            return result
-
-        return save
+        finally:
+            session = probe.session
+            if session is not None:
+                session.timer.self_total += time.perf_counter() - start
 
     def _wrap_scheduler_init(self, original: Callable[..., Any]) -> Callable[..., Any]:
         probe = self
@@ -87,10 +104,10 @@ class CheckpointProbe(Probe):
 
         return __init__
 
-    def _framework_save(self) -> bool:
+    def _framework_save(self, depth: int = 2) -> bool:
         """True when a framework's own checkpoint writer called this save (fail-open: False)."""
         try:
-            return caller_is_framework_writer(2) is not None
+            return caller_is_framework_writer(depth) is not None
         except Exception as exc:
             self.fail("framework checkpoint writer", exc)
             return False

@@ -151,10 +151,16 @@ class DataLoaderProbe(Probe):
             try:
                 batch = orig(iterator)
             except StopIteration:
+                # The epoch's last call: its time (a worker loader joins its workers here) is
+                # data wait; the doctor's end-of-epoch bookkeeping after it is its own.
+                t1 = perf()
                 timer.phase = phase
                 if timed and clock is not None and clock.timing:
                     clock.mark(phase)
+                if info is not None:
+                    timer.add_data_wait(t1 - t0 - (timer.self_total - inner), t1)
                 probe._exhausted(iterator)
+                timer.self_total += t0 - entered + perf() - t1
                 raise
             except BaseException:
                 timer.phase = phase
